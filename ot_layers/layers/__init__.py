@@ -1,0 +1,5 @@
+"""Public Keras layers, one module each."""
+from ot_layers.layers.multi_proxy_wasserstein import MultiProxyWasserstein
+from ot_layers.layers.sinkhorn_match import SinkhornMatch
+
+__all__ = ["SinkhornMatch", "MultiProxyWasserstein"]

@@ -1,0 +1,125 @@
+"""SinkhornMatch: entropic OT plans between a feature map's elements and sets of target vectors (SPEC S1-S2)."""
+import keras
+import tensorflow as tf
+
+from ot_layers.solvers.sinkhorn import DOMAINS, GRADIENTS, KERNEL_DOMAIN_LIMIT, sinkhorn
+from ot_layers.validation import (
+    check_choice, check_non_negative, check_positive, check_positive_int, check_rank, check_same_dim,
+)
+
+COSTS = ("cosine", "sqeuclidean")
+PAIRINGS = ("class", "sample")
+
+
+def flatten_feature_map(features):
+    """``(B, H, W, d)`` -> ``(B, H*W, d)``; ``(B, n, d)`` passes through."""
+    if features.shape.rank == 4:
+        h, w, d = features.shape[1], features.shape[2], features.shape[3]
+        n = h * w if h is not None and w is not None else -1
+        return tf.reshape(features, [-1, n, d])
+    return features
+
+
+def pairwise_cost(features, targets, cost="cosine", p=1.0, pairing="class"):
+    """Costs and raw inner products between set elements.
+
+    features ``(B, n, d)``; targets ``(K, M, d)`` for ``pairing="class"`` (every sample against every class set,
+    result ``(B, K, n, M)``) or ``(B, M, d)`` for ``pairing="sample"`` (result ``(B, n, M)``).
+    Cosine cost ``(1 - cos)^p`` (SPEC S2) or squared Euclidean ``||x - y||^(2p)``.
+    """
+    equation = "bnd,kmd->bknm" if pairing == "class" else "bnd,bmd->bnm"
+    inner = tf.einsum(equation, features, targets)
+    if cost == "cosine":
+        unit_f = tf.math.l2_normalize(features, axis=-1)
+        unit_t = tf.math.l2_normalize(targets, axis=-1)
+        base = 1.0 - tf.einsum(equation, unit_f, unit_t)
+    else:
+        sq_f = tf.reduce_sum(tf.square(features), axis=-1)
+        sq_t = tf.reduce_sum(tf.square(targets), axis=-1)
+        if pairing == "class":
+            base = sq_f[:, None, :, None] + sq_t[None, :, None, :] - 2.0 * inner
+        else:
+            base = sq_f[:, :, None] + sq_t[:, None, :] - 2.0 * inner
+    base = tf.maximum(base, 0.0)
+    return (base if p == 1 else tf.pow(base, p)), inner
+
+
+@keras.saving.register_keras_serializable(package="ot_layers")
+class SinkhornMatch(keras.layers.Layer):
+    """Entropic OT plans between a set / feature map and target sets (Sinkhorn, SPEC S1).
+
+    Call on ``[features, targets]``: ``features`` ``(B, n, d)`` or a feature map ``(B, H, W, d)``; ``targets``
+    ``(K, M, d)`` per-class sets (``pairing="class"``, plans ``(B, K, n, M)``) or ``(B, M, d)`` per-sample sets
+    (``pairing="sample"``, plans ``(B, n, M)``). Marginals are uniform (``1/n`` and ``1/M``). With
+    ``return_cost=True`` the layer returns ``(plans, costs)``, ``costs = <C, T>`` per pair.
+
+    Args:
+      cost: ``"cosine"`` (``(1 - cos)^p``) or ``"sqeuclidean"`` (``||x - y||^(2p)``).
+      p: exponent of the cost (``> 0``; the paper finds ``p = 1`` best).
+      epsilon, max_iter, threshold, domain, gradient: as in :func:`ot_layers.solvers.sinkhorn`. With the cosine
+        cost the domain is chosen once from the cost's bound ``2^p`` (an export-friendly graph with no branch).
+    """
+
+    def __init__(self, cost="cosine", p=1.0, epsilon=0.1, max_iter=100, threshold=0.1, domain="auto",
+                 gradient="implicit", pairing="class", return_cost=False, **kwargs):
+        super().__init__(**kwargs)
+        self.cost = check_choice("cost", cost, COSTS)
+        self.p = float(check_positive("p", p))
+        self.epsilon = float(check_positive("epsilon", epsilon))
+        self.max_iter = check_positive_int("max_iter", max_iter)
+        self.threshold = float(check_non_negative("threshold", threshold))
+        self.domain = check_choice("domain", domain, DOMAINS)
+        self.gradient = check_choice("gradient", gradient, GRADIENTS)
+        self.pairing = check_choice("pairing", pairing, PAIRINGS)
+        self.return_cost = bool(return_cost)
+
+    def _solver_domain(self):
+        if self.domain == "auto" and self.cost == "cosine":
+            return "kernel" if 2.0 ** self.p / self.epsilon < KERNEL_DOMAIN_LIMIT[tf.float32] else "log"
+        return self.domain
+
+    def check_shapes(self, features_shape, targets_shape):
+        check_rank("features", features_shape, (3, 4))
+        check_rank("targets", targets_shape, (3,))
+        check_same_dim("features", features_shape[-1], "targets", targets_shape[-1])
+
+    def match(self, features, targets):
+        """``(plans, inner products, SinkhornResult)`` for flattened ``features`` ``(B, n, d)`` and ``targets``."""
+        features = tf.cast(features, tf.float32)
+        targets = tf.cast(targets, tf.float32)
+        cost, inner = pairwise_cost(features, targets, self.cost, self.p, self.pairing)
+        result = sinkhorn(cost, epsilon=self.epsilon, max_iter=self.max_iter, threshold=self.threshold,
+                          domain=self._solver_domain(), gradient=self.gradient)
+        return result.plan, inner, result
+
+    def call(self, inputs):
+        if not isinstance(inputs, (list, tuple)) or len(inputs) != 2:
+            raise ValueError("SinkhornMatch expects `inputs=[features, targets]`.")
+        features, targets = inputs
+        self.check_shapes(features.shape, targets.shape)
+        plan, _, result = self.match(flatten_feature_map(features), targets)
+        plan = tf.cast(plan, self.compute_dtype)
+        if self.return_cost:
+            return plan, tf.cast(result.transport_cost, self.compute_dtype)
+        return plan
+
+    def compute_output_shape(self, input_shape):
+        features_shape, targets_shape = input_shape
+        batch = features_shape[0]
+        n = None
+        if len(features_shape) == 4 and None not in features_shape[1:3]:
+            n = features_shape[1] * features_shape[2]
+        elif len(features_shape) == 3:
+            n = features_shape[1]
+        if self.pairing == "class":
+            plan, cost = (batch, targets_shape[0], n, targets_shape[1]), (batch, targets_shape[0])
+        else:
+            plan, cost = (batch, n, targets_shape[1]), (batch,)
+        return (plan, cost) if self.return_cost else plan
+
+    def get_config(self):
+        config = super().get_config()
+        config.update(cost=self.cost, p=self.p, epsilon=self.epsilon, max_iter=self.max_iter,
+                      threshold=self.threshold, domain=self.domain, gradient=self.gradient,
+                      pairing=self.pairing, return_cost=self.return_cost)
+        return config

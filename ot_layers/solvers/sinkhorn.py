@@ -1,0 +1,276 @@
+"""Batched entropic optimal transport (Sinkhorn), SPEC S1.
+
+Solves, independently for every leading index of ``cost`` ``(..., n, m)``::
+
+    min_T <C, T> + eps * sum T (log T - 1)   s.t.  T 1 = a,  T^T 1 = b,  T >= 0
+
+by alternating scaling updates, either in the log domain (always safe)::
+
+    f <- eps log a - eps LSE_j((g_j - C_ij) / eps),   g <- eps log b - eps LSE_i((f_i - C_ij) / eps)
+
+or in the kernel domain (matrix-vector products only; used while ``(max C - min C) / eps`` is small enough for
+``exp(-C / eps)`` not to underflow)::
+
+    K = exp(-C / eps),   u <- a / (K v),   v <- b / (K^T u),   T = diag(u) K diag(v).
+
+The plan is ``T_ij = exp((f_i + g_j - C_ij) / eps)`` in both cases (``f = eps log u``, ``g = eps log v``).
+
+Gradients:
+- ``"unrolled"``: autodiff through every iteration (memory grows with the iteration count);
+- ``"implicit"``: the implicit function theorem at the fixed point (memory independent of the iteration count).
+  Writing ``H = [[diag(a), T], [T^T, diag(b)]]`` for the Jacobian of the marginal constraints in ``(f, g)``, the
+  adjoint ``H [x; y] = [(G*T) 1; (G*T)^T 1]`` gives, for an upstream gradient ``G`` on the plan,
+  ``dL/dC = T * (x_i + y_j - G_ij) / eps``, ``dL/da = x``, ``dL/db = y``; the entropic value
+  ``W = <C, T> + eps sum T (log T - 1)`` gets Danskin's gradients ``dW/dC = T``, ``dW/da = f``, ``dW/db = g``.
+  Gradients for ``a`` and ``b`` are centred (only mass-preserving perturbations of the marginals are defined).
+"""
+from typing import NamedTuple
+
+import tensorflow as tf
+
+from ot_layers.validation import check_choice, check_non_negative, check_positive, check_positive_int
+
+# exp(-x) stays a normal number for x below ~87 in float32 and ~708 in float64; keep a safety margin so that the
+# scaled vectors u, v (which grow like exp(+x)) stay finite too.
+KERNEL_DOMAIN_LIMIT = {tf.float32: 30.0, tf.float64: 300.0}
+DOMAINS = ("auto", "log", "kernel")
+GRADIENTS = ("implicit", "unrolled")
+
+
+class SinkhornResult(NamedTuple):
+    """What :func:`sinkhorn` returns (all in the compute dtype, float32 or float64).
+
+    plan: ``(..., n, m)`` transport plan.
+    f, g: ``(..., n)``, ``(..., m)`` dual potentials (``T = exp((f + g - C) / eps)``).
+    value: ``(...)`` entropic OT value ``<C, T> + eps sum T (log T - 1)``.
+    transport_cost: ``(...)`` ``<C, T>``, the plan-weighted cost.
+    iterations: scalar int32, the number of scaling updates run.
+    error: ``(...)`` final row-marginal error ``sum_i |T 1 - a|_i / sum_i a_i`` (columns are met exactly).
+    """
+
+    plan: tf.Tensor
+    f: tf.Tensor
+    g: tf.Tensor
+    value: tf.Tensor
+    transport_cost: tf.Tensor
+    iterations: tf.Tensor
+    error: tf.Tensor
+
+
+def compute_dtype(dtype):
+    """Sinkhorn runs in float64 for float64 input and in float32 otherwise (also under mixed precision)."""
+    return tf.float64 if dtype == tf.float64 else tf.float32
+
+
+def _marginal_error(row_sums, a):
+    return tf.reduce_sum(tf.abs(row_sums - a), axis=-1) / tf.reduce_sum(a, axis=-1)
+
+
+def _loop(body, state, max_iter, threshold):
+    """Runs ``body`` until every problem's marginal error is <= ``threshold`` or ``max_iter`` updates were made.
+
+    ``state`` = (iteration, error, *variables). ``maximum_iterations`` makes the loop differentiable under XLA.
+    """
+
+    def cond(i, error, *_):
+        if threshold is None or threshold == 0:
+            return i < max_iter
+        return tf.logical_and(i < max_iter, tf.reduce_max(error) > threshold)
+
+    return tf.while_loop(cond, body, state, maximum_iterations=max_iter)
+
+
+def _solve_log(cost, a, b, epsilon, max_iter, threshold):
+    log_a, log_b = tf.math.log(a), tf.math.log(b)
+    f = tf.zeros_like(a)
+    g = tf.zeros_like(b)
+
+    def body(i, error, f, g):
+        row_lse = tf.reduce_logsumexp((g[..., None, :] - cost) / epsilon, axis=-1)
+        error = _marginal_error(tf.exp(f / epsilon + row_lse), a)
+        f = epsilon * (log_a - row_lse)
+        g = epsilon * (log_b - tf.reduce_logsumexp((f[..., :, None] - cost) / epsilon, axis=-2))
+        return i + 1, error, f, g
+
+    error = tf.fill(tf.shape(a)[:-1], tf.constant(float("inf"), a.dtype))
+    i, _, f, g = _loop(body, (tf.constant(0), error, f, g), max_iter, threshold)
+    return f, g, i
+
+
+def _solve_kernel(cost, a, b, epsilon, max_iter, threshold):
+    # Shifting each problem's cost by its minimum leaves the plan unchanged and keeps exp(-C/eps) <= 1.
+    shift = tf.reduce_min(cost, axis=[-2, -1])
+    kernel = tf.exp(-(cost - shift[..., None, None]) / epsilon)
+    u = tf.ones_like(a)
+    v = tf.ones_like(b)
+
+    def body(i, error, u, v):
+        kv = tf.linalg.matvec(kernel, v)
+        error = _marginal_error(u * kv, a)
+        u = a / kv
+        v = b / tf.linalg.matvec(kernel, u, transpose_a=True)
+        return i + 1, error, u, v
+
+    error = tf.fill(tf.shape(a)[:-1], tf.constant(float("inf"), a.dtype))
+    i, _, u, v = _loop(body, (tf.constant(0), error, u, v), max_iter, threshold)
+    f = epsilon * tf.math.log(u) + shift[..., None]
+    g = epsilon * tf.math.log(v)
+    return f, g, i
+
+
+def _solve(cost, a, b, epsilon, max_iter, threshold, domain):
+    if domain == "log":
+        return _solve_log(cost, a, b, epsilon, max_iter, threshold)
+    if domain == "kernel":
+        return _solve_kernel(cost, a, b, epsilon, max_iter, threshold)
+    spread = tf.reduce_max(tf.reduce_max(cost, axis=[-2, -1]) - tf.reduce_min(cost, axis=[-2, -1]))
+    safe = spread / epsilon < KERNEL_DOMAIN_LIMIT[cost.dtype]
+    return tf.cond(
+        safe,
+        lambda: _solve_kernel(cost, a, b, epsilon, max_iter, threshold),
+        lambda: _solve_log(cost, a, b, epsilon, max_iter, threshold),
+    )
+
+
+def _plan(cost, f, g, epsilon):
+    return tf.exp((f[..., :, None] + g[..., None, :] - cost) / epsilon)
+
+
+def _entropic_value(plan, f, g, epsilon):
+    # <C,T> + eps sum T (log T - 1) with log T = (f + g - C) / eps.
+    return tf.reduce_sum(plan * (f[..., :, None] + g[..., None, :] - epsilon), axis=[-2, -1])
+
+
+def _centred(x):
+    return x - tf.reduce_mean(x, axis=-1, keepdims=True)
+
+
+def _adjoint(plan, upstream):
+    """Solves ``H [x; y] = [(G*T) 1; (G*T)^T 1]`` through the Schur complement on the column side.
+
+    ``H = [[diag(r), T], [T^T, diag(c)]]`` with ``r, c`` the plan's own marginals; ``H`` is singular along
+    ``(1, -1)``, which ``+ 1 1^T`` on the Schur complement removes (the right-hand side is orthogonal to it).
+    """
+    weighted = upstream * plan
+    rhs_rows = tf.reduce_sum(weighted, axis=-1)
+    rhs_cols = tf.reduce_sum(weighted, axis=-2)
+    rows = tf.maximum(tf.reduce_sum(plan, axis=-1), tf.keras.backend.epsilon() ** 2)
+    cols = tf.reduce_sum(plan, axis=-2)
+    scaled = plan / rows[..., :, None]
+    schur = tf.linalg.diag(cols) - tf.linalg.matmul(plan, scaled, transpose_a=True)
+    schur += tf.ones_like(schur) * tf.reduce_mean(cols, axis=-1)[..., None, None]
+    y = tf.linalg.solve(schur, (rhs_cols - tf.linalg.matvec(scaled, rhs_rows, transpose_a=True))[..., None])
+    y = y[..., 0]
+    x = (rhs_rows - tf.linalg.matvec(plan, y)) / rows
+    return x, y
+
+
+def _implicit_plan_and_value(cost, a, b, f, g, epsilon):
+    """Plan and entropic value from converged potentials, with fixed-point (implicit) gradients."""
+
+    @tf.custom_gradient
+    def plan_and_value(cost, a, b):
+        plan = _plan(cost, f, g, epsilon)
+        value = _entropic_value(plan, f, g, epsilon)
+
+        def grad(d_plan, d_value):
+            n, m = plan.shape[-2], plan.shape[-1]
+            if n is not None and m is not None and n < m:  # the Schur complement on the smaller side
+                y, x = _adjoint(tf.linalg.matrix_transpose(plan), tf.linalg.matrix_transpose(d_plan))
+            else:
+                x, y = _adjoint(plan, d_plan)
+            dv = d_value[..., None]
+            d_cost = plan * (x[..., :, None] + y[..., None, :] - d_plan) / epsilon + dv[..., None] * plan
+            return d_cost, _centred(x + dv * f), _centred(y + dv * g)
+
+        return (plan, value), grad
+
+    return plan_and_value(cost, a, b)
+
+
+def _validate_marginal(name, marginal, expected_shape):
+    if marginal.shape.rank is not None and marginal.shape.rank < 1:
+        raise ValueError(f"`{name}` must have at least one dimension, got shape {marginal.shape}.")
+    if expected_shape is not None and marginal.shape[-1] is not None and marginal.shape[-1] != expected_shape:
+        raise ValueError(
+            f"`{name}` has {marginal.shape[-1]} entries per problem but `cost` has {expected_shape} on that side."
+        )
+    if tf.executing_eagerly() and bool(tf.reduce_any(marginal < 0)):
+        raise ValueError(f"`{name}` must be non-negative.")
+
+
+def _uniform(cost, axis):
+    size = tf.shape(cost)[axis]
+    shape = tf.concat([tf.shape(cost)[:-2], [size]], axis=0)
+    return tf.fill(shape, 1.0 / tf.cast(size, cost.dtype))
+
+
+def sinkhorn(
+    cost,
+    a=None,
+    b=None,
+    *,
+    epsilon=0.1,
+    max_iter=100,
+    threshold=1e-3,
+    domain="auto",
+    gradient="implicit",
+):
+    """Batched entropic OT between the rows and columns of ``cost`` (SPEC S1).
+
+    Args:
+      cost: ``(..., n, m)`` cost matrices; any leading dimensions are a batch.
+      a, b: marginals ``(..., n)`` and ``(..., m)`` (broadcast against the batch); uniform ``1/n``, ``1/m`` when
+        ``None``. Non-negative, with equal sums per problem.
+      epsilon: entropic regularization ``> 0``.
+      max_iter: hard bound on the scaling updates (also the ``maximum_iterations`` XLA needs).
+      threshold: stop once every problem's row-marginal error ``sum |T 1 - a| / sum a`` is at most this; ``0`` or
+        ``None`` runs exactly ``max_iter`` updates.
+      domain: ``"log"``, ``"kernel"``, or ``"auto"`` (kernel while ``(max C - min C) / eps`` is below
+        ``KERNEL_DOMAIN_LIMIT`` for the compute dtype, log otherwise).
+      gradient: ``"implicit"`` (fixed-point differentiation, constant memory) or ``"unrolled"`` (autodiff).
+
+    Returns:
+      :class:`SinkhornResult`, computed in float32 (float64 for float64 input) whatever the input dtype.
+    """
+    check_positive("epsilon", epsilon)
+    max_iter = check_positive_int("max_iter", max_iter)
+    if threshold is not None:
+        check_non_negative("threshold", threshold)
+    check_choice("domain", domain, DOMAINS)
+    check_choice("gradient", gradient, GRADIENTS)
+
+    cost = tf.convert_to_tensor(cost)
+    dtype = compute_dtype(cost.dtype)
+    cost = tf.cast(cost, dtype)
+    if cost.shape.rank is not None and cost.shape.rank < 2:
+        raise ValueError(f"`cost` must have shape (..., n, m) with rank >= 2, got shape {cost.shape}.")
+    n, m = cost.shape[-2], cost.shape[-1]
+
+    a = _uniform(cost, -2) if a is None else tf.cast(tf.convert_to_tensor(a), dtype)
+    b = _uniform(cost, -1) if b is None else tf.cast(tf.convert_to_tensor(b), dtype)
+    _validate_marginal("a", a, n)
+    _validate_marginal("b", b, m)
+    if tf.executing_eagerly():
+        sums_a, sums_b = tf.reduce_sum(a, axis=-1), tf.reduce_sum(b, axis=-1)
+        gap = tf.reduce_max(tf.abs(sums_a - sums_b) / tf.maximum(sums_a, sums_b))
+        if float(gap) > 1e-5:
+            raise ValueError(f"`a` and `b` must have equal sums per problem (relative gap {float(gap):.3g}).")
+    batch_shape = tf.shape(cost)[:-2]
+    a = tf.broadcast_to(a, tf.concat([batch_shape, tf.shape(a)[-1:]], 0))
+    b = tf.broadcast_to(b, tf.concat([batch_shape, tf.shape(b)[-1:]], 0))
+    epsilon = tf.constant(epsilon, dtype)
+
+    if gradient == "implicit":
+        f, g, iterations = _solve(
+            tf.stop_gradient(cost), tf.stop_gradient(a), tf.stop_gradient(b), epsilon, max_iter, threshold, domain
+        )
+        f, g = tf.stop_gradient(f), tf.stop_gradient(g)
+        plan, value = _implicit_plan_and_value(cost, a, b, f, g, epsilon)
+    else:
+        f, g, iterations = _solve(cost, a, b, epsilon, max_iter, threshold, domain)
+        plan = _plan(cost, f, g, epsilon)
+        value = _entropic_value(plan, f, g, epsilon)
+    transport_cost = tf.reduce_sum(plan * cost, axis=[-2, -1])
+    error = _marginal_error(tf.reduce_sum(plan, axis=-1), a)
+    return SinkhornResult(plan, f, g, value, transport_cost, iterations, error)

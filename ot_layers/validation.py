@@ -1,0 +1,65 @@
+"""Argument checks shared by solvers and layers.
+
+Every check raises ``ValueError`` (or ``TypeError``) whose message names the offending argument and the
+accepted values, so bad input fails at the boundary instead of producing NaN later.
+"""
+import numbers
+
+import numpy as np
+
+
+def check_positive(name, value, allow_none=False):
+    """``value`` must be a finite real number > 0."""
+    if value is None and allow_none:
+        return None
+    if isinstance(value, bool) or not isinstance(value, numbers.Real) or not np.isfinite(value) or value <= 0:
+        raise ValueError(f"`{name}` must be a finite number > 0, got {value!r}.")
+    return value
+
+
+def check_non_negative(name, value):
+    """``value`` must be a finite real number >= 0."""
+    if isinstance(value, bool) or not isinstance(value, numbers.Real) or not np.isfinite(value) or value < 0:
+        raise ValueError(f"`{name}` must be a finite number >= 0, got {value!r}.")
+    return value
+
+
+def check_positive_int(name, value):
+    """``value`` must be an integer >= 1."""
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < 1:
+        raise ValueError(f"`{name}` must be an integer >= 1, got {value!r}.")
+    return int(value)
+
+
+def check_in_range(name, value, low, high, low_open=False, high_open=False):
+    """``value`` must lie in the interval between ``low`` and ``high`` (open or closed ends)."""
+    ok = isinstance(value, numbers.Real) and not isinstance(value, bool) and np.isfinite(value)
+    if ok:
+        ok = (value > low if low_open else value >= low) and (value < high if high_open else value <= high)
+    if not ok:
+        interval = f"{'(' if low_open else '['}{low}, {high}{')' if high_open else ']'}"
+        raise ValueError(f"`{name}` must lie in {interval}, got {value!r}.")
+    return value
+
+
+def check_choice(name, value, choices):
+    """``value`` must be one of ``choices``."""
+    if value not in choices:
+        raise ValueError(f"`{name}` must be one of {sorted(choices)!r}, got {value!r}.")
+    return value
+
+
+def check_rank(name, shape, ranks):
+    """The static rank of ``shape`` must be one of ``ranks``."""
+    rank = len(shape)
+    if rank not in ranks:
+        expected = " or ".join(str(r) for r in ranks)
+        raise ValueError(f"`{name}` must have rank {expected}, got shape {tuple(shape)} (rank {rank}).")
+
+
+def check_same_dim(name_a, dim_a, name_b, dim_b):
+    """Two static dimensions must agree (unknown dimensions pass)."""
+    if dim_a is not None and dim_b is not None and int(dim_a) != int(dim_b):
+        raise ValueError(
+            f"The feature dimension of `{name_a}` ({dim_a}) does not match that of `{name_b}` ({dim_b})."
+        )

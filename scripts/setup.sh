@@ -1,0 +1,14 @@
+#!/usr/bin/env bash
+# Idempotent set-up: a virtual environment in .venv with otzoo (+ test tools) installed,
+# and Fashion-MNIST from Debian's package where apt-get exists and the files are missing.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+FMNIST=/usr/share/datasets/fashion-mnist
+if [ ! -f "$FMNIST/train-images-idx3-ubyte.gz" ] && command -v apt-get >/dev/null 2>&1; then
+  SUDO=""; [ "$(id -u)" -ne 0 ] && command -v sudo >/dev/null 2>&1 && SUDO="sudo"
+  $SUDO apt-get update -qq && $SUDO apt-get install -y -qq dataset-fashion-mnist >/dev/null || \
+    echo "warning: could not install dataset-fashion-mnist; Fashion-MNIST runs will be skipped" >&2
+fi
+[ -x .venv/bin/python ] || python3 -m venv .venv
+.venv/bin/python -m pip install -q --upgrade pip
+.venv/bin/python -m pip install -q -e ".[dev]"

@@ -1,0 +1,35 @@
+"""Test set-up: two logical CPU devices (for MirroredStrategy) before TensorFlow starts, quiet logs."""
+import os
+
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+os.environ.setdefault("KERAS_BACKEND", "tensorflow")
+
+import pytest  # noqa: E402
+import tensorflow as tf  # noqa: E402
+
+_cpus = tf.config.list_physical_devices("CPU")
+try:
+    tf.config.set_logical_device_configuration(
+        _cpus[0], [tf.config.LogicalDeviceConfiguration(), tf.config.LogicalDeviceConfiguration()]
+    )
+except RuntimeError:  # already initialized by an earlier import
+    pass
+
+
+@pytest.fixture(autouse=True)
+def _reset_policy_and_seed():
+    import keras
+
+    keras.utils.set_random_seed(0)
+    yield
+    keras.mixed_precision.set_dtype_policy("float32")
+
+
+def pytest_collection_modifyitems(config, items):
+    from training.data import fashion_mnist_dir
+
+    if fashion_mnist_dir() is None:
+        skip = pytest.mark.skip(reason="Fashion-MNIST IDX files not installed (apt-get install dataset-fashion-mnist)")
+        for item in items:
+            if "fashion_mnist" in item.keywords:
+                item.add_marker(skip)

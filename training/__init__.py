@@ -1,0 +1,1 @@
+"""Training utilities: data, evaluation, command line."""

@@ -1,0 +1,67 @@
+"""Evaluation: retrieval metrics on held-out classes (SPEC S8)."""
+import numpy as np
+from sklearn.cluster import KMeans
+from sklearn.metrics import normalized_mutual_info_score
+
+
+def _nearest_neighbours(embeddings, k, metric, chunk_size=1024):
+    """Indices ``(N, k)`` of each row's ``k`` nearest other rows, nearest first (the row itself excluded)."""
+    x = np.asarray(embeddings, dtype=np.float32)
+    if metric == "cosine":
+        x = x / np.maximum(np.linalg.norm(x, axis=1, keepdims=True), 1e-12)
+        sq_norms = None
+    else:
+        sq_norms = np.sum(x * x, axis=1)
+    n = x.shape[0]
+    result = np.empty((n, k), dtype=np.int64)
+    for start in range(0, n, chunk_size):
+        stop = min(start + chunk_size, n)
+        scores = x[start:stop] @ x.T  # larger is nearer
+        if sq_norms is not None:  # -||q - r||^2 up to the query's own norm
+            scores = 2.0 * scores - sq_norms[None, :]
+        scores[np.arange(stop - start), np.arange(start, stop)] = -np.inf
+        part = np.argpartition(-scores, k - 1, axis=1)[:, :k] if k < n - 1 else np.argsort(-scores, axis=1)[:, :k]
+        order = np.argsort(-np.take_along_axis(scores, part, axis=1), axis=1, kind="stable")
+        result[start:stop] = np.take_along_axis(part, order, axis=1)
+    return result
+
+
+def retrieval_metrics(embeddings, labels, ks=(1, 2, 4, 8), metric="cosine", nmi=True, seed=0):
+    """Retrieval metrics with every sample as a query against all others (the query itself excluded).
+
+    Returns a dict with ``precision_at_1``, ``map_at_r`` (mean over queries of
+    ``(1/R) * sum_{i<=R} P(i) * rel_i`` with ``R`` the number of other samples of the query's class),
+    ``recall_at_<k>`` (share of queries with a relevant sample among the ``k`` nearest) and, when ``nmi``,
+    ``nmi``: normalized mutual information of k-means clusters (k = number of classes) with the labels.
+    ``metric``: ``"cosine"`` or ``"euclidean"``.
+    """
+    embeddings = np.asarray(embeddings)
+    labels = np.asarray(labels).reshape(-1)
+    if embeddings.ndim != 2:
+        raise ValueError(f"`embeddings` must have shape (N, d), got {embeddings.shape}.")
+    if labels.shape[0] != embeddings.shape[0]:
+        raise ValueError(f"`labels` has {labels.shape[0]} entries but `embeddings` has {embeddings.shape[0]} rows.")
+    if metric not in ("cosine", "euclidean"):
+        raise ValueError(f"`metric` must be 'cosine' or 'euclidean', got {metric!r}.")
+    _, inverse, counts = np.unique(labels, return_inverse=True, return_counts=True)
+    relevant_counts = counts[inverse] - 1
+    if np.any(relevant_counts < 1):
+        raise ValueError("`labels`: every class needs at least two samples for retrieval metrics.")
+    max_k = int(min(embeddings.shape[0] - 1, max(max(ks), relevant_counts.max())))
+    neighbours = _nearest_neighbours(embeddings, max_k, metric)
+    hits = labels[neighbours] == labels[:, None]  # (N, max_k)
+
+    positions = np.arange(1, max_k + 1)
+    within_r = positions[None, :] <= relevant_counts[:, None]
+    precision_at_i = np.cumsum(hits, axis=1) / positions[None, :]
+    map_at_r = np.sum(precision_at_i * hits * within_r, axis=1) / relevant_counts
+
+    result = {"precision_at_1": float(np.mean(hits[:, 0])), "map_at_r": float(np.mean(map_at_r))}
+    for k in ks:
+        result[f"recall_at_{k}"] = float(np.mean(np.any(hits[:, :k], axis=1)))
+    if nmi:
+        x = embeddings / np.maximum(np.linalg.norm(embeddings, axis=1, keepdims=True), 1e-12) \
+            if metric == "cosine" else embeddings
+        clusters = KMeans(n_clusters=len(counts), n_init=4, random_state=seed).fit_predict(x)
+        result["nmi"] = float(normalized_mutual_info_score(labels, clusters))
+    return result
