@@ -1,0 +1,35 @@
+"""Greedy k-center selection (Gonzalez' 2-approximation), used to initialize prototypes and proxies.
+
+Used by GSP's prototype initialization (thesis ch. 5) and CCP's proxy re-initialization (thesis ch. 3, SPEC S4):
+repeatedly add the point farthest (Euclidean) from everything chosen so far.
+"""
+import numpy as np
+
+
+def greedy_k_center(points, k, initial=None, seed=0):
+    """Indices of ``k`` points of ``points`` ``(N, d)`` chosen greedily by farthest-point traversal.
+
+    ``initial``: optional ``(P, d)`` centers already in place (e.g. current proxies); the first chosen point is then
+    the one farthest from them. Without it, the first point is drawn at random (``seed``).
+    """
+    points = np.asarray(points, dtype=np.float64)
+    if points.ndim != 2:
+        raise ValueError(f"`points` must have shape (N, d), got {points.shape}.")
+    n = points.shape[0]
+    if not isinstance(k, (int, np.integer)) or not 1 <= k <= n:
+        raise ValueError(f"`k` must be an integer in [1, {n}] (the number of points), got {k!r}.")
+    chosen = []
+    if initial is not None and len(initial):
+        initial = np.asarray(initial, dtype=np.float64)
+        if initial.ndim != 2 or initial.shape[1] != points.shape[1]:
+            raise ValueError(f"`initial` must have shape (P, {points.shape[1]}), got {initial.shape}.")
+        distance = np.min(((points[:, None, :] - initial[None, :, :]) ** 2).sum(-1), axis=1)
+    else:
+        first = int(np.random.default_rng(seed).integers(n))
+        chosen.append(first)
+        distance = ((points - points[first]) ** 2).sum(-1)
+    while len(chosen) < k:
+        nxt = int(np.argmax(distance))
+        chosen.append(nxt)
+        distance = np.minimum(distance, ((points - points[nxt]) ** 2).sum(-1))
+    return np.asarray(chosen, dtype=np.int64)
