@@ -5,10 +5,12 @@ cosine cost, epsilon=0.1, 20 Sinkhorn iterations with the convergence check off,
 products; forward + backward (gradients for features and proxies). Peers:
   (a) naive: a straightforward unrolled log-domain TensorFlow Sinkhorn, autodiff, under XLA;
   (b) pot: POT's ``ot.sinkhorn`` in a Python loop over the 6,400 problems (forward only);
-  (c) ott: OTT-JAX's Sinkhorn vmapped over the batch, jit-compiled, forward + backward (only where ``ott-jax``
-      imports, in this interpreter or in the one named by ``$OTZOO_JAX_PYTHON``).
-Each method runs in its own subprocess; time is the median of repeated calls after compilation, peak memory the
-growth of the process' peak resident set size over its size just before the first call.
+  (c) ott: OTT-JAX's Sinkhorn vmapped over the batch, jit-compiled, forward + backward by unrolling (its implicit
+      differentiation fails with NaN after 20 iterations, away from the fixed point); only where ``ott-jax``
+      imports, in this interpreter or in the one named by ``$OTZOO_JAX_PYTHON``.
+The TensorFlow methods run in one subprocess, timed in interleaved rounds (median of the rounds after compilation)
+with their peak memory taken from TensorFlow's BFC allocator; POT and OTT-JAX run in their own subprocesses, with
+memory as the growth of the peak resident set size (for OTT-JAX including its compilation).
 
     python benchmarks/sinkhorn.py [--repeats 10] [--out benchmarks/results/sinkhorn.json]
 """
@@ -45,17 +47,40 @@ def _peak_rss_mb():
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
 
 
-def _time(step, repeats):
-    step()  # compile / warm up
+def _summary(times, peak_mem_mb, memory_source):
+    return {"median_ms": 1000 * statistics.median(times), "min_ms": 1000 * min(times),
+            "peak_mem_mb": peak_mem_mb, "memory_source": memory_source}
+
+
+def _time_tf_interleaved(steps, repeats):
+    """Times TensorFlow steps in interleaved rounds (one call of each per round), so that the load of other
+    processes affects all alike; memory is the BFC allocator's peak over its level before the call."""
+    import tensorflow as tf
+
+    for step in steps.values():
+        step()  # compile / warm up
+    times = {name: [] for name in steps}
+    peaks = {name: 0.0 for name in steps}
+    for _ in range(repeats):
+        for name, step in steps.items():
+            tf.config.experimental.reset_memory_stats("CPU:0")
+            baseline = tf.config.experimental.get_memory_info("CPU:0")["current"]
+            start = time.perf_counter()
+            step()
+            times[name].append(time.perf_counter() - start)
+            peak = tf.config.experimental.get_memory_info("CPU:0")["peak"] - baseline
+            peaks[name] = max(peaks[name], peak / 2**20)
+    return {name: _summary(times[name], peaks[name], "TF BFC allocator peak") for name in steps}
+
+
+def _time_python(step, repeats):
     baseline = _rss_mb()
-    peak_before = _peak_rss_mb()
     times = []
     for _ in range(repeats):
         start = time.perf_counter()
         step()
         times.append(time.perf_counter() - start)
-    peak = max(_peak_rss_mb(), peak_before) - baseline
-    return {"median_ms": 1000 * statistics.median(times), "min_ms": 1000 * min(times), "peak_mem_mb": peak}
+    return _summary(times, _peak_rss_mb() - baseline, "peak RSS growth")
 
 
 # --- TensorFlow methods ------------------------------------------------------------------------------------------
@@ -128,7 +153,8 @@ rng = np.random.default_rng(0)
 x = jnp.asarray(rng.normal(size=(cfg["batch"], cfg["elements"], cfg["dim"])).astype(np.float32))
 p = jnp.asarray(rng.normal(size=(cfg["classes"], cfg["proxies"], cfg["dim"])).astype(np.float32))
 solver = ott_sinkhorn.Sinkhorn(min_iterations=cfg["iterations"], max_iterations=cfg["iterations"],
-                               threshold=-1.0, inner_iterations=1, lse_mode=cfg["lse_mode"])
+                               threshold=-1.0, inner_iterations=1, lse_mode=cfg["lse_mode"],
+                               implicit_diff=None)  # its implicit solve returns NaN away from the fixed point
 def plan(cost):
     problem = linear_problem.LinearProblem(geometry.Geometry(cost_matrix=cost, epsilon=cfg["epsilon"]))
     return solver(problem).matrix
@@ -141,16 +167,16 @@ def logits(x, p):
 step = jax.jit(jax.value_and_grad(lambda x, p: jnp.sum(logits(x, p)), argnums=(0, 1)))
 def run():
     v, g = step(x, p); jax.block_until_ready(g)
-run()
 def rss():
     with open("/proc/self/statm") as h: return int(h.read().split()[1]) * os.sysconf("SC_PAGE_SIZE") / 2**20
-base = rss(); peak0 = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+base = rss()
+run()
 times = []
 for _ in range(cfg["repeats"]):
     t = time.perf_counter(); run(); times.append(time.perf_counter() - t)
-peak = max(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, peak0) - base
+peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024 - base
 print(json.dumps({"median_ms": 1000 * statistics.median(times), "min_ms": 1000 * min(times), "peak_mem_mb": peak,
-                  "ott_version": __import__("ott").__version__}))
+                  "memory_source": "peak RSS growth (includes compilation)", "ott_version": __import__("ott").__version__}))
 """
 
 
@@ -162,32 +188,38 @@ def _jax_python():
     return None
 
 
-METHODS = {
+TF_METHODS = {
     "otzoo_xla": "otzoo (kernel domain, implicit gradient), XLA",
     "otzoo_graph": "otzoo (kernel domain, implicit gradient), graph mode",
     "otzoo_unrolled_xla": "otzoo (kernel domain, unrolled autodiff), XLA",
     "naive_xla": "(a) naive unrolled log-domain TF, XLA",
+}
+OTHER_METHODS = {
     "pot": "(b) POT per-problem loop (forward only)",
     "ott_kernel": "(c) OTT-JAX vmapped, kernel mode, jit",
     "ott_lse": "(c) OTT-JAX vmapped, log mode, jit",
 }
 
 
-def run_method(method, repeats):
-    """Runs one method in a subprocess and returns its measurement dict (or a dict with ``skipped``)."""
-    if method.startswith("ott"):
-        python = _jax_python()
-        if python is None:
-            return {"skipped": "ott-jax not installed (set OTZOO_JAX_PYTHON to an interpreter that has it)"}
-        cfg = dict(SHAPE, epsilon=EPSILON, iterations=ITERATIONS, repeats=repeats, lse_mode=method == "ott_lse")
-        cmd = [python, "-c", _OTT_SCRIPT, json.dumps(cfg)]
-    else:
-        cmd = [sys.executable, os.path.abspath(__file__), "--worker", method, "--repeats", str(repeats)]
-    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3", PYTHONPATH=os.path.dirname(HERE))
+def _run_json(cmd):
+    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3", TF_CPU_ALLOCATOR_USE_BFC="true",
+               PYTHONPATH=os.path.dirname(HERE))
     proc = subprocess.run(cmd, capture_output=True, text=True, env=env)
     if proc.returncode != 0:
-        return {"skipped": f"failed: {proc.stderr.strip().splitlines()[-1] if proc.stderr.strip() else '?'}"}
+        last = proc.stderr.strip().splitlines()[-1] if proc.stderr.strip() else "?"
+        return {"skipped": f"failed: {last}"}
     return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+def run_peer(method, repeats):
+    """Runs POT or OTT-JAX in a subprocess and returns its measurement (or a dict with ``skipped``)."""
+    if method == "pot":
+        return _run_json([sys.executable, os.path.abspath(__file__), "--worker", "pot", "--repeats", str(repeats)])
+    python = _jax_python()
+    if python is None:
+        return {"skipped": "ott-jax not installed (set OTZOO_JAX_PYTHON to an interpreter that has it)"}
+    cfg = dict(SHAPE, epsilon=EPSILON, iterations=ITERATIONS, repeats=repeats, lse_mode=method == "ott_lse")
+    return _run_json([python, "-c", _OTT_SCRIPT, json.dumps(cfg)])
 
 
 def main():
@@ -195,21 +227,26 @@ def main():
     parser.add_argument("--repeats", type=int, default=10)
     parser.add_argument("--pot-repeats", type=int, default=1)
     parser.add_argument("--out", default=os.path.join(HERE, "results", "sinkhorn.json"))
-    parser.add_argument("--worker", help=argparse.SUPPRESS)
+    parser.add_argument("--worker", choices=["tf", "pot"], help=argparse.SUPPRESS)
     args = parser.parse_args()
 
-    if args.worker:
-        step = _pot_step() if args.worker == "pot" else _tf_step(args.worker)
-        print(json.dumps(_time(step, args.repeats)))
+    if args.worker == "tf":
+        print(json.dumps(_time_tf_interleaved({m: _tf_step(m) for m in TF_METHODS}, args.repeats)))
+        return
+    if args.worker == "pot":
+        print(json.dumps(_time_python(_pot_step(), args.repeats)))
         return
 
-    results = {}
-    for method, label in METHODS.items():
+    tf_results = _run_json([sys.executable, os.path.abspath(__file__), "--worker", "tf", "--repeats",
+                            str(args.repeats)])
+    results = {m: dict(tf_results.get(m, tf_results), label=label) for m, label in TF_METHODS.items()}
+    for method, label in OTHER_METHODS.items():
         repeats = args.pot_repeats if method == "pot" else args.repeats
-        results[method] = dict(run_method(method, repeats), label=label)
-        print(f"{method:>20}: {results[method]}", flush=True)
+        results[method] = dict(run_peer(method, repeats), label=label)
+    for method, result in results.items():
+        print(f"{method:>20}: {result}", flush=True)
 
-    ours = results["otzoo_xla"]["median_ms"]
+    ours = results["otzoo_xla"]["median_ms"]  # medians: each peer's own timing conditions differ (see docstring)
     ratios, targets = {}, {}
     for peer, need in (("naive_xla", 2.0), ("pot", 100.0)):
         if "median_ms" in results[peer]:

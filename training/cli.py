@@ -28,7 +28,7 @@ def demo(args):
     if args.save:
         model.save(args.save)
         print(f"Saved the model to {args.save}")
-    return 0
+    return accuracy
 
 
 def main(argv=None):
@@ -41,7 +41,8 @@ def main(argv=None):
     demo_parser.add_argument("--save", default=None, help="write the trained model to this .keras file")
     demo_parser.set_defaults(run=demo)
     args = parser.parse_args(argv)
-    return args.run(args)
+    args.run(args)
+    return 0
 
 
 if __name__ == "__main__":

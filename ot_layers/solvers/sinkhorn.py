@@ -98,18 +98,38 @@ def _solve_log(cost, a, b, epsilon, max_iter, threshold):
     return f, g, i
 
 
+def _in_xla_context():
+    """True while tracing a ``jit_compile=True`` function (uses TF's internal XLA-context marker)."""
+    try:
+        from tensorflow.python.ops import control_flow_util
+    except ImportError:  # pragma: no cover - the internal module moved
+        return False
+    return bool(control_flow_util.GraphOrParentsInXlaContext(tf.compat.v1.get_default_graph()))
+
+
+def _kernel_products(kernel):
+    """``(K v, K^T u)`` as functions. XLA on CPU runs batched small matrix-vector products several times slower as
+    dots than as fused multiply-and-sum, while TensorFlow's own kernels favour ``matvec``: pick by context."""
+    if _in_xla_context():
+        return (lambda v: tf.reduce_sum(kernel * v[..., None, :], axis=-1),
+                lambda u: tf.reduce_sum(kernel * u[..., :, None], axis=-2))
+    return (lambda v: tf.linalg.matvec(kernel, v),
+            lambda u: tf.linalg.matvec(kernel, u, transpose_a=True))
+
+
 def _solve_kernel(cost, a, b, epsilon, max_iter, threshold):
     # Shifting each problem's cost by its minimum leaves the plan unchanged and keeps exp(-C/eps) <= 1.
     shift = tf.reduce_min(cost, axis=[-2, -1])
     kernel = tf.exp(-(cost - shift[..., None, None]) / epsilon)
+    kernel_times, kernel_transposed_times = _kernel_products(kernel)
     u = tf.ones_like(a)
     v = tf.ones_like(b)
 
     def body(i, error, u, v):
-        kv = tf.linalg.matvec(kernel, v)
+        kv = kernel_times(v)
         error = _marginal_error(u * kv, a)
         u = a / kv
-        v = b / tf.linalg.matvec(kernel, u, transpose_a=True)
+        v = b / kernel_transposed_times(u)
         return i + 1, error, u, v
 
     error = tf.fill(tf.shape(a)[:-1], tf.constant(float("inf"), a.dtype))
