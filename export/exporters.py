@@ -42,7 +42,10 @@ arrays = [inputs[k] for k in names]
 if kind == "saved_model":
     import tensorflow as tf
     loaded = tf.saved_model.load(artifact)
-    out = loaded.serve(*arrays)
+    try:
+        out = loaded.serve(*arrays)
+    except (TypeError, ValueError):  # a model called on a list of inputs exports one list argument
+        out = loaded.serve(arrays)
     out = out if isinstance(out, (list, tuple)) else [out]
     out = [np.asarray(o) for o in out]
 else:

@@ -12,3 +12,6 @@ fi
 [ -x .venv/bin/python ] || python3 -m venv .venv
 .venv/bin/python -m pip install -q --upgrade pip
 .venv/bin/python -m pip install -q -e ".[dev]"
+# Reference implementations some tests compare against (pytorch-metric-learning needs torch); the tests that use
+# them are skipped where they cannot be installed.
+.venv/bin/python -m pip install -q -e ".[dev,reference]" || echo "warning: reference packages not installed" >&2
