@@ -8,7 +8,7 @@ from ot_layers.validation import check_choice, check_in_range, check_positive, c
 
 def _clip_norm(x):
     """``u / max(1, ||u||_2)`` along the last axis (the thesis' normalization of features and prototypes)."""
-    return x / tf.maximum(1.0, tf.norm(x, axis=-1, keepdims=True))
+    return x / tf.maximum(tf.ones([], x.dtype), tf.norm(x, axis=-1, keepdims=True))
 
 
 def _euclidean_cost(prototypes, features):
