@@ -35,6 +35,14 @@ def test_contrastive_hand_computed():
     np.testing.assert_allclose(float(loss), expected_pos + expected_neg, rtol=1e-5)
 
 
+def test_contrastive_without_normalization_uses_raw_distances():
+    x = np.array([[0, 0], [0, 3], [4, 0]], np.float32)
+    y = np.array([0, 0, 1])
+    loss = ContrastiveLoss(pos_margin=1.0, neg_margin=4.5, normalize=False)(y, x)
+    # positive pair distance 3; negative distances 4 and 5
+    np.testing.assert_allclose(float(loss), (3 - 1) + (0.5 + 0) / 2, rtol=1e-5)
+
+
 def test_triplet_hand_computed():
     x = np.array([[1, 0], [0, 1], [-1, 0]], np.float32)
     y = np.array([0, 0, 1])

@@ -1,7 +1,8 @@
 """Deep metric learning losses as Keras losses (the baselines GSP is measured with, thesis ch. 3 and 5).
 
 Every loss takes integer class labels ``y_true`` ``(B,)`` or ``(B, 1)`` and embeddings ``y_pred`` ``(B, d)``,
-L2-normalizes the embeddings and returns the batch loss (a scalar). Pair-based losses use the pairs of the
+L2-normalizes the embeddings (unless ``normalize=False``; then distances and similarities are the raw Euclidean
+distances and inner products) and returns the batch loss (a scalar). Pair-based losses use the pairs of the
 (local, per-replica) batch; use them with a class-balanced batch sampler (``training.samplers``).
 Proxy losses read their proxies from a ``ClassProxies`` layer placed in the model, so that the proxies are trained
 by ``model.fit`` and can be re-initialized by callbacks through ``loss.proxies`` (a ``keras.Variable`` of shape
@@ -30,9 +31,11 @@ def _pair_masks(labels):
     return tf.logical_and(same, not_self), tf.logical_not(same)
 
 
-def _distances(similarity):
-    """Euclidean distances between unit vectors, ``sqrt(2 - 2 cos)``, with a finite gradient at 0."""
-    return tf.sqrt(tf.maximum(2.0 - 2.0 * similarity, 1e-12))
+def _distances(x):
+    """Pairwise Euclidean distances ``(B, B)``, with a finite gradient at 0."""
+    squared_norms = tf.reduce_sum(x * x, axis=-1)
+    squared = squared_norms[:, None] + squared_norms[None, :] - 2.0 * tf.matmul(x, x, transpose_b=True)
+    return tf.sqrt(tf.maximum(squared, 1e-12))
 
 
 def _masked_mean(values, mask):
@@ -49,11 +52,16 @@ def log_one_plus_sum_exp(logits, mask, axis):
 
 
 class _MetricLoss(keras.losses.Loss):
-    def __init__(self, name, reduction="sum_over_batch_size", **kwargs):
+    def __init__(self, name, normalize=True, reduction="sum_over_batch_size", **kwargs):
         super().__init__(name=name, reduction=reduction, **kwargs)
+        self.normalize = bool(normalize)
 
     def call(self, y_true, y_pred):
-        return self.batch_loss(_labels(y_true), _normalized(y_pred))
+        x = _normalized(y_pred) if self.normalize else tf.cast(y_pred, tf.float32)
+        return self.batch_loss(_labels(y_true), x)
+
+    def get_config(self):
+        return {**super().get_config(), "normalize": self.normalize}
 
 
 @keras.saving.register_keras_serializable(package="ot_layers")
@@ -71,7 +79,7 @@ class ContrastiveLoss(_MetricLoss):
 
     def batch_loss(self, labels, x):
         positive, negative = _pair_masks(labels)
-        d = _distances(tf.matmul(x, x, transpose_b=True))
+        d = _distances(x)
         return (_masked_mean(tf.nn.relu(d - self.pos_margin), positive)
                 + _masked_mean(tf.nn.relu(self.neg_margin - d), negative))
 
@@ -92,7 +100,7 @@ class TripletLoss(_MetricLoss):
 
     def batch_loss(self, labels, x):
         positive, negative = _pair_masks(labels)
-        d = _distances(tf.matmul(x, x, transpose_b=True))
+        d = _distances(x)
         valid = tf.logical_and(positive[:, :, None], negative[:, None, :])  # (anchor, positive, negative)
         losses = tf.nn.relu(d[:, :, None] - d[:, None, :] + self.margin)
         return _masked_mean(losses, tf.logical_and(valid, losses > 0.0))
@@ -136,7 +144,7 @@ class _ProxyLoss(_MetricLoss):
     """A loss whose proxies are the weight of a ``ClassProxies`` layer that lives in the model."""
 
     def __init__(self, proxy_layer, name, **kwargs):
-        super().__init__(name=name, **kwargs)
+        super().__init__(name=name, normalize=True, **kwargs)  # the formulas assume unit vectors
         if not all(hasattr(proxy_layer, a) for a in ("num_classes", "proxies_per_class")):
             raise ValueError(f"`proxy_layer` must be an ot_layers.ClassProxies layer, got {proxy_layer!r}.")
         self.proxy_layer = proxy_layer
