@@ -7,7 +7,7 @@ tokens. Token vectors are trainable, clipped to [-0.3, 0.3]; the pooled represen
 tokens' initialization, samples, loss and budget are used for GAP and GSP; MAP@R (Euclidean) is reported on a
 separate test set of fresh samples, at the epoch with the best validation MAP@R.
 
-Choices the thesis leaves open (stated here): token dimension 2 (as in its Fig. 5.4), contrastive loss (C2) on raw Euclidean distances
+Choices the thesis leaves open (stated here): token dimension 8, contrastive loss (C2) on raw Euclidean distances
 with margins (0.05, 0.4), 20 steps per epoch, at most 300 epochs, GSP with 16 prototypes, mu = 0.3, gamma = 5.
 
     python experiments/gsp_synthetic.py [--seeds 0 1 2]
@@ -44,7 +44,7 @@ def sample_tokens(labels, rng):
     return out
 
 
-def build_model(pooling, dim, seed):
+def build_model(pooling, dim, inverse_temperature, seed):
     keras.utils.set_random_seed(seed)
     tokens = keras.Input((SAMPLE_LENGTH,), dtype="int32")
     embedded = keras.layers.Embedding(
@@ -54,7 +54,7 @@ def build_model(pooling, dim, seed):
     if pooling == "gap":
         pooled = keras.layers.GlobalAveragePooling1D()(embedded)
     else:
-        pooled = GeneralizedSumPooling(num_prototypes=16, transport_ratio=0.3, inverse_temperature=5.0,
+        pooled = GeneralizedSumPooling(num_prototypes=16, transport_ratio=0.3, inverse_temperature=inverse_temperature,
                                        prototype_initializer=keras.initializers.RandomUniform(-0.3, 0.3, seed=seed),
                                        name="gsp")(embedded)
     return keras.Model(tokens, pooled)
@@ -66,8 +66,8 @@ def run(pooling, seed, args):
     test_labels = np.repeat(np.arange(NUM_CLASSES), args.eval_per_class)
     val_x, test_x = sample_tokens(val_labels, rng), sample_tokens(test_labels, rng)
     train_rng = np.random.default_rng(seed + 1000)
-    model = build_model(pooling, args.dim, seed)
-    loss_fn = ContrastiveLoss(pos_margin=0.05, neg_margin=0.4, normalize=False)
+    model = build_model(pooling, args.dim, args.inverse_temperature, seed)
+    loss_fn = ContrastiveLoss(pos_margin=args.pos_margin, neg_margin=args.neg_margin, normalize=False)
     optimizer = keras.optimizers.Adam(args.learning_rate)
 
     @tf.function
@@ -100,8 +100,11 @@ def run(pooling, seed, args):
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
-    parser.add_argument("--dim", type=int, default=2)
+    parser.add_argument("--dim", type=int, default=8)
     parser.add_argument("--learning-rate", type=float, default=1e-4)
+    parser.add_argument("--inverse-temperature", type=float, default=20.0)
+    parser.add_argument("--pos-margin", type=float, default=0.0)
+    parser.add_argument("--neg-margin", type=float, default=0.15)
     parser.add_argument("--steps-per-epoch", type=int, default=20)
     parser.add_argument("--max-epochs", type=int, default=300)
     parser.add_argument("--patience", type=int, default=30)

@@ -142,3 +142,21 @@ def test_proxy_loss_trains_proxies_in_fit(loss_name):
     history = model.fit(x, y, epochs=3, batch_size=32, verbose=0)
     assert history.history["loss"][-1] < history.history["loss"][0]
     assert not np.allclose(before, np.array(loss.proxies))
+
+
+def test_compiled_model_with_proxy_loss_saves_and_restores(tmp_path):
+    proxies = ClassProxies(3, name="proxies")
+    inputs = keras.Input((4,))
+    model = keras.Model(inputs, proxies(keras.layers.Dense(4)(inputs)))
+    model.compile(optimizer="adam", loss=ProxyAnchorLoss(proxies, margin=0.2))
+    x, y = np.random.default_rng(0).normal(size=(9, 4)).astype(np.float32), np.arange(9) % 3
+    model.fit(x, y, verbose=0)
+    model.save(tmp_path / "model.keras")
+    restored = keras.saving.load_model(tmp_path / "model.keras")
+    np.testing.assert_allclose(restored.get_layer("proxies").proxies, proxies.proxies)
+    loss = restored.loss
+    assert isinstance(loss, ProxyAnchorLoss) and loss.margin == 0.2
+    with pytest.raises(ValueError, match="model.get_layer\\('proxies'\\)"):
+        loss(y, x)
+    restored.compile(optimizer="adam", loss=ProxyAnchorLoss(restored.get_layer("proxies"), margin=0.2))
+    assert np.isfinite(restored.evaluate(x, y, verbose=0))

@@ -49,7 +49,7 @@ def test_halves_have_disjoint_classes():
 
 def test_rejects_bad_arguments():
     with pytest.raises(ValueError, match="class_embeddings"):
-        ZeroShotPredictionLoss(class_embeddings=None)
+        ZeroShotPredictionLoss(class_embeddings="class_embeddings")
     with pytest.raises(ValueError, match="ridge"):
         ZeroShotPredictionLoss(_class_embeddings(np.ones((2, 2), np.float32)), ridge=0.0)
 

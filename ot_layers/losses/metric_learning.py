@@ -140,30 +140,46 @@ class MultiSimilarityLoss(_MetricLoss):
                 "epsilon": self.epsilon}
 
 
-class _ProxyLoss(_MetricLoss):
-    """A loss whose proxies are the weight of a ``ClassProxies`` layer that lives in the model."""
+class ProxyLoss(_MetricLoss):
+    """Base of losses whose vectors are the weight of a ``ClassProxies`` layer that lives in the model.
 
-    def __init__(self, proxy_layer, name, **kwargs):
-        super().__init__(name=name, normalize=True, **kwargs)  # the formulas assume unit vectors
-        if not all(hasattr(proxy_layer, a) for a in ("num_classes", "proxies_per_class")):
-            raise ValueError(f"`proxy_layer` must be an ot_layers.ClassProxies layer, got {proxy_layer!r}.")
+    ``proxy_layer``: that layer; ``None`` only for a loss restored from a saved config (``load_model`` of a compiled
+    model), which remembers the layer's name and asks to be re-attached when it is called.
+    """
+
+    _layer_argument = "proxy_layer"
+
+    def __init__(self, proxy_layer, name, proxy_layer_name=None, **kwargs):
+        super().__init__(name=name, normalize=True, **kwargs)  # the proxy formulas assume unit vectors
+        if proxy_layer is not None and not all(hasattr(proxy_layer, a) for a in ("num_classes", "proxies_per_class")):
+            raise ValueError(f"`{self._layer_argument}` must be an ot_layers.ClassProxies layer, got {proxy_layer!r}.")
         self.proxy_layer = proxy_layer
+        self.proxy_layer_name = proxy_layer.name if proxy_layer is not None else proxy_layer_name
 
     @property
     def proxies(self):
-        """The ``keras.Variable`` ``(num_classes, proxies_per_class, d)`` holding the proxies."""
+        """The ``keras.Variable`` ``(num_classes, proxies_per_class, d)`` of the attached ``ClassProxies`` layer."""
+        if self.proxy_layer is None:
+            raise ValueError(f"`{self._layer_argument}`: this {type(self).__name__} was restored without its ClassProxies "
+                             f"layer; compile again with {type(self).__name__}(model.get_layer("
+                             f"{self.proxy_layer_name!r}), ...).")
         return self.proxy_layer.proxies
 
     def _normalized_proxies(self):
         return _normalized(self.proxies)  # (K, M, d)
 
     def get_config(self):
-        # The proxies belong to the model; a restored loss has to be re-attached to the model's ClassProxies layer.
-        return {**super().get_config(), "proxy_layer_name": self.proxy_layer.name}
+        config = super().get_config()
+        config.pop("normalize")
+        return {**config, "proxy_layer_name": self.proxy_layer_name}
+
+    @classmethod
+    def from_config(cls, config):
+        return cls(proxy_layer=None, **config)
 
 
 @keras.saving.register_keras_serializable(package="ot_layers")
-class ProxyNCAPlusPlusLoss(_ProxyLoss):
+class ProxyNCAPlusPlusLoss(ProxyLoss):
     """ProxyNCA++ (Teh et al. 2020): softmax cross-entropy over classes of ``-||x - p_c||^2 / temperature``
 
     with normalized embeddings and proxies; with several proxies per class, class ``c`` is represented by its
@@ -185,7 +201,7 @@ class ProxyNCAPlusPlusLoss(_ProxyLoss):
 
 
 @keras.saving.register_keras_serializable(package="ot_layers")
-class ProxyAnchorLoss(_ProxyLoss):
+class ProxyAnchorLoss(ProxyLoss):
     """Proxy-Anchor loss (Kim et al. 2020) with every proxy labelled by its class, cosine similarity ``s``:
 
     ``L = 1/|P+| sum_{p in P+} log(1 + sum_{x in X_p+} exp(-alpha (s(x,p) - delta)))
@@ -200,7 +216,7 @@ class ProxyAnchorLoss(_ProxyLoss):
 
     def batch_loss(self, labels, x):
         proxies = self._normalized_proxies()
-        num_classes, per_class = self.proxy_layer.num_classes, self.proxy_layer.proxies_per_class
+        num_classes, per_class = self.proxies.shape[0], self.proxies.shape[1]
         proxies = tf.reshape(proxies, [num_classes * per_class, -1])
         proxy_labels = tf.repeat(tf.range(num_classes), per_class)
         s = tf.matmul(x, proxies, transpose_b=True)  # (B, P)

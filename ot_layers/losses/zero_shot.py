@@ -15,6 +15,7 @@ outputs are ``[embedding, z]``.
 import keras
 import tensorflow as tf
 
+from ot_layers.losses.metric_learning import ProxyLoss
 from ot_layers.validation import check_positive
 
 ZERO_SHOT_WEIGHT = 0.1  # lambda of Eq. 5.2.5
@@ -39,27 +40,25 @@ def _ridge_map(z, targets, mask, ridge):
 
 
 @keras.saving.register_keras_serializable(package="ot_layers")
-class ZeroShotPredictionLoss(keras.losses.Loss):
+class ZeroShotPredictionLoss(ProxyLoss):
     """``L_ZS`` of Eq. 5.2.4 on ``y_pred = z`` ``(B, m)`` with integer labels ``y_true``.
 
     ``class_embeddings``: a ``ClassProxies(num_classes, 1, dim=dv)`` layer placed in the model (e.g. applied to
     ``z``), whose weight ``proxies`` ``(num_classes, 1, dv)`` holds ``Upsilon`` and is trained by ``model.fit``.
-    ``ridge``: ``eps`` of (P3), 0.05; ``logit_scale``: 9.5 as used by the authors.
+    ``ridge``: ``eps`` of (P3), 0.05; ``logit_scale``: 9.5 as used by the authors. ``loss.proxies`` is
+    ``Upsilon`` as a ``keras.Variable`` ``(num_classes, 1, dv)``.
     """
 
-    def __init__(self, class_embeddings, ridge=0.05, logit_scale=9.5, name="zero_shot_loss",
-                 reduction="sum_over_batch_size", **kwargs):
-        super().__init__(name=name, reduction=reduction, **kwargs)
-        if not hasattr(class_embeddings, "proxies_per_class"):
-            raise ValueError(f"`class_embeddings` must be an ot_layers.ClassProxies layer, got {class_embeddings!r}.")
-        self.class_embeddings = class_embeddings
+    _layer_argument = "class_embeddings"
+
+    def __init__(self, class_embeddings, ridge=0.05, logit_scale=9.5, name="zero_shot_loss", **kwargs):
+        super().__init__(class_embeddings, name=name, **kwargs)
         self.ridge = check_positive("ridge", ridge)
         self.logit_scale = check_positive("logit_scale", logit_scale)
 
-    @property
-    def proxies(self):
-        """The class embeddings ``Upsilon`` as a ``keras.Variable`` ``(num_classes, 1, dv)``."""
-        return self.class_embeddings.proxies
+    @classmethod
+    def from_config(cls, config):
+        return cls(class_embeddings=None, **config)
 
     def call(self, y_true, y_pred):
         labels = tf.reshape(tf.cast(y_true, tf.int32), [-1])
