@@ -2,4 +2,5 @@
 from ot_layers import callbacks, losses, solvers
 from ot_layers.layers import ClassProxies, GeneralizedSumPooling, MultiProxyWasserstein, SinkhornMatch
 
-__all__ = ["solvers", "losses", "callbacks", "SinkhornMatch", "MultiProxyWasserstein", "ClassProxies", "GeneralizedSumPooling"]
+__all__ = ["solvers", "losses", "callbacks", "SinkhornMatch", "MultiProxyWasserstein", "ClassProxies",
+           "GeneralizedSumPooling"]

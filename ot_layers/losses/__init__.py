@@ -3,5 +3,5 @@ from ot_layers.losses.metric_learning import (ContrastiveLoss, MultiSimilarityLo
                                               ProxyNCAPlusPlusLoss, TripletLoss)
 from ot_layers.losses.zero_shot import ZERO_SHOT_WEIGHT, ZeroShotPredictionLoss
 
-__all__ = ["ContrastiveLoss", "TripletLoss", "MultiSimilarityLoss", "ProxyLoss", "ProxyNCAPlusPlusLoss", "ProxyAnchorLoss",
-           "ZeroShotPredictionLoss", "ZERO_SHOT_WEIGHT"]
+__all__ = ["ContrastiveLoss", "TripletLoss", "MultiSimilarityLoss", "ProxyLoss", "ProxyNCAPlusPlusLoss",
+           "ProxyAnchorLoss", "ZeroShotPredictionLoss", "ZERO_SHOT_WEIGHT"]

@@ -114,7 +114,8 @@ class MultiSimilarityLoss(_MetricLoss):
     """Multi-similarity loss (Wang et al. 2019) with its pair mining, on cosine similarities ``S``:
 
     keep positives with ``S_ip < max_neg S_in + epsilon`` and negatives with ``S_in > min_pos S_ip - epsilon``;
-    ``L = mean_i [ (1/alpha) log(1 + sum_P exp(-alpha (S_ip - base))) + (1/beta) log(1 + sum_N exp(beta (S_in - base))) ]``.
+    ``L = mean_i [ (1/alpha) log(1 + sum_P exp(-alpha (S_ip - base)))
+                 + (1/beta) log(1 + sum_N exp(beta (S_in - base))) ]``.
     """
 
     def __init__(self, alpha=2.0, beta=50.0, base=0.5, epsilon=0.1, name="multi_similarity_loss", **kwargs):
@@ -160,8 +161,8 @@ class ProxyLoss(_MetricLoss):
     def proxies(self):
         """The ``keras.Variable`` ``(num_classes, proxies_per_class, d)`` of the attached ``ClassProxies`` layer."""
         if self.proxy_layer is None:
-            raise ValueError(f"`{self._layer_argument}`: this {type(self).__name__} was restored without its ClassProxies "
-                             f"layer; compile again with {type(self).__name__}(model.get_layer("
+            raise ValueError(f"`{self._layer_argument}`: this {type(self).__name__} was restored without its "
+                             f"ClassProxies layer; compile again with {type(self).__name__}(model.get_layer("
                              f"{self.proxy_layer_name!r}), ...).")
         return self.proxy_layer.proxies
 
