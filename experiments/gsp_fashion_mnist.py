@@ -106,7 +106,7 @@ def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1])
     parser.add_argument("--variants", nargs="+", default=["gap", "gsp", "gsp_zs"])
-    parser.add_argument("--train-per-class", type=int, default=2000)
+    parser.add_argument("--train-per-class", type=int, default=1000)
     parser.add_argument("--epochs", type=int, default=4)
     parser.add_argument("--samples-per-class", type=int, default=16)
     parser.add_argument("--learning-rate", type=float, default=1e-3)
