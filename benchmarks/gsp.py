@@ -5,8 +5,9 @@ its peak allocator memory, with the closed-form gradient (Prop. 5.2.2) and with 
 graph mode and under XLA, for two workloads: ``layer``, the whole ``GeneralizedSumPooling`` (cost from features
 and prototypes, solve, pooling; gradients w.r.t. the feature map and the prototypes), and ``solver``,
 ``partial_transport`` alone on a given cost (gradient w.r.t. the cost), where the iterations are all the work.
-Times are the median and the minimum of ``--repeats`` calls (the minimum is robust to other processes on a
-shared machine; the target is judged on it).
+Times are the median and the minimum of ``--repeats`` calls, taken in interleaved rounds (each round calls every
+configuration of a workload once), so that the load of other processes on a shared machine affects all of them
+alike; the target is judged on the minimum.
 Also times ``training.evaluation.retrieval_metrics`` on 10k embeddings. Prints a table and writes
 ``benchmarks/results/gsp.json``. Peak memory uses TensorFlow's BFC allocator on CPU (set before TF starts).
 
@@ -59,15 +60,18 @@ def _solver_step(iterations, gradient, jit_compile):
     return step
 
 
-def _time(step, inputs, repeats):
-    for _ in range(3):
-        step(*inputs)[0].numpy()
-    times = []
+def _time_interleaved(configs, repeats):
+    """``{key: (median_ms, min_ms)}`` for ``configs`` ``[(key, step, inputs)]`` timed round-robin."""
+    for _, step, inputs in configs:
+        for _ in range(3):
+            step(*inputs)[0].numpy()
+    times = {key: [] for key, _, _ in configs}
     for _ in range(repeats):
-        start = time.perf_counter()
-        step(*inputs)[0].numpy()
-        times.append(time.perf_counter() - start)
-    return 1e3 * float(np.median(times)), 1e3 * float(np.min(times))
+        for key, step, inputs in configs:
+            start = time.perf_counter()
+            step(*inputs)[0].numpy()
+            times[key].append(time.perf_counter() - start)
+    return {key: (1e3 * float(np.median(t)), 1e3 * float(np.min(t))) for key, t in times.items()}
 
 
 def _peak_bytes(step, *inputs):
@@ -89,6 +93,7 @@ def measure(args):
     residual_weights = tf.constant(rng.normal(size=(args.batch, n)).astype(np.float32))
     rows = []
     for workload in ("layer", "solver"):
+        configs = []
         for compiler in ("graph", "xla"):
             for gradient in ("closed_form", "autodiff"):
                 for iterations in ITERATIONS:
@@ -100,13 +105,15 @@ def measure(args):
                         step, inputs = _layer_step(layer, compiler == "xla"), (features, feature_weights)
                     else:
                         step, inputs = _solver_step(iterations, gradient, compiler == "xla"), (cost, residual_weights)
-                    median_ms, min_ms = _time(step, inputs, args.repeats)
-                    row = {"workload": workload, "compiler": compiler, "gradient": gradient,
-                           "iterations": iterations, "median_ms": median_ms, "min_ms": min_ms,
-                           "peak_mib": _peak_bytes(step, *inputs) / 2**20}
-                    rows.append(row)
-                    print(f"{workload:6s} {compiler:5s} {gradient:11s} {iterations:4d} it  median {median_ms:8.2f} ms"
-                          f"  min {min_ms:8.2f} ms  peak {row['peak_mib']:7.2f} MiB", flush=True)
+                    configs.append(((workload, compiler, gradient, iterations), step, inputs))
+        timings = _time_interleaved(configs, args.repeats)
+        for key, step, inputs in configs:
+            median_ms, min_ms = timings[key]
+            row = dict(zip(("workload", "compiler", "gradient", "iterations"), key),
+                       median_ms=median_ms, min_ms=min_ms, peak_mib=_peak_bytes(step, *inputs) / 2**20)
+            rows.append(row)
+            print(f"{key[0]:6s} {key[1]:5s} {key[2]:11s} {key[3]:4d} it  median {median_ms:8.2f} ms"
+                  f"  min {min_ms:8.2f} ms  peak {row['peak_mib']:7.2f} MiB", flush=True)
     return rows
 
 
@@ -121,7 +128,7 @@ def main():
     parser.add_argument("--side", type=int, default=14)
     parser.add_argument("--channels", type=int, default=128)
     parser.add_argument("--prototypes", type=int, default=64)
-    parser.add_argument("--repeats", type=int, default=20)
+    parser.add_argument("--repeats", type=int, default=30)
     parser.add_argument("--output", default=os.path.join(os.path.dirname(__file__), "results", "gsp.json"))
     args = parser.parse_args()
 
