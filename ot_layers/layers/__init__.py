@@ -1,5 +1,7 @@
 """Public Keras layers, one module each."""
+from ot_layers.layers.class_proxies import ClassProxies
+from ot_layers.layers.generalized_sum_pooling import GeneralizedSumPooling
 from ot_layers.layers.multi_proxy_wasserstein import MultiProxyWasserstein
 from ot_layers.layers.sinkhorn_match import SinkhornMatch
 
-__all__ = ["SinkhornMatch", "MultiProxyWasserstein"]
+__all__ = ["SinkhornMatch", "MultiProxyWasserstein", "ClassProxies", "GeneralizedSumPooling"]

@@ -1,0 +1,81 @@
+"""GSP's cross-batch zero-shot prediction loss ``L_ZS`` (paper 003, Sec. 5.2.3, Eq. 5.2.4; SPEC S3).
+
+Given pseudo-attributes ``z_i`` (``GeneralizedSumPooling(return_attributes=True)``) and learnable class
+embeddings ``Upsilon = [v_c]``, the batch is split into halves ``b1``, ``b2`` with disjoint classes. On each half a
+ridge map is fitted in closed form (P3): ``A_b = Upsilon_b (Z_b^T Z_b + eps I)^{-1} Z_b^T`` (``Z_b`` has the
+``z_i`` as columns, ``Upsilon_b`` the ``v_{y_i}``), so that ``A_b z ~ v_y``; the other half's samples are then
+classified over all classes with logits ``scale * v_j^T A z_i``:
+
+    L_ZS = mean_{i in b2} CE(y_i, [s v_j^T A_1 z_i]_j) + mean_{i in b1} CE(y_i, [s v_j^T A_2 z_i]_j).
+
+Combine with a metric-learning loss as ``(1 - lambda) L_DML + lambda L_ZS`` (Eq. 5.2.5, ``lambda = 0.1``):
+``model.compile(loss=[dml_loss, zero_shot_loss], loss_weights=[1 - lambda, lambda])`` for a model whose
+outputs are ``[embedding, z]``.
+"""
+import keras
+import tensorflow as tf
+
+from ot_layers.losses.metric_learning import ProxyLoss
+from ot_layers.validation import check_positive
+
+ZERO_SHOT_WEIGHT = 0.1  # lambda of Eq. 5.2.5
+
+
+def disjoint_class_halves(labels):
+    """Boolean mask of the first half ``b1``: samples whose label is below the batch's median label.
+
+    All samples of a class fall on the same side, so the halves have disjoint classes; with a class-balanced batch
+    (P classes x K samples) each half holds about P/2 classes. XLA-friendly (one sort, no ``unique``).
+    """
+    median = tf.sort(labels)[tf.shape(labels)[0] // 2]
+    return labels < median
+
+
+def _ridge_map(z, targets, mask, ridge):
+    """``A = Upsilon_b (Z_b^T Z_b + eps I)^{-1} Z_b^T`` ``(dv, m)`` fitted on the masked samples only."""
+    weight = tf.cast(mask, z.dtype)[:, None]
+    z_b, v_b = z * weight, targets * weight  # zeroed rows drop out of the fit exactly
+    gram = tf.matmul(z_b, z_b, transpose_b=True) + ridge * tf.eye(tf.shape(z)[0], dtype=z.dtype)
+    return tf.matmul(v_b, tf.linalg.solve(gram, z_b), transpose_a=True)
+
+
+@keras.saving.register_keras_serializable(package="ot_layers")
+class ZeroShotPredictionLoss(ProxyLoss):
+    """``L_ZS`` of Eq. 5.2.4 on ``y_pred = z`` ``(B, m)`` with integer labels ``y_true``.
+
+    ``class_embeddings``: a ``ClassProxies(num_classes, 1, dim=dv)`` layer placed in the model (e.g. applied to
+    ``z``), whose weight ``proxies`` ``(num_classes, 1, dv)`` holds ``Upsilon`` and is trained by ``model.fit``.
+    ``ridge``: ``eps`` of (P3), 0.05; ``logit_scale``: 9.5 as used by the authors. ``loss.proxies`` is
+    ``Upsilon`` as a ``keras.Variable`` ``(num_classes, 1, dv)``.
+    """
+
+    _layer_argument = "class_embeddings"
+
+    def __init__(self, class_embeddings, ridge=0.05, logit_scale=9.5, name="zero_shot_loss", **kwargs):
+        super().__init__(class_embeddings, name=name, **kwargs)
+        self.ridge = check_positive("ridge", ridge)
+        self.logit_scale = check_positive("logit_scale", logit_scale)
+
+    @classmethod
+    def from_config(cls, config):
+        return cls(class_embeddings=None, **config)
+
+    def call(self, y_true, y_pred):
+        labels = tf.reshape(tf.cast(y_true, tf.int32), [-1])
+        z = tf.cast(y_pred, tf.float32)
+        upsilon = tf.cast(self.proxies[:, 0, :], tf.float32)  # (c, dv)
+        targets = tf.gather(upsilon, labels)
+        first = disjoint_class_halves(labels)
+        second = tf.logical_not(first)
+        total = 0.0
+        for fit_on, evaluate_on in ((first, second), (second, first)):
+            predictor = _ridge_map(z, targets, fit_on, self.ridge)  # (dv, m)
+            logits = self.logit_scale * tf.matmul(tf.matmul(z, predictor, transpose_b=True), upsilon,
+                                                  transpose_b=True)
+            ce = tf.nn.sparse_softmax_cross_entropy_with_logits(labels=labels, logits=logits)
+            weight = tf.cast(evaluate_on, ce.dtype)
+            total += tf.reduce_sum(ce * weight) / tf.maximum(tf.reduce_sum(weight), 1.0)
+        return total
+
+    def get_config(self):
+        return {**super().get_config(), "ridge": self.ridge, "logit_scale": self.logit_scale}
