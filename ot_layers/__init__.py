@@ -1,5 +1,6 @@
 """Optimal-transport and prototype layers for Keras 3 (TensorFlow backend)."""
-from ot_layers import solvers
+from ot_layers import callbacks, losses, solvers
+from ot_layers.layers import HypersphericalPrototypes
 from ot_layers.layers import MultiProxyWasserstein, SinkhornMatch
 
-__all__ = ["solvers", "SinkhornMatch", "MultiProxyWasserstein"]
+__all__ = ["solvers", "losses", "callbacks", "HypersphericalPrototypes", "SinkhornMatch", "MultiProxyWasserstein"]

@@ -1,5 +1,7 @@
 """Pure tensor solvers (no Keras state). Each returns a small named result."""
+from ot_layers.solvers.assignment import hungarian_assignment
 from ot_layers.solvers.k_center import greedy_k_center
+from ot_layers.solvers.prototypes import estimate_prototypes
 from ot_layers.solvers.sinkhorn import SinkhornResult, sinkhorn
 
-__all__ = ["sinkhorn", "SinkhornResult", "greedy_k_center"]
+__all__ = ["sinkhorn", "SinkhornResult", "greedy_k_center", "estimate_prototypes", "hungarian_assignment"]

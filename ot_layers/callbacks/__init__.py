@@ -1,0 +1,4 @@
+"""Keras callbacks that change layer state between epochs (state kept in layer variables)."""
+from ot_layers.callbacks.prototype_reassignment import PrototypeReassignment
+
+__all__ = ["PrototypeReassignment"]
