@@ -2,6 +2,7 @@
 from ot_layers.solvers.assignment import hungarian_assignment
 from ot_layers.solvers.k_center import greedy_k_center
 from ot_layers.solvers.prototypes import estimate_prototypes
+from ot_layers.solvers.random_walk import random_walk_similarity
 from ot_layers.solvers.sinkhorn import SinkhornResult, sinkhorn
 
-__all__ = ["sinkhorn", "SinkhornResult", "greedy_k_center", "estimate_prototypes", "hungarian_assignment"]
+__all__ = ["sinkhorn", "SinkhornResult", "greedy_k_center", "estimate_prototypes", "hungarian_assignment", "random_walk_similarity"]
