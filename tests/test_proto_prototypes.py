@@ -264,3 +264,19 @@ def test_callback_finds_layer_by_name_or_refuses():
         model.fit([x, y], y, epochs=1, verbose=0, callbacks=[PrototypeReassignment(layer_name="nope")])
     with pytest.raises(ValueError, match="frequency"):
         PrototypeReassignment(frequency=0)
+
+
+def test_batch_frequency_reassigns_within_the_epoch():
+    x, y = _data(64)
+    model = build_training_model()
+    model.compile(optimizer=keras.optimizers.Adam(1e-2), loss=HypersphericalPullLoss())
+    model.get_layer("protos").assignment.assign(np.array([1, 2, 3, 4, 0], np.int32))
+    calls = []
+    reassign = PrototypeReassignment(frequency=5, batch_frequency=2)
+    original = reassign.reassign
+    reassign.reassign = lambda layer: calls.append(1) or original(layer)
+    history = model.fit([x, y], y, epochs=1, batch_size=16, verbose=0, callbacks=[reassign])
+    assert len(calls) == 2  # batches 2 and 4 of 4; epoch 1 is not a multiple of frequency=5
+    assert history.history["prototype_changes"] == reassign.changes and reassign.changes[0] > 0
+    with pytest.raises(ValueError, match="batch_frequency"):
+        PrototypeReassignment(batch_frequency=0)

@@ -33,15 +33,21 @@ class PrototypeReassignment(keras.callbacks.Callback):
     All state lives in the layer's variables (``assignment``, ``representatives``), so checkpoints and ``.keras``
     files carry it and a resumed run continues with the same assignment. Place this callback before
     ``keras.callbacks.ModelCheckpoint`` so that the checkpoint of an epoch holds that epoch's new assignment.
-    Adds ``prototype_changes`` (how many classes changed prototype) to the epoch logs; ``changes`` keeps the list.
+    Adds ``prototype_changes`` (how many classes changed prototype since the last epoch's logs) to the epoch
+    logs; ``changes`` keeps the list. ``batch_frequency``: also re-assign every that many training batches within
+    an epoch (the paper re-assigns once per epoch; on short runs an early re-assignment, before the features commit
+    to the initial map, is what lets the assignment matter).
     """
 
-    def __init__(self, layer_name=None, frequency=1, verbose=0):
+    def __init__(self, layer_name=None, frequency=1, batch_frequency=None, verbose=0):
         super().__init__()
         self.layer_name = layer_name
         self.frequency = check_positive_int("frequency", frequency)
+        self.batch_frequency = None if batch_frequency is None else check_positive_int("batch_frequency",
+                                                                                         batch_frequency)
         self.verbose = int(verbose)
         self.changes = []
+        self._pending = 0
 
     def reassign(self, layer):
         """Recompute ``sigma`` for ``layer`` and store it; returns how many classes changed prototype."""
@@ -54,10 +60,17 @@ class PrototypeReassignment(keras.callbacks.Callback):
         layer.assignment.assign(new)
         return int(np.sum(new != old))
 
+    def _layer(self):
+        return find_layer(self.model, HypersphericalPrototypes, self.layer_name)
+
+    def on_train_batch_end(self, batch, logs=None):
+        if self.batch_frequency is not None and (batch + 1) % self.batch_frequency == 0:
+            self._pending += self.reassign(self._layer())
+
     def on_epoch_end(self, epoch, logs=None):
-        if (epoch + 1) % self.frequency:
-            return
-        changed = self.reassign(find_layer(self.model, HypersphericalPrototypes, self.layer_name))
+        changed, self._pending = self._pending, 0
+        if (epoch + 1) % self.frequency == 0:
+            changed += self.reassign(self._layer())
         self.changes.append(changed)
         if logs is not None:
             logs["prototype_changes"] = changed
