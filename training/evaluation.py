@@ -4,8 +4,11 @@ from sklearn.cluster import KMeans
 from sklearn.metrics import normalized_mutual_info_score
 
 
-def _nearest_neighbours(embeddings, k, metric, chunk_size=1024):
-    """Indices ``(N, k)`` of each row's ``k`` nearest other rows, nearest first (the row itself excluded)."""
+def _ranked_hits(embeddings, labels, k, metric, chunk_size=1024):
+    """Boolean ``(N, k)``: whether each row's ``i``-th nearest other row shares its label (the row excluded).
+
+    Works by chunks of queries: one matrix product, a partition to the ``k`` nearest and a sort of those only.
+    """
     x = np.asarray(embeddings, dtype=np.float32)
     if metric == "cosine":
         x = x / np.maximum(np.linalg.norm(x, axis=1, keepdims=True), 1e-12)
@@ -13,7 +16,7 @@ def _nearest_neighbours(embeddings, k, metric, chunk_size=1024):
     else:
         sq_norms = np.sum(x * x, axis=1)
     n = x.shape[0]
-    result = np.empty((n, k), dtype=np.int64)
+    hits = np.empty((n, k), dtype=bool)
     for start in range(0, n, chunk_size):
         stop = min(start + chunk_size, n)
         scores = x[start:stop] @ x.T  # larger is nearer
@@ -21,9 +24,10 @@ def _nearest_neighbours(embeddings, k, metric, chunk_size=1024):
             scores = 2.0 * scores - sq_norms[None, :]
         scores[np.arange(stop - start), np.arange(start, stop)] = -np.inf
         part = np.argpartition(-scores, k - 1, axis=1)[:, :k] if k < n - 1 else np.argsort(-scores, axis=1)[:, :k]
-        order = np.argsort(-np.take_along_axis(scores, part, axis=1), axis=1, kind="stable")
-        result[start:stop] = np.take_along_axis(part, order, axis=1)
-    return result
+        order = np.argsort(-np.take_along_axis(scores, part, axis=1), axis=1)
+        neighbours = np.take_along_axis(part, order, axis=1)
+        hits[start:stop] = labels[neighbours] == labels[start:stop, None]
+    return hits
 
 
 def retrieval_metrics(embeddings, labels, ks=(1, 2, 4, 8), metric="cosine", nmi=True, seed=0):
@@ -48,13 +52,12 @@ def retrieval_metrics(embeddings, labels, ks=(1, 2, 4, 8), metric="cosine", nmi=
     if np.any(relevant_counts < 1):
         raise ValueError("`labels`: every class needs at least two samples for retrieval metrics.")
     max_k = int(min(embeddings.shape[0] - 1, max(max(ks), relevant_counts.max())))
-    neighbours = _nearest_neighbours(embeddings, max_k, metric)
-    hits = labels[neighbours] == labels[:, None]  # (N, max_k)
+    hits = _ranked_hits(embeddings, labels, max_k, metric)  # (N, max_k)
 
-    positions = np.arange(1, max_k + 1)
-    within_r = positions[None, :] <= relevant_counts[:, None]
-    precision_at_i = np.cumsum(hits, axis=1) / positions[None, :]
-    map_at_r = np.sum(precision_at_i * hits * within_r, axis=1) / relevant_counts
+    positions = np.arange(1, max_k + 1, dtype=np.float32)
+    relevant_hits = hits & (positions[None, :] <= relevant_counts[:, None])
+    precision_at_i = np.cumsum(hits, axis=1, dtype=np.float32) / positions[None, :]
+    map_at_r = np.sum(precision_at_i * relevant_hits, axis=1, dtype=np.float64) / relevant_counts
 
     result = {"precision_at_1": float(np.mean(hits[:, 0])), "map_at_r": float(np.mean(map_at_r))}
     for k in ks:

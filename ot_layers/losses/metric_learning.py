@@ -1,0 +1,206 @@
+"""Deep metric learning losses as Keras losses (the baselines GSP is measured with, thesis ch. 3 and 5).
+
+Every loss takes integer class labels ``y_true`` ``(B,)`` or ``(B, 1)`` and embeddings ``y_pred`` ``(B, d)``,
+L2-normalizes the embeddings and returns the batch loss (a scalar). Pair-based losses use the pairs of the
+(local, per-replica) batch; use them with a class-balanced batch sampler (``training.samplers``).
+Proxy losses read their proxies from a ``ClassProxies`` layer placed in the model, so that the proxies are trained
+by ``model.fit`` and can be re-initialized by callbacks through ``loss.proxies`` (a ``keras.Variable`` of shape
+``(num_classes, proxies_per_class, d)``).
+"""
+import keras
+import tensorflow as tf
+
+from ot_layers.validation import check_non_negative, check_positive
+
+_NEG_INF = float("-inf")
+
+
+def _labels(y_true):
+    return tf.reshape(tf.cast(y_true, tf.int32), [-1])
+
+
+def _normalized(x):
+    return tf.math.l2_normalize(tf.cast(x, tf.float32), axis=-1)
+
+
+def _pair_masks(labels):
+    """Boolean ``(B, B)`` masks of positive pairs (same class, ``i != j``) and negative pairs."""
+    same = tf.equal(labels[:, None], labels[None, :])
+    not_self = tf.logical_not(tf.eye(tf.shape(labels)[0], dtype=tf.bool))
+    return tf.logical_and(same, not_self), tf.logical_not(same)
+
+
+def _distances(similarity):
+    """Euclidean distances between unit vectors, ``sqrt(2 - 2 cos)``, with a finite gradient at 0."""
+    return tf.sqrt(tf.maximum(2.0 - 2.0 * similarity, 1e-12))
+
+
+def _masked_mean(values, mask):
+    mask = tf.cast(mask, values.dtype)
+    return tf.reduce_sum(values * mask) / tf.maximum(tf.reduce_sum(mask), 1.0)
+
+
+def log_one_plus_sum_exp(logits, mask, axis):
+    """``log(1 + sum_{mask} exp(logits))`` along ``axis``, stable, 0 with a zero gradient where the mask is empty."""
+    masked = tf.where(mask, logits, _NEG_INF)
+    shift = tf.stop_gradient(tf.maximum(tf.reduce_max(masked, axis=axis, keepdims=True), 0.0))
+    total = tf.exp(-shift) + tf.reduce_sum(tf.exp(masked - shift), axis=axis, keepdims=True)
+    return tf.squeeze(shift + tf.math.log(total), axis=axis)
+
+
+class _MetricLoss(keras.losses.Loss):
+    def __init__(self, name, reduction="sum_over_batch_size", **kwargs):
+        super().__init__(name=name, reduction=reduction, **kwargs)
+
+    def call(self, y_true, y_pred):
+        return self.batch_loss(_labels(y_true), _normalized(y_pred))
+
+
+@keras.saving.register_keras_serializable(package="ot_layers")
+class ContrastiveLoss(_MetricLoss):
+    """Contrastive loss with a positive margin (C2): with ``d`` the distance between normalized embeddings,
+
+    ``L = mean_{pos} [d - m+]_+ + mean_{neg} [m- - d]_+``.
+    Defaults ``(m+, m-) = (0.2652, 0.5409)``: the thesis' C2 setting on Cars196 (ch. 3, Sec. 3.4).
+    """
+
+    def __init__(self, pos_margin=0.2652, neg_margin=0.5409, name="contrastive_loss", **kwargs):
+        super().__init__(name=name, **kwargs)
+        self.pos_margin = check_non_negative("pos_margin", pos_margin)
+        self.neg_margin = check_positive("neg_margin", neg_margin)
+
+    def batch_loss(self, labels, x):
+        positive, negative = _pair_masks(labels)
+        d = _distances(tf.matmul(x, x, transpose_b=True))
+        return (_masked_mean(tf.nn.relu(d - self.pos_margin), positive)
+                + _masked_mean(tf.nn.relu(self.neg_margin - d), negative))
+
+    def get_config(self):
+        return {**super().get_config(), "pos_margin": self.pos_margin, "neg_margin": self.neg_margin}
+
+
+@keras.saving.register_keras_serializable(package="ot_layers")
+class TripletLoss(_MetricLoss):
+    """Triplet loss over all valid triplets of the batch: ``[d(a, p) - d(a, n) + margin]_+``,
+
+    averaged over the triplets with a positive loss (batch-all; 0 when none is active).
+    """
+
+    def __init__(self, margin=0.1, name="triplet_loss", **kwargs):
+        super().__init__(name=name, **kwargs)
+        self.margin = check_positive("margin", margin)
+
+    def batch_loss(self, labels, x):
+        positive, negative = _pair_masks(labels)
+        d = _distances(tf.matmul(x, x, transpose_b=True))
+        valid = tf.logical_and(positive[:, :, None], negative[:, None, :])  # (anchor, positive, negative)
+        losses = tf.nn.relu(d[:, :, None] - d[:, None, :] + self.margin)
+        return _masked_mean(losses, tf.logical_and(valid, losses > 0.0))
+
+    def get_config(self):
+        return {**super().get_config(), "margin": self.margin}
+
+
+@keras.saving.register_keras_serializable(package="ot_layers")
+class MultiSimilarityLoss(_MetricLoss):
+    """Multi-similarity loss (Wang et al. 2019) with its pair mining, on cosine similarities ``S``:
+
+    keep positives with ``S_ip < max_neg S_in + epsilon`` and negatives with ``S_in > min_pos S_ip - epsilon``;
+    ``L = mean_i [ (1/alpha) log(1 + sum_P exp(-alpha (S_ip - base))) + (1/beta) log(1 + sum_N exp(beta (S_in - base))) ]``.
+    """
+
+    def __init__(self, alpha=2.0, beta=50.0, base=0.5, epsilon=0.1, name="multi_similarity_loss", **kwargs):
+        super().__init__(name=name, **kwargs)
+        self.alpha = check_positive("alpha", alpha)
+        self.beta = check_positive("beta", beta)
+        self.base = float(base)
+        self.epsilon = check_non_negative("epsilon", epsilon)
+
+    def batch_loss(self, labels, x):
+        positive, negative = _pair_masks(labels)
+        s = tf.matmul(x, x, transpose_b=True)
+        hardest_negative = tf.reduce_max(tf.where(negative, s, _NEG_INF), axis=1, keepdims=True)
+        hardest_positive = tf.reduce_min(tf.where(positive, s, float("inf")), axis=1, keepdims=True)
+        mined_positive = tf.logical_and(positive, s - self.epsilon < hardest_negative)
+        mined_negative = tf.logical_and(negative, s + self.epsilon > hardest_positive)
+        pos_term = log_one_plus_sum_exp(-self.alpha * (s - self.base), mined_positive, axis=1) / self.alpha
+        neg_term = log_one_plus_sum_exp(self.beta * (s - self.base), mined_negative, axis=1) / self.beta
+        return tf.reduce_mean(pos_term + neg_term)
+
+    def get_config(self):
+        return {**super().get_config(), "alpha": self.alpha, "beta": self.beta, "base": self.base,
+                "epsilon": self.epsilon}
+
+
+class _ProxyLoss(_MetricLoss):
+    """A loss whose proxies are the weight of a ``ClassProxies`` layer that lives in the model."""
+
+    def __init__(self, proxy_layer, name, **kwargs):
+        super().__init__(name=name, **kwargs)
+        if not all(hasattr(proxy_layer, a) for a in ("num_classes", "proxies_per_class")):
+            raise ValueError(f"`proxy_layer` must be an ot_layers.ClassProxies layer, got {proxy_layer!r}.")
+        self.proxy_layer = proxy_layer
+
+    @property
+    def proxies(self):
+        """The ``keras.Variable`` ``(num_classes, proxies_per_class, d)`` holding the proxies."""
+        return self.proxy_layer.proxies
+
+    def _normalized_proxies(self):
+        return _normalized(self.proxies)  # (K, M, d)
+
+    def get_config(self):
+        # The proxies belong to the model; a restored loss has to be re-attached to the model's ClassProxies layer.
+        return {**super().get_config(), "proxy_layer_name": self.proxy_layer.name}
+
+
+@keras.saving.register_keras_serializable(package="ot_layers")
+class ProxyNCAPlusPlusLoss(_ProxyLoss):
+    """ProxyNCA++ (Teh et al. 2020): softmax cross-entropy over classes of ``-||x - p_c||^2 / temperature``
+
+    with normalized embeddings and proxies; with several proxies per class, class ``c`` is represented by its
+    nearest proxy. Temperature 0.1 as in the thesis (ch. 3).
+    """
+
+    def __init__(self, proxy_layer, temperature=0.1, name="proxy_nca_pp_loss", **kwargs):
+        super().__init__(proxy_layer, name=name, **kwargs)
+        self.temperature = check_positive("temperature", temperature)
+
+    def batch_loss(self, labels, x):
+        similarity = tf.einsum("bd,kmd->bkm", x, self._normalized_proxies())
+        squared_distance = 2.0 - 2.0 * tf.reduce_max(similarity, axis=-1)  # nearest proxy of each class
+        logits = -squared_distance / self.temperature
+        return tf.reduce_mean(tf.nn.sparse_softmax_cross_entropy_with_logits(labels=labels, logits=logits))
+
+    def get_config(self):
+        return {**super().get_config(), "temperature": self.temperature}
+
+
+@keras.saving.register_keras_serializable(package="ot_layers")
+class ProxyAnchorLoss(_ProxyLoss):
+    """Proxy-Anchor loss (Kim et al. 2020) with every proxy labelled by its class, cosine similarity ``s``:
+
+    ``L = 1/|P+| sum_{p in P+} log(1 + sum_{x in X_p+} exp(-alpha (s(x,p) - delta)))
+        + 1/|P| sum_{p in P} log(1 + sum_{x in X_p-} exp(alpha (s(x,p) + delta)))``,
+    ``P+`` the proxies with a positive in the batch. Defaults ``(delta, alpha) = (0.1, 32)`` (thesis ch. 3).
+    """
+
+    def __init__(self, proxy_layer, margin=0.1, alpha=32.0, name="proxy_anchor_loss", **kwargs):
+        super().__init__(proxy_layer, name=name, **kwargs)
+        self.margin = check_non_negative("margin", margin)
+        self.alpha = check_positive("alpha", alpha)
+
+    def batch_loss(self, labels, x):
+        proxies = self._normalized_proxies()
+        num_classes, per_class = self.proxy_layer.num_classes, self.proxy_layer.proxies_per_class
+        proxies = tf.reshape(proxies, [num_classes * per_class, -1])
+        proxy_labels = tf.repeat(tf.range(num_classes), per_class)
+        s = tf.matmul(x, proxies, transpose_b=True)  # (B, P)
+        positive = tf.equal(labels[:, None], proxy_labels[None, :])
+        pos_term = log_one_plus_sum_exp(-self.alpha * (s - self.margin), positive, axis=0)
+        neg_term = log_one_plus_sum_exp(self.alpha * (s + self.margin), tf.logical_not(positive), axis=0)
+        has_positive = tf.reduce_any(positive, axis=0)
+        return _masked_mean(pos_term, has_positive) + tf.reduce_mean(neg_term)
+
+    def get_config(self):
+        return {**super().get_config(), "margin": self.margin, "alpha": self.alpha}

@@ -1,0 +1,67 @@
+"""Retrieval metrics: hand-computed cases and pytorch-metric-learning's AccuracyCalculator."""
+import numpy as np
+import pytest
+
+from training.evaluation import _ranked_hits, retrieval_metrics
+
+
+def test_hand_computed_one_dimensional():
+    # Points on a line (euclidean): labels a a b a b b at positions 0 1 2.2 3 10 11 (no ties).
+    x = np.array([[0.0], [1.0], [2.2], [3.0], [10.0], [11.0]])
+    y = np.array([0, 0, 1, 0, 1, 1])
+    m = retrieval_metrics(x, y, ks=(1, 2), metric="euclidean", nmi=False)
+    # neighbour orders, R = 2 for every query:
+    # q0: 1(a) 2(b)   R=2 -> AP = (1/1)/2 = 0.5 ; hit1 = 1
+    # q1: 0(a) 2(b)   R=2 -> AP = 1/2         ; hit1 = 1
+    # q2: 1(a) 3(a)   R=2 -> 0                  ; hit1 = 0, recall@2 = 0
+    # q3: 2(b) 1(a)   R=2 -> (1/2)/2 = 0.25       ; hit1 = 0, recall@2 = 1
+    # q4: 5(b) 3(a)   R=2 -> 1/2                ; hit1 = 1
+    # q5: 4(b) 3(a)   R=2 -> 1/2                ; hit1 = 1
+    np.testing.assert_allclose(m["precision_at_1"], 4 / 6)
+    np.testing.assert_allclose(m["recall_at_1"], 4 / 6)
+    np.testing.assert_allclose(m["recall_at_2"], 5 / 6)
+    np.testing.assert_allclose(m["map_at_r"], (0.5 + 0.5 + 0 + 0.25 + 0.5 + 0.5) / 6)
+
+
+def test_perfect_and_nmi():
+    rng = np.random.default_rng(0)
+    y = np.repeat(np.arange(4), 10)
+    x = np.eye(4)[y] * 10 + 0.01 * rng.normal(size=(40, 4))
+    m = retrieval_metrics(x, y)
+    assert m["precision_at_1"] == 1.0 and m["map_at_r"] == 1.0 and m["recall_at_8"] == 1.0
+    np.testing.assert_allclose(m["nmi"], 1.0)
+
+
+def test_rejects_bad_input():
+    with pytest.raises(ValueError, match="labels"):
+        retrieval_metrics(np.zeros((3, 2)), np.array([0, 0, 1]))
+    with pytest.raises(ValueError, match="metric"):
+        retrieval_metrics(np.zeros((4, 2)), np.array([0, 0, 1, 1]), metric="manhattan")
+
+
+@pytest.mark.parametrize("metric", ["cosine", "euclidean"])
+def test_matches_pytorch_metric_learning(metric):
+    torch = pytest.importorskip("torch")
+    accuracy = pytest.importorskip("pytorch_metric_learning.utils.accuracy_calculator")
+    inference = pytest.importorskip("pytorch_metric_learning.utils.inference")
+    distances = pytest.importorskip("pytorch_metric_learning.distances")
+    rng = np.random.default_rng(1)
+    y = rng.integers(0, 8, size=300)
+    x = (rng.normal(size=(8, 16))[y] + 1.5 * rng.normal(size=(300, 16))).astype(np.float32)
+    distance = distances.CosineSimilarity() if metric == "cosine" else distances.LpDistance(normalize_embeddings=False)
+    calculator = accuracy.AccuracyCalculator(include=("precision_at_1", "mean_average_precision_at_r"),
+                                             knn_func=inference.CustomKNN(distance))
+    ref = calculator.get_accuracy(torch.tensor(x), torch.tensor(y), ref_includes_query=True)
+    ours = retrieval_metrics(x, y, metric=metric, nmi=False)
+    assert 0.2 < ours["map_at_r"] < 0.9  # the case is neither trivial nor hopeless
+    np.testing.assert_allclose(ours["precision_at_1"], ref["precision_at_1"], atol=1e-6)
+    np.testing.assert_allclose(ours["map_at_r"], ref["mean_average_precision_at_r"], atol=1e-6)
+
+
+def test_chunked_ranking_equals_one_chunk():
+    rng = np.random.default_rng(2)
+    y = rng.integers(0, 3, size=50)
+    x = rng.normal(size=(50, 4))
+    for metric in ("cosine", "euclidean"):
+        np.testing.assert_array_equal(_ranked_hits(x, y, 20, metric, chunk_size=7),
+                                      _ranked_hits(x, y, 20, metric, chunk_size=1000))
