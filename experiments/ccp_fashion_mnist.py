@@ -1,6 +1,7 @@
 """CCP on Fashion-MNIST zero-shot retrieval (train on classes 0-4, test on 5-9), with ProxyAnchor as inner loss.
 
-Variants (same data, seed, epochs; all keep the best-validation-MAP@R weights):
+Class-balanced batches (5 classes x 12), short epochs of 25 steps, one validation MAP@R per epoch (1,000
+held-out training images of classes 0-4). Variants (same data, seed, steps; all keep the best-validation weights):
 ``proxy_anchor`` (no re-initialization), ``ccp_random`` (re-init by random sampling, pool = P),
 ``ccp_kcenter`` (greedy k-center from a pool of ``--pool`` per class, proximal lambda = 2e-4),
 ``ccp_kcenter_no_prox`` (same, lambda = 0). Writes experiments/results/ccp_fashion_mnist.json.
@@ -18,6 +19,7 @@ from ot_layers import ClassProxies
 from ot_layers.callbacks import CCPReinitialization
 from ot_layers.losses import ProxyAnchorLoss
 from training.evaluation import retrieval_metrics
+from training.samplers import ClassBalancedBatches
 from zero_shot_setup import embedding_network, retrieval, seed_everything, zero_shot_data
 
 
@@ -29,10 +31,11 @@ def run(variant, data, args):
     proxies = ClassProxies(5, proxies_per_class=args.proxies, name="proxies")
     model = keras.Model(images, proxies(embed(images)))
     model.compile(keras.optimizers.Adam(args.lr), ProxyAnchorLoss(proxies))
+    plateau = dict(patience=args.patience, min_delta=args.min_delta)
     settings = {"proxy_anchor": dict(patience=10 ** 6, pool_size=args.proxies, proximal=0.0),
-                "ccp_random": dict(patience=args.patience, pool_size=args.proxies, proximal=2e-4),
-                "ccp_kcenter": dict(patience=args.patience, pool_size=args.pool, proximal=2e-4),
-                "ccp_kcenter_no_prox": dict(patience=args.patience, pool_size=args.pool, proximal=0.0)}[variant]
+                "ccp_random": dict(plateau, pool_size=args.proxies, proximal=2e-4),
+                "ccp_kcenter": dict(plateau, pool_size=args.pool, proximal=2e-4),
+                "ccp_kcenter_no_prox": dict(plateau, pool_size=args.pool, proximal=0.0)}[variant]
 
     def validation_map_at_r():
         return retrieval_metrics(embed.predict(x_val, batch_size=512, verbose=0), y_val, ks=(1,),
@@ -40,7 +43,9 @@ def run(variant, data, args):
 
     ccp = CCPReinitialization(embed, proxies.proxies, x, y, validation_map_at_r, seed=args.seed, **settings)
     start = time.time()
-    model.fit(x, y, epochs=args.epochs, batch_size=args.batch_size, verbose=2, callbacks=[ccp])
+    batches = ClassBalancedBatches(x, y, classes_per_batch=5, samples_per_class=args.samples_per_class,
+                                   steps_per_epoch=args.steps_per_epoch, seed=args.seed)
+    model.fit(batches, epochs=args.epochs, verbose=2, callbacks=[ccp])
     result = {"variant": variant, **settings, "reinitializations": ccp.reinitializations,
               "val_map_at_r": [round(v, 4) for v in ccp.history], "test": retrieval(embed, x_test, y_test),
               "seconds": round(time.time() - start, 1)}
@@ -52,15 +57,17 @@ def main():
     parser = argparse.ArgumentParser()
     parser.add_argument("--variants", nargs="+",
                         default=["proxy_anchor", "ccp_random", "ccp_kcenter", "ccp_kcenter_no_prox"])
-    parser.add_argument("--epochs", type=int, default=8)
+    parser.add_argument("--epochs", type=int, default=24, help="short epochs: one validation MAP@R each")
+    parser.add_argument("--steps-per-epoch", type=int, default=25)
+    parser.add_argument("--samples-per-class", type=int, default=12, help="class-balanced batches of 5 x this")
     parser.add_argument("--patience", type=int, default=2)
+    parser.add_argument("--min-delta", type=float, default=0.002)
     parser.add_argument("--proxies", type=int, default=4)
     parser.add_argument("--pool", type=int, default=12)
     parser.add_argument("--train", type=int, default=12000, help="first N training images (classes 0-4 kept)")
     parser.add_argument("--val", type=int, default=1000)
     parser.add_argument("--dim", type=int, default=32)
     parser.add_argument("--width", type=int, default=16)
-    parser.add_argument("--batch-size", type=int, default=64)
     parser.add_argument("--lr", type=float, default=1e-3)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--out", default="experiments/results/ccp_fashion_mnist.json")

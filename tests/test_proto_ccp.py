@@ -110,3 +110,13 @@ def test_rejects_bad_arguments():
         CCPReinitialization(model, proxies.proxies, x, y, 0.5)
     with pytest.raises(ValueError, match="proximal"):
         CCPReinitialization(model, proxies.proxies, x, y, lambda: 0.0, proximal=2.0)
+
+
+def test_min_delta_counts_small_gains_as_plateau():
+    x, y = _data()
+    model, proxies = _model()
+    scores = iter([0.5, 0.501, 0.502, 0.6])
+    ccp = CCPReinitialization(model, proxies.proxies, x, y, validation_score=lambda: next(scores), patience=2,
+                              pool_size=4, min_delta=0.01)
+    model.fit(x, y, epochs=4, batch_size=20, verbose=0, callbacks=[ccp])
+    assert ccp.reinitializations == 1  # epochs 2 and 3 gain less than min_delta

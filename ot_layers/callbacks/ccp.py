@@ -26,7 +26,7 @@ class CCPReinitialization(keras.callbacks.Callback):
 
     After every epoch ``validation_score()`` is called (higher is better; the thesis uses validation MAP@R, e.g.
     ``lambda: training.evaluation.retrieval_metrics(embed(x_val), y_val, nmi=False)["map_at_r"]``) and logged as
-    ``val_score``. When it has not improved for ``patience`` epochs, the current problem is
+    ``val_score``. When it has not improved by more than ``min_delta`` for ``patience`` epochs, the current problem is
     considered solved: the model is reset to its best weights ``theta*``; for every class a pool of
     ``pool_size`` training images is drawn and embedded, and the class's ``P`` proxies are replaced by greedy
     k-center picks from that pool (``k_center_proxies``; ``pool_size == P`` is random sampling). During the next
@@ -41,7 +41,7 @@ class CCPReinitialization(keras.callbacks.Callback):
     """
 
     def __init__(self, embedding_model, proxy_variable, train_images, train_labels, validation_score, patience=3,
-                 pool_size=12, proximal=2e-4, batch_size=256, seed=0):
+                 pool_size=12, proximal=2e-4, min_delta=0.0, batch_size=256, seed=0):
         super().__init__()
         self.embedding_model = embedding_model
         self.proxy_variable = proxy_variable
@@ -63,6 +63,7 @@ class CCPReinitialization(keras.callbacks.Callback):
             raise ValueError(f"`pool_size` ({pool_size}) must be at least the number of proxies per class "
                              f"({per_class}).")
         self.proximal = float(check_in_range("proximal", proximal, 0.0, 1.0))
+        self.min_delta = float(check_in_range("min_delta", min_delta, 0.0, 1.0))
         self.batch_size = check_positive_int("batch_size", batch_size)
         self.rng = np.random.default_rng(seed)
         self.reinitializations = 0
@@ -100,8 +101,11 @@ class CCPReinitialization(keras.callbacks.Callback):
         if logs is not None:
             logs["val_score"] = score
         if score > self._best_score:
-            self._best_score, self._best_weights, self._wait = score, self.model.get_weights(), 0
-            return
+            improved = score > self._best_score + self.min_delta
+            self._best_score, self._best_weights = score, self.model.get_weights()
+            if improved:
+                self._wait = 0
+                return
         self._wait += 1
         if self._wait < self.patience:
             return
