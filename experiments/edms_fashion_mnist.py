@@ -14,7 +14,6 @@ import os
 import time
 
 import keras
-import numpy as np
 
 from ot_layers import ManifoldProxies
 from ot_layers.callbacks import HardProxyUpdate

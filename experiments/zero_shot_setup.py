@@ -1,7 +1,5 @@
 """Shared set-up of the Fashion-MNIST zero-shot retrieval experiments (train on classes 0-4, test on 5-9)."""
 import keras
-import numpy as np
-
 from training.data import load_fashion_mnist, select_classes
 from training.evaluation import retrieval_metrics
 from zoo import small_convnet
@@ -40,4 +38,3 @@ def retrieval(model, images, labels):
 
 def seed_everything(seed):
     keras.utils.set_random_seed(seed)
-    return np.random.default_rng(seed)

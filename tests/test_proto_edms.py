@@ -2,7 +2,6 @@
 import keras
 import numpy as np
 import pytest
-import tensorflow as tf
 
 from ot_layers import ManifoldProxies
 from ot_layers.callbacks import HardProxyUpdate
