@@ -1,5 +1,6 @@
 """Shared set-up of the Fashion-MNIST zero-shot retrieval experiments (train on classes 0-4, test on 5-9)."""
 import keras
+
 from training.data import load_fashion_mnist, select_classes
 from training.evaluation import retrieval_metrics
 from zoo import small_convnet
