@@ -120,3 +120,14 @@ def test_min_delta_counts_small_gains_as_plateau():
                               pool_size=4, min_delta=0.01)
     model.fit(x, y, epochs=4, batch_size=20, verbose=0, callbacks=[ccp])
     assert ccp.reinitializations == 1  # epochs 2 and 3 gain less than min_delta
+
+
+def test_plateau_is_judged_per_problem():
+    x, y = _data()
+    model, proxies = _model()
+    # problem 1 peaks at 0.9; problem 2 starts low but keeps improving on its own best: no second re-init
+    scores = iter([0.9, 0.8, 0.7, 0.3, 0.4, 0.5, 0.6])
+    ccp = CCPReinitialization(model, proxies.proxies, x, y, validation_score=lambda: next(scores), patience=2,
+                              pool_size=4)
+    model.fit(x, y, epochs=7, batch_size=20, verbose=0, callbacks=[ccp])
+    assert ccp.reinitializations == 1

@@ -26,14 +26,15 @@ class CCPReinitialization(keras.callbacks.Callback):
 
     After every epoch ``validation_score()`` is called (higher is better; the thesis uses validation MAP@R, e.g.
     ``lambda: training.evaluation.retrieval_metrics(embed(x_val), y_val, nmi=False)["map_at_r"]``) and logged as
-    ``val_score``. When it has not improved by more than ``min_delta`` for ``patience`` epochs, the current problem is
-    considered solved: the model is reset to its best weights ``theta*``; for every class a pool of
+    ``val_score``. When it has not improved on the current problem's best by more than ``min_delta`` for
+    ``patience`` epochs (early stopping per problem, thesis Sec. 3.2.4), the problem is considered solved: the model
+    is reset to the problem's best weights ``theta*``, and for every class a pool of
     ``pool_size`` training images is drawn and embedded, and the class's ``P`` proxies are replaced by greedy
     k-center picks from that pool (``k_center_proxies``; ``pool_size == P`` is random sampling). During the next
     problem the proximal term ``(lambda/2) ||theta - theta*||^2`` of eq. 3.2.11 acts through its SGD form
     ``theta <- (1 - lambda) theta + lambda theta*`` after every optimizer step (thesis, "Relation to EMA of
     weights"), on all trainable weights except the proxies; ``proximal = 0`` turns it off, and it is off before the
-    first re-initialization. At the end of training the best weights are restored.
+    first re-initialization. At the end of training the best weights over all problems are restored.
 
     ``proxy_variable``: the ``keras.Variable`` ``(num_classes, P, d)`` of the proxies (e.g. ``ClassProxies.proxies``
     read by ``ProxyAnchorLoss`` / ``ProxyNCAPlusPlusLoss``). ``train_labels`` must be ``0..num_classes-1``.
@@ -77,7 +78,11 @@ class CCPReinitialization(keras.callbacks.Callback):
         return [w for w in self.model.trainable_weights if w is not self.proxy_variable]
 
     def on_train_begin(self, logs=None):
-        self._best_score, self._best_weights, self._wait = -np.inf, None, 0
+        self._best_score, self._best_weights = -np.inf, None
+        self._start_problem()
+
+    def _start_problem(self):
+        self._problem_score, self._problem_weights, self._wait = -np.inf, None, 0
 
     def on_train_batch_end(self, batch, logs=None):
         if self._anchor is None or self.proximal == 0.0:
@@ -101,19 +106,21 @@ class CCPReinitialization(keras.callbacks.Callback):
         if logs is not None:
             logs["val_score"] = score
         if score > self._best_score:
-            improved = score > self._best_score + self.min_delta
             self._best_score, self._best_weights = score, self.model.get_weights()
+        if score > self._problem_score:
+            improved = score > self._problem_score + self.min_delta
+            self._problem_score, self._problem_weights = score, self.model.get_weights()
             if improved:
                 self._wait = 0
                 return
         self._wait += 1
         if self._wait < self.patience:
             return
-        self.model.set_weights(self._best_weights)
+        self.model.set_weights(self._problem_weights)
         self._anchor = [np.asarray(w) for w in self._pulled_weights()]
         self.reinitialize_proxies()
         self.reinitializations += 1
-        self._wait = 0
+        self._start_problem()
 
     def on_train_end(self, logs=None):
         if self._best_weights is not None:
