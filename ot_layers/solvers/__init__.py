@@ -1,6 +1,10 @@
 """Pure tensor solvers (no Keras state). Each returns a small named result."""
+from ot_layers.solvers.assignment import hungarian_assignment
 from ot_layers.solvers.k_center import greedy_k_center
 from ot_layers.solvers.partial_transport import PartialTransportResult, partial_transport
+from ot_layers.solvers.prototypes import estimate_prototypes
+from ot_layers.solvers.random_walk import random_walk_similarity
 from ot_layers.solvers.sinkhorn import SinkhornResult, sinkhorn
 
-__all__ = ["sinkhorn", "SinkhornResult", "greedy_k_center", "partial_transport", "PartialTransportResult"]
+__all__ = ["sinkhorn", "SinkhornResult", "greedy_k_center", "partial_transport", "PartialTransportResult",
+           "estimate_prototypes", "hungarian_assignment", "random_walk_similarity"]

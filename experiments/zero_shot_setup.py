@@ -1,0 +1,41 @@
+"""Shared set-up of the Fashion-MNIST zero-shot retrieval experiments (train on classes 0-4, test on 5-9)."""
+import keras
+
+from training.data import load_fashion_mnist, select_classes
+from training.evaluation import retrieval_metrics
+from zoo import small_convnet
+
+TRAIN_CLASSES, TEST_CLASSES = (0, 1, 2, 3, 4), (5, 6, 7, 8, 9)
+
+
+def zero_shot_data(train_limit, val_size=0):
+    """Training images of classes 0-4 from the first ``train_limit`` training images (labels 0..4), ``val_size``
+    validation images of the same classes from the images after them, and the test images of classes 5-9."""
+    x, y = load_fashion_mnist("train", limit=train_limit + 2 * val_size)
+    x_train, y_train = select_classes(x[:train_limit], y[:train_limit], TRAIN_CLASSES)
+    x_val, y_val = select_classes(x[train_limit:], y[train_limit:], TRAIN_CLASSES)
+    x_test, y_test = load_fashion_mnist("test")
+    x_test, y_test = select_classes(x_test, y_test, TEST_CLASSES)
+    return (x_train, y_train), (x_val[:val_size], y_val[:val_size]), (x_test, y_test)
+
+
+def embedding_network(dim, width=16, name="embedding"):
+    """small_convnet + global average pooling + Dense(dim); BatchNorm momentum 0.9 for short runs."""
+    backbone = small_convnet((28, 28, 1), width=width, feature_dim=2 * width)
+    for layer in backbone.layers:
+        if isinstance(layer, keras.layers.BatchNormalization):
+            layer.momentum = 0.9
+    images = keras.Input((28, 28, 1), name="images")
+    pooled = keras.layers.GlobalAveragePooling2D()(backbone(images))
+    return keras.Model(images, keras.layers.Dense(dim, name="embedding_dense")(pooled), name=name)
+
+
+def retrieval(model, images, labels):
+    """MAP@R, R@1 and NMI of ``model``'s embeddings (cosine)."""
+    embeddings = model.predict(images, batch_size=512, verbose=0)
+    metrics = retrieval_metrics(embeddings, labels, ks=(1,), metric="cosine", nmi=True)
+    return {k: round(float(v), 4) for k, v in metrics.items()}
+
+
+def seed_everything(seed):
+    keras.utils.set_random_seed(seed)

@@ -1,0 +1,194 @@
+"""EDMS: random-walk manifold similarity, manifold proxy head and loss, hard proxies, partitions, ensemble."""
+import keras
+import numpy as np
+import pytest
+
+from ot_layers import ManifoldProxies
+from ot_layers.callbacks import HardProxyUpdate
+from ot_layers.callbacks.hard_proxies import hard_proxy_objective, harden_proxy
+from ot_layers.losses import ManifoldProxyLoss
+from ot_layers.solvers import random_walk_similarity
+from tests import keras_checks
+from zoo import ensemble_embedding_model, meta_class_partitions
+
+K, DIM, IN = 3, 4, 6
+
+
+def _unit(rows, d, seed=0):
+    x = np.random.default_rng(seed).standard_normal((rows, d))
+    return x / np.linalg.norm(x, axis=1, keepdims=True)
+
+
+def test_random_walk_is_the_fixed_point_of_the_iteration():
+    x = _unit(7, 3)
+    f = random_walk_similarity(x.astype(np.float32), alpha=0.8, temperature=0.5).numpy()
+    s = np.exp(x @ x.T / 0.5)
+    np.fill_diagonal(s, 0.0)
+    d = s.sum(1)
+    s_bar = s / np.sqrt(d[:, None] * d[None, :])
+    it = np.eye(7)
+    for _ in range(300):
+        it = 0.8 * s_bar @ it + 0.2 * np.eye(7)
+    np.testing.assert_allclose(f, it, atol=1e-5)
+    np.testing.assert_allclose(f, f.T, atol=1e-6)
+
+
+def test_random_walk_prefers_the_manifold_path():
+    # a chain a - b - c - d on a circle arc, and e off to the side: d is nearer to a along the chain than e.
+    angles = np.array([0.0, 0.5, 1.0, 1.5])
+    chain = np.stack([np.cos(angles), np.sin(angles), np.zeros(4)], 1)
+    outlier = np.array([[np.cos(1.1), 0.0, np.sin(1.1)]])  # cos(a, e) = cos(1.1) > cos(a, d) = cos(1.5)
+    x = np.concatenate([chain, outlier]).astype(np.float32)
+    f = random_walk_similarity(x, alpha=0.95, temperature=0.1).numpy()
+    assert x[0] @ x[4] > x[0] @ x[3]
+    assert f[0, 3] > f[0, 4]
+
+
+@pytest.mark.parametrize("kwargs,name", [({"alpha": 1.0}, "alpha"), ({"alpha": 0.0}, "alpha"),
+                                         ({"temperature": 0.0}, "temperature")])
+def test_random_walk_rejects_bad_arguments(kwargs, name):
+    with pytest.raises(ValueError, match=name):
+        random_walk_similarity(np.ones((3, 2), np.float32), **kwargs)
+
+
+def _head(mode):
+    layer = ManifoldProxies(K, DIM, mode=mode)
+    layer.build((None, DIM))
+    layer.proxies.assign(_unit(K, DIM, 5).astype(np.float32))
+    return layer
+
+
+def test_head_modes_match_numpy():
+    x = _unit(5, DIM, 1).astype(np.float32)
+    p = _unit(K, DIM, 5)
+    f = random_walk_similarity(np.concatenate([x, p]).astype(np.float32)).numpy()
+    np.testing.assert_allclose(_head("direct")(x), x @ p.T, atol=1e-6)
+    np.testing.assert_allclose(_head("intrinsic")(x), f[:5, 5:], atol=1e-6)
+    np.testing.assert_allclose(_head("contextual")(x), f[:5, 5:] @ f[5:, 5:].T, atol=1e-6)
+
+
+def test_manifold_loss_matches_formula():
+    s = np.array([[0.3, 0.1, -0.2], [0.0, 0.5, 0.4]], np.float32)
+    y = np.array([0, 2])
+    m = 0.05
+    expected = [np.log(1 + np.exp(0.1 - 0.3 + m) + np.exp(-0.2 - 0.3 + m)),
+                np.log(1 + np.exp(0.0 - 0.4 + m) + np.exp(0.5 - 0.4 + m))]
+    np.testing.assert_allclose(ManifoldProxyLoss(margin=m)(y, s), np.mean(expected), rtol=1e-6)
+    with pytest.raises(ValueError, match="margin"):
+        ManifoldProxyLoss(margin=-1.0)
+
+
+def test_hard_proxy_gradient_and_descent():
+    anchor, members = _unit(1, DIM, 2)[0], _unit(20, DIM, 3)
+    p = _unit(1, DIM, 4)[0]
+    value, grad = hard_proxy_objective(p, anchor, members)
+    eps = 1e-6
+    numeric = [(hard_proxy_objective(p + eps * e, anchor, members)[0]
+                - hard_proxy_objective(p - eps * e, anchor, members)[0]) / (2 * eps) for e in np.eye(DIM)]
+    np.testing.assert_allclose(grad, numeric, rtol=1e-5, atol=1e-8)
+    hard = harden_proxy(anchor, members, steps=200, learning_rate=0.1)
+    assert hard_proxy_objective(hard, anchor, members)[0] < hard_proxy_objective(anchor, anchor, members)[0]
+    # pushed away from its own meta-class: lower mean similarity to the members than the anchor had
+    assert np.mean(members @ hard) < np.mean(members @ anchor)
+
+
+def test_meta_class_partitions():
+    parts = meta_class_partitions(10, 3, num_learners=4, seed=1)
+    assert parts.shape == (4, 10)
+    for row in parts:
+        assert sorted(np.bincount(row, minlength=3).tolist()) == [3, 3, 4]
+    assert len({tuple(r) for r in parts}) > 1
+    with pytest.raises(ValueError, match="num_meta_classes"):
+        meta_class_partitions(3, 4)
+
+
+def _data(n=48, seed=0):
+    rng = np.random.default_rng(seed)
+    y = rng.integers(0, K, n).astype(np.int32)
+    x = (rng.standard_normal((n, IN)) + 2.0 * np.eye(K, IN)[y]).astype(np.float32)
+    return x, y
+
+
+def _build(mode="contextual"):
+    def build():
+        x = keras.Input((IN,), name="x")
+        e = keras.layers.Dense(DIM, name="embed")(x)
+        return keras.Model(x, ManifoldProxies(K, DIM, mode=mode, name="head")(e))
+    return build
+
+
+def _embedding(model):
+    return keras.Model(model.inputs, model.get_layer("embed").output)
+
+
+@pytest.mark.parametrize("mode", ["contextual", "intrinsic", "direct"])
+def test_fit_with_hard_proxy_callback(mode):
+    x, y = _data()
+    model = _build(mode)()
+    model.compile(optimizer=keras.optimizers.Adam(1e-2), loss=ManifoldProxyLoss())
+    callback = HardProxyUpdate(_embedding(model), x, y, steps=20, learning_rate=0.1, samples_per_meta_class=8)
+    seen = []  # at each epoch start, right after the update: the layer's proxies and the proxies of that moment
+    record = keras.callbacks.LambdaCallback(on_epoch_begin=lambda epoch, logs: seen.append(
+        (np.asarray(model.get_layer("head").proxies), callback.compute_proxies())))
+    history = model.fit(x, y, epochs=3, batch_size=16, verbose=0, callbacks=[callback, record])
+    assert np.all(np.isfinite(history.history["loss"]))
+    assert history.history["loss"][-1] < history.history["loss"][0]
+    assert len(seen) == 3 and not np.allclose(seen[0][0], seen[-1][0])  # re-estimated every epoch
+    for proxies, expected in seen:
+        np.testing.assert_allclose(np.linalg.norm(proxies, axis=1), 1.0, atol=1e-5)
+        np.testing.assert_allclose(proxies, expected, atol=1e-5)
+    soft = HardProxyUpdate(_embedding(model), x, y, harden=False, samples_per_meta_class=8)
+    anchors = _embedding(model).predict(x[soft.anchors], verbose=0)
+    np.testing.assert_allclose(soft.compute_proxies(), anchors / np.linalg.norm(anchors, axis=1, keepdims=True),
+                               atol=1e-5)
+
+
+def test_callback_rejects_bad_input():
+    x, y = _data()
+    with pytest.raises(ValueError, match="meta_labels"):
+        HardProxyUpdate(None, x, y[:-1])
+    with pytest.raises(ValueError, match="meta_labels"):
+        HardProxyUpdate(None, x[:4], np.array([0, 0, 0, 1]))
+    with pytest.raises(ValueError, match="mode"):
+        ManifoldProxies(K, DIM, mode="nope")
+
+
+def test_save_load_roundtrip(tmp_path):
+    x, _ = _data()
+    model = _build()()
+    model.get_layer("head").proxies.assign(_unit(K, DIM, 7).astype(np.float32))
+    restored = keras_checks.assert_save_load_roundtrip(model, x, tmp_path, atol=1e-6)
+    np.testing.assert_array_equal(restored.get_layer("head").proxies, model.get_layer("head").proxies)
+
+
+def test_fits_with_xla():
+    x, y = _data()
+    keras_checks.assert_fits_with_xla(_build(), x, y, ManifoldProxyLoss())
+
+
+def test_fits_mirrored():
+    x, y = _data()
+    keras_checks.assert_fits_mirrored(_build("intrinsic"), x, y, ManifoldProxyLoss())
+
+
+def test_mixed_precision():
+    x, _ = _data()
+    keras_checks.assert_mixed_precision(_build(), x, float32_model=_build()())
+
+
+def test_head_refuses_export_and_ensemble_exports(tmp_path):
+    import export
+
+    x, _ = _data()
+    model = _build()()
+    model(x)
+    with pytest.raises(Exception, match="training head"):
+        export.to_saved_model(model, str(tmp_path / "refused"))
+    learners = [_embedding(_build()()) for _ in range(3)]
+    ensemble = ensemble_embedding_model(learners)
+    out = np.asarray(ensemble(x))
+    assert out.shape == (len(x), 3 * DIM)
+    np.testing.assert_allclose(np.linalg.norm(out, axis=1), 1.0, atol=1e-5)
+    np.testing.assert_allclose(out[:, DIM:2 * DIM] * np.sqrt(3),
+                               keras.layers.UnitNormalization()(learners[1](x)), atol=1e-5)
+    keras_checks.assert_export_parity(ensemble, x, tmp_path)
