@@ -13,6 +13,15 @@ from ot_layers.validation import (
 NODE_WEIGHTS = ("cross_reference", "uniform")
 TEMPERATURE = 12.5
 WEIGHT_FLOOR = 1e-3
+# At the small epsilon EMD needs, Sinkhorn amplifies float32 round-off in the costs by ~1 / epsilon (graph rewrites
+# at export moved the logits by ~3e-5); the head builds costs and solves in float64, where that stays ~1e-13.
+COMPUTE_DTYPE = tf.float64
+
+
+def _mean(x, axis):
+    # reduce_sum / size rather than reduce_mean: tf2onnx maps the latter to a GlobalAveragePool that onnxruntime
+    # has no float64 kernel for.
+    return tf.reduce_sum(x, axis=axis, keepdims=True) / tf.cast(tf.shape(x)[axis], x.dtype)
 
 
 def cross_reference_weights(query, support, floor=WEIGHT_FLOOR):
@@ -24,8 +33,8 @@ def cross_reference_weights(query, support, floor=WEIGHT_FLOOR):
 
     query ``(B, n, d)``, support ``(K, m, d)`` -> weights ``(B, K, n)`` and ``(B, K, m)``.
     """
-    query_weights = tf.nn.relu(tf.einsum("bnd,kd->bkn", query, tf.reduce_mean(support, axis=1))) + floor
-    support_weights = tf.nn.relu(tf.einsum("kmd,bd->bkm", support, tf.reduce_mean(query, axis=1))) + floor
+    query_weights = tf.nn.relu(tf.einsum("bnd,kd->bkn", query, _mean(support, 1)[:, 0])) + floor
+    support_weights = tf.nn.relu(tf.einsum("kmd,bd->bkm", support, _mean(query, 1)[:, 0])) + floor
     return (query_weights / tf.reduce_sum(query_weights, axis=-1, keepdims=True),
             support_weights / tf.reduce_sum(support_weights, axis=-1, keepdims=True))
 
@@ -36,8 +45,8 @@ def cosine_cost(query, support, center=True):
     With ``center`` each node first has its mean over channels subtracted (as the DeepEMD authors do).
     """
     if center:
-        query = query - tf.reduce_mean(query, axis=-1, keepdims=True)
-        support = support - tf.reduce_mean(support, axis=-1, keepdims=True)
+        query = query - _mean(query, -1)
+        support = support - _mean(support, -1)
     cosine = tf.einsum("bnd,kmd->bknm", tf.math.l2_normalize(query, axis=-1), tf.math.l2_normalize(support, axis=-1))
     return tf.maximum(1.0 - cosine, 0.0)
 
@@ -92,8 +101,8 @@ class EMDHead(keras.layers.Layer):
 
     def similarity(self, query, support):
         """EMD similarities ``sum_ij (1 - c_ij) T_ij`` ``(B, K)`` of node sets ``(B, n, d)`` and ``(K, m, d)``."""
-        query = tf.cast(query, tf.float32)
-        support = tf.cast(support, tf.float32)
+        query = tf.cast(query, COMPUTE_DTYPE)
+        support = tf.cast(support, COMPUTE_DTYPE)
         cost = cosine_cost(query, support, self.center)
         if self.node_weights == "cross_reference":
             a, b = cross_reference_weights(query, support, self.weight_floor)
