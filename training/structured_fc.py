@@ -49,6 +49,7 @@ def fine_tune_structured_fc(layer, support_features, support_label, **kwargs):
     layer.initialize_from_support(support_features, support_label)
     flat = tf.reshape(tf.convert_to_tensor(support_features, tf.float32),
                       [len(support_label), layer.num_nodes, -1])
-    nodes = fine_tune_nodes(layer.head, flat, support_label, tf.convert_to_tensor(layer.nodes), **kwargs)
+    compiled = tf.function(lambda f, y, n: fine_tune_nodes(layer.head, f, y, n, **kwargs))
+    nodes = compiled(flat, tf.constant(support_label, tf.int32), tf.convert_to_tensor(layer.nodes))
     layer.nodes.assign(nodes)
     return layer

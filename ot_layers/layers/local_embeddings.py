@@ -11,7 +11,8 @@ MODES = ("grid", "sampling")
 class PatchExtractor(keras.layers.Layer):
     """Cuts images ``(B, H, W, C)`` into patches ``(B, P, patch_size, patch_size, C)`` for a backbone to embed.
 
-    - ``"grid"``: the ``grid x grid`` cells of the image (``P = grid^2``), each resized to ``patch_size``.
+    - ``"grid"``: the ``grid x grid`` cells of the image (``P = grid^2``), each resized (bilinear) to
+      ``patch_size``; the image sides must be divisible by ``grid``.
     - ``"sampling"``: ``num_patches`` random square crops whose side is a uniform fraction in ``scale`` of the
       image side, resized to ``patch_size`` (fresh crops on every call, as DeepEMD samples at test time too).
 
@@ -37,32 +38,35 @@ class PatchExtractor(keras.layers.Layer):
         return 'PatchExtractor(mode="sampling") draws random crops; export with mode="grid".' \
             if self.mode == "sampling" else None
 
-    def _boxes(self, batch):
-        """Normalized crop boxes ``(B * P, 4)`` as ``(y1, x1, y2, x2)``."""
-        if self.mode == "grid":
-            edges = tf.linspace(0.0, 1.0, self.grid + 1)
-            y1, x1 = tf.meshgrid(edges[:-1], edges[:-1], indexing="ij")
-            y2, x2 = tf.meshgrid(edges[1:], edges[1:], indexing="ij")
-            cells = tf.stack([tf.reshape(t, [-1]) for t in (y1, x1, y2, x2)], axis=-1)
-            return tf.tile(cells, [batch, 1])
+    def patches_per_image(self):
+        return self.grid ** 2 if self.mode == "grid" else self.num_patches
+
+    def _grid_cells(self, images):
+        """The ``grid x grid`` cells, exactly (the image sides must be divisible by ``grid``)."""
+        height, width, channels = images.shape[1], images.shape[2], images.shape[3]
+        if height % self.grid or width % self.grid:
+            raise ValueError(f"`grid` ({self.grid}) must divide the image size {height}x{width}.")
+        cell_h, cell_w = height // self.grid, width // self.grid
+        cells = tf.reshape(images, [-1, self.grid, cell_h, self.grid, cell_w, channels])
+        cells = tf.reshape(tf.transpose(cells, [0, 1, 3, 2, 4, 5]), [-1, cell_h, cell_w, channels])
+        return tf.image.resize(cells, [self.patch_size, self.patch_size])
+
+    def _random_crops(self, images):
+        batch = tf.shape(images)[0]
         count = batch * self.num_patches
         side = keras.random.uniform([count], self.scale[0], self.scale[1], seed=self.seed_generator)
         y1 = keras.random.uniform([count], seed=self.seed_generator) * (1.0 - side)
         x1 = keras.random.uniform([count], seed=self.seed_generator) * (1.0 - side)
-        return tf.stack([y1, x1, y1 + side, x1 + side], axis=-1)
-
-    def patches_per_image(self):
-        return self.grid ** 2 if self.mode == "grid" else self.num_patches
+        boxes = tf.stack([y1, x1, y1 + side, x1 + side], axis=-1)
+        return tf.image.crop_and_resize(images, boxes, tf.repeat(tf.range(batch), self.num_patches),
+                                        [self.patch_size, self.patch_size])
 
     def call(self, images):
-        batch = tf.shape(images)[0]
-        per_image = self.patches_per_image()
-        boxes = self._boxes(batch)
-        box_index = tf.repeat(tf.range(batch), per_image)
-        crops = tf.image.crop_and_resize(tf.cast(images, tf.float32), boxes, box_index,
-                                         [self.patch_size, self.patch_size])
-        crops = tf.reshape(crops, [batch, per_image, self.patch_size, self.patch_size, images.shape[-1]])
-        return tf.cast(crops, self.compute_dtype)
+        images = tf.cast(images, tf.float32)
+        patches = self._grid_cells(images) if self.mode == "grid" else self._random_crops(images)
+        patches = tf.reshape(patches, [-1, self.patches_per_image(), self.patch_size, self.patch_size,
+                                       images.shape[-1]])
+        return tf.cast(patches, self.compute_dtype)
 
     def compute_output_shape(self, input_shape):
         return (input_shape[0], self.patches_per_image(), self.patch_size, self.patch_size, input_shape[-1])
