@@ -1,5 +1,4 @@
 """Episodes, few-shot evaluation, structured-FC fine-tuning, ResNet-12 and the Grid/Sampling patch embeddings."""
-import keras
 import numpy as np
 import pytest
 import tensorflow as tf
@@ -54,7 +53,10 @@ def test_evaluate_episodes_scores_oracle_and_constant_classifiers():
         means = np.stack([support[support_label == k].mean(0) for k in range(5)])
         return query @ means.T
 
-    report = evaluate_episodes(features, labels, {"oracle": prototype, "first": lambda s, sl, q: np.eye(5)[[0] * len(q)]},
+    def first_class(support, support_label, query):
+        return np.eye(5)[[0] * len(query)]
+
+    report = evaluate_episodes(features, labels, {"oracle": prototype, "first": first_class},
                                ways=5, shots=1, queries=3, episodes=30)
     assert report["oracle"] == {"mean": 1.0, "ci95": 0.0, "episodes": 30}
     assert report["first"]["mean"] == pytest.approx(0.2)

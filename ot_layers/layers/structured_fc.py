@@ -42,7 +42,7 @@ class StructuredFC(keras.layers.Layer):
                                      initializer=self.node_initializer, trainable=True)
 
     def initialize_from_support(self, features, labels):
-        """Set each class's nodes to the mean of its support feature maps ``features`` ``(S, H, W, d)``/``(S, n, d)``."""
+        """Set each class's nodes to the mean of its support feature maps ``(S, H, W, d)`` or ``(S, n, d)``."""
         features = np.asarray(flatten_feature_map(tf.convert_to_tensor(features, tf.float32)))
         labels = np.asarray(labels)
         if features.shape[1] != self.num_nodes:

@@ -55,7 +55,10 @@ class EMDResult(NamedTuple):
 
 
 def _network_simplex(cost, a, b):
-    """NumPy: optimal flows, values and centred duals of ``P`` problems ``cost (P, n, m)``, ``a (P, n)``, ``b (P, m)``."""
+    """NumPy: optimal flows, values and centred duals of ``P`` problems.
+
+    ``cost (P, n, m)``, ``a (P, n)``, ``b (P, m)``, all float64.
+    """
     plans = np.empty_like(cost)
     values = np.empty(cost.shape[0], dtype=cost.dtype)
     f = np.empty_like(a)
