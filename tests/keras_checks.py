@@ -48,10 +48,20 @@ def assert_fits_with_xla(build_model, x, y, loss, **kwargs):
     return assert_fits(build_model, x, y, loss, jit_compile=True, **kwargs)
 
 
+_STRATEGIES = {}
+
+
+def two_replica_strategy():
+    """One 2-replica MirroredStrategy per process: several strategies in one process clash on collective keys."""
+    if "mirrored" not in _STRATEGIES:
+        devices = [d.name for d in tf.config.list_logical_devices("CPU")][:2]
+        assert len(devices) == 2, "tests/conftest.py should have created two logical CPU devices"
+        _STRATEGIES["mirrored"] = tf.distribute.MirroredStrategy(devices)
+    return _STRATEGIES["mirrored"]
+
+
 def assert_fits_mirrored(build_model, x, y, loss, **kwargs):
-    devices = [d.name for d in tf.config.list_logical_devices("CPU")][:2]
-    assert len(devices) == 2, "tests/conftest.py should have created two logical CPU devices"
-    strategy = tf.distribute.MirroredStrategy(devices)
+    strategy = two_replica_strategy()
     assert strategy.num_replicas_in_sync == 2
     return assert_fits(build_model, x, y, loss, strategy=strategy, **kwargs)
 

@@ -26,6 +26,7 @@ Gradients:
 """
 from typing import NamedTuple
 
+import numpy as np
 import tensorflow as tf
 
 from ot_layers.validation import check_choice, check_non_negative, check_positive, check_positive_int
@@ -97,18 +98,38 @@ def _solve_log(cost, a, b, epsilon, max_iter, threshold):
     return f, g, i
 
 
+def _in_xla_context():
+    """True while tracing a ``jit_compile=True`` function (uses TF's internal XLA-context marker)."""
+    try:
+        from tensorflow.python.ops import control_flow_util
+    except ImportError:  # pragma: no cover - the internal module moved
+        return False
+    return bool(control_flow_util.GraphOrParentsInXlaContext(tf.compat.v1.get_default_graph()))
+
+
+def _kernel_products(kernel):
+    """``(K v, K^T u)`` as functions. XLA on CPU runs batched small matrix-vector products several times slower as
+    dots than as fused multiply-and-sum, while TensorFlow's own kernels favour ``matvec``: pick by context."""
+    if _in_xla_context():
+        return (lambda v: tf.reduce_sum(kernel * v[..., None, :], axis=-1),
+                lambda u: tf.reduce_sum(kernel * u[..., :, None], axis=-2))
+    return (lambda v: tf.linalg.matvec(kernel, v),
+            lambda u: tf.linalg.matvec(kernel, u, transpose_a=True))
+
+
 def _solve_kernel(cost, a, b, epsilon, max_iter, threshold):
     # Shifting each problem's cost by its minimum leaves the plan unchanged and keeps exp(-C/eps) <= 1.
     shift = tf.reduce_min(cost, axis=[-2, -1])
     kernel = tf.exp(-(cost - shift[..., None, None]) / epsilon)
+    kernel_times, kernel_transposed_times = _kernel_products(kernel)
     u = tf.ones_like(a)
     v = tf.ones_like(b)
 
     def body(i, error, u, v):
-        kv = tf.linalg.matvec(kernel, v)
+        kv = kernel_times(v)
         error = _marginal_error(u * kv, a)
         u = a / kv
-        v = b / tf.linalg.matvec(kernel, u, transpose_a=True)
+        v = b / kernel_transposed_times(u)
         return i + 1, error, u, v
 
     error = tf.fill(tf.shape(a)[:-1], tf.constant(float("inf"), a.dtype))
@@ -132,6 +153,15 @@ def _solve(cost, a, b, epsilon, max_iter, threshold, domain):
     )
 
 
+# Eager callers get the loop as one graph (an eager tf.while_loop runs as a slow Python loop). Inside a traced
+# function the loop is built in place: a nested function call would break XLA's gradient of the unrolled loop.
+_solve_graph = tf.function(_solve, reduce_retracing=True)
+
+
+def _solve_compiled(*args):
+    return _solve_graph(*args) if tf.executing_eagerly() else _solve(*args)
+
+
 def _plan(cost, f, g, epsilon):
     return tf.exp((f[..., :, None] + g[..., None, :] - cost) / epsilon)
 
@@ -149,7 +179,8 @@ def _adjoint(plan, upstream):
     """Solves ``H [x; y] = [(G*T) 1; (G*T)^T 1]`` through the Schur complement on the column side.
 
     ``H = [[diag(r), T], [T^T, diag(c)]]`` with ``r, c`` the plan's own marginals; ``H`` is singular along
-    ``(1, -1)``, which ``+ 1 1^T`` on the Schur complement removes (the right-hand side is orthogonal to it).
+    ``(1, -1)``, which ``+ 1 1^T`` on the Schur complement ``diag(c) - T^T diag(1/r) T`` removes (the right-hand
+    side is orthogonal to it).
     """
     weighted = upstream * plan
     rhs_rows = tf.reduce_sum(weighted, axis=-1)
@@ -158,7 +189,11 @@ def _adjoint(plan, upstream):
     cols = tf.reduce_sum(plan, axis=-2)
     scaled = plan / rows[..., :, None]
     schur = tf.linalg.diag(cols) - tf.linalg.matmul(plan, scaled, transpose_a=True)
-    schur += tf.ones_like(schur) * tf.reduce_mean(cols, axis=-1)[..., None, None]
+    scale = tf.reduce_mean(cols, axis=-1)[..., None, None]
+    # + 1 1^T removes the gauge direction; a ridge of a few ulps keeps the solve finite when underflowed plan
+    # entries split the problem into disconnected blocks (tiny epsilon, float32), each adding a null direction.
+    ridge = 10.0 * np.finfo(plan.dtype.as_numpy_dtype).eps
+    schur += scale * (tf.ones_like(schur) + ridge * tf.eye(tf.shape(schur)[-1], dtype=schur.dtype))
     y = tf.linalg.solve(schur, (rhs_cols - tf.linalg.matvec(scaled, rhs_rows, transpose_a=True))[..., None])
     y = y[..., 0]
     x = (rhs_rows - tf.linalg.matvec(plan, y)) / rows
@@ -227,7 +262,8 @@ def sinkhorn(
       threshold: stop once every problem's row-marginal error ``sum |T 1 - a| / sum a`` is at most this; ``0`` or
         ``None`` runs exactly ``max_iter`` updates.
       domain: ``"log"``, ``"kernel"``, or ``"auto"`` (kernel while ``(max C - min C) / eps`` is below
-        ``KERNEL_DOMAIN_LIMIT`` for the compute dtype, log otherwise).
+        ``KERNEL_DOMAIN_LIMIT`` for the compute dtype, log otherwise). With ``gradient="unrolled"``, ``"auto"``
+        means ``"log"``: autodiff through a data-dependent branch around the loop does not compile under XLA.
       gradient: ``"implicit"`` (fixed-point differentiation, constant memory) or ``"unrolled"`` (autodiff).
 
     Returns:
@@ -262,13 +298,14 @@ def sinkhorn(
     epsilon = tf.constant(epsilon, dtype)
 
     if gradient == "implicit":
-        f, g, iterations = _solve(
+        f, g, iterations = _solve_compiled(
             tf.stop_gradient(cost), tf.stop_gradient(a), tf.stop_gradient(b), epsilon, max_iter, threshold, domain
         )
         f, g = tf.stop_gradient(f), tf.stop_gradient(g)
         plan, value = _implicit_plan_and_value(cost, a, b, f, g, epsilon)
     else:
-        f, g, iterations = _solve(cost, a, b, epsilon, max_iter, threshold, domain)
+        domain = "log" if domain == "auto" else domain
+        f, g, iterations = _solve_compiled(cost, a, b, epsilon, max_iter, threshold, domain)
         plan = _plan(cost, f, g, epsilon)
         value = _entropic_value(plan, f, g, epsilon)
     transport_cost = tf.reduce_sum(plan * cost, axis=[-2, -1])
