@@ -22,7 +22,7 @@ import numpy as np
 import tensorflow as tf
 from ot.lp.emd_wrap import check_result, emd_c
 
-from ot_layers.solvers.sinkhorn import compute_dtype, sinkhorn
+from ot_layers.solvers.sinkhorn import _uniform, _validate_marginal, compute_dtype, sinkhorn
 from ot_layers.validation import check_choice, check_non_negative, check_positive, check_positive_int
 
 METHODS = ("exact", "sinkhorn")
@@ -104,20 +104,6 @@ def _exact(cost, a, b):
     return solve(cost, a, b)
 
 
-def _check_weights(name, weights, size):
-    if weights.shape.rank is not None and weights.shape.rank < 1:
-        raise ValueError(f"`{name}` must have at least one dimension, got shape {weights.shape}.")
-    if size is not None and weights.shape[-1] is not None and weights.shape[-1] != size:
-        raise ValueError(f"`{name}` has {weights.shape[-1]} entries per problem but `cost` has {size} on that side.")
-    if tf.executing_eagerly() and bool(tf.reduce_any(weights < 0)):
-        raise ValueError(f"`{name}` must be non-negative.")
-
-
-def _uniform(cost, axis):
-    size = tf.shape(cost)[axis]
-    return tf.fill(tf.concat([tf.shape(cost)[:-2], [size]], 0), 1.0 / tf.cast(size, cost.dtype))
-
-
 def emd(cost, a=None, b=None, *, method="exact", epsilon=SINKHORN_EPSILON, max_iter=SINKHORN_MAX_ITER,
         threshold=SINKHORN_THRESHOLD, domain="auto"):
     """Batched EMD ``min_T <C, T>`` s.t. ``T 1 = a``, ``T^T 1 = b`` (paper 004, Eq. 1), exact or entropic.
@@ -151,8 +137,8 @@ def emd(cost, a=None, b=None, *, method="exact", epsilon=SINKHORN_EPSILON, max_i
 
     a = _uniform(cost, -2) if a is None else tf.cast(tf.convert_to_tensor(a), dtype)
     b = _uniform(cost, -1) if b is None else tf.cast(tf.convert_to_tensor(b), dtype)
-    _check_weights("a", a, cost.shape[-2])
-    _check_weights("b", b, cost.shape[-1])
+    _validate_marginal("a", a, cost.shape[-2])
+    _validate_marginal("b", b, cost.shape[-1])
     if tf.executing_eagerly():
         sums_a, sums_b = tf.reduce_sum(a, axis=-1), tf.reduce_sum(b, axis=-1)
         gap = tf.reduce_max(tf.abs(sums_a - sums_b) / tf.maximum(sums_a, sums_b))
