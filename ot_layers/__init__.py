@@ -1,7 +1,8 @@
 """Optimal-transport and prototype layers for Keras 3 (TensorFlow backend)."""
 from ot_layers import callbacks, losses, solvers
-from ot_layers.layers import ClassProxies, GeneralizedSumPooling, MultiProxyWasserstein, SinkhornMatch
-from ot_layers.layers import HypersphericalPrototypes, ManifoldProxies
+from ot_layers.layers import (ClassProxies, EMDHead, GeneralizedSumPooling, HypersphericalPrototypes,
+                              ManifoldProxies, MultiProxyWasserstein, PatchExtractor, SinkhornMatch, StructuredFC)
 
 __all__ = ["solvers", "losses", "callbacks", "SinkhornMatch", "MultiProxyWasserstein", "ClassProxies",
-           "GeneralizedSumPooling", "HypersphericalPrototypes", "ManifoldProxies"]
+           "GeneralizedSumPooling", "EMDHead", "StructuredFC", "PatchExtractor", "HypersphericalPrototypes",
+           "ManifoldProxies"]

@@ -1,0 +1,134 @@
+"""EMDHead: DeepEMD's Earth Mover's Distance classifier between sets of local features (paper 004, SPEC S5)."""
+import keras
+import tensorflow as tf
+
+from ot_layers.layers.sinkhorn_match import flatten_feature_map
+from ot_layers.solvers.emd import (
+    COSINE_KERNEL_LIMIT, METHODS, SINKHORN_EPSILON, SINKHORN_MAX_ITER, SINKHORN_THRESHOLD, emd,
+)
+from ot_layers.validation import (
+    check_choice, check_non_negative, check_positive, check_positive_int, check_rank, check_same_dim,
+)
+
+NODE_WEIGHTS = ("cross_reference", "uniform")
+TEMPERATURE = 12.5
+WEIGHT_FLOOR = 1e-3
+# At the small epsilon EMD needs, Sinkhorn amplifies float32 round-off in the costs by ~1 / epsilon (graph rewrites
+# at export moved the logits by ~3e-5); the head builds costs and solves in float64, where that stays ~1e-13.
+COMPUTE_DTYPE = tf.float64
+
+
+def _mean(x, axis):
+    # reduce_sum / size rather than reduce_mean: tf2onnx maps the latter to a GlobalAveragePool that onnxruntime
+    # has no float64 kernel for.
+    return tf.reduce_sum(x, axis=axis, keepdims=True) / tf.cast(tf.shape(x)[axis], x.dtype)
+
+
+def cross_reference_weights(query, support, floor=WEIGHT_FLOOR):
+    """DeepEMD's cross-reference node weights (paper 004, Eq. 11-12) for every (query, class) pair.
+
+    ``s_i = max(u_i^T mean_j v_j, 0) + floor`` for the query nodes ``u_i`` against the support set ``V`` and
+    symmetrically ``d_j = max(v_j^T mean_i u_i, 0) + floor``, on the raw features; each side is normalized to sum to
+    one (Eq. 12 normalizes to the node count; the logits' ``1 / n`` absorbs the difference).
+
+    query ``(B, n, d)``, support ``(K, m, d)`` -> weights ``(B, K, n)`` and ``(B, K, m)``.
+    """
+    query_weights = tf.nn.relu(tf.einsum("bnd,kd->bkn", query, _mean(support, 1)[:, 0])) + floor
+    support_weights = tf.nn.relu(tf.einsum("kmd,bd->bkm", support, _mean(query, 1)[:, 0])) + floor
+    return (query_weights / tf.reduce_sum(query_weights, axis=-1, keepdims=True),
+            support_weights / tf.reduce_sum(support_weights, axis=-1, keepdims=True))
+
+
+def cosine_cost(query, support, center=True):
+    """``c_ij = 1 - cos(u_i, v_j)`` for every (query, class) pair: ``(B, n, d)``, ``(K, m, d)`` -> ``(B, K, n, m)``.
+
+    With ``center`` each node first has its mean over channels subtracted (as the DeepEMD authors do).
+    """
+    if center:
+        query = query - _mean(query, -1)
+        support = support - _mean(support, -1)
+    cosine = tf.einsum("bnd,kmd->bknm", tf.math.l2_normalize(query, axis=-1), tf.math.l2_normalize(support, axis=-1))
+    return tf.maximum(1.0 - cosine, 0.0)
+
+
+@keras.saving.register_keras_serializable(package="ot_layers")
+class EMDHead(keras.layers.Layer):
+    """Logits from the Earth Mover's Distance between query node sets and class node sets (paper 004).
+
+    Call on ``[query, support]``: ``query`` ``(B, H, W, d)`` feature maps or ``(B, n, d)`` node sets; ``support``
+    ``(K, H, W, d)`` or ``(K, m, d)``, one node set per class (a support feature map for 1-shot, a structured-FC node
+    set or a mean feature map for k-shot). Output logits ``(B, K)``.
+
+    For each pair: cost ``c_ij = 1 - cos(u_i, v_j)``, node weights ``a``, ``b`` (cross-reference, Eq. 11-12, or
+    uniform), the optimal flow ``T`` of ``min <C, T>`` s.t. ``T 1 = a``, ``T^T 1 = b`` (Eq. 1) and the logit
+    ``tau * sum_ij (1 - c_ij) T_ij`` (Eq. 2 with weights normalized to one, equal to the paper's ``s tau / n``).
+
+    Args:
+      temperature: ``tau`` (the paper's 12.5).
+      method: ``"exact"`` (network simplex, Danskin gradients; not XLA-compilable, not exportable) or ``"sinkhorn"``
+        (entropic, pure TensorFlow, exportable).
+      node_weights: ``"cross_reference"`` or ``"uniform"``.
+      center: subtract each node's channel mean before the cosine.
+      weight_floor: the small constant added to the cross-reference weights.
+      epsilon, max_iter, threshold: Sinkhorn settings for ``method="sinkhorn"``; the kernel domain is used while
+        ``2 / epsilon <= COSINE_KERNEL_LIMIT`` (cosine costs lie in [0, 2]), the log domain otherwise.
+    """
+
+    def __init__(self, temperature=TEMPERATURE, method="exact", node_weights="cross_reference", center=True,
+                 weight_floor=WEIGHT_FLOOR, epsilon=SINKHORN_EPSILON, max_iter=SINKHORN_MAX_ITER,
+                 threshold=SINKHORN_THRESHOLD, **kwargs):
+        super().__init__(**kwargs)
+        self.temperature = float(check_positive("temperature", temperature))
+        self.method = check_choice("method", method, METHODS)
+        self.node_weights = check_choice("node_weights", node_weights, NODE_WEIGHTS)
+        self.center = bool(center)
+        self.weight_floor = float(check_positive("weight_floor", weight_floor))
+        self.epsilon = float(check_positive("epsilon", epsilon))
+        self.max_iter = check_positive_int("max_iter", max_iter)
+        self.threshold = float(check_non_negative("threshold", threshold))
+        # Keras' jit_compile="auto" leaves XLA off for a model holding a layer that cannot be compiled.
+        self.supports_jit = self.method != "exact"
+
+    @property
+    def export_blocker(self):
+        if self.method == "exact":
+            return ('EMDHead(method="exact") runs POT\'s network simplex in a Python function, which SavedModel and '
+                    'ONNX cannot hold; use EMDHead(method="sinkhorn") (pure TensorFlow) for an exportable model.')
+        return None
+
+    def _domain(self):
+        return "kernel" if 2.0 / self.epsilon <= COSINE_KERNEL_LIMIT else "log"
+
+    def similarity(self, query, support):
+        """EMD similarities ``sum_ij (1 - c_ij) T_ij`` ``(B, K)`` of node sets ``(B, n, d)`` and ``(K, m, d)``."""
+        query = tf.cast(query, COMPUTE_DTYPE)
+        support = tf.cast(support, COMPUTE_DTYPE)
+        cost = cosine_cost(query, support, self.center)
+        if self.node_weights == "cross_reference":
+            a, b = cross_reference_weights(query, support, self.weight_floor)
+        else:
+            a = b = None
+        result = emd(cost, a, b, method=self.method, epsilon=self.epsilon, max_iter=self.max_iter,
+                     threshold=self.threshold, domain=self._domain())
+        # Both weight vectors sum to one, so sum (1 - c) T = 1 - <C, T>.
+        return 1.0 - result.cost
+
+    def call(self, inputs):
+        if not isinstance(inputs, (list, tuple)) or len(inputs) != 2:
+            raise ValueError("EMDHead expects `inputs=[query, support]`.")
+        query, support = inputs
+        check_rank("query", query.shape, (3, 4))
+        check_rank("support", support.shape, (3, 4))
+        check_same_dim("query", query.shape[-1], "support", support.shape[-1])
+        logits = self.temperature * self.similarity(flatten_feature_map(query), flatten_feature_map(support))
+        return tf.cast(logits, self.compute_dtype)
+
+    def compute_output_shape(self, input_shape):
+        return (input_shape[0][0], input_shape[1][0])
+
+    def get_config(self):
+        config = super().get_config()
+        config.update(temperature=self.temperature, method=self.method, node_weights=self.node_weights,
+                      center=self.center, weight_floor=self.weight_floor, epsilon=self.epsilon,
+                      max_iter=self.max_iter, threshold=self.threshold)
+        return config

@@ -1,0 +1,91 @@
+"""PatchExtractor: the image patches behind DeepEMD's Grid and Sampling local embeddings (paper 004, Sec. 3.5)."""
+import keras
+import tensorflow as tf
+
+from ot_layers.validation import check_choice, check_in_range, check_positive_int
+
+MODES = ("grid", "sampling")
+
+
+@keras.saving.register_keras_serializable(package="ot_layers")
+class PatchExtractor(keras.layers.Layer):
+    """Cuts images ``(B, H, W, C)`` into patches ``(B, P, patch_size, patch_size, C)`` for a backbone to embed.
+
+    - ``"grid"``: the ``grid x grid`` cells of the image (``P = grid^2``), each resized (bilinear) to
+      ``patch_size``; the image sides must be divisible by ``grid``.
+    - ``"sampling"``: ``num_patches`` random square crops whose side is a uniform fraction in ``scale`` of the
+      image side, resized to ``patch_size`` (fresh crops on every call, as DeepEMD samples at test time too).
+
+    Embedding every patch with a backbone and global average pooling gives one node per patch; see
+    :func:`local_embedding_model`. Not exportable in ``"sampling"`` mode (random crops).
+    """
+
+    def __init__(self, mode="grid", grid=2, num_patches=9, patch_size=28, scale=(0.3, 0.7), seed=None, **kwargs):
+        super().__init__(**kwargs)
+        self.mode = check_choice("mode", mode, MODES)
+        self.grid = check_positive_int("grid", grid)
+        self.num_patches = check_positive_int("num_patches", num_patches)
+        self.patch_size = check_positive_int("patch_size", patch_size)
+        if len(scale) != 2 or scale[0] > scale[1]:
+            raise ValueError(f"`scale` must be (low, high) with low <= high, got {scale!r}.")
+        self.scale = (float(check_in_range("scale", scale[0], 0, 1, low_open=True)),
+                      float(check_in_range("scale", scale[1], 0, 1, low_open=True)))
+        self.seed = seed
+        self.seed_generator = keras.random.SeedGenerator(seed)
+
+    @property
+    def export_blocker(self):
+        return 'PatchExtractor(mode="sampling") draws random crops; export with mode="grid".' \
+            if self.mode == "sampling" else None
+
+    def patches_per_image(self):
+        return self.grid ** 2 if self.mode == "grid" else self.num_patches
+
+    def _grid_cells(self, images):
+        """The ``grid x grid`` cells, exactly (the image sides must be divisible by ``grid``)."""
+        height, width, channels = images.shape[1], images.shape[2], images.shape[3]
+        if height % self.grid or width % self.grid:
+            raise ValueError(f"`grid` ({self.grid}) must divide the image size {height}x{width}.")
+        cell_h, cell_w = height // self.grid, width // self.grid
+        cells = tf.reshape(images, [-1, self.grid, cell_h, self.grid, cell_w, channels])
+        cells = tf.reshape(tf.transpose(cells, [0, 1, 3, 2, 4, 5]), [-1, cell_h, cell_w, channels])
+        return tf.image.resize(cells, [self.patch_size, self.patch_size])
+
+    def _random_crops(self, images):
+        batch = tf.shape(images)[0]
+        count = batch * self.num_patches
+        side = keras.random.uniform([count], self.scale[0], self.scale[1], seed=self.seed_generator)
+        y1 = keras.random.uniform([count], seed=self.seed_generator) * (1.0 - side)
+        x1 = keras.random.uniform([count], seed=self.seed_generator) * (1.0 - side)
+        boxes = tf.stack([y1, x1, y1 + side, x1 + side], axis=-1)
+        return tf.image.crop_and_resize(images, boxes, tf.repeat(tf.range(batch), self.num_patches),
+                                        [self.patch_size, self.patch_size])
+
+    def call(self, images):
+        images = tf.cast(images, tf.float32)
+        patches = self._grid_cells(images) if self.mode == "grid" else self._random_crops(images)
+        patches = tf.reshape(patches, [-1, self.patches_per_image(), self.patch_size, self.patch_size,
+                                       images.shape[-1]])
+        return tf.cast(patches, self.compute_dtype)
+
+    def compute_output_shape(self, input_shape):
+        return (input_shape[0], self.patches_per_image(), self.patch_size, self.patch_size, input_shape[-1])
+
+    def get_config(self):
+        config = super().get_config()
+        config.update(mode=self.mode, grid=self.grid, num_patches=self.num_patches, patch_size=self.patch_size,
+                      scale=list(self.scale), seed=self.seed)
+        return config
+
+
+def local_embedding_model(backbone, input_shape, mode="grid", **patch_kwargs):
+    """Images -> node sets ``(B, P, d)``: every patch embedded by ``backbone`` (a feature-map model) and averaged.
+
+    ``"fcn"`` mode (DeepEMD's default) needs no patches: it is the backbone's feature map itself.
+    """
+    images = keras.Input(shape=input_shape)
+    if mode == "fcn":
+        return keras.Model(images, backbone(images), name="fcn_embedding")
+    patches = PatchExtractor(mode, **patch_kwargs)(images)
+    pooled = keras.Sequential([backbone, keras.layers.GlobalAveragePooling2D()])
+    return keras.Model(images, keras.layers.TimeDistributed(pooled)(patches), name=f"{mode}_embedding")

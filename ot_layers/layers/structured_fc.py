@@ -1,0 +1,68 @@
+"""StructuredFC: DeepEMD's structured fully connected layer for k-shot classification (paper 004, Sec. 3.4)."""
+import keras
+import numpy as np
+import tensorflow as tf
+
+from ot_layers.layers.emd_head import EMDHead
+from ot_layers.layers.sinkhorn_match import flatten_feature_map
+from ot_layers.validation import check_positive_int, check_rank
+
+
+@keras.saving.register_keras_serializable(package="ot_layers")
+class StructuredFC(keras.layers.Layer):
+    """A learnable node set per class, compared to the query's local features by EMD (paper 004, Sec. 3.4).
+
+    Class ``k`` owns nodes ``Phi_k`` of shape ``(num_nodes, d)`` (the shape of one flattened feature map); the logit
+    of a query node set ``U`` is ``EMDHead(U, Phi_k)``. For k-shot episodes the nodes start from the mean support
+    feature map of each class (:meth:`initialize_from_support`) and are fine-tuned by SGD on the support set with the
+    backbone frozen (``training.structured_fc.fine_tune_structured_fc``).
+
+    Input ``(B, H, W, d)`` or ``(B, n, d)``; output logits ``(B, num_classes)``. ``head`` holds the
+    :class:`EMDHead` settings (``temperature``, ``method``, ``node_weights``, ...).
+    """
+
+    def __init__(self, num_classes, num_nodes, head=None, node_initializer="glorot_uniform", **kwargs):
+        super().__init__(**kwargs)
+        self.num_classes = check_positive_int("num_classes", num_classes)
+        self.num_nodes = check_positive_int("num_nodes", num_nodes)
+        self.head_config = dict(head or {})
+        self.node_initializer = keras.initializers.get(node_initializer)
+        self.head = EMDHead(**self.head_config, dtype=self.dtype_policy, name="emd")
+        self.supports_jit = self.head.supports_jit
+
+    @property
+    def export_blocker(self):
+        return self.head.export_blocker
+
+    def build(self, input_shape):
+        check_rank("inputs", input_shape, (3, 4))
+        if input_shape[-1] is None:
+            raise ValueError("StructuredFC needs a known feature dimension (the last axis of `inputs`).")
+        self.nodes = self.add_weight(name="nodes", shape=(self.num_classes, self.num_nodes, int(input_shape[-1])),
+                                     initializer=self.node_initializer, trainable=True)
+
+    def initialize_from_support(self, features, labels):
+        """Set each class's nodes to the mean of its support feature maps ``(S, H, W, d)`` or ``(S, n, d)``."""
+        features = np.asarray(flatten_feature_map(tf.convert_to_tensor(features, tf.float32)))
+        labels = np.asarray(labels)
+        if features.shape[1] != self.num_nodes:
+            raise ValueError(f"`features` have {features.shape[1]} nodes per sample, the layer has {self.num_nodes}.")
+        missing = sorted(set(range(self.num_classes)) - set(labels.tolist()))
+        if missing:
+            raise ValueError(f"`labels` must contain every class in [0, {self.num_classes}); missing {missing}.")
+        if not self.built:
+            self.build(features.shape)
+        means = np.stack([features[labels == k].mean(axis=0) for k in range(self.num_classes)])
+        self.nodes.assign(means.astype(self.nodes.dtype))
+
+    def call(self, inputs):
+        return self.head([inputs, self.nodes])
+
+    def compute_output_shape(self, input_shape):
+        return (input_shape[0], self.num_classes)
+
+    def get_config(self):
+        config = super().get_config()
+        config.update(num_classes=self.num_classes, num_nodes=self.num_nodes, head=dict(self.head_config),
+                      node_initializer=keras.initializers.serialize(self.node_initializer))
+        return config

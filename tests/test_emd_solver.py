@@ -1,0 +1,141 @@
+"""ot_layers.solvers.emd against POT's exact EMD, finite differences, and the entropic deviation bound."""
+import numpy as np
+import ot
+import pytest
+import tensorflow as tf
+from hypothesis import given, settings, strategies as st
+
+from ot_layers.solvers import emd
+
+
+def _problem(rng, batch, n, m, dtype=np.float64):
+    cost = rng.random((batch, n, m))
+    a = rng.random((batch, n)) + 0.05
+    b = rng.random((batch, m)) + 0.05
+    return cost.astype(dtype), (a / a.sum(1, keepdims=True)).astype(dtype), (b / b.sum(1, keepdims=True)).astype(dtype)
+
+
+def _cosine_costs(rng, batch, n, d=64):
+    u = rng.standard_normal((batch, n, d))
+    v = rng.standard_normal((batch, n, d))
+    u /= np.linalg.norm(u, axis=-1, keepdims=True)
+    v /= np.linalg.norm(v, axis=-1, keepdims=True)
+    return (1.0 - np.einsum("pnd,pmd->pnm", u, v)).astype(np.float32)
+
+
+@settings(max_examples=10, deadline=None)
+@given(seed=st.integers(0, 10_000), n=st.integers(1, 9), m=st.integers(1, 9), batch=st.integers(1, 4))
+def test_exact_matches_pot_emd2(seed, n, m, batch):
+    cost, a, b = _problem(np.random.default_rng(seed), batch, n, m)
+    result = emd(cost, a, b, method="exact")
+    expected = np.array([ot.emd2(a[p], b[p], cost[p]) for p in range(batch)])
+    np.testing.assert_allclose(result.cost.numpy(), expected, atol=1e-6, rtol=0)
+    np.testing.assert_allclose(result.plan.numpy().sum(-1), a, atol=1e-9)
+    np.testing.assert_allclose(result.plan.numpy().sum(-2), b, atol=1e-9)
+    np.testing.assert_allclose(np.sum(result.plan.numpy() * cost, axis=(-2, -1)), result.cost.numpy(), atol=1e-12)
+
+
+def test_exact_handles_batch_dims_broadcast_weights_and_float32():
+    rng = np.random.default_rng(1)
+    cost = rng.random((2, 3, 5, 4)).astype(np.float32)
+    a = np.full(5, 0.2, np.float32)
+    result = emd(cost, a, None, method="exact")
+    assert result.plan.shape == (2, 3, 5, 4) and result.cost.dtype == tf.float32
+    expected = np.array([[ot.emd2(a.astype(np.float64), np.full(4, 0.25), c.astype(np.float64)) for c in row]
+                         for row in cost])
+    np.testing.assert_allclose(result.cost.numpy(), expected, atol=1e-6)
+
+
+def test_exact_duals_are_centred_and_dual_value_equals_primal():
+    cost, a, b = _problem(np.random.default_rng(2), 3, 6, 7)
+    result = emd(cost, a, b, method="exact")
+    f, g = result.f.numpy(), result.g.numpy()
+    np.testing.assert_allclose(f.mean(-1), 0, atol=1e-12)
+    np.testing.assert_allclose(g.mean(-1), 0, atol=1e-12)
+    # Strong duality up to the constant removed by centring: W = a.f + b.g + c, with f_i + g_j + c <= C_ij.
+    shift = result.cost.numpy() - (a * f).sum(-1) - (b * g).sum(-1)
+    assert np.all(f[:, :, None] + g[:, None, :] + shift[:, None, None] <= cost + 1e-9)
+
+
+def test_exact_gradients_match_finite_differences():
+    rng = np.random.default_rng(3)
+    cost, a, b = _problem(rng, 2, 5, 6)  # continuous random data: a unique optimal flow and duals
+    cost_t, a_t, b_t = (tf.constant(x) for x in (cost, a, b))
+    weights = tf.constant(rng.standard_normal(2))
+    with tf.GradientTape() as tape:
+        tape.watch([cost_t, a_t, b_t])
+        loss = tf.reduce_sum(weights * emd(cost_t, a_t, b_t, method="exact").cost)
+    d_cost, d_a, d_b = (x.numpy() for x in tape.gradient(loss, [cost_t, a_t, b_t]))
+
+    def value(c, aa, bb):
+        return float(np.sum(weights.numpy() * emd(c, aa, bb, method="exact").cost.numpy()))
+
+    h = 1e-6
+    for _ in range(6):
+        direction = rng.standard_normal(cost.shape)
+        numeric = (value(cost + h * direction, a, b) - value(cost - h * direction, a, b)) / (2 * h)
+        np.testing.assert_allclose(np.sum(d_cost * direction), numeric, rtol=1e-5, atol=1e-8)
+    for _ in range(4):  # mass-preserving directions, the only ones defined for the weights
+        da = rng.standard_normal(a.shape)
+        da -= da.mean(-1, keepdims=True)
+        db = rng.standard_normal(b.shape)
+        db -= db.mean(-1, keepdims=True)
+        numeric = (value(cost, a + h * da, b + h * db) - value(cost, a - h * da, b - h * db)) / (2 * h)
+        np.testing.assert_allclose(np.sum(d_a * da) + np.sum(d_b * db), numeric, rtol=1e-5, atol=1e-8)
+
+
+def test_exact_gradient_in_a_graph():
+    cost, a, b = _problem(np.random.default_rng(4), 3, 4, 4, np.float32)
+
+    @tf.function
+    def grad(c):
+        with tf.GradientTape() as tape:
+            tape.watch(c)
+            result = emd(c, a, b, method="exact")
+            total = tf.reduce_sum(result.cost)
+        return tape.gradient(total, c), result.plan
+
+    d_cost, plan = grad(tf.constant(cost))
+    assert d_cost.shape == (3, 4, 4)
+    np.testing.assert_allclose(d_cost.numpy(), plan.numpy(), atol=1e-7)
+
+
+def test_sinkhorn_method_within_two_percent_of_exact_on_cosine_costs():
+    rng = np.random.default_rng(5)
+    cost = _cosine_costs(rng, 100, 25)
+    a = rng.random((100, 25)).astype(np.float32) + 0.1
+    a /= a.sum(1, keepdims=True)
+    exact = emd(cost, a, None, method="exact").cost.numpy()
+    entropic = emd(cost, a, None, method="sinkhorn", domain="kernel").cost.numpy()
+    deviation = np.max(np.abs(entropic - exact) / exact)
+    assert deviation < 0.02, deviation
+    assert np.all(entropic >= exact - 1e-5)  # a feasible plan never beats the optimum
+
+
+def test_sinkhorn_method_uses_the_sinkhorn_solver_and_is_differentiable():
+    cost = tf.constant(_cosine_costs(np.random.default_rng(6), 3, 5))
+    with tf.GradientTape() as tape:
+        tape.watch(cost)
+        result = emd(cost, method="sinkhorn", epsilon=0.1)
+        total = tf.reduce_sum(result.cost)
+    grad = tape.gradient(total, cost)
+    assert np.all(np.isfinite(grad.numpy()))
+    np.testing.assert_allclose(result.plan.numpy().sum(-1), 0.2, atol=1e-3)
+
+
+@pytest.mark.parametrize("kwargs, match", [
+    (dict(method="qp"), "method"),
+    (dict(method="sinkhorn", epsilon=0.0), "epsilon"),
+    (dict(max_iter=0), "max_iter"),
+    (dict(a=np.array([0.5, 0.5, 0.5]), b=np.full(3, 1 / 3)), "equal sums"),
+    (dict(a=np.array([1.2, -0.2, 0.0]), b=np.full(3, 1 / 3)), "non-negative"),
+    (dict(a=np.full(4, 0.25)), "`a` has 4 entries"),
+])
+def test_bad_arguments_raise(kwargs, match):
+    with pytest.raises(ValueError, match=match):
+        emd(np.ones((3, 3)), **kwargs)
+
+
+def test_cost_rank_is_checked():
+    with pytest.raises(ValueError, match="cost"):
+        emd(np.ones(3))

@@ -1,0 +1,38 @@
+"""ResNet-12, the few-shot backbone of DeepEMD and ProtoNet follow-ups (paper 004, Sec. 5).
+
+Four residual blocks; each is three 3x3 conv-BN-LeakyReLU(0.1) layers (the last without its activation before the
+sum), a 1x1 conv-BN shortcut, LeakyReLU after the sum, then 2x2 max pooling. The standard widths are
+(64, 160, 320, 640): 84x84 input -> 5x5x640 feature map. ``pool`` chooses the blocks that downsample, so small
+inputs keep a usable map (28x28 with ``pool=(True, True, False, False)`` -> 7x7).
+"""
+import keras
+from keras import layers
+
+from ot_layers.validation import check_positive_int
+
+WIDTHS = (64, 160, 320, 640)
+
+
+def _block(x, filters, pool, name):
+    shortcut = layers.Conv2D(filters, 1, use_bias=False, name=f"{name}_shortcut_conv")(x)
+    shortcut = layers.BatchNormalization(name=f"{name}_shortcut_bn")(shortcut)
+    for i in range(3):
+        x = layers.Conv2D(filters, 3, padding="same", use_bias=False, name=f"{name}_conv{i}")(x)
+        x = layers.BatchNormalization(name=f"{name}_bn{i}")(x)
+        if i < 2:
+            x = layers.LeakyReLU(0.1, name=f"{name}_relu{i}")(x)
+    x = layers.LeakyReLU(0.1, name=f"{name}_out")(layers.Add(name=f"{name}_add")([x, shortcut]))
+    return layers.MaxPooling2D(2, name=f"{name}_pool")(x) if pool else x
+
+
+def resnet12(input_shape=(84, 84, 3), widths=WIDTHS, pool=(True, True, True, True), name="resnet12"):
+    """A ResNet-12 feature extractor returning the last block's feature map ``(B, H, W, widths[-1])``."""
+    if len(widths) != 4 or len(pool) != 4:
+        raise ValueError(f"`widths` and `pool` must each have 4 entries (one per block), got {widths!r}, {pool!r}.")
+    for width in widths:
+        check_positive_int("widths", width)
+    inputs = keras.Input(shape=input_shape, name="images")
+    x = inputs
+    for i, (width, downsample) in enumerate(zip(widths, pool)):
+        x = _block(x, width, bool(downsample), f"block{i + 1}")
+    return keras.Model(inputs, x, name=name)
