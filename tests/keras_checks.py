@@ -52,11 +52,17 @@ _STRATEGIES = {}
 
 
 def two_replica_strategy():
-    """One 2-replica MirroredStrategy per process: several strategies in one process clash on collective keys."""
+    """A 2-replica MirroredStrategy on the two logical CPUs, shared by the whole test process.
+
+    Gradients are reduced through one device rather than collective ops: on logical CPU devices, the collective
+    all-reduce of one model's training function reuses the instance keys of an earlier model's in the same
+    process ("Shape mismatch in the collective instance 100"), which would make the tests depend on their order.
+    """
     if "mirrored" not in _STRATEGIES:
         devices = [d.name for d in tf.config.list_logical_devices("CPU")][:2]
         assert len(devices) == 2, "tests/conftest.py should have created two logical CPU devices"
-        _STRATEGIES["mirrored"] = tf.distribute.MirroredStrategy(devices)
+        _STRATEGIES["mirrored"] = tf.distribute.MirroredStrategy(
+            devices, cross_device_ops=tf.distribute.ReductionToOneDevice())
     return _STRATEGIES["mirrored"]
 
 

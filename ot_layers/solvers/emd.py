@@ -22,7 +22,7 @@ import numpy as np
 import tensorflow as tf
 from ot.lp.emd_wrap import check_result, emd_c
 
-from ot_layers.solvers.sinkhorn import _uniform, _validate_marginal, compute_dtype, sinkhorn
+from ot_layers.solvers.sinkhorn import prepare_problem, sinkhorn
 from ot_layers.validation import check_choice, check_non_negative, check_positive, check_positive_int
 
 METHODS = ("exact", "sinkhorn")
@@ -125,27 +125,10 @@ def emd(cost, a=None, b=None, *, method="exact", epsilon=SINKHORN_EPSILON, max_i
     max_iter = check_positive_int("max_iter", max_iter)
     if threshold is not None:
         check_non_negative("threshold", threshold)
-    cost = tf.convert_to_tensor(cost)
-    dtype = compute_dtype(cost.dtype)
-    cost = tf.cast(cost, dtype)
-    if cost.shape.rank is not None and cost.shape.rank < 2:
-        raise ValueError(f"`cost` must have shape (..., n, m) with rank >= 2, got shape {cost.shape}.")
-
     if method == "sinkhorn":
         result = sinkhorn(cost, a, b, epsilon=epsilon, max_iter=max_iter, threshold=threshold, domain=domain)
         return EMDResult(result.plan, result.transport_cost, result.f, result.g)
 
-    a = _uniform(cost, -2) if a is None else tf.cast(tf.convert_to_tensor(a), dtype)
-    b = _uniform(cost, -1) if b is None else tf.cast(tf.convert_to_tensor(b), dtype)
-    _validate_marginal("a", a, cost.shape[-2])
-    _validate_marginal("b", b, cost.shape[-1])
-    if tf.executing_eagerly():
-        sums_a, sums_b = tf.reduce_sum(a, axis=-1), tf.reduce_sum(b, axis=-1)
-        gap = tf.reduce_max(tf.abs(sums_a - sums_b) / tf.maximum(sums_a, sums_b))
-        if float(gap) > 1e-5:
-            raise ValueError(f"`a` and `b` must have equal sums per problem (relative gap {float(gap):.3g}).")
-    batch_shape = tf.shape(cost)[:-2]
-    a = tf.broadcast_to(a, tf.concat([batch_shape, tf.shape(a)[-1:]], 0))
-    b = tf.broadcast_to(b, tf.concat([batch_shape, tf.shape(b)[-1:]], 0))
+    cost, a, b = prepare_problem(cost, a, b)
     plan, value, f, g = _exact(cost, a, b)
     return EMDResult(plan, value, f, g)

@@ -185,7 +185,7 @@ def _adjoint(plan, upstream):
     weighted = upstream * plan
     rhs_rows = tf.reduce_sum(weighted, axis=-1)
     rhs_cols = tf.reduce_sum(weighted, axis=-2)
-    rows = tf.maximum(tf.reduce_sum(plan, axis=-1), tf.keras.backend.epsilon() ** 2)
+    rows = tf.maximum(tf.reduce_sum(plan, axis=-1), np.finfo(plan.dtype.as_numpy_dtype).tiny)
     cols = tf.reduce_sum(plan, axis=-2)
     scaled = plan / rows[..., :, None]
     schur = tf.linalg.diag(cols) - tf.linalg.matmul(plan, scaled, transpose_a=True)
@@ -240,6 +240,32 @@ def _uniform(cost, axis):
     return tf.fill(shape, 1.0 / tf.cast(size, cost.dtype))
 
 
+def prepare_problem(cost, a=None, b=None):
+    """Validates a batch of transport problems and returns ``(cost, a, b)`` in the compute dtype.
+
+    ``cost`` ``(..., n, m)``; marginals default to uniform, must be non-negative with equal sums per problem
+    (checked when running eagerly) and are broadcast to the batch shape.
+    """
+    cost = tf.convert_to_tensor(cost)
+    dtype = compute_dtype(cost.dtype)
+    cost = tf.cast(cost, dtype)
+    if cost.shape.rank is not None and cost.shape.rank < 2:
+        raise ValueError(f"`cost` must have shape (..., n, m) with rank >= 2, got shape {cost.shape}.")
+    a = _uniform(cost, -2) if a is None else tf.cast(tf.convert_to_tensor(a), dtype)
+    b = _uniform(cost, -1) if b is None else tf.cast(tf.convert_to_tensor(b), dtype)
+    _validate_marginal("a", a, cost.shape[-2])
+    _validate_marginal("b", b, cost.shape[-1])
+    if tf.executing_eagerly():
+        sums_a, sums_b = tf.reduce_sum(a, axis=-1), tf.reduce_sum(b, axis=-1)
+        gap = tf.reduce_max(tf.abs(sums_a - sums_b) / tf.maximum(sums_a, sums_b))
+        if float(gap) > 1e-5:
+            raise ValueError(f"`a` and `b` must have equal sums per problem (relative gap {float(gap):.3g}).")
+    batch_shape = tf.shape(cost)[:-2]
+    a = tf.broadcast_to(a, tf.concat([batch_shape, tf.shape(a)[-1:]], 0))
+    b = tf.broadcast_to(b, tf.concat([batch_shape, tf.shape(b)[-1:]], 0))
+    return cost, a, b
+
+
 def sinkhorn(
     cost,
     a=None,
@@ -276,26 +302,8 @@ def sinkhorn(
     check_choice("domain", domain, DOMAINS)
     check_choice("gradient", gradient, GRADIENTS)
 
-    cost = tf.convert_to_tensor(cost)
-    dtype = compute_dtype(cost.dtype)
-    cost = tf.cast(cost, dtype)
-    if cost.shape.rank is not None and cost.shape.rank < 2:
-        raise ValueError(f"`cost` must have shape (..., n, m) with rank >= 2, got shape {cost.shape}.")
-    n, m = cost.shape[-2], cost.shape[-1]
-
-    a = _uniform(cost, -2) if a is None else tf.cast(tf.convert_to_tensor(a), dtype)
-    b = _uniform(cost, -1) if b is None else tf.cast(tf.convert_to_tensor(b), dtype)
-    _validate_marginal("a", a, n)
-    _validate_marginal("b", b, m)
-    if tf.executing_eagerly():
-        sums_a, sums_b = tf.reduce_sum(a, axis=-1), tf.reduce_sum(b, axis=-1)
-        gap = tf.reduce_max(tf.abs(sums_a - sums_b) / tf.maximum(sums_a, sums_b))
-        if float(gap) > 1e-5:
-            raise ValueError(f"`a` and `b` must have equal sums per problem (relative gap {float(gap):.3g}).")
-    batch_shape = tf.shape(cost)[:-2]
-    a = tf.broadcast_to(a, tf.concat([batch_shape, tf.shape(a)[-1:]], 0))
-    b = tf.broadcast_to(b, tf.concat([batch_shape, tf.shape(b)[-1:]], 0))
-    epsilon = tf.constant(epsilon, dtype)
+    cost, a, b = prepare_problem(cost, a, b)
+    epsilon = tf.constant(epsilon, cost.dtype)
 
     if gradient == "implicit":
         f, g, iterations = _solve_compiled(
