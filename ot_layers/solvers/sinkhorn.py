@@ -107,29 +107,31 @@ def _in_xla_context():
     return bool(control_flow_util.GraphOrParentsInXlaContext(tf.compat.v1.get_default_graph()))
 
 
-def _kernel_products(kernel):
-    """``(K v, K^T u)`` as functions. XLA on CPU runs batched small matrix-vector products several times slower as
-    dots than as fused multiply-and-sum, while TensorFlow's own kernels favour ``matvec``: pick by context."""
-    if _in_xla_context():
-        return (lambda v: tf.reduce_sum(kernel * v[..., None, :], axis=-1),
-                lambda u: tf.reduce_sum(kernel * u[..., :, None], axis=-2))
-    return (lambda v: tf.linalg.matvec(kernel, v),
-            lambda u: tf.linalg.matvec(kernel, u, transpose_a=True))
+def _matvec(matrix, vector, transpose=False):
+    """``matrix @ vector`` (``matrix^T @ vector`` with ``transpose``) over batches of small matrices.
+
+    XLA on CPU runs batched small matrix-vector products several times slower as dots than as fused
+    multiply-and-sum, while TensorFlow's own kernels favour ``matvec``: the form is picked by context at trace time.
+    """
+    if not _in_xla_context():
+        return tf.linalg.matvec(matrix, vector, transpose_a=transpose)
+    if transpose:
+        return tf.reduce_sum(matrix * vector[..., :, None], axis=-2)
+    return tf.reduce_sum(matrix * vector[..., None, :], axis=-1)
 
 
 def _solve_kernel(cost, a, b, epsilon, max_iter, threshold):
     # Shifting each problem's cost by its minimum leaves the plan unchanged and keeps exp(-C/eps) <= 1.
     shift = tf.reduce_min(cost, axis=[-2, -1])
     kernel = tf.exp(-(cost - shift[..., None, None]) / epsilon)
-    kernel_times, kernel_transposed_times = _kernel_products(kernel)
     u = tf.ones_like(a)
     v = tf.ones_like(b)
 
     def body(i, error, u, v):
-        kv = kernel_times(v)
+        kv = _matvec(kernel, v)
         error = _marginal_error(u * kv, a)
         u = a / kv
-        v = b / kernel_transposed_times(u)
+        v = b / _matvec(kernel, u, transpose=True)
         return i + 1, error, u, v
 
     error = tf.fill(tf.shape(a)[:-1], tf.constant(float("inf"), a.dtype))
@@ -223,8 +225,7 @@ def _adjoint(plan, upstream):
     rows = tf.maximum(tf.reduce_sum(plan, axis=-1), np.finfo(plan.dtype.as_numpy_dtype).tiny)
     cols = tf.reduce_sum(plan, axis=-2)
     scaled = plan / rows[..., :, None]
-    plan_times, scaled_transposed_times = _kernel_products(plan)[0], _kernel_products(scaled)[1]
-    if _in_xla_context():  # see _kernel_products: fused multiply-and-sum beats XLA's small batched dots on CPU
+    if _in_xla_context():  # see _matvec: fused multiply-and-sum beats XLA's small batched dots on CPU
         gram = tf.reduce_sum(plan[..., :, :, None] * scaled[..., :, None, :], axis=-3)
     else:
         gram = tf.linalg.matmul(plan, scaled, transpose_a=True)
@@ -234,8 +235,8 @@ def _adjoint(plan, upstream):
     # entries split the problem into disconnected blocks (tiny epsilon, float32), each adding a null direction.
     ridge = 10.0 * np.finfo(plan.dtype.as_numpy_dtype).eps
     schur += scale * (tf.ones_like(schur) + ridge * tf.eye(tf.shape(schur)[-1], dtype=schur.dtype))
-    y = _spd_solve(schur, rhs_cols - scaled_transposed_times(rhs_rows))
-    x = (rhs_rows - plan_times(y)) / rows
+    y = _spd_solve(schur, rhs_cols - _matvec(scaled, rhs_rows, transpose=True))
+    x = (rhs_rows - _matvec(plan, y)) / rows
     return x, y
 
 
