@@ -11,6 +11,10 @@ if [ ! -f "$FMNIST/train-images-idx3-ubyte.gz" ] && command -v apt-get >/dev/nul
 fi
 [ -x .venv/bin/python ] || python3 -m venv .venv
 .venv/bin/python -m pip install -q --upgrade pip
+# otzoo 0.1 pinned tensorflow-cpu; both wheels own the same `tensorflow` package, so drop the old one first.
+if .venv/bin/python -m pip show -q tensorflow-cpu >/dev/null 2>&1; then
+  .venv/bin/python -m pip uninstall -y -q tensorflow-cpu
+fi
 .venv/bin/python -m pip install -q -e ".[dev]"
 # Reference implementations some tests compare against (pytorch-metric-learning needs torch); the tests that use
 # them are skipped where they cannot be installed.
