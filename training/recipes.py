@@ -4,7 +4,6 @@ A run writes into ``out_dir``: ``backup/`` (``keras.callbacks.BackupAndRestore``
 last finished epoch), ``log.csv`` (per-epoch metrics), and at the end ``model.weights.h5`` and ``metadata.json``.
 """
 import datetime
-import hashlib
 import json
 import os
 import platform
@@ -16,15 +15,8 @@ import tensorflow as tf
 
 from training.data import load_fashion_mnist
 from training.pipelines import image_dataset
+from zoo.loading import sha256_of
 from zoo.registry import PRESETS
-
-
-def sha256_of(path):
-    digest = hashlib.sha256()
-    with open(path, "rb") as handle:
-        for block in iter(lambda: handle.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
 
 
 def hardware_description():
@@ -47,7 +39,7 @@ def sgd_cosine(recipe, steps):
 
 def train_classification_preset(name, out_dir, epochs=None, batch_size=None, limit=None, verbose=2):
     """Train preset ``name`` by its recipe; returns the model card (also written to ``out_dir/metadata.json``)."""
-    from zoo.presets_api import build
+    from zoo.loading import build
 
     spec = PRESETS[name]
     recipe = dict(spec["recipe"])
@@ -87,6 +79,19 @@ def train_classification_preset(name, out_dir, epochs=None, batch_size=None, lim
     with open(os.path.join(out_dir, "metadata.json"), "w") as handle:
         json.dump(card, handle, indent=2)
     return card
+
+
+def evaluate_classification_preset(name, weights=None, limit=None, batch_size=256):
+    """Test accuracy of preset ``name`` (pretrained, or ``weights``) on the first ``limit`` (all by default)
+    Fashion-MNIST test images, next to the card's."""
+    from zoo.loading import load, model_card
+
+    model = load(name, weights=weights)
+    x_test, y_test = load_fashion_mnist("test", limit=limit, normalize=False)
+    logits = model.predict(image_dataset(x_test, y_test, batch_size), verbose=0)
+    accuracy = float(np.mean(np.argmax(logits, axis=-1) == y_test))
+    return dict(metrics={"accuracy": accuracy}, card_metrics=model_card(name).get("metrics"),
+                examples=len(y_test))
 
 
 if __name__ == "__main__":

@@ -1,0 +1,102 @@
+"""The zoo: CIFAR-style ResNets, in-model preprocessing, the presets registry and its errors."""
+import json
+import os
+
+import keras
+import numpy as np
+import pytest
+
+import zoo
+from zoo import loading
+
+
+@pytest.mark.parametrize("depth", [20, 32, 56])
+def test_cifar_resnet_layer_count_and_feature_map(depth):
+    """He et al. 2016 (Sec. 4.2): 6n+2 weighted layers (the stem, 6n 3x3 convs, the classifier) and stages of
+    16/32/64 channels at 1, 1/2 and 1/4 of the input resolution."""
+    backbone = zoo.cifar_resnet(depth, (32, 32, 3))
+    convs = [layer for layer in backbone.layers if isinstance(layer, keras.layers.Conv2D)
+             and not layer.name.endswith("shortcut_conv")]
+    assert len(convs) + 1 == depth  # + the classifier a head adds
+    assert backbone.output.shape[1:] == (8, 8, 64)
+    assert {layer.filters for layer in convs} == {16, 32, 64}
+
+
+def test_resnet20_parameter_count_matches_the_paper():
+    """The paper's ResNet-20 has 0.27 M parameters; projection shortcuts add two 1x1 convs (+ BN)."""
+    model = keras.Sequential([zoo.resnet20((32, 32, 3)), keras.layers.GlobalAveragePooling2D(),
+                              keras.layers.Dense(10)])
+    assert 0.26e6 < model.count_params() < 0.29e6
+
+
+def test_cifar_resnet_any_input_size_and_channels():
+    backbone = zoo.cifar_resnet(20, (None, None, 1))
+    assert backbone(np.zeros((2, 28, 28, 1), np.float32)).shape == (2, 7, 7, 64)
+    assert backbone(np.zeros((1, 40, 36, 1), np.float32)).shape == (1, 10, 9, 64)
+
+
+@pytest.mark.parametrize("depth", [0, 21, 2])
+def test_cifar_resnet_rejects_bad_depth(depth):
+    with pytest.raises(ValueError, match="depth"):
+        zoo.cifar_resnet(depth)
+
+
+def test_pixel_preprocessing_is_the_standardization():
+    layer = zoo.pixel_preprocessing(mean=0.3, std=0.4)
+    x = np.array([0.0, 76.5, 255.0], np.float32)
+    np.testing.assert_allclose(np.asarray(layer(x)), (x / 255.0 - 0.3) / 0.4, rtol=1e-6)
+
+
+def test_list_models_and_unknown_names():
+    names = zoo.list_models()
+    assert "resnet20_mpw_fashion_mnist" in names and "resnet20_gap_fashion_mnist" in names
+    assert set(zoo.list_models("classification")) <= set(names)
+    with pytest.raises(ValueError, match="task"):
+        zoo.list_models("segmentation")
+    with pytest.raises(ValueError, match="known presets: .*resnet20_mpw_fashion_mnist"):
+        zoo.build("resnet99_fashion_mnist")
+
+
+def test_build_overrides_reach_the_head_and_architecture():
+    model = zoo.build("resnet20_mpw_fashion_mnist", num_classes=3, epsilon=0.05)
+    head = model.get_layer("mpw_head")
+    assert head.num_classes == 3 and head.get_config()["epsilon"] == 0.05
+    assert model.output.shape == (None, 3)
+
+
+def test_load_from_a_weights_file_and_hash_mismatch(tmp_path, monkeypatch):
+    name = "resnet20_gap_fashion_mnist"
+    trained = zoo.build(name)
+    path = str(tmp_path / "model.weights.h5")
+    trained.save_weights(path)
+    restored = zoo.load(name, weights=path)
+    x = np.random.default_rng(0).uniform(0, 255, (2, 28, 28, 1)).astype(np.float32)
+    np.testing.assert_allclose(np.asarray(restored(x)), np.asarray(trained(x)), atol=0)
+    restored = zoo.load(name, weights=str(tmp_path))  # a directory holding model.weights.h5
+    np.testing.assert_allclose(np.asarray(restored(x)), np.asarray(trained(x)), atol=0)
+    # A packaged weights file whose hash differs from the card's is refused, naming both hashes.
+    os.makedirs(tmp_path / "presets" / name)
+    with open(tmp_path / "presets" / name / "metadata.json", "w") as handle:
+        json.dump({"task": "classification", "weights_sha256": "0" * 64}, handle)
+    trained.save_weights(str(tmp_path / "presets" / name / "model.weights.h5"))
+    monkeypatch.setattr(loading, "PRESETS_DIR", str(tmp_path / "presets"))
+    with pytest.raises(ValueError, match="expected sha256 0{64}, found [0-9a-f]{64}"):
+        zoo.load(name)
+
+
+def test_load_missing_files_say_what_to_do(tmp_path, monkeypatch):
+    monkeypatch.setattr(loading, "PRESETS_DIR", str(tmp_path))
+    with pytest.raises(FileNotFoundError, match="otzoo train resnet20_gap_fashion_mnist"):
+        zoo.load("resnet20_gap_fashion_mnist")
+    with pytest.raises(FileNotFoundError, match="no weights file"):
+        zoo.load("resnet20_gap_fashion_mnist", weights=str(tmp_path / "missing.weights.h5"))
+
+
+def test_save_preset_round_trip(tmp_path):
+    model = zoo.build("resnet20_mpw_fashion_mnist", num_classes=4)
+    directory = zoo.save_preset(model, str(tmp_path / "mine"), card={"task": "classification"})
+    restored = zoo.load(directory)
+    x = np.random.default_rng(1).uniform(0, 255, (2, 28, 28, 1)).astype(np.float32)
+    np.testing.assert_allclose(np.asarray(restored(x)), np.asarray(model(x)), atol=1e-6)
+    with open(os.path.join(directory, "metadata.json")) as handle:
+        assert json.load(handle)["weights_sha256"] == loading.sha256_of(os.path.join(directory, "model.weights.h5"))
