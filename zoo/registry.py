@@ -7,7 +7,7 @@ FASHION_MNIST = dict(dataset="fashion_mnist", input_shape=(28, 28, 1), num_class
                      pixel_mean=0.2860406, pixel_std=0.3530242)  # the 60k training images' statistics
 
 # The classification recipe both ResNet-20 heads share (same budget, data order and augmentation).
-RESNET20_CLASSIFICATION_RECIPE = dict(epochs=8, batch_size=128, optimizer="sgd", learning_rate=0.1, momentum=0.9,
+RESNET20_CLASSIFICATION_RECIPE = dict(epochs=10, batch_size=128, optimizer="sgd", learning_rate=0.1, momentum=0.9,
                                       nesterov=True, schedule="cosine", l2=5e-4, augment="pad_crop_flip", pad=2,
                                       seed=0, jit_compile=True)
 

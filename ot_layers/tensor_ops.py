@@ -1,0 +1,66 @@
+"""Tensor helpers shared by several solvers, layers and callbacks (TensorFlow and NumPy twins).
+
+One place for the small pieces every method needs: flattening a feature map into a set, normalizing rows, squared
+Euclidean distances between two point sets, and finding the layer a callback drives. Keeping them here means one
+definition of each guard (the ``1e-12`` floor of a norm, the clamp of a squared distance at 0).
+"""
+import numpy as np
+import tensorflow as tf
+
+NORM_FLOOR = 1e-12  # rows with a smaller norm are left (numerically) at zero instead of dividing by zero
+
+
+def flatten_feature_map(features):
+    """``(B, H, W, d)`` -> ``(B, H*W, d)`` (unknown spatial size allowed); ``(B, n, d)`` passes through."""
+    if features.shape.rank == 4:
+        h, w, d = features.shape[1], features.shape[2], features.shape[3]
+        n = h * w if h is not None and w is not None else -1
+        return tf.reshape(features, [-1, n, d])
+    return features
+
+
+def flatten_feature_map_np(features):
+    """NumPy twin of :func:`flatten_feature_map` for callbacks: ``(..., d)`` -> ``(N, d)`` float64 rows."""
+    features = np.asarray(features)
+    return features.reshape(-1, features.shape[-1]).astype(np.float64)
+
+
+def normalize_rows(x, axis=-1):
+    """``x / max(||x||, 1e-12)`` along ``axis`` (TensorFlow); an all-zero row stays zero, never NaN."""
+    norm = tf.norm(x, axis=axis, keepdims=True)
+    return x / tf.maximum(norm, tf.cast(NORM_FLOOR, x.dtype))
+
+
+def normalize_rows_np(x, axis=-1):
+    """NumPy twin of :func:`normalize_rows` (float64 unless ``x`` is already floating)."""
+    x = np.asarray(x)
+    if not np.issubdtype(x.dtype, np.floating):
+        x = x.astype(np.float64)
+    return x / np.maximum(np.linalg.norm(x, axis=axis, keepdims=True), NORM_FLOOR)
+
+
+def squared_distances_np(points, centers):
+    """``||points_i - centers_j||^2`` ``(N, M)`` for ``(N, d)`` and ``(M, d)`` arrays (clamped at 0)."""
+    points = np.asarray(points, dtype=np.float64)
+    centers = np.asarray(centers, dtype=np.float64)
+    sq = (points * points).sum(-1)[:, None] + (centers * centers).sum(-1)[None, :] - 2.0 * points @ centers.T
+    return np.maximum(sq, 0.0)
+
+
+def find_layer(model, layer_class, layer_name=None):
+    """The layer named ``layer_name`` (or, with ``None``, the only ``layer_class`` instance) in ``model``,
+    searched through nested models. Raises ``ValueError`` naming ``layer_name`` when none or several match."""
+    found = []
+
+    def visit(layer):
+        if isinstance(layer, layer_class) and (layer_name is None or layer.name == layer_name):
+            found.append(layer)
+        for child in getattr(layer, "layers", []):
+            visit(child)
+
+    visit(model)
+    if len(found) != 1:
+        what = f"named {layer_name!r}" if layer_name else "(pass `layer_name` to choose one)"
+        raise ValueError(f"`layer_name`: expected exactly one {layer_class.__name__} layer {what} in the model, "
+                         f"found {len(found)}.")
+    return found[0]

@@ -1,0 +1,45 @@
+"""Every packaged preset loads offline and reproduces its card on the real Fashion-MNIST test split."""
+import numpy as np
+import pytest
+
+import zoo
+from zoo.loading import WEIGHTS_FILE, preset_dir, sha256_of
+
+pytestmark = [pytest.mark.fashion_mnist]
+PRESETS = zoo.list_models()
+
+
+@pytest.mark.parametrize("name", PRESETS)
+def test_preset_is_packaged_with_a_complete_card(name):
+    import os
+
+    card = zoo.model_card(name)
+    weights = os.path.join(preset_dir(name), WEIGHTS_FILE)
+    assert os.path.isfile(weights), f"{name} has no packaged weights"
+    assert card["weights_sha256"] == sha256_of(weights)
+    for key in ("task", "dataset", "split", "recipe", "metrics", "parameters", "train_time_s", "hardware",
+                "strategy", "command", "date"):
+        assert card.get(key) is not None, f"{name}'s card lacks {key}"
+    assert card["parameters"] == zoo.build(name).count_params()
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", [n for n in PRESETS if zoo.model_card(n)["task"] == "classification"])
+def test_classification_preset_reproduces_its_card_then_fits(name):
+    """Accuracy on all 10,000 test images within 0.3 points of the card; then one short fit runs from the
+    pretrained weights (the user's first three lines: load, evaluate, fit)."""
+    import keras
+
+    from training.data import load_fashion_mnist
+    from training.pipelines import image_dataset
+
+    model = zoo.load(name)
+    x, y = load_fashion_mnist("test", normalize=False)
+    predicted = np.argmax(model.predict(image_dataset(x, y, 500), verbose=0), axis=-1)
+    accuracy = float(np.mean(predicted == y))
+    assert abs(accuracy - zoo.model_card(name)["metrics"]["accuracy"]) <= 0.003
+    model.compile(optimizer=keras.optimizers.SGD(0.01, momentum=0.9),
+                  loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True), metrics=["accuracy"])
+    x_train, y_train = load_fashion_mnist("train", limit=512, normalize=False)
+    history = model.fit(image_dataset(x_train, y_train, 128, training=True), epochs=1, verbose=0)
+    assert history.history["accuracy"][-1] > 0.8  # a pretrained model, not a fresh one (chance is 0.1)
