@@ -10,6 +10,7 @@ import keras
 from keras import layers
 
 from ot_layers.validation import check_positive, check_positive_int
+from zoo.backbones import check_input_shape
 
 WIDTHS = (16, 32, 64)
 DEPTHS = (20, 32, 56, 110)
@@ -51,6 +52,7 @@ def cifar_resnet(depth=20, input_shape=(32, 32, 3), widths=WIDTHS, l2=0.0, bn_mo
         check_positive_int("widths", width)
     if l2:
         check_positive("l2", l2)
+    input_shape = check_input_shape(input_shape)
     blocks = (depth - 2) // 6
     inputs = keras.Input(shape=input_shape, name="images")
     x = _conv(widths[0], 1, "stem_conv", l2)(inputs)
