@@ -36,7 +36,7 @@ def train_learner(x, meta, mode, harden, args, seed):
     head = ManifoldProxies(args.meta_classes, args.dim, mode=mode, name="manifold_proxies")
     model = keras.Model(images, head(embed(images)))
     model.compile(keras.optimizers.Adam(args.lr), ManifoldProxyLoss(margin=5e-4))
-    update = HardProxyUpdate(embed, x, meta, harden=harden, steps=args.proxy_steps,
+    update = HardProxyUpdate(embed, x, meta, harden=harden, max_iter=args.proxy_steps,
                              learning_rate=args.proxy_lr, samples_per_meta_class=256, seed=seed)
     history = model.fit(x, meta, epochs=args.epochs, batch_size=args.batch_size, verbose=2, callbacks=[update])
     return embed, [float(v) for v in history.history["loss"]]

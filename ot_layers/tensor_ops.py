@@ -7,7 +7,8 @@ definition of each guard (the ``1e-12`` floor of a norm, the clamp of a squared 
 import numpy as np
 import tensorflow as tf
 
-NORM_FLOOR = 1e-12  # rows with a smaller norm are left (numerically) at zero instead of dividing by zero
+NORM_FLOOR = 1e-12  # NumPy: rows with a smaller norm are left (numerically) at zero instead of dividing by zero
+SQUARED_NORM_FLOOR = 1e-12  # TensorFlow: as tf.math.l2_normalize, so the gradient at a zero row stays ~1e6 (fp16-safe)
 
 
 def flatten_feature_map(features):
@@ -26,9 +27,10 @@ def flatten_feature_map_np(features):
 
 
 def normalize_rows(x, axis=-1):
-    """``x / max(||x||, 1e-12)`` along ``axis`` (TensorFlow); an all-zero row stays zero, never NaN."""
-    norm = tf.norm(x, axis=axis, keepdims=True)
-    return x / tf.maximum(norm, tf.cast(NORM_FLOOR, x.dtype))
+    """``x / max(||x||, 1e-6)`` along ``axis`` (TensorFlow, ``x * rsqrt(max(||x||^2, 1e-12))`` like
+    ``tf.math.l2_normalize``); an all-zero row stays zero with a finite gradient, never NaN."""
+    squared = tf.reduce_sum(tf.square(x), axis=axis, keepdims=True)
+    return x * tf.math.rsqrt(tf.maximum(squared, tf.cast(SQUARED_NORM_FLOOR, x.dtype)))
 
 
 def normalize_rows_np(x, axis=-1):
@@ -42,7 +44,7 @@ def normalize_rows_np(x, axis=-1):
 def squared_distances_np(points, centers):
     """``||points_i - centers_j||^2`` ``(N, M)`` for ``(N, d)`` and ``(M, d)`` arrays (clamped at 0)."""
     points = np.asarray(points, dtype=np.float64)
-    centers = np.asarray(centers, dtype=np.float64)
+    centers = np.array(centers, dtype=np.float64)  # a copy: `p @ p.T` on one buffer takes a slow BLAS path
     sq = (points * points).sum(-1)[:, None] + (centers * centers).sum(-1)[None, :] - 2.0 * points @ centers.T
     return np.maximum(sq, 0.0)
 

@@ -1,7 +1,11 @@
 """EDMS: random-walk manifold similarity, manifold proxy head and loss, hard proxies, partitions, ensemble."""
+import os
+
 import keras
 import numpy as np
 import pytest
+import scipy.linalg
+import tensorflow as tf
 
 from ot_layers import ManifoldProxies
 from ot_layers.callbacks import HardProxyUpdate
@@ -51,6 +55,63 @@ def test_random_walk_rejects_bad_arguments(kwargs, name):
         random_walk_similarity(np.ones((3, 2), np.float32), **kwargs)
 
 
+def _paper_formula(x, alpha=0.8, temperature=0.5):
+    """Eq. 9 of paper 002 in NumPy/SciPy, float64: unit rows (cosine 0 for an all-zero row), S = exp(cos / t) with a
+    zero diagonal, S_bar = D^-1/2 S D^-1/2, F = (1 - alpha) (I - alpha S_bar)^-1 by scipy.linalg.inv."""
+    x = np.asarray(x, np.float64)
+    norms = np.linalg.norm(x, axis=1, keepdims=True)
+    x = np.divide(x, norms, out=np.zeros_like(x), where=norms > 0)
+    s = np.exp(x @ x.T / temperature)
+    np.fill_diagonal(s, 0.0)
+    d = s.sum(axis=1)
+    s_bar = s / np.sqrt(np.outer(d, d))
+    return (1.0 - alpha) * scipy.linalg.inv(np.eye(len(x)) - alpha * s_bar)
+
+
+@pytest.mark.parametrize("alpha,temperature", [(0.8, 0.5), (0.95, 0.1), (0.3, 2.0)])
+def test_random_walk_matches_the_papers_formula(alpha, temperature):
+    x = np.random.default_rng(3).standard_normal((9, 4))
+    x[4] *= 50.0  # un-normalized rows: the paper's embeddings are unit vectors, the solver normalizes
+    f = random_walk_similarity(x.astype(np.float32), alpha=alpha, temperature=temperature).numpy()
+    np.testing.assert_allclose(f, _paper_formula(x, alpha, temperature), atol=2e-6, rtol=1e-5)
+    big = random_walk_similarity((1e4 * x).astype(np.float32), alpha=alpha, temperature=temperature).numpy()
+    np.testing.assert_allclose(big, f, atol=1e-6)  # exp(1e8 x.x') would overflow without the normalization
+
+
+def test_random_walk_batched_zero_rows_and_tiny_temperature_are_finite():
+    x = np.random.default_rng(4).standard_normal((2, 6, 3))
+    x[1, 2] = 0.0
+    f = random_walk_similarity(x.astype(np.float32)).numpy()
+    for b in range(2):
+        np.testing.assert_allclose(f[b], _paper_formula(x[b]), atol=2e-6, rtol=1e-5)
+    xv = tf.Variable(x.astype(np.float32))
+    for temperature in (0.5, 1e-3):  # at 1e-3 exp(cos / t) underflows for all but the closest pairs
+        with tf.GradientTape() as tape:
+            out = random_walk_similarity(xv, temperature=temperature)
+            loss = tf.reduce_sum(out * out)
+        assert np.all(np.isfinite(out)) and np.all(np.isfinite(tape.gradient(loss, xv)))
+
+
+def test_random_walk_cuts_out_a_nan_point():
+    x = np.random.default_rng(5).standard_normal((7, 3)).astype(np.float32)
+    bad = x.copy()
+    bad[2, 1] = np.nan
+    keep = [0, 1, 3, 4, 5, 6]
+    tb, tk = tf.Variable(bad), tf.Variable(x[keep])
+    weights = np.random.default_rng(6).standard_normal((6, 6)).astype(np.float32)
+    with tf.GradientTape(persistent=True) as tape:
+        f_bad = random_walk_similarity(tb)
+        f_keep = random_walk_similarity(tk)
+        loss_bad = tf.reduce_sum(tf.gather(tf.gather(f_bad, keep), keep, axis=1) * weights)
+        loss_keep = tf.reduce_sum(f_keep * weights)
+    f_bad = f_bad.numpy()
+    assert np.all(np.isnan(f_bad[2])) and np.all(np.isnan(f_bad[:, 2]))
+    np.testing.assert_allclose(f_bad[np.ix_(keep, keep)], _paper_formula(x[keep]), atol=2e-6, rtol=1e-5)
+    g_bad = tape.gradient(loss_bad, tb).numpy()
+    np.testing.assert_allclose(g_bad[keep], tape.gradient(loss_keep, tk), atol=1e-5)
+    assert np.all(g_bad[2] == 0.0)
+
+
 def _head(mode):
     layer = ManifoldProxies(K, DIM, mode=mode)
     layer.build((None, DIM))
@@ -86,7 +147,7 @@ def test_hard_proxy_gradient_and_descent():
     numeric = [(hard_proxy_objective(p + eps * e, anchor, members)[0]
                 - hard_proxy_objective(p - eps * e, anchor, members)[0]) / (2 * eps) for e in np.eye(DIM)]
     np.testing.assert_allclose(grad, numeric, rtol=1e-5, atol=1e-8)
-    hard = harden_proxy(anchor, members, steps=200, learning_rate=0.1)
+    hard = harden_proxy(anchor, members, max_iter=200, learning_rate=0.1)
     assert hard_proxy_objective(hard, anchor, members)[0] < hard_proxy_objective(anchor, anchor, members)[0]
     # pushed away from its own meta-class: lower mean similarity to the members than the anchor had
     assert np.mean(members @ hard) < np.mean(members @ anchor)
@@ -126,7 +187,7 @@ def test_fit_with_hard_proxy_callback(mode):
     x, y = _data()
     model = _build(mode)()
     model.compile(optimizer=keras.optimizers.Adam(1e-2), loss=ManifoldProxyLoss())
-    callback = HardProxyUpdate(_embedding(model), x, y, steps=20, learning_rate=0.1, samples_per_meta_class=8)
+    callback = HardProxyUpdate(_embedding(model), x, y, max_iter=20, learning_rate=0.1, samples_per_meta_class=8)
     seen = []  # at each epoch start, right after the update: the layer's proxies and the proxies of that moment
     record = keras.callbacks.LambdaCallback(on_epoch_begin=lambda epoch, logs: seen.append(
         (np.asarray(model.get_layer("head").proxies), callback.compute_proxies())))
@@ -192,3 +253,127 @@ def test_head_refuses_export_and_ensemble_exports(tmp_path):
     np.testing.assert_allclose(out[:, DIM:2 * DIM] * np.sqrt(3),
                                keras.layers.UnitNormalization()(learners[1](x)), atol=1e-5)
     keras_checks.assert_export_parity(ensemble, x, tmp_path)
+
+
+# --- vocabulary and numerical contract of the head -----------------------------------------------------------------
+def test_head_vocabulary():
+    layer = ManifoldProxies(num_classes=K, dim=DIM, temperature=0.25)
+    config = layer.get_config()
+    assert config["num_classes"] == K and "num_proxies" not in config and config["temperature"] == 0.25
+    with pytest.raises(TypeError):
+        ManifoldProxies(num_proxies=K, dim=DIM)
+    assert isinstance(type(layer).__dict__["export_blocker"], property)
+    assert "embedding model" in layer.export_blocker
+    with pytest.raises(AttributeError):
+        layer.export_blocker = None
+    # temperature divides the cosines inside exp
+    x = _unit(5, DIM, 1).astype(np.float32)
+    layer.build((None, DIM))
+    p = _unit(K, DIM, 5)
+    layer.proxies.assign(p.astype(np.float32))
+    f = _paper_formula(np.concatenate([x, p]), temperature=0.25)
+    layer.mode = "intrinsic"
+    np.testing.assert_allclose(layer(x), f[:5, 5:], atol=2e-6)
+
+
+@pytest.mark.parametrize("mode", ["contextual", "intrinsic", "direct"])
+def test_head_zero_embedding_finite_and_nan_confined(mode):
+    head = _head(mode)
+    x = _unit(5, DIM, 1).astype(np.float32)
+    x[3] = 0.0
+    tx = tf.Variable(x)
+    with tf.GradientTape() as tape:
+        out = head(tx)
+        loss = tf.reduce_sum(out * out)
+    assert np.all(np.isfinite(out)) and np.all(np.isfinite(tape.gradient(loss, tx)))
+    bad = x.copy()
+    bad[1, 0] = np.inf
+    keep = [0, 2, 3, 4]
+    tb, tk = tf.Variable(bad), tf.Variable(x[keep])
+    labels = np.array([0, 2, 1, 1, 0], np.int32)
+    with tf.GradientTape(persistent=True) as tape:
+        out_bad, out_keep = head(tb), head(tk)
+        loss_bad = tf.reduce_sum(tf.gather(ManifoldProxyLoss(reduction=None)(labels, out_bad), keep))
+        loss_keep = tf.reduce_sum(ManifoldProxyLoss(reduction=None)(labels[keep], out_keep))
+    assert np.all(np.isnan(out_bad[1]))
+    np.testing.assert_allclose(np.asarray(out_bad)[keep], out_keep, atol=1e-6)
+    g_bad = np.asarray(tape.gradient(loss_bad, tb))
+    # (the zero row's gradient is ~1e10: d(x/max(|x|, 1e-12))/dx at 0 is I/1e-12; compared relatively)
+    np.testing.assert_allclose(g_bad[keep], tape.gradient(loss_keep, tk), atol=1e-5, rtol=1e-4)
+    assert np.all(g_bad[1] == 0.0)
+
+
+def test_head_computes_in_float32_under_mixed_precision():
+    x = _unit(5, DIM, 1).astype(np.float32)
+    reference = _head("contextual")(x).numpy()
+    keras.mixed_precision.set_dtype_policy("mixed_float16")
+    try:
+        head = _head("contextual")
+        out = head(x)
+    finally:
+        keras.mixed_precision.set_dtype_policy("float32")
+    assert head.proxies.dtype == "float32" and out.dtype == "float16"
+    # the contextual similarities are ~1e-2: float16 arithmetic inside would lose them; float32 keeps fp16 rounding
+    np.testing.assert_allclose(np.asarray(out, np.float32), reference, rtol=1e-3, atol=1e-6)
+
+
+def test_harden_proxy_threshold_stops_early():
+    anchor, members = _unit(1, DIM, 2)[0], _unit(20, DIM, 3)
+    np.testing.assert_array_equal(harden_proxy(anchor, members, max_iter=50, learning_rate=0.1, threshold=10.0),
+                                  harden_proxy(anchor, members, max_iter=1, learning_rate=0.1))
+    with pytest.raises(ValueError, match="threshold"):
+        HardProxyUpdate(None, *_data(), threshold=-1.0)
+
+
+def test_hard_proxy_callback_rejects_nan_embeddings_and_wrong_layer():
+    x, y = _data()
+    model = _build()()
+    model.compile(optimizer="adam", loss=ManifoldProxyLoss())
+    nan_embedding = keras.Sequential([keras.Input((IN,)), keras.layers.Lambda(lambda t: t[:, :DIM] * np.nan)])
+    with pytest.raises(ValueError, match="embedding_model"):
+        model.fit(x, y, epochs=1, verbose=0, callbacks=[HardProxyUpdate(nan_embedding, x, y,
+                                                                        samples_per_meta_class=4)])
+    with pytest.raises(ValueError, match="meta_labels"):
+        model.fit(x, y, epochs=1, verbose=0, callbacks=[HardProxyUpdate(_embedding(model), x, y % 2,
+                                                                        samples_per_meta_class=4)])
+    with pytest.raises(ValueError, match="layer_name"):
+        model.fit(x, y, epochs=1, verbose=0, callbacks=[HardProxyUpdate(_embedding(model), x, y, layer_name="no")])
+
+
+# --- resume with BackupAndRestore ----------------------------------------------------------------------------------
+class _Interrupt(keras.callbacks.Callback):
+    def __init__(self, after_epoch):
+        super().__init__()
+        self.after_epoch = after_epoch
+
+    def on_epoch_end(self, epoch, logs=None):
+        if epoch == self.after_epoch:
+            raise RuntimeError("interrupted")
+
+
+@pytest.mark.parametrize("backup_first", [False, True])
+def test_hard_proxy_update_resume_equals_uninterrupted(tmp_path, backup_first):
+    x, y = _data()
+    initial = _build()().get_weights()
+    backup_dir = str(tmp_path / "backup")
+
+    def run(backup=None, interrupt=None):
+        model = _build()()
+        model.compile(optimizer=keras.optimizers.Adam(1e-2), loss=ManifoldProxyLoss())
+        model.set_weights(initial)
+        update = HardProxyUpdate(_embedding(model), x, y, max_iter=10, learning_rate=0.1, samples_per_meta_class=8)
+        order = [update] if backup is None else ([backup, update] if backup_first else [update, backup])
+        model.fit(x, y, epochs=3, batch_size=16, verbose=0, shuffle=False,
+                  callbacks=order + ([] if interrupt is None else [interrupt]))
+        return model
+
+    straight = run()
+    with pytest.raises(RuntimeError, match="interrupted"):
+        run(keras.callbacks.BackupAndRestore(backup_dir), _Interrupt(0))
+    resumed = run(keras.callbacks.BackupAndRestore(backup_dir))
+    assert not np.allclose(straight.get_layer("head").proxies, initial[-1])  # the callback decided something
+    np.testing.assert_allclose(resumed.get_layer("head").proxies, straight.get_layer("head").proxies, atol=1e-6)
+    for a, b in zip(resumed.get_weights() + resumed.optimizer.variables,
+                    straight.get_weights() + straight.optimizer.variables):
+        np.testing.assert_allclose(a, b, atol=1e-6)
+    assert not os.path.exists(backup_dir)  # a finished run removes its backup

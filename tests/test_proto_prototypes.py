@@ -13,21 +13,64 @@ from scipy.optimize import linear_sum_assignment
 from ot_layers import HypersphericalPrototypes
 from ot_layers.callbacks import PrototypeReassignment
 from ot_layers.losses import HypersphericalPullLoss
-from ot_layers.solvers import estimate_prototypes, hungarian_assignment
-from ot_layers.solvers.prototypes import uniformity_loss_and_gradient
+from ot_layers.solvers import estimate_prototypes, hungarian_assignment, simplex_etf
+from ot_layers.solvers.prototypes import max_pairwise_cosine, uniformity_loss_and_gradient
 from tests import keras_checks
 
 K, DIM, IN = 5, 4, 6
 
 
 # --- prototype estimation -----------------------------------------------------------------------------------------
-@pytest.mark.parametrize("k,d", [(3, 2), (5, 4), (10, 9), (10, 16), (20, 19)])
-def test_prototypes_form_simplex_etf_when_dim_at_least_k_minus_1(k, d):
-    p = estimate_prototypes(k, d, file_cache=False)
-    np.testing.assert_allclose(np.linalg.norm(p, axis=1), 1.0, atol=1e-5)
-    cos = p @ p.T
-    off = cos[~np.eye(k, dtype=bool)]
-    assert abs(off.max() - (-1.0 / (k - 1))) <= 0.01, off.max()
+def _cosines(p):
+    p = np.asarray(p, np.float64)
+    return (p @ p.T)[~np.eye(len(p), dtype=bool)]
+
+
+@pytest.mark.parametrize("k", [2, 3, 10, 100, 999, 1000])
+@pytest.mark.parametrize("extra", [0, 6])
+def test_prototypes_are_the_simplex_etf_when_dim_at_least_k_minus_1(k, extra):
+    d = k - 1 + extra
+    p = estimate_prototypes(k, d, seed=3)
+    assert p.shape == (k, d) and p.dtype == np.float32
+    np.testing.assert_allclose(np.linalg.norm(p, axis=1), 1.0, atol=1e-6)
+    # closed form: the Gram matrix of a simplex ETF is (K I - 11') / (K - 1)
+    gram = np.asarray(p, np.float64) @ np.asarray(p, np.float64).T
+    np.testing.assert_allclose(gram, (k * np.eye(k) - np.ones((k, k))) / (k - 1), atol=5e-6)  # float32 rows
+    cos = _cosines(p)
+    assert abs(cos.max() + 1.0 / (k - 1)) <= 1e-4 and abs(cos.min() + 1.0 / (k - 1)) <= 1e-4
+
+
+def test_etf_is_deterministic_given_the_seed_and_uses_every_coordinate():
+    a, b, c = estimate_prototypes(10, 12, seed=1), estimate_prototypes(10, 12, seed=1), simplex_etf(10, 12, seed=2)
+    np.testing.assert_array_equal(a, b)
+    assert not np.allclose(a, c)  # another orientation of the same frame
+    np.testing.assert_allclose(c @ c.T, a.astype(np.float64) @ a.T, atol=1e-6)
+    assert np.all(np.abs(a).max(axis=0) > 1e-3)  # embedded by a rotation, not zero-padded
+
+
+@pytest.mark.parametrize("k,d,best_known", [(12, 3, 1.0 / np.sqrt(5.0)),  # the icosahedron (Tammes, proven)
+                                            (24, 4, 0.5)])  # the 24-cell
+def test_prototypes_reach_the_best_known_spherical_codes(k, d, best_known):
+    p = estimate_prototypes(k, d)
+    np.testing.assert_allclose(np.linalg.norm(p, axis=1), 1.0, atol=1e-6)
+    worst = _cosines(p).max()
+    assert worst <= best_known + 0.01, worst
+    if k == 12:
+        assert worst >= best_known - 1e-5  # the Tammes optimum for 12 points cannot be beaten
+    np.testing.assert_array_equal(estimate_prototypes(k, d), p)  # deterministic given the seed
+
+
+def test_max_cosine_beats_the_papers_uniformity_loss_and_tracks_it():
+    # the uniformity loss of paper 001 at its fixed t = 2, minimized by plain projected gradient descent, vs the
+    # annealed max-cosine optimizer: the latter's largest cosine is no worse (10 points in R^3)
+    rng = np.random.default_rng(0)
+    p = rng.standard_normal((10, 3))
+    p /= np.linalg.norm(p, axis=1, keepdims=True)
+    for _ in range(500):
+        p -= 0.1 * uniformity_loss_and_gradient(p, 2.0)[1]
+        p /= np.linalg.norm(p, axis=1, keepdims=True)
+    assert max_pairwise_cosine(estimate_prototypes(10, 3)) <= _cosines(p).max() + 1e-6
+    assert max_pairwise_cosine(p) == pytest.approx(_cosines(p).max(), abs=1e-12)
 
 
 def test_uniformity_gradient_matches_autodiff():
@@ -43,27 +86,23 @@ def test_uniformity_gradient_matches_autodiff():
     np.testing.assert_allclose(grad, tape.gradient(tf_loss, tp).numpy(), rtol=1e-8, atol=1e-12)
 
 
-def test_prototypes_lower_the_uniformity_loss_and_are_cached(tmp_path, monkeypatch):
+def test_prototypes_write_nothing_and_callers_get_copies(tmp_path, monkeypatch):
     monkeypatch.setenv("KERAS_HOME", str(tmp_path))
-    p = estimate_prototypes(12, 3, steps=200, seed=3)
-    start = np.random.default_rng(3).standard_normal((12, 3))
-    start /= np.linalg.norm(start, axis=1, keepdims=True)
-    assert uniformity_loss_and_gradient(p, 2.0)[0] < uniformity_loss_and_gradient(start, 2.0)[0] - 0.1
-    files = list((tmp_path / "otzoo" / "prototypes").iterdir())
-    assert len(files) == 1
-    np.testing.assert_array_equal(np.load(files[0]), p)
-    p[0] = 0.0  # callers get copies: the cache is not corrupted
-    np.testing.assert_array_equal(estimate_prototypes(12, 3, steps=200, seed=3), np.load(files[0]))
-    assert not np.allclose(estimate_prototypes(12, 3, steps=200, seed=4, file_cache=False), np.load(files[0]))
+    p = estimate_prototypes(7, 3, seed=3)
+    assert list(tmp_path.iterdir()) == []
+    p[0] = 0.0  # callers get copies: the in-process memo is not corrupted
+    assert np.all(np.linalg.norm(estimate_prototypes(7, 3, seed=3), axis=1) > 0.99)
 
 
 @pytest.mark.parametrize("kwargs,name", [({"num_classes": 1, "dim": 3}, "num_classes"),
                                          ({"num_classes": 4, "dim": 0}, "dim"),
-                                         ({"num_classes": 4, "dim": 3, "t": -1.0}, "t"),
-                                         ({"num_classes": 4, "dim": 3, "steps": 0}, "steps")])
+                                         ({"num_classes": 4, "dim": 2, "max_iter": 0}, "max_iter"),
+                                         ({"num_classes": 4, "dim": 2, "restarts": 0}, "restarts")])
 def test_prototypes_reject_bad_arguments(kwargs, name):
     with pytest.raises(ValueError, match=name):
         estimate_prototypes(**kwargs)
+    with pytest.raises(ValueError, match="dim"):
+        simplex_etf(5, 3)
 
 
 # --- Hungarian assignment -----------------------------------------------------------------------------------------
@@ -89,7 +128,7 @@ def test_hungarian_rejects_bad_input():
 
 
 def _layer_with_random_representatives(k, d, seed):
-    layer = HypersphericalPrototypes(k, d, prototype_steps=50)
+    layer = HypersphericalPrototypes(k, d, prototypes=np.random.default_rng(seed + 1).standard_normal((k, d)))
     layer.build((None, d))
     reps = np.random.default_rng(seed).standard_normal((k, d)).astype(np.float32)
     layer.representatives.assign(reps / np.linalg.norm(reps, axis=1, keepdims=True))
@@ -144,7 +183,9 @@ def test_pull_loss_is_squared_cosine_gap():
 
 
 @pytest.mark.parametrize("kwargs,name", [({"num_classes": 1}, "num_classes"), ({"dim": 0}, "dim"),
-                                         ({"momentum": 1.0}, "momentum"), ({"prototype_steps": 0}, "prototype_steps")])
+                                         ({"momentum": 1.0}, "momentum"), ({"prototypes": np.ones((K, DIM + 1))},
+                                                                           "prototypes"),
+                                         ({"prototypes": np.zeros((K, DIM))}, "prototypes")])
 def test_layer_rejects_bad_arguments(kwargs, name):
     args = {"num_classes": K, "dim": DIM, **kwargs}
     with pytest.raises(ValueError, match=name):
@@ -280,3 +321,185 @@ def test_batch_frequency_reassigns_within_the_epoch():
     assert history.history["prototype_changes"] == reassign.changes and reassign.changes[0] > 0
     with pytest.raises(ValueError, match="batch_frequency"):
         PrototypeReassignment(batch_frequency=0)
+
+
+# --- prototypes computed once, never on load -----------------------------------------------------------------------
+def _forbid_estimation(monkeypatch):
+    import ot_layers.solvers.prototypes as solver
+
+    def refuse(*args, **kwargs):
+        raise AssertionError("estimate_prototypes was called")
+
+    monkeypatch.setattr(solver, "estimate_prototypes", refuse)
+
+
+def test_load_model_with_read_only_keras_home_does_not_estimate(tmp_path, monkeypatch):
+    x, y = _data()
+    model = build_training_model()
+    model.get_layer("protos").assignment.assign(np.array([3, 1, 4, 0, 2], np.int32))
+    path = str(tmp_path / "model.keras")
+    model.save(path)
+    home = tmp_path / "keras_home"
+    home.mkdir()
+    os.chmod(home, 0o500)  # read-only
+    monkeypatch.setenv("KERAS_HOME", str(home))
+    _forbid_estimation(monkeypatch)
+    try:
+        restored = keras.saving.load_model(path)
+        out = restored([x, y], training=False)
+    finally:
+        os.chmod(home, 0o700)
+    assert list(home.iterdir()) == []
+    for name in ("prototypes", "assignment"):
+        np.testing.assert_array_equal(getattr(restored.get_layer("protos"), name), getattr(model.get_layer("protos"),
+                                                                                            name))
+    np.testing.assert_allclose(out, model([x, y], training=False), atol=0)
+
+
+def test_fresh_layer_estimates_once_and_given_prototypes_round_trip(tmp_path, monkeypatch):
+    import ot_layers.solvers.prototypes as solver
+
+    calls = []
+    real = solver.estimate_prototypes
+    monkeypatch.setattr(solver, "estimate_prototypes", lambda *a, **k: calls.append(a) or real(*a, **k))
+    layer = HypersphericalPrototypes(K, DIM, seed=4)
+    layer(np.zeros((2, DIM), np.float32))
+    layer(np.ones((2, DIM), np.float32))
+    assert calls == [(K, DIM)]
+    np.testing.assert_array_equal(layer.prototypes, real(K, DIM, seed=4))
+    # given prototypes: normalized, no estimation, and kept by the config (clone_model rebuilds them)
+    given = np.random.default_rng(0).standard_normal((K, DIM))
+    x = keras.Input((DIM,))
+    model = keras.Model(x, HypersphericalPrototypes(K, DIM, prototypes=given, name="protos")(x))
+    np.testing.assert_allclose(model.get_layer("protos").prototypes,
+                               given / np.linalg.norm(given, axis=1, keepdims=True), atol=1e-7)
+    clone = keras.models.clone_model(model)
+    np.testing.assert_array_equal(clone.get_layer("protos").prototypes, model.get_layer("protos").prototypes)
+    assert len(calls) == 1
+
+
+def test_clone_model_estimates_on_first_real_call_only():
+    x = keras.Input((DIM,))
+    model = keras.Model(x, HypersphericalPrototypes(K, DIM, seed=2, name="protos")(x))
+    clone = keras.models.clone_model(model)  # from_config: zero placeholder, weights not copied
+    assert not np.any(np.asarray(clone.get_layer("protos").prototypes))
+    z = np.random.default_rng(0).standard_normal((3, DIM)).astype(np.float32)
+    np.testing.assert_allclose(clone(z), model(z), atol=1e-6)
+    np.testing.assert_array_equal(clone.get_layer("protos").prototypes, model.get_layer("protos").prototypes)
+    other = keras.models.clone_model(model)
+    other.set_weights([np.eye(K, DIM, dtype=np.float32), np.arange(K, dtype=np.int32), np.zeros((K, DIM))])
+    other(z)  # weights set by hand are kept
+    np.testing.assert_array_equal(other.get_layer("protos").prototypes, np.eye(K, DIM))
+
+
+def test_large_fresh_layer_builds_fast():
+    import time
+
+    start = time.perf_counter()
+    layer = HypersphericalPrototypes(1000, 1000)
+    layer.build((None, 1000))
+    assert time.perf_counter() - start < 10.0
+    assert abs(max_pairwise_cosine(layer.prototypes) + 1 / 999) < 1e-4
+
+
+# --- numerical contract --------------------------------------------------------------------------------------------
+def test_zero_feature_is_finite_and_nan_stays_in_its_sample():
+    layer = HypersphericalPrototypes(K, DIM, momentum=0.5)
+    z = np.random.default_rng(0).standard_normal((4, DIM)).astype(np.float32)
+    z[1] = 0.0
+    labels = np.array([0, 1, 2, 0], np.int32)
+    tz = tf.Variable(z)
+    with tf.GradientTape() as tape:
+        logits = layer(tz)
+        loss = tf.reduce_sum(HypersphericalPullLoss(reduction=None)(labels, logits))
+    np.testing.assert_array_equal(logits[1], np.zeros(K))
+    assert np.all(np.isfinite(tape.gradient(loss, tz)))
+    # NaN in sample 2: the others' logits, their gradients and the representatives equal a run without it
+    bad = z.copy()
+    bad[2, 0] = np.nan
+    keep = [0, 1, 3]
+    tb, tk = tf.Variable(bad), tf.Variable(z[keep])
+    with tf.GradientTape(persistent=True) as tape:
+        out_bad, out_keep = layer(tb), layer(tk)
+        loss_bad = tf.reduce_sum(tf.gather(HypersphericalPullLoss(reduction=None)(labels, out_bad), keep))
+        loss_keep = tf.reduce_sum(HypersphericalPullLoss(reduction=None)(labels[keep], out_keep))
+    assert np.all(np.isnan(out_bad[2]))
+    np.testing.assert_allclose(np.asarray(out_bad)[keep], out_keep, atol=1e-7)
+    np.testing.assert_allclose(np.asarray(tape.gradient(loss_bad, tb))[keep], tape.gradient(loss_keep, tk),
+                               atol=1e-6)
+    layer.representatives.assign(np.zeros((K, DIM)))
+    layer(bad, labels=labels, training=True)
+    with_bad = np.asarray(layer.representatives)
+    layer.representatives.assign(np.zeros((K, DIM)))
+    layer(z[keep], labels=labels[keep], training=True)
+    np.testing.assert_allclose(with_bad, layer.representatives, atol=1e-7)
+    assert np.all(np.isfinite(with_bad))
+
+
+def test_mixed_precision_computes_in_float32():
+    keras.mixed_precision.set_dtype_policy("mixed_float16")
+    try:
+        layer = HypersphericalPrototypes(K, DIM)
+        z = np.random.default_rng(0).standard_normal((3, DIM)).astype(np.float32)
+        out = layer(z)
+        assert layer.prototypes.dtype == "float32" and out.dtype == "float16"
+    finally:
+        keras.mixed_precision.set_dtype_policy("float32")
+    zn = z / np.linalg.norm(z, axis=1, keepdims=True)
+    expected = zn.astype(np.float16).astype(np.float64) @ np.asarray(layer.prototypes, np.float64).T
+    np.testing.assert_allclose(np.asarray(out, np.float32), expected, atol=2e-3)
+
+
+def test_export_blocker_is_a_read_only_property():
+    layer = HypersphericalPrototypes(K, DIM)
+    assert isinstance(type(layer).__dict__["export_blocker"], property) and layer.export_blocker is None
+    with pytest.raises(AttributeError):
+        layer.export_blocker = "x"
+
+
+# --- resume with BackupAndRestore ----------------------------------------------------------------------------------
+class _Interrupt(keras.callbacks.Callback):
+    def __init__(self, after_epoch):
+        super().__init__()
+        self.after_epoch = after_epoch
+
+    def on_epoch_end(self, epoch, logs=None):
+        if epoch == self.after_epoch:
+            raise RuntimeError("interrupted")
+
+
+def _resume_run(initial, x, y, callbacks, epochs=4, **fit):
+    model = build_training_model()
+    model.compile(optimizer=keras.optimizers.Adam(2e-2), loss=HypersphericalPullLoss())
+    model.set_weights(initial)
+    model.fit([x, y], y, epochs=epochs, batch_size=16, verbose=0, shuffle=False, callbacks=callbacks, **fit)
+    return model
+
+
+@pytest.mark.parametrize("backup_first", [False, True])
+def test_prototype_reassignment_resume_equals_uninterrupted(tmp_path, backup_first):
+    x, y = _data(64)
+    initial = build_training_model().get_weights()
+    initial[-2] = np.array([1, 2, 3, 4, 0], np.int32)  # assignment: start from a bad map
+
+    reassigners = []
+
+    def callbacks(backup=None, interrupt=None):
+        reassign = PrototypeReassignment()
+        reassigners.append(reassign)
+        order = [reassign] if backup is None else ([backup, reassign] if backup_first else [reassign, backup])
+        return order + ([] if interrupt is None else [interrupt])
+
+    straight = _resume_run(initial, x, y, callbacks())
+    backup_dir = str(tmp_path / f"backup_{backup_first}")
+    with pytest.raises(RuntimeError, match="interrupted"):
+        _resume_run(initial, x, y, callbacks(keras.callbacks.BackupAndRestore(backup_dir), _Interrupt(0)))
+    resumed = _resume_run(initial, x, y, callbacks(keras.callbacks.BackupAndRestore(backup_dir)))
+    layer, other = straight.get_layer("protos"), resumed.get_layer("protos")
+    assert reassigners[0].changes[0] > 0  # the interrupted epoch's re-assignment changed the map
+    np.testing.assert_array_equal(other.assignment, layer.assignment)
+    np.testing.assert_allclose(other.representatives, layer.representatives, atol=1e-6)
+    for a, b in zip(resumed.get_weights(), straight.get_weights()):
+        np.testing.assert_allclose(a, b, atol=1e-6)
+    for a, b in zip(resumed.optimizer.variables, straight.optimizer.variables):
+        np.testing.assert_allclose(a, b, atol=1e-6)

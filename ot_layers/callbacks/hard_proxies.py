@@ -2,9 +2,9 @@
 import keras
 import numpy as np
 
-from ot_layers.callbacks.prototype_reassignment import find_layer
 from ot_layers.layers.manifold_proxies import ManifoldProxies
-from ot_layers.validation import check_positive, check_positive_int
+from ot_layers.tensor_ops import find_layer, normalize_rows_np
+from ot_layers.validation import check_non_negative, check_positive, check_positive_int
 
 
 def hard_proxy_objective(proxy, anchor, members):
@@ -18,14 +18,18 @@ def hard_proxy_objective(proxy, anchor, members):
     return float(np.log(denominator) + shift), (e / denominator) @ diff
 
 
-def harden_proxy(anchor, members, steps=100, learning_rate=1e-3):
-    """``p*_k``: ``steps`` projected gradient-descent steps on ``J`` from ``p = p_k`` (eq. 7). The paper searches
-    ``p`` in ``R^l``; as proxies are used normalized, ``p`` is projected back onto the unit sphere after each step
-    (``J`` is not scale invariant, so this is the objective the layer actually sees)."""
-    p = np.asarray(anchor, np.float64).copy()
-    for _ in range(steps):
-        p -= learning_rate * hard_proxy_objective(p, anchor, members)[1]
-        p /= max(np.linalg.norm(p), 1e-12)
+def harden_proxy(anchor, members, max_iter=100, learning_rate=1e-3, threshold=0.0):
+    """``p*_k``: up to ``max_iter`` projected gradient-descent steps on ``J`` from ``p = p_k`` (eq. 7), stopping
+    early when a step moves ``p`` by at most ``threshold`` (``threshold=0`` runs exactly ``max_iter``). The paper
+    searches ``p`` in ``R^l``; as proxies are used normalized, ``p`` is projected back onto the unit sphere after
+    each step (``J`` is not scale invariant, so this is the objective the layer actually sees)."""
+    p = normalize_rows_np(np.asarray(anchor, np.float64))
+    for _ in range(max_iter):
+        new = normalize_rows_np(p - learning_rate * hard_proxy_objective(p, anchor, members)[1])
+        moved = np.linalg.norm(new - p)
+        p = new
+        if moved <= threshold:
+            break
     return p
 
 
@@ -35,23 +39,32 @@ class HardProxyUpdate(keras.callbacks.Callback):
     For each meta-class ``k`` one training image is drawn once (``seed``) as its anchor; every epoch its current
     normalized embedding is ``p_k`` (paper 002, Sec. 4.1). With ``harden=True`` it is then replaced by the hard
     proxy ``p*_k`` of eq. 7, estimated on up to ``samples_per_meta_class`` embedded members of ``D_k``
-    (``steps`` gradient steps, ``learning_rate`` 1e-3 in the paper); ``harden=False`` keeps ``p_k`` (the "P"
-    ablation). ``embedding_model`` maps ``images`` to the embeddings the layer receives. The proxies live in the
-    layer's variable, and the anchors depend only on ``seed``, so checkpoints and resumes carry the state.
+    (:func:`harden_proxy`: up to ``max_iter`` gradient steps of ``learning_rate``, 1e-3 in the paper, early stop
+    at ``threshold``); ``harden=False`` keeps ``p_k`` (the "P" ablation). ``embedding_model`` maps ``images`` to
+    the embeddings the layer receives. ``layer_name``: the ``ManifoldProxies`` layer, or ``None`` for the only one
+    in the model (``ot_layers.tensor_ops.find_layer``).
+
+    State: the decision (the proxies) lives in the layer's ``proxies`` variable and is a deterministic function of
+    the model's weights at the start of the epoch and of the anchors/members, which depend only on ``seed``; so a
+    run resumed by ``keras.callbacks.BackupAndRestore`` (in any callback order) equals an uninterrupted one.
+    Non-finite embeddings raise a ``ValueError`` naming ``embedding_model``.
     """
 
-    def __init__(self, embedding_model, images, meta_labels, layer_name=None, harden=True, steps=100,
-                 learning_rate=1e-3, samples_per_meta_class=256, batch_size=256, seed=0):
+    def __init__(self, embedding_model, images, meta_labels, layer_name=None, harden=True, max_iter=100,
+                 learning_rate=1e-3, threshold=0.0, samples_per_meta_class=256, batch_size=256, seed=0):
         super().__init__()
         meta_labels = np.asarray(meta_labels).reshape(-1)
+        if meta_labels.size and (not np.issubdtype(meta_labels.dtype, np.integer) or meta_labels.min() < 0):
+            raise ValueError("`meta_labels` must be integers >= 0.")
         if len(meta_labels) != len(images):
             raise ValueError(f"`meta_labels` has {len(meta_labels)} entries but `images` has {len(images)}.")
         self.embedding_model = embedding_model
         self.images = images
         self.layer_name = layer_name
         self.harden = bool(harden)
-        self.steps = check_positive_int("steps", steps)
+        self.max_iter = check_positive_int("max_iter", max_iter)
         self.learning_rate = float(check_positive("learning_rate", learning_rate))
+        self.threshold = float(check_non_negative("threshold", threshold))
         check_positive_int("samples_per_meta_class", samples_per_meta_class)
         self.batch_size = check_positive_int("batch_size", batch_size)
         rng = np.random.default_rng(seed)
@@ -69,17 +82,21 @@ class HardProxyUpdate(keras.callbacks.Callback):
         chosen = np.concatenate([np.asarray(self.anchors), members])
         z = np.asarray(self.embedding_model.predict(self.images[chosen], batch_size=self.batch_size, verbose=0),
                        np.float64)
-        z /= np.maximum(np.linalg.norm(z, axis=1, keepdims=True), 1e-12)
+        if not np.all(np.isfinite(z)):
+            raise ValueError("`embedding_model` produced non-finite embeddings; the proxies cannot be computed "
+                             "(has training diverged?).")
+        z = normalize_rows_np(z)
         anchors, rest = z[:len(self.anchors)], z[len(self.anchors):]
         if not self.harden:
             return anchors
         bounds = np.cumsum([0] + [len(m) for m in self.members])
-        return np.stack([harden_proxy(anchors[k], rest[bounds[k]:bounds[k + 1]], self.steps, self.learning_rate)
+        return np.stack([harden_proxy(anchors[k], rest[bounds[k]:bounds[k + 1]], self.max_iter, self.learning_rate,
+                                      self.threshold)
                          for k in range(len(self.anchors))])
 
     def on_epoch_begin(self, epoch, logs=None):
         layer = find_layer(self.model, ManifoldProxies, self.layer_name)
-        if layer.num_proxies != len(self.anchors):
-            raise ValueError(f"The layer has {layer.num_proxies} proxies but `meta_labels` has {len(self.anchors)} "
-                             "meta-classes.")
+        if layer.num_classes != len(self.anchors):
+            raise ValueError(f"`meta_labels` has {len(self.anchors)} meta-classes but the layer has "
+                             f"num_classes={layer.num_classes}.")
         layer.proxies.assign(self.compute_proxies().astype(np.float32))

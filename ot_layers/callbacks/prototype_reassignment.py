@@ -4,25 +4,10 @@ import numpy as np
 
 from ot_layers.layers.hyperspherical_prototypes import HypersphericalPrototypes
 from ot_layers.solvers.assignment import hungarian_assignment
+from ot_layers.tensor_ops import find_layer, normalize_rows_np
 from ot_layers.validation import check_positive_int
 
-
-def find_layer(model, layer_class, layer_name=None):
-    """The layer named ``layer_name`` (or else the only ``layer_class`` instance) in ``model``, searched
-    recursively through nested models."""
-    found = []
-
-    def visit(layer):
-        if isinstance(layer, layer_class) and (layer_name is None or layer.name == layer_name):
-            found.append(layer)
-        for child in getattr(layer, "layers", []):
-            visit(child)
-
-    visit(model)
-    if len(found) != 1:
-        what = f"named {layer_name!r}" if layer_name else "(pass `layer_name` to choose one)"
-        raise ValueError(f"Expected exactly one {layer_class.__name__} layer {what} in the model, found {len(found)}.")
-    return found[0]
+__all__ = ["PrototypeReassignment", "find_layer"]  # find_layer: kept importable from here for older imports
 
 
 class PrototypeReassignment(keras.callbacks.Callback):
@@ -30,13 +15,17 @@ class PrototypeReassignment(keras.callbacks.Callback):
     ``sum_k cos(c_k, p_{sigma(k)})`` over the class representatives ``c_k`` and prototypes ``p_j`` (paper 001,
     Sec. 3.2; Hungarian algorithm via ``scipy.optimize.linear_sum_assignment``).
 
-    All state lives in the layer's variables (``assignment``, ``representatives``), so checkpoints and ``.keras``
-    files carry it and a resumed run continues with the same assignment. Place this callback before
-    ``keras.callbacks.ModelCheckpoint`` so that the checkpoint of an epoch holds that epoch's new assignment.
-    Adds ``prototype_changes`` (how many classes changed prototype since the last epoch's logs) to the epoch
-    logs; ``changes`` keeps the list. ``batch_frequency``: also re-assign every that many training batches within
-    an epoch (the paper re-assigns once per epoch; on short runs an early re-assignment, before the features commit
-    to the initial map, is what lets the assignment matter).
+    ``layer_name``: the ``HypersphericalPrototypes`` layer to drive, or ``None`` for the only one in the model
+    (``ot_layers.tensor_ops.find_layer``). The decision lives in the layer's variables (``assignment``, computed
+    from ``representatives`` and ``prototypes`` only), so checkpoints, ``.keras`` files and
+    ``keras.callbacks.BackupAndRestore`` carry it. The assignment is a deterministic function of the saved
+    variables, and at the first epoch of every ``fit`` that resumes at a re-assignment epoch it is recomputed, so a
+    resumed run equals an uninterrupted one whichever order this callback and ``BackupAndRestore`` /
+    ``ModelCheckpoint`` have in the callback list. Adds ``prototype_changes`` (how many classes changed prototype
+    in that epoch) to the epoch logs; ``changes`` keeps them for the epochs this object saw (a log, not state).
+    ``batch_frequency``: also re-assign every that many training batches within an epoch (the paper re-assigns
+    once per epoch; on short runs an early re-assignment, before the features commit to the initial map, is what
+    lets the assignment matter).
     """
 
     def __init__(self, layer_name=None, frequency=1, batch_frequency=None, verbose=0):
@@ -48,12 +37,11 @@ class PrototypeReassignment(keras.callbacks.Callback):
         self.verbose = int(verbose)
         self.changes = []
         self._pending = 0
+        self._first_epoch = True
 
     def reassign(self, layer):
         """Recompute ``sigma`` for ``layer`` and store it; returns how many classes changed prototype."""
-        representatives = np.asarray(layer.representatives, dtype=np.float64)
-        norms = np.linalg.norm(representatives, axis=1, keepdims=True)
-        representatives = representatives / np.maximum(norms, 1e-12)
+        representatives = normalize_rows_np(np.asarray(layer.representatives, dtype=np.float64))
         similarity = representatives @ np.asarray(layer.prototypes, dtype=np.float64).T
         new = hungarian_assignment(similarity).astype(np.int32)
         old = np.asarray(layer.assignment)
@@ -62,6 +50,18 @@ class PrototypeReassignment(keras.callbacks.Callback):
 
     def _layer(self):
         return find_layer(self.model, HypersphericalPrototypes, self.layer_name)
+
+    def on_train_begin(self, logs=None):
+        self._first_epoch = True
+        self._pending = 0
+
+    def on_epoch_begin(self, epoch, logs=None):
+        if self._first_epoch:
+            self._first_epoch = False
+            if epoch > 0 and epoch % self.frequency == 0:
+                # resuming after a re-assignment epoch: redo it from the restored variables (idempotent), in case
+                # the backup was written before this callback's on_epoch_end ran
+                self.reassign(self._layer())
 
     def on_train_batch_end(self, batch, logs=None):
         if self.batch_frequency is not None and (batch + 1) % self.batch_frequency == 0:

@@ -4,8 +4,19 @@ import keras
 import numpy as np
 import tensorflow as tf
 
-from ot_layers.solvers.prototypes import estimate_prototypes
+from ot_layers.solvers import prototypes as prototype_solver
+from ot_layers.tensor_ops import normalize_rows
 from ot_layers.validation import check_in_range, check_positive_int, check_rank, check_same_dim
+
+try:  # Keras-internal scopes in which a call is only traced for shapes / without state (no prototype estimation)
+    from keras.src.backend.common.stateless_scope import in_stateless_scope
+    from keras.src.backend.common.symbolic_scope import in_symbolic_scope
+except ImportError:  # pragma: no cover - other Keras versions
+    def in_stateless_scope():
+        return False
+
+    def in_symbolic_scope():
+        return False
 
 
 @keras.saving.register_keras_serializable(package="ot_layers")
@@ -14,37 +25,70 @@ class HypersphericalPrototypes(keras.layers.Layer):
 
     State (all Keras variables, so ``.keras`` files, checkpoints and exported graphs carry it):
 
-    - ``prototypes`` ``(K, dim)``: fixed unit vectors from ``solvers.estimate_prototypes`` (non-trainable);
+    - ``prototypes`` ``(K, dim)`` float32, non-trainable: fixed unit vectors, set once when the layer is built in a
+      fresh model: the given ``prototypes``, else ``solvers.estimate_prototypes(K, dim, seed=seed)`` (the simplex
+      ETF in closed form when ``dim >= K - 1``, else the annealed max-cosine optimizer, paper 001 Sec. 3.1). A
+      layer made from a config (``keras.models.load_model``, ``from_config``) does not estimate: its weight is a
+      zero placeholder that the loaded weights fill. Only if it is then called for real with the placeholder still
+      all zero (``clone_model`` without copying weights) are the prototypes estimated, once. Nothing is written to
+      disk.
     - ``assignment`` ``(K,)`` int32: the bijection ``sigma`` class -> prototype row (identity at first), changed by
       ``callbacks.PrototypeReassignment`` between epochs;
     - ``representatives`` ``(K, dim)``: class representatives ``c_k``, the L2-normalized exponential moving average
       of the normalized features of class ``k`` (paper 001, Sec. 3.2): in a training call with ``labels``,
       ``c_k <- normalize(momentum * c_k + (1 - momentum) * mean_{i: y_i = k} z_i/||z_i||)`` for every class in the
-      batch. Under a distribution strategy the replicas' updates are averaged.
+      batch (samples with a non-finite feature are left out). Under a distribution strategy the replicas' updates
+      are averaged.
 
     Train with ``losses.HypersphericalPullLoss`` (``(1 - s_y)^2``, pull towards the assigned prototype only) on the
     logits, passing the integer labels to the layer in training: ``layer(features, labels=labels)``; at inference
-    call it without labels.
+    call it without labels. Computes in float32 under any dtype policy (the logits are cast to the compute dtype);
+    an all-zero feature gives zero logits with finite gradients; a non-finite feature gives NaN logits for that
+    sample only. Inputs are ``(B, dim)`` vectors (pool feature maps before the layer).
     """
 
-    def __init__(self, num_classes, dim, momentum=0.9, prototype_steps=1000, prototype_seed=0, **kwargs):
+    def __init__(self, num_classes, dim, momentum=0.9, prototypes=None, seed=0, **kwargs):
         super().__init__(**kwargs)
         self.num_classes = check_positive_int("num_classes", num_classes)
         if self.num_classes < 2:
             raise ValueError(f"`num_classes` must be >= 2, got {num_classes!r}.")
         self.dim = check_positive_int("dim", dim)
         self.momentum = float(check_in_range("momentum", momentum, 0.0, 1.0, high_open=True))
-        self.prototype_steps = check_positive_int("prototype_steps", prototype_steps)
-        self.prototype_seed = int(prototype_seed)
+        self.seed = int(seed)
+        self._given_prototypes = None
+        if prototypes is not None:
+            p = np.asarray(prototypes, dtype=np.float64)
+            if p.shape != (self.num_classes, self.dim):
+                raise ValueError(f"`prototypes` must have shape (num_classes, dim) = {(self.num_classes, self.dim)}, "
+                                 f"got {p.shape}.")
+            norms = np.linalg.norm(p, axis=1, keepdims=True)
+            if not np.all(np.isfinite(p)) or np.any(norms == 0):
+                raise ValueError("`prototypes` must be finite with non-zero rows.")
+            self._given_prototypes = (p / norms).astype(np.float32)
+        self._from_config = False  # set by from_config: the prototypes come with the loaded weights
+
+    @property
+    def export_blocker(self):
+        """``None``: the layer exports (SavedModel and ONNX)."""
+        return None
+
+    @classmethod
+    def from_config(cls, config):
+        layer = super().from_config(config)
+        layer._from_config = True
+        return layer
 
     def build(self, input_shape):
         check_rank("inputs", input_shape, (2,))
         check_same_dim("inputs", input_shape[-1], "dim", self.dim)
-        initial = estimate_prototypes(self.num_classes, self.dim, steps=self.prototype_steps,
-                                      seed=self.prototype_seed)
+        if self._given_prototypes is not None:
+            initial = keras.initializers.Constant(self._given_prototypes)
+        elif self._from_config:
+            initial = "zeros"  # placeholder: load_model fills it (see the class docstring)
+        else:
+            initial = keras.initializers.Constant(self._estimate())
         self.prototypes = self.add_weight(name="prototypes", shape=(self.num_classes, self.dim),
-                                          initializer=keras.initializers.Constant(initial), trainable=False,
-                                          autocast=False)
+                                          initializer=initial, trainable=False, autocast=False)
         self.assignment = self.add_weight(
             name="assignment", shape=(self.num_classes,), dtype="int32", trainable=False,
             initializer=keras.initializers.Constant(np.arange(self.num_classes, dtype=np.int32)))
@@ -52,13 +96,32 @@ class HypersphericalPrototypes(keras.layers.Layer):
                                                initializer="zeros", trainable=False, aggregation="mean",
                                                autocast=False)
 
+    def _estimate(self):
+        return prototype_solver.estimate_prototypes(self.num_classes, self.dim, seed=self.seed)
+
+    def load_own_variables(self, store):
+        super().load_own_variables(store)
+        self._from_config = False
+
+    def __call__(self, *args, **kwargs):
+        if self._from_config and self.built and not self._is_symbolic_call(args, kwargs):
+            self._from_config = False
+            with tf.init_scope():  # eager, also when first called while a tf.function is traced
+                if not np.any(keras.ops.convert_to_numpy(self.prototypes)):
+                    self.prototypes.assign(self._estimate())
+        return super().__call__(*args, **kwargs)
+
+    @staticmethod
+    def _is_symbolic_call(args, kwargs):
+        inputs = args[0] if args else kwargs.get("inputs")
+        return isinstance(inputs, keras.KerasTensor) or in_symbolic_scope() or in_stateless_scope()
+
     def assigned_prototypes(self):
         """``(K, dim)`` float32: row ``k`` is the prototype ``p_{sigma(k)}`` of class ``k``."""
-        return tf.gather(tf.convert_to_tensor(self.prototypes),
-                         tf.convert_to_tensor(self.assignment))
+        return tf.gather(tf.convert_to_tensor(self.prototypes), tf.convert_to_tensor(self.assignment))
 
     def call(self, inputs, labels=None, training=None):
-        z = tf.math.l2_normalize(tf.cast(inputs, tf.float32), axis=-1, epsilon=1e-12)
+        z = normalize_rows(tf.cast(inputs, tf.float32))
         if training and labels is not None:
             self._update_representatives(z, labels)
         logits = tf.matmul(z, self.assigned_prototypes(), transpose_b=True)
@@ -67,13 +130,14 @@ class HypersphericalPrototypes(keras.layers.Layer):
     def _update_representatives(self, z, labels):
         labels = tf.reshape(tf.cast(labels, tf.int32), [-1])
         z = tf.stop_gradient(z)
+        finite = tf.reduce_all(tf.math.is_finite(z), axis=-1)
+        z = tf.where(finite[:, None], z, tf.zeros_like(z))
         sums = tf.math.unsorted_segment_sum(z, labels, self.num_classes)
-        counts = tf.math.unsorted_segment_sum(tf.ones_like(labels, tf.float32), labels, self.num_classes)
+        counts = tf.math.unsorted_segment_sum(tf.cast(finite, tf.float32), labels, self.num_classes)
         present = counts[:, None] > 0
         batch_means = sums / tf.maximum(counts[:, None], 1.0)
         old = tf.convert_to_tensor(self.representatives)
-        moved = tf.math.l2_normalize(self.momentum * old + (1.0 - self.momentum) * batch_means, axis=-1,
-                                     epsilon=1e-12)
+        moved = normalize_rows(self.momentum * old + (1.0 - self.momentum) * batch_means)
         self.representatives.assign(tf.where(present, moved, old))
 
     def compute_output_shape(self, input_shape):
@@ -81,6 +145,7 @@ class HypersphericalPrototypes(keras.layers.Layer):
 
     def get_config(self):
         config = super().get_config()
-        config.update(num_classes=self.num_classes, dim=self.dim, momentum=self.momentum,
-                      prototype_steps=self.prototype_steps, prototype_seed=self.prototype_seed)
+        given = None if self._given_prototypes is None else self._given_prototypes.tolist()
+        config.update(num_classes=self.num_classes, dim=self.dim, momentum=self.momentum, prototypes=given,
+                      seed=self.seed)
         return config

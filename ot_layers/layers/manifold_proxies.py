@@ -3,20 +3,25 @@ paper 002, SPEC S7)."""
 import keras
 import tensorflow as tf
 
-from ot_layers.solvers.random_walk import random_walk_similarity
-from ot_layers.validation import check_choice, check_in_range, check_positive, check_positive_int, check_rank
+from ot_layers.solvers.random_walk import random_walk_similarity_and_mask
+from ot_layers.tensor_ops import normalize_rows
+from ot_layers.validation import (check_choice, check_in_range, check_positive, check_positive_int, check_rank,
+                                  check_same_dim)
 
 MODES = ("contextual", "intrinsic", "direct")
 
 
 @keras.saving.register_keras_serializable(package="ot_layers")
 class ManifoldProxies(keras.layers.Layer):
-    """Similarities ``(B, K)`` of normalized embeddings ``x_n`` ``(B, dim)`` to the ``K`` proxies ``p_k``.
+    """Similarities ``(B, K)`` of normalized embeddings ``x_n`` ``(B, dim)`` to the proxies ``p_k`` of the
+    ``K = num_classes`` meta-classes (one proxy per meta-class).
 
     The proxies (``proxies`` ``(K, dim)``, non-trainable) are set between epochs by
-    ``callbacks.HardProxyUpdate``. With ``F`` the random-walk similarity (``solvers.random_walk_similarity``,
-    eq. 9) of the ``B + K`` points ``{x_1..x_B, p_1..p_K}`` (eq. 8), ``f_n = F[n, proxies]`` and
-    ``f_{p_k} = F[p_k, proxies]`` (eq. 10), the output is
+    ``callbacks.HardProxyUpdate``. ``temperature`` divides the cosines in the random walk's affinity
+    ``exp(x_i . x_j / temperature)``; ``alpha`` is the walk's continue probability (eq. 9). With ``F`` the
+    random-walk similarity (``solvers.random_walk_similarity``, eq. 9) of the ``B + K`` points
+    ``{x_1..x_B, p_1..p_K}`` (eq. 8), ``f_n = F[n, proxies]`` and ``f_{p_k} = F[p_k, proxies]`` (eq. 10), the
+    output is
 
     - ``mode="contextual"``: ``f_n . f_{p_j}`` (the similarities of eq. 12, loss ``L_cxt``);
     - ``mode="intrinsic"``: ``f_{n p_j}`` (eq. 11, loss ``L_int``);
@@ -24,47 +29,57 @@ class ManifoldProxies(keras.layers.Layer):
 
     Feed the output to ``losses.ManifoldProxyLoss`` with the meta-class labels. A training-time head: the output
     of a sample depends on the rest of the batch, so export the embedding model instead (``export_blocker``).
+
+    Computes in float32 under any dtype policy (the output is cast to the compute dtype). Inputs are ``(B, dim)``
+    vectors (pool feature maps before the layer). An all-zero embedding gives finite outputs and gradients; an
+    embedding with a non-finite entry gives a NaN row for that sample only and is cut out of the random walk, so
+    the other samples' outputs equal a run without it.
     """
 
-    def __init__(self, num_proxies, dim, mode="contextual", alpha=0.8, temperature=0.5, **kwargs):
+    def __init__(self, num_classes, dim, mode="contextual", alpha=0.8, temperature=0.5, **kwargs):
         super().__init__(**kwargs)
-        self.num_proxies = check_positive_int("num_proxies", num_proxies)
+        self.num_classes = check_positive_int("num_classes", num_classes)
         self.dim = check_positive_int("dim", dim)
         self.mode = check_choice("mode", mode, MODES)
         self.alpha = float(check_in_range("alpha", alpha, 0.0, 1.0, low_open=True, high_open=True))
         self.temperature = float(check_positive("temperature", temperature))
 
-    export_blocker = ("ManifoldProxies is a training head (its output depends on the whole batch and it inverts a "
-                      "matrix, which ONNX lacks); export the embedding model instead.")
+    @property
+    def export_blocker(self):
+        """Why the layer does not export, naming the exportable alternative."""
+        return ("ManifoldProxies is a training head (its output depends on the whole batch and it solves a linear "
+                "system, which ONNX lacks); export the embedding model instead.")
 
     def build(self, input_shape):
         check_rank("inputs", input_shape, (2,))
-        if input_shape[-1] is not None and int(input_shape[-1]) != self.dim:
-            raise ValueError(f"`dim` is {self.dim} but the inputs have feature dimension {input_shape[-1]}.")
-        self.proxies = self.add_weight(name="proxies", shape=(self.num_proxies, self.dim),
+        check_same_dim("inputs", input_shape[-1], "dim", self.dim)
+        self.proxies = self.add_weight(name="proxies", shape=(self.num_classes, self.dim),
                                        initializer=keras.initializers.RandomNormal(stddev=1.0 / self.dim ** 0.5),
                                        trainable=False, autocast=False)
 
     def call(self, inputs):
-        x = tf.math.l2_normalize(tf.cast(inputs, tf.float32), axis=-1, epsilon=1e-12)
-        proxies = tf.math.l2_normalize(tf.convert_to_tensor(self.proxies), axis=-1, epsilon=1e-12)
+        x = tf.cast(inputs, tf.float32)
+        valid = tf.reduce_all(tf.math.is_finite(x), axis=-1)
+        x = tf.where(valid[:, None], x, tf.zeros_like(x))  # a bad sample gets a NaN row and a zero gradient
+        proxies = tf.convert_to_tensor(self.proxies)
         if self.mode == "direct":
-            return tf.cast(tf.matmul(x, proxies, transpose_b=True), self.compute_dtype)
-        batch = tf.shape(x)[0]
-        f = random_walk_similarity(tf.concat([x, proxies], axis=0), self.alpha, self.temperature)
-        to_proxies = f[:, batch:]  # (B + K, K)
-        f_samples, f_proxies = to_proxies[:batch], to_proxies[batch:]
-        if self.mode == "intrinsic":
-            out = f_samples
+            out = tf.matmul(normalize_rows(x), normalize_rows(proxies), transpose_b=True)
         else:
-            out = tf.matmul(f_samples, f_proxies, transpose_b=True)
+            # the walk normalizes the points; the bad samples' (zeroed) rows are cut out of the graph
+            points = tf.concat([tf.where(valid[:, None], x, float("nan")), proxies], axis=0)
+            f, _ = random_walk_similarity_and_mask(points, self.alpha, self.temperature)
+            batch = tf.shape(x)[0]
+            to_proxies = f[:, batch:]  # (B + K, K)
+            f_samples, f_proxies = to_proxies[:batch], to_proxies[batch:]
+            out = f_samples if self.mode == "intrinsic" else tf.matmul(f_samples, f_proxies, transpose_b=True)
+        out = tf.where(valid[:, None], out, float("nan"))
         return tf.cast(out, self.compute_dtype)
 
     def compute_output_shape(self, input_shape):
-        return (input_shape[0], self.num_proxies)
+        return (input_shape[0], self.num_classes)
 
     def get_config(self):
         config = super().get_config()
-        config.update(num_proxies=self.num_proxies, dim=self.dim, mode=self.mode, alpha=self.alpha,
+        config.update(num_classes=self.num_classes, dim=self.dim, mode=self.mode, alpha=self.alpha,
                       temperature=self.temperature)
         return config

@@ -1,21 +1,50 @@
-"""Random-walk manifold similarity of a small point set (EDMS, paper 002, Sec. 5, eq. 9; SPEC S7).
+"""Random-walk manifold similarity of a small point set (EDMS, paper 002, Sec. 5, eq. 8-9; SPEC S7).
 
-For points ``x_1..x_n`` (a mini-batch plus the proxies): non-negative affinities ``S_ij = exp(x_i . x_j / tau)``
-with a zero diagonal, ``S_bar = D^{-1/2} S D^{-1/2}`` (``D`` the row sums), and the closed-form limit of the
-random walk with restart probability ``1 - alpha``:
+For unit vectors ``x_1..x_n`` (a mini-batch plus the proxies, eq. 8; paper 002 normalizes every embedding to the
+unit sphere, Sec. 3): non-negative affinities ``S_ij = exp(x_i . x_j / temperature)`` with a zero diagonal,
+``S_bar = D^{-1/2} S D^{-1/2}`` (``D`` the row sums), and the closed-form limit of the random walk with restart
+probability ``1 - alpha``:
 
     F = (1 - alpha) (I - alpha S_bar)^{-1},        (eq. 9; column n of F is F_n for the query e_n)
 
 the fixed point of ``F <- alpha S_bar F + (1 - alpha) I``. ``F`` is symmetric; ``F_ij`` is the manifold similarity
 of ``x_i`` and ``x_j``. Differentiable (TensorFlow ops); leading batch axes are allowed.
+
+Numerics (all exact rewrites of eq. 9 unless stated):
+
+- the points are L2-normalized first (``tensor_ops.normalize_rows``), as in the paper; un-normalized input would
+  otherwise overflow ``exp``. An all-zero row stays zero (cosine 0 to every point, affinity ``exp(0)``).
+- ``S`` is computed as ``exp((x_i . x_j - m) / temperature)`` with ``m`` the largest off-diagonal cosine (held
+  constant): ``S_bar`` is invariant to scaling ``S``, and the exponent is <= 0. A row whose affinities all
+  underflow (a point far from all others at a tiny temperature) gets degree floored at 1e-30, so ``S_bar``'s row
+  is zero: an isolated point, ``F_ii = 1 - alpha``.
+- ``I - alpha S_bar`` is symmetric positive definite (eigenvalues in ``[1 - alpha, 1 + alpha]``, since ``S_bar``'s
+  spectral radius is <= 1), so ``F`` comes from a linear solve (``tf.linalg.solve``), never an explicit inverse.
+- a point with a non-finite coordinate is cut out of the graph (its affinities set to 0): the other points'
+  similarities and their gradients equal those of a run without it; its own row and column of ``F`` are NaN.
 """
 import tensorflow as tf
 
+from ot_layers.tensor_ops import normalize_rows
 from ot_layers.validation import check_in_range, check_positive
+
+DEGREE_FLOOR = 1e-30
 
 
 def random_walk_similarity(points, alpha=0.8, temperature=0.5):
-    """Manifold similarity matrix ``F`` ``(..., n, n)`` of ``points`` ``(..., n, d)`` (float32)."""
+    """Manifold similarity matrix ``F`` ``(..., n, n)`` float32 of ``points`` ``(..., n, d)`` (eq. 9).
+
+    ``alpha`` in (0, 1): the walk's continue probability (0.8 in the paper); ``temperature`` > 0 divides the
+    cosines inside the affinity ``exp(cos / temperature)`` (0.5, SPEC S7).
+    """
+    f, valid = random_walk_similarity_and_mask(points, alpha, temperature)
+    return tf.where(tf.logical_and(valid[..., :, None], valid[..., None, :]), f, float("nan"))
+
+
+def random_walk_similarity_and_mask(points, alpha=0.8, temperature=0.5):
+    """``(F, valid)``: :func:`random_walk_similarity` without the NaN marking, for callers that keep computing
+    with ``F`` (a NaN entry would poison their gradients through ``0 * NaN``): a point with a non-finite
+    coordinate (``valid`` ``(..., n)`` False) is isolated, its row and column of ``F`` are ``(1 - alpha) e_i``."""
     alpha = float(check_in_range("alpha", alpha, 0.0, 1.0, low_open=True, high_open=True))
     temperature = float(check_positive("temperature", temperature))
     x = tf.convert_to_tensor(points)
@@ -23,9 +52,14 @@ def random_walk_similarity(points, alpha=0.8, temperature=0.5):
         raise ValueError(f"`points` must have shape (..., n, d), got {x.shape}.")
     x = tf.cast(x, tf.float32)
     n = tf.shape(x)[-2]
-    affinity = tf.exp(tf.matmul(x, x, transpose_b=True) / temperature)
-    affinity = tf.linalg.set_diag(affinity, tf.zeros(tf.shape(affinity)[:-1], tf.float32))
-    inv_sqrt_degree = tf.math.rsqrt(tf.reduce_sum(affinity, axis=-1))
+    valid = tf.reduce_all(tf.math.is_finite(x), axis=-1)  # (..., n)
+    x = normalize_rows(tf.where(valid[..., None], x, tf.zeros_like(x)))
+    eye = tf.eye(n, dtype=tf.bool)
+    pairs = tf.logical_and(tf.logical_and(valid[..., :, None], valid[..., None, :]), tf.logical_not(eye))
+    cosine = tf.matmul(x, x, transpose_b=True)
+    shift = tf.stop_gradient(tf.reduce_max(tf.where(pairs, cosine, -1.0), axis=[-2, -1], keepdims=True))
+    affinity = tf.exp(tf.where(pairs, (cosine - shift) / temperature, -float("inf")))  # masked before exp
+    inv_sqrt_degree = tf.math.rsqrt(tf.maximum(tf.reduce_sum(affinity, axis=-1), DEGREE_FLOOR))
     normalized = affinity * inv_sqrt_degree[..., :, None] * inv_sqrt_degree[..., None, :]
-    eye = tf.eye(n, dtype=tf.float32)
-    return (1.0 - alpha) * tf.linalg.inv(eye - alpha * normalized)
+    identity = tf.broadcast_to(tf.eye(n, dtype=tf.float32), tf.shape(normalized))
+    return (1.0 - alpha) * tf.linalg.solve(identity - alpha * normalized, identity), valid
