@@ -3,7 +3,7 @@
 Class-balanced batches (5 classes x 12), short epochs of 25 steps, one validation MAP@R per epoch (1,000
 held-out training images of classes 0-4). Variants (same data, seed, steps; all keep the best-validation weights):
 ``proxy_anchor`` (no re-initialization), ``ccp_random`` (re-init by random sampling, pool = P),
-``ccp_kcenter`` (greedy k-center from a pool of ``--pool`` per class, proximal lambda = 2e-4),
+``ccp_kcenter`` (greedy k-center from a pool of ``--pool`` per class, proximal penalty lambda = 2e-4 in the loss),
 ``ccp_kcenter_no_prox`` (same, lambda = 0). Writes experiments/results/ccp_fashion_mnist.json.
 
     PYTHONPATH=. python experiments/ccp_fashion_mnist.py
@@ -28,9 +28,9 @@ def run(variant, data, args):
     seed_everything(args.seed)
     embed = embedding_network(args.dim, width=args.width)
     images = keras.Input((28, 28, 1))
-    proxies = ClassProxies(5, proxies_per_class=args.proxies, name="proxies")
+    proxies = ClassProxies(5, num_proxies=args.proxies, name="proxies")
     model = keras.Model(images, proxies(embed(images)))
-    model.compile(keras.optimizers.Adam(args.lr), ProxyAnchorLoss(proxies))
+    model.compile(keras.optimizers.Adam(args.lr), ProxyAnchorLoss())
     plateau = dict(patience=args.patience, min_delta=args.min_delta)
     settings = {"proxy_anchor": dict(patience=10 ** 6, pool_size=args.proxies, proximal=0.0),
                 "ccp_random": dict(plateau, pool_size=args.proxies, proximal=2e-4),
@@ -41,11 +41,11 @@ def run(variant, data, args):
         return retrieval_metrics(embed.predict(x_val, batch_size=512, verbose=0), y_val, ks=(1,),
                                  nmi=False)["map_at_r"]
 
-    ccp = CCPReinitialization(embed, proxies.proxies, x, y, validation_map_at_r, seed=args.seed, **settings)
+    ccp = CCPReinitialization(x, y, validation_map_at_r, embedding_model=embed, seed=args.seed, **settings)
     start = time.time()
     batches = ClassBalancedBatches(x, y, classes_per_batch=5, samples_per_class=args.samples_per_class,
                                    steps_per_epoch=args.steps_per_epoch, seed=args.seed)
-    model.fit(batches, epochs=args.epochs, verbose=2, callbacks=[ccp])
+    model.fit(batches, epochs=args.epochs, verbose=2, shuffle=False, callbacks=[ccp, batches.epoch_callback()])
     result = {"variant": variant, **settings, "reinitializations": ccp.reinitializations,
               "val_map_at_r": [round(v, 4) for v in ccp.history], "test": retrieval(embed, x_test, y_test),
               "seconds": round(time.time() - start, 1)}

@@ -6,7 +6,8 @@ in the thesis' Sec. 5.2.4), the same loss (ProxyNCA++, temperature 0.1, proxies 
 same class-balanced batches, seed and number of steps; only the pooling differs:
 
 - ``gap``: global average pooling;
-- ``gsp``: ``GeneralizedSumPooling`` (64 prototypes, mu = 0.3, gamma = 0.5 for a proxy loss, 100 iterations),
+- ``gsp``: ``GeneralizedSumPooling`` (64 prototypes, mu = 0.3, epsilon = 2.0 (gamma = 0.5) for a proxy loss, at
+  most 100 iterations),
   one GAP warm-up epoch then greedy k-center prototypes (``GSPPrototypeInit``);
 - ``gsp_zs``: ``gsp`` plus the zero-shot loss, ``0.9 L_DML + 0.1 L_ZS`` (Eq. 5.2.5).
 
@@ -41,27 +42,28 @@ EMBEDDING_DIM = 128
 def build(variant, num_classes):
     backbone = zoo.small_convnet((28, 28, 1), width=32, feature_dim=64)
     local = keras.layers.Conv2D(EMBEDDING_DIM, 1, name="local_embedding")(backbone.output)
-    proxies = ClassProxies(num_classes, name="proxies")
+    proxies = ClassProxies(num_classes, name="proxies")  # outputs the similarities ProxyNCA++ reads
     if variant == "gap":
         pooled = keras.layers.GlobalAveragePooling2D(name="gap")(local)
-        return keras.Model(backbone.input, proxies(pooled)), proxies, None
-    pooled, z = GeneralizedSumPooling(num_prototypes=64, transport_ratio=0.3, inverse_temperature=0.5,
-                                      max_iter=100, return_attributes=True, name="gsp")(local)
+        return keras.Model(backbone.input, proxies(pooled)), keras.Model(backbone.input, pooled), False
+    pooled, z = GeneralizedSumPooling(num_prototypes=64, transport_ratio=0.3, epsilon=2.0, max_iter=100,
+                                      return_attributes=True, name="gsp")(local)
+    embedding_model = keras.Model(backbone.input, pooled)
     if variant == "gsp":
-        return keras.Model(backbone.input, proxies(pooled)), proxies, None
-    class_embeddings = ClassProxies(num_classes, dim=64, name="class_embeddings")
-    return keras.Model(backbone.input, [proxies(pooled), class_embeddings(z)]), proxies, class_embeddings
+        return keras.Model(backbone.input, proxies(pooled)), embedding_model, False
+    class_embeddings = ClassProxies(num_classes, dim=64, output="packed", name="class_embeddings")
+    return keras.Model(backbone.input, [proxies(pooled), class_embeddings(z)]), embedding_model, True
 
 
 def run(variant, seed, data, args):
     (x_train, y_train), (x_test, y_test) = data
     keras.utils.set_random_seed(seed)
-    model, proxies, class_embeddings = build(variant, len(TRAIN_CLASSES))
-    dml = ProxyNCAPlusPlusLoss(proxies, temperature=0.1)
-    if class_embeddings is None:
+    model, embedding_model, zero_shot = build(variant, len(TRAIN_CLASSES))
+    dml = ProxyNCAPlusPlusLoss(temperature=0.1)
+    if not zero_shot:
         loss, loss_weights = dml, None
     else:
-        loss = [dml, ZeroShotPredictionLoss(class_embeddings)]
+        loss = [dml, ZeroShotPredictionLoss()]
         loss_weights = [1 - ZERO_SHOT_WEIGHT, ZERO_SHOT_WEIGHT]
     model.compile(optimizer=keras.optimizers.Adam(args.learning_rate), loss=loss, loss_weights=loss_weights,
                   jit_compile=False)
@@ -69,16 +71,16 @@ def run(variant, seed, data, args):
                                    samples_per_class=args.samples_per_class,
                                    steps_per_epoch=len(x_train) // (len(TRAIN_CLASSES) * args.samples_per_class),
                                    seed=seed)
-    if class_embeddings is not None:
+    if zero_shot:
         batches = _TwoTargets(batches)
     callbacks = []
     if variant != "gap":
-        callbacks.append(GSPPrototypeInit("gsp", x_train[:256], warmup_epochs=1, num_features=1024, seed=seed))
+        callbacks.append(GSPPrototypeInit(x_train[:256], layer_name="gsp", warmup_epochs=1, num_features=1024,
+                                          seed=seed))
     start = time.perf_counter()
     history = model.fit(batches, epochs=args.epochs, verbose=0, callbacks=callbacks)
     train_seconds = time.perf_counter() - start
-    outputs = model.predict(x_test, batch_size=500, verbose=0)
-    embeddings = outputs[0] if isinstance(outputs, list) else outputs
+    embeddings = embedding_model.predict(x_test, batch_size=500, verbose=0)
     metrics = retrieval_metrics(embeddings, y_test, metric="cosine", seed=seed)
     return {"variant": variant, "seed": seed, "train_seconds": train_seconds,
             "final_loss": float(history.history["loss"][-1]), **metrics}

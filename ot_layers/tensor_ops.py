@@ -15,8 +15,9 @@ def flatten_feature_map(features):
     """``(B, H, W, d)`` -> ``(B, H*W, d)`` (unknown spatial size allowed); ``(B, n, d)`` passes through."""
     if features.shape.rank == 4:
         h, w, d = features.shape[1], features.shape[2], features.shape[3]
-        n = h * w if h is not None and w is not None else -1
-        return tf.reshape(features, [-1, n, d])
+        if h is not None and w is not None:
+            return tf.reshape(features, [-1, h * w, d])
+        return tf.reshape(features, [tf.shape(features)[0], -1, d])  # one unknown axis at most for tf.reshape
     return features
 
 

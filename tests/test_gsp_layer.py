@@ -50,17 +50,17 @@ def test_selects_the_elements_closest_to_the_prototypes():
     image[..., 1] = 1.0
     image[:5, :5] = (1, 0, 0)
     image[5:, 5:] = (0, 0, 1)
-    layer = GeneralizedSumPooling(num_prototypes=2, transport_ratio=0.5, inverse_temperature=10.0)
+    layer = GeneralizedSumPooling(num_prototypes=2, transport_ratio=0.5, epsilon=0.1)
     layer.build((1, 10, 10, 3))
     layer.prototypes.assign(np.array([[1, 0, 0], [0, 0, 1]], np.float32))
     pooled = layer(image[None]).numpy()[0]
     np.testing.assert_allclose(pooled, [0.5, 0.0, 0.5], atol=1e-2)  # GAP would give (0.25, 0.5, 0.25)
 
 
-def _layer_gradients(gradient, x, prototypes, ratio, gamma, max_iter):
-    layer = GeneralizedSumPooling(num_prototypes=prototypes.shape[0], transport_ratio=ratio,
-                                  inverse_temperature=gamma, max_iter=max_iter, gradient=gradient,
-                                  return_attributes=True, dtype="float64")
+def _layer_gradients(gradient, x, prototypes, ratio, epsilon, max_iter):
+    layer = GeneralizedSumPooling(num_prototypes=prototypes.shape[0], transport_ratio=ratio, epsilon=epsilon,
+                                  max_iter=max_iter, threshold=0, gradient=gradient, return_attributes=True,
+                                  dtype="float64")
     layer.build(x.shape)
     layer.prototypes.assign(prototypes)
     weights = tf.constant(np.random.default_rng(9).normal(size=(x.shape[0], x.shape[-1])))
@@ -76,24 +76,25 @@ def _layer_gradients(gradient, x, prototypes, ratio, gamma, max_iter):
     return [g.numpy() for g in gradients(x)]
 
 
-@pytest.mark.parametrize("ratio,gamma", [(0.3, 5.0), (0.3, 0.5)])
-def test_closed_form_gradients_equal_autodiff_for_features_and_prototypes(ratio, gamma):
+@pytest.mark.parametrize("ratio,epsilon", [(0.3, 0.2), (0.3, 2.0)])
+def test_implicit_gradients_equal_autodiff_for_features_and_prototypes(ratio, epsilon):
     rng = np.random.default_rng(3)
     x = tf.constant(rng.normal(0.3, 0.5, size=(2, 3, 3, 4)))
     prototypes = rng.normal(0.3, 0.5, size=(5, 4))
-    closed = _layer_gradients("closed_form", x, prototypes, ratio, gamma, 500)
-    auto = _layer_gradients("autodiff", x, prototypes, ratio, gamma, 500)
+    closed = _layer_gradients("implicit", x, prototypes, ratio, epsilon, 500)
+    auto = _layer_gradients("unrolled", x, prototypes, ratio, epsilon, 500)
     for c, a in zip(closed, auto):
         assert np.abs(a).max() > 1e-3
         np.testing.assert_allclose(c, a, atol=1e-6, rtol=0)
 
 
-def test_closed_form_gradients_equal_finite_differences():
+def test_implicit_gradients_equal_finite_differences():
     rng = np.random.default_rng(4)
     x = tf.constant(rng.normal(0.3, 0.5, size=(1, 2, 3, 3)))
     prototypes = tf.constant(rng.normal(0.3, 0.5, size=(3, 3)))
     weights = tf.constant(rng.normal(size=(1, 3)))
-    layer = GeneralizedSumPooling(num_prototypes=3, max_iter=300, return_attributes=True, dtype="float64")
+    layer = GeneralizedSumPooling(num_prototypes=3, max_iter=300, threshold=0, return_attributes=True,
+                                  dtype="float64")
     layer.build(x.shape)
 
     @tf.function
@@ -120,9 +121,10 @@ def test_closed_form_gradients_equal_finite_differences():
 
 @pytest.mark.parametrize("kwargs,name", [({"num_prototypes": 0}, "num_prototypes"),
                                          ({"transport_ratio": 0.0}, "transport_ratio"),
-                                         ({"inverse_temperature": 0.0}, "inverse_temperature"),
+                                         ({"epsilon": 0.0}, "epsilon"),
                                          ({"max_iter": -2}, "max_iter"),
-                                         ({"gradient": "unrolled"}, "gradient")])
+                                         ({"threshold": -1.0}, "threshold"),
+                                         ({"gradient": "autodiff"}, "gradient")])
 def test_rejects_bad_arguments(kwargs, name):
     with pytest.raises(ValueError, match=name):
         GeneralizedSumPooling(**kwargs)

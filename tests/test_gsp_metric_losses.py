@@ -24,6 +24,13 @@ def _proxy_layer(proxies):
     return layer
 
 
+def _similarities(x, proxies):
+    """The ``ClassProxies`` output computed in NumPy: cosines of ``x`` ``(B, d)`` to ``proxies`` ``(K, M, d)``."""
+    xn = x / np.linalg.norm(x, axis=1, keepdims=True)
+    pn = proxies / np.linalg.norm(proxies, axis=2, keepdims=True)
+    return np.einsum("bd,kmd->bkm", xn, pn).astype(np.float32)
+
+
 def test_contrastive_hand_computed():
     # Two classes on the unit circle: x0=(1,0), x1=(0,1) same class; x2=(-1,0) other class.
     x = np.array([[1, 0], [0, 1], [-1, 0]], np.float32)
@@ -58,8 +65,12 @@ def test_losses_reject_bad_arguments():
         TripletLoss(margin=0.0)
     with pytest.raises(ValueError, match="alpha"):
         MultiSimilarityLoss(alpha=-1.0)
-    with pytest.raises(ValueError, match="proxy_layer"):
-        ProxyAnchorLoss(proxy_layer="not a layer")
+    with pytest.raises(ValueError, match="mining_margin"):
+        MultiSimilarityLoss(mining_margin=-0.1)
+    with pytest.raises(ValueError, match="temperature"):
+        ProxyNCAPlusPlusLoss(temperature=0.0)
+    with pytest.raises(ValueError, match="y_pred"):  # embeddings instead of the ClassProxies similarities
+        ProxyAnchorLoss()(np.arange(3), np.ones((3, 4), np.float32))
 
 
 def test_gradients_finite_with_duplicate_embeddings():
@@ -103,16 +114,17 @@ def test_proxy_losses_match_pytorch_metric_learning(pml, seed):
     torch, losses, _, _ = pml
     x, y = _batch(seed)
     proxies = np.random.default_rng(seed + 10).normal(size=(4, 1, 8)).astype(np.float32)
-    layer = _proxy_layer(proxies)
+    similarities = _proxy_layer(proxies)(x)
+    np.testing.assert_allclose(similarities, _similarities(x, proxies), atol=1e-6)
     tx, ty = torch.tensor(x), torch.tensor(y.astype(np.int64))
 
     ref_anchor = losses.ProxyAnchorLoss(num_classes=4, embedding_size=8, margin=0.1, alpha=32)
     ref_anchor.proxies.data = torch.tensor(proxies[:, 0])
-    np.testing.assert_allclose(float(ProxyAnchorLoss(layer)(y, x)), float(ref_anchor(tx, ty)), rtol=1e-4)
+    np.testing.assert_allclose(float(ProxyAnchorLoss()(y, similarities)), float(ref_anchor(tx, ty)), rtol=1e-4)
 
     ref_nca = losses.ProxyNCALoss(num_classes=4, embedding_size=8, softmax_scale=1 / 0.1)
     ref_nca.proxies.data = torch.tensor(proxies[:, 0])
-    np.testing.assert_allclose(float(ProxyNCAPlusPlusLoss(layer, temperature=0.1)(y, x)),
+    np.testing.assert_allclose(float(ProxyNCAPlusPlusLoss(temperature=0.1)(y, similarities)),
                                float(ref_nca(tx, ty)), rtol=1e-4)
 
 
@@ -125,38 +137,52 @@ def test_multi_proxy_losses_use_nearest_and_all_proxies():
     logits = -(2 - 2 * cos.max(-1)) / 0.1
     logits -= logits.max(1, keepdims=True)
     expected = np.mean(-(logits[np.arange(len(y)), y] - np.log(np.exp(logits).sum(1))))
-    ours = ProxyNCAPlusPlusLoss(_proxy_layer(proxies), temperature=0.1)(y, x)
+    ours = ProxyNCAPlusPlusLoss(temperature=0.1)(y, _proxy_layer(proxies)(x))
     np.testing.assert_allclose(float(ours), expected, rtol=1e-4)
+    # Proxy-Anchor with several proxies per class: every proxy is an anchor labelled by its class
+    alpha, delta = 32.0, 0.1
+    s = cos.reshape(len(y), -1)
+    proxy_labels = np.repeat(np.arange(4), 3)
+    positive = y[:, None] == proxy_labels[None, :]
+    pos = [np.log1p(np.exp(-alpha * (s[positive[:, p], p] - delta)).sum()) for p in range(12) if positive[:, p].any()]
+    neg = [np.log1p(np.exp(alpha * (s[~positive[:, p], p] + delta)).sum()) for p in range(12)]
+    np.testing.assert_allclose(float(ProxyAnchorLoss()(y, cos.astype(np.float32))), np.mean(pos) + np.mean(neg),
+                               rtol=1e-4)
 
 
-@pytest.mark.parametrize("loss_name", ["proxy_anchor", "proxy_nca_pp"])
+def _proxy_model(num_proxies=2):
+    inputs = keras.Input((8,))
+    embedding = keras.layers.Dense(8, name="embed")(inputs)
+    return keras.Model(inputs, ClassProxies(4, num_proxies, name="proxies")(embedding))
+
+
+LOSSES = {"proxy_anchor": lambda: ProxyAnchorLoss(margin=0.2), "proxy_nca_pp": lambda: ProxyNCAPlusPlusLoss(0.2)}
+
+
+@pytest.mark.parametrize("loss_name", sorted(LOSSES))
 def test_proxy_loss_trains_proxies_in_fit(loss_name):
     x, y = _batch(0, classes=4, per_class=8)
-    proxies = ClassProxies(4, 2, name="proxies")
-    inputs = keras.Input((8,))
-    model = keras.Model(inputs, proxies(keras.layers.Dense(8)(inputs)))
-    loss = ProxyAnchorLoss(proxies) if loss_name == "proxy_anchor" else ProxyNCAPlusPlusLoss(proxies)
-    assert loss.proxies is proxies.proxies and tuple(loss.proxies.shape) == (4, 2, 8)
-    before = np.array(loss.proxies)
-    model.compile(optimizer=keras.optimizers.Adam(1e-2), loss=loss, jit_compile=True)
+    model = _proxy_model()
+    proxies = model.get_layer("proxies").proxies
+    assert tuple(proxies.shape) == (4, 2, 8)
+    before = np.array(proxies)
+    model.compile(optimizer=keras.optimizers.Adam(1e-2), loss=LOSSES[loss_name](), jit_compile=True)
     history = model.fit(x, y, epochs=3, batch_size=32, verbose=0)
     assert history.history["loss"][-1] < history.history["loss"][0]
-    assert not np.allclose(before, np.array(loss.proxies))
+    assert not np.allclose(before, np.array(proxies))
 
 
-def test_compiled_model_with_proxy_loss_saves_and_restores(tmp_path):
-    proxies = ClassProxies(3, name="proxies")
-    inputs = keras.Input((4,))
-    model = keras.Model(inputs, proxies(keras.layers.Dense(4)(inputs)))
-    model.compile(optimizer="adam", loss=ProxyAnchorLoss(proxies, margin=0.2))
-    x, y = np.random.default_rng(0).normal(size=(9, 4)).astype(np.float32), np.arange(9) % 3
-    model.fit(x, y, verbose=0)
+@pytest.mark.parametrize("loss_name", sorted(LOSSES))
+def test_compiled_model_reloaded_from_keras_file_continues_fit_without_recompiling(loss_name, tmp_path):
+    x, y = _batch(1, classes=4, per_class=4)
+    model = _proxy_model()
+    model.compile(optimizer=keras.optimizers.Adam(1e-2), loss=LOSSES[loss_name]())
+    model.fit(x, y, epochs=1, batch_size=16, verbose=0, shuffle=False)  # the optimizer has state now
     model.save(tmp_path / "model.keras")
     restored = keras.saving.load_model(tmp_path / "model.keras")
-    np.testing.assert_allclose(restored.get_layer("proxies").proxies, proxies.proxies)
-    loss = restored.loss
-    assert isinstance(loss, ProxyAnchorLoss) and loss.margin == 0.2
-    with pytest.raises(ValueError, match="model.get_layer\\('proxies'\\)"):
-        loss(y, x)
-    restored.compile(optimizer="adam", loss=ProxyAnchorLoss(restored.get_layer("proxies"), margin=0.2))
-    assert np.isfinite(restored.evaluate(x, y, verbose=0))
+    assert type(restored.loss) is type(model.loss) and restored.loss.get_config() == model.loss.get_config()
+    for m in (model, restored):  # the same next step: same weights, optimizer state and loss
+        m.fit(x, y, epochs=1, batch_size=16, verbose=0, shuffle=False)
+    for a, b in zip(model.get_weights(), restored.get_weights()):
+        np.testing.assert_allclose(b, a, rtol=0, atol=1e-6)
+    np.testing.assert_allclose(restored.evaluate(x, y, verbose=0), model.evaluate(x, y, verbose=0), rtol=1e-6)

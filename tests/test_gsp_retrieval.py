@@ -65,3 +65,10 @@ def test_chunked_ranking_equals_one_chunk():
     for metric in ("cosine", "euclidean"):
         np.testing.assert_array_equal(_ranked_hits(x, y, 20, metric, chunk_size=7),
                                       _ranked_hits(x, y, 20, metric, chunk_size=1000))
+
+
+def test_non_finite_embeddings_raise():
+    x = np.random.default_rng(0).normal(size=(6, 3))
+    x[4, 0] = np.nan
+    with pytest.raises(ValueError, match="embeddings"):
+        retrieval_metrics(x, np.array([0, 0, 1, 1, 2, 2]), nmi=False)

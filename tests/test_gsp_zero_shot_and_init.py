@@ -10,9 +10,9 @@ from ot_layers.losses import ZERO_SHOT_WEIGHT, ProxyNCAPlusPlusLoss, ZeroShotPre
 from ot_layers.losses.zero_shot import disjoint_class_halves
 
 
-def _class_embeddings(upsilon):
-    layer = ClassProxies(upsilon.shape[0], 1, dim=upsilon.shape[1])
-    layer.build((None, 3))
+def _class_embeddings(upsilon, attributes_dim):
+    layer = ClassProxies(upsilon.shape[0], 1, dim=upsilon.shape[1], output="packed")
+    layer.build((None, attributes_dim))
     layer.proxies.assign(upsilon[:, None, :])
     return layer
 
@@ -30,14 +30,17 @@ def _reference(z, labels, upsilon, ridge, scale):
     return total
 
 
-def test_matches_a_direct_numpy_implementation():
+@pytest.mark.parametrize("m,dv", [(6, 5), (4, 9)])  # pseudo-attributes wider or narrower than the embeddings
+def test_matches_a_direct_numpy_implementation(m, dv):
     rng = np.random.default_rng(0)
     labels = np.repeat(rng.permutation(7)[:4], 3).astype(np.int32)
-    z = rng.dirichlet(np.ones(6), size=len(labels))
-    upsilon = rng.normal(size=(7, 5)).astype(np.float32)
-    loss = ZeroShotPredictionLoss(_class_embeddings(upsilon), ridge=0.05, logit_scale=9.5)
+    z = rng.dirichlet(np.ones(m), size=len(labels))
+    upsilon = rng.normal(size=(7, dv)).astype(np.float32)
+    packed = _class_embeddings(upsilon, m)(z.astype(np.float32))
+    assert tuple(packed.shape) == (len(labels), 8, max(m, dv))
+    loss = ZeroShotPredictionLoss(ridge=0.05, scale=9.5)
     expected = _reference(z, labels, upsilon.astype(np.float64), 0.05, 9.5)
-    np.testing.assert_allclose(float(loss(labels, z.astype(np.float32))), expected, rtol=1e-3)
+    np.testing.assert_allclose(float(loss(labels, packed)), expected, rtol=1e-3)
 
 
 def test_halves_have_disjoint_classes():
@@ -48,21 +51,27 @@ def test_halves_have_disjoint_classes():
 
 
 def test_rejects_bad_arguments():
-    with pytest.raises(ValueError, match="class_embeddings"):
-        ZeroShotPredictionLoss(class_embeddings="class_embeddings")
     with pytest.raises(ValueError, match="ridge"):
-        ZeroShotPredictionLoss(_class_embeddings(np.ones((2, 2), np.float32)), ridge=0.0)
+        ZeroShotPredictionLoss(ridge=0.0)
+    with pytest.raises(ValueError, match="scale"):
+        ZeroShotPredictionLoss(scale=-1.0)
+    with pytest.raises(ValueError, match="y_pred"):  # the pseudo-attributes alone, not the packed output
+        ZeroShotPredictionLoss()(np.arange(4), np.ones((4, 3), np.float32))
+    with pytest.raises(ValueError, match="output"):
+        ClassProxies(3, output="embeddings")
+    with pytest.raises(ValueError, match="num_proxies"):
+        ClassProxies(3, num_proxies=0)
 
 
 def _gsp_model(num_classes=4, attributes_dim=6):
     inputs = keras.Input((6, 6, 3))
     features = keras.layers.Conv2D(8, 1, activation="relu", name="conv")(inputs)
-    pooled, z = GeneralizedSumPooling(num_prototypes=5, inverse_temperature=0.5, max_iter=20,
-                                      return_attributes=True, name="gsp")(features)
+    pooled, z = GeneralizedSumPooling(num_prototypes=5, epsilon=2.0, max_iter=20, return_attributes=True,
+                                      name="gsp")(features)
     proxies = ClassProxies(num_classes, name="proxies")
-    class_embeddings = ClassProxies(num_classes, dim=attributes_dim, name="class_embeddings")
-    embedding = proxies(keras.layers.Dense(8, name="embedding")(pooled))
-    model = keras.Model(inputs, [embedding, class_embeddings(z)])
+    class_embeddings = ClassProxies(num_classes, dim=attributes_dim, output="packed", name="class_embeddings")
+    similarities = proxies(keras.layers.Dense(8, name="embedding")(pooled))
+    model = keras.Model(inputs, [similarities, class_embeddings(z)])
     return model, proxies, class_embeddings
 
 
@@ -71,14 +80,29 @@ def test_combined_loss_trains_class_embeddings():
     y = np.repeat(np.arange(4), 8).astype(np.int32)
     x = (rng.uniform(size=(32, 6, 6, 3)) + y[:, None, None, None] * 0.2).astype(np.float32)
     model, proxies, class_embeddings = _gsp_model()
-    zs = ZeroShotPredictionLoss(class_embeddings)
-    model.compile(optimizer=keras.optimizers.Adam(1e-2), loss=[ProxyNCAPlusPlusLoss(proxies), zs],
+    model.compile(optimizer=keras.optimizers.Adam(1e-2), loss=[ProxyNCAPlusPlusLoss(), ZeroShotPredictionLoss()],
                   loss_weights=[1 - ZERO_SHOT_WEIGHT, ZERO_SHOT_WEIGHT])
-    before = np.array(zs.proxies)
+    before = np.array(class_embeddings.proxies)
     history = model.fit(x, [y, y], epochs=4, batch_size=32, verbose=0)
     losses = history.history["loss"]
     assert np.all(np.isfinite(losses)) and losses[-1] < losses[0]
-    assert not np.allclose(before, np.array(zs.proxies))  # the class embeddings are learned
+    assert not np.allclose(before, np.array(class_embeddings.proxies))  # the class embeddings are learned
+
+
+def test_model_with_zero_shot_loss_reloaded_from_keras_file_continues_fit_without_recompiling(tmp_path):
+    rng = np.random.default_rng(2)
+    y = np.repeat(np.arange(4), 4).astype(np.int32)
+    x = (rng.uniform(size=(16, 6, 6, 3)) + y[:, None, None, None] * 0.2).astype(np.float32)
+    model, _, _ = _gsp_model()
+    model.compile(optimizer=keras.optimizers.Adam(1e-2), loss=[ProxyNCAPlusPlusLoss(), ZeroShotPredictionLoss()],
+                  loss_weights=[1 - ZERO_SHOT_WEIGHT, ZERO_SHOT_WEIGHT])
+    model.fit(x, [y, y], epochs=1, batch_size=16, verbose=0, shuffle=False)
+    model.save(tmp_path / "model.keras")
+    restored = keras.saving.load_model(tmp_path / "model.keras")
+    for m in (model, restored):
+        m.fit(x, [y, y], epochs=1, batch_size=16, verbose=0, shuffle=False)
+    for a, b in zip(model.get_weights(), restored.get_weights()):
+        np.testing.assert_allclose(b, a, rtol=0, atol=1e-6)
 
 
 def test_prototype_init_callback_warms_up_then_picks_k_centers():
@@ -93,15 +117,41 @@ def test_prototype_init_callback_warms_up_then_picks_k_centers():
         def on_train_batch_end(self, batch, logs=None):
             flags.append(float(gsp.average_pooling_warmup.numpy()))
 
-    model.compile(optimizer=keras.optimizers.Adam(1e-2),
-                  loss=[ProxyNCAPlusPlusLoss(proxies), ZeroShotPredictionLoss(class_embeddings)])
-    init = GSPPrototypeInit("gsp", x, warmup_epochs=1, num_features=200)
+    model.compile(optimizer=keras.optimizers.Adam(1e-2), loss=[ProxyNCAPlusPlusLoss(), ZeroShotPredictionLoss()])
+    init = GSPPrototypeInit(x, layer_name="gsp", warmup_epochs=1, num_features=200)
     model.fit(x, [y, y], epochs=1, batch_size=16, verbose=0, callbacks=[init, RecordFlag()])
     assert flags == [1.0, 1.0]  # GAP during the warm-up epoch
     assert init.initialized and float(gsp.average_pooling_warmup.numpy()) == 0.0
+    assert float(gsp.warmup_epochs_done.numpy()) == 1.0
     features = keras.Model(model.inputs, gsp.input).predict(x, verbose=0).reshape(-1, 8)
     features = features / np.maximum(1.0, np.linalg.norm(features, axis=1, keepdims=True))
     prototypes = gsp.prototypes.numpy()
     distances = np.linalg.norm(prototypes[:, None] - features[None], axis=-1)
     np.testing.assert_allclose(distances.min(axis=1), 0.0, atol=1e-5)  # every prototype is a stored feature
     assert np.unique(prototypes, axis=0).shape[0] == 5
+    # a second fit neither warms up again nor re-initializes
+    flags.clear()
+    model.fit(x, [y, y], epochs=1, batch_size=16, verbose=0, callbacks=[init, RecordFlag()])
+    assert flags == [0.0, 0.0]
+
+
+def test_prototype_init_finds_the_only_gsp_layer_and_rejects_bad_arguments():
+    x = np.random.default_rng(3).uniform(size=(8, 6, 6, 3)).astype(np.float32)
+    model, _, _ = _gsp_model()
+    init = GSPPrototypeInit(x, warmup_epochs=0, num_features=100)
+    init.set_model(model)
+    init.on_epoch_begin(0)  # warmup_epochs=0: initialize at once
+    assert init.initialized and float(model.get_layer("gsp").average_pooling_warmup.numpy()) == 0.0
+    with pytest.raises(ValueError, match="layer_name"):
+        bad = GSPPrototypeInit(x, layer_name="nope")
+        bad.set_model(model)
+        bad.on_epoch_begin(0)
+    with pytest.raises(ValueError, match="warmup_epochs"):
+        GSPPrototypeInit(x, warmup_epochs=-1)
+    nan_images = x.copy()
+    nan_images[0, 0, 0, 0] = np.nan
+    nan_init = GSPPrototypeInit(nan_images, warmup_epochs=0)
+    model2, _, _ = _gsp_model()
+    nan_init.set_model(model2)
+    with pytest.raises(ValueError, match="images"):
+        nan_init.on_epoch_begin(0)

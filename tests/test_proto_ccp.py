@@ -1,7 +1,8 @@
-"""CCP: greedy k-center proxy re-initialization on a validation plateau, proximal pull towards theta*."""
+"""CCP: greedy k-center proxy re-initialization on a validation plateau, proximal penalty towards theta*."""
 import keras
 import numpy as np
 import pytest
+import tensorflow as tf
 
 from ot_layers import ClassProxies
 from ot_layers.callbacks import CCPReinitialization
@@ -28,6 +29,16 @@ def test_k_center_proxies_follow_algorithm_2():
                                sorted(map(tuple, unit_pool[:P])))
 
 
+def test_k_center_rejects_non_finite_points():
+    from ot_layers.solvers import greedy_k_center
+    points = np.random.default_rng(1).standard_normal((6, DIM))
+    points[2, 1] = np.nan
+    with pytest.raises(ValueError, match="points"):
+        greedy_k_center(points, 2)
+    with pytest.raises(ValueError, match="initial"):
+        greedy_k_center(np.ones((3, DIM)), 1, initial=np.full((1, DIM), np.inf))
+
+
 def _data(n=60, seed=0):
     rng = np.random.default_rng(seed)
     y = (np.arange(n) % C).astype(np.int32)
@@ -35,13 +46,19 @@ def _data(n=60, seed=0):
     return x, y
 
 
-def _model():
+def _model(optimizer=None):
     x = keras.Input((IN,))
     e = keras.layers.Dense(DIM, name="embed")(x)
-    proxies = ClassProxies(C, proxies_per_class=P, name="proxies")
-    model = keras.Model(x, proxies(e))
-    model.compile(optimizer=keras.optimizers.Adam(1e-2), loss=ProxyAnchorLoss(proxies))
+    proxies = ClassProxies(C, num_proxies=P, name="proxies")
+    model = keras.Model(x, proxies(e), name="model")
+    model.compile(optimizer=optimizer or keras.optimizers.Adam(1e-2), loss=ProxyAnchorLoss())
     return model, proxies
+
+
+def _weights(model):
+    """The model's own weights (without the CCP state the callback attaches)."""
+    state = {id(v) for v in model.ccp_state.weights} if hasattr(model, "ccp_state") else set()
+    return [np.asarray(w) for w in model.weights if id(w) not in state]
 
 
 def test_reinitializes_on_plateau_and_pulls_towards_anchor():
@@ -49,10 +66,9 @@ def test_reinitializes_on_plateau_and_pulls_towards_anchor():
     model, proxies = _model()
     scores = iter([0.5, 0.4, 0.3, 0.6, 0.2, 0.1, 0.1, 0.1])  # plateau after epoch 1 (patience 2): re-init at 3
     snapshots = []
-    ccp = CCPReinitialization(model, proxies.proxies, x, y, validation_score=lambda: next(scores), patience=2,
-                              pool_size=5, proximal=0.5)
+    ccp = CCPReinitialization(x, y, validation_score=lambda: next(scores), patience=2, pool_size=5, proximal=0.5)
     record = keras.callbacks.LambdaCallback(on_epoch_end=lambda e, logs: snapshots.append(
-        (ccp.reinitializations, [np.asarray(w) for w in model.get_weights()])))
+        (ccp.reinitializations, _weights(model))))
     history = model.fit(x, y, epochs=6, batch_size=20, verbose=0, shuffle=False, callbacks=[ccp, record])
     assert history.history["val_score"] == pytest.approx([0.5, 0.4, 0.3, 0.6, 0.2, 0.1])
     # epochs 2-3 do not improve on 0.5: after epoch 3 one re-initialization; epoch 4 improves; 5-6 plateau: another
@@ -66,22 +82,38 @@ def test_reinitializes_on_plateau_and_pulls_towards_anchor():
     new_proxies = after_first[proxy_index]
     np.testing.assert_allclose(np.linalg.norm(new_proxies, axis=-1), 1.0, atol=1e-5)
     # the final model holds the best weights (epoch 4's)
-    np.testing.assert_allclose(model.get_weights()[kernel_index], snapshots[3][1][kernel_index])
+    np.testing.assert_allclose(_weights(model)[kernel_index], snapshots[3][1][kernel_index])
+    assert float(model.ccp_state.reinitializations.numpy()) == 2.0
 
 
-def test_proximal_step_is_the_ema_form():
+def test_proximal_penalty_is_the_regularized_loss_gradient_through_the_optimizer():
+    """One SGD step with the penalty active equals theta - lr (grad L + lambda (theta - theta*)), the proxies
+    excluded (Algorithm 1's g_theta), with grad L computed separately."""
     x, y = _data()
-    model, proxies = _model()
-    ccp = CCPReinitialization(model, proxies.proxies, x, y, validation_score=lambda: 0.0, proximal=0.25)
+    lr, lam = 0.05, 0.3
+    model, proxies = _model(keras.optimizers.SGD(lr))
+    ccp = CCPReinitialization(x, y, validation_score=lambda: 0.0, proximal=lam)
     ccp.set_model(model)
-    anchor = [np.zeros_like(np.asarray(w)) for w in ccp._pulled_weights()]
-    ccp._anchor = anchor
-    before = [np.asarray(w) for w in ccp._pulled_weights()]
-    proxies_before = np.asarray(proxies.proxies)
-    ccp.on_train_batch_end(0)
-    for w, b in zip(ccp._pulled_weights(), before):
-        np.testing.assert_allclose(np.asarray(w), 0.75 * b, rtol=1e-6)
-    np.testing.assert_array_equal(np.asarray(proxies.proxies), proxies_before)  # proxies are not pulled
+    state = model.ccp_state
+    rng = np.random.default_rng(4)
+    for anchor in state.anchors:
+        anchor.assign(rng.normal(size=anchor.shape).astype(np.float32))
+    state.proximal_active.assign(1.0)
+    pulled = ccp._pulled_weights()
+    assert all(w is not proxies.proxies for w in pulled) and len(pulled) == 2
+    before = {w.path: np.asarray(w) for w in model.trainable_weights}
+    with tf.GradientTape() as tape:
+        loss = ProxyAnchorLoss()(y, model(x))
+    grads = dict(zip([w.path for w in model.trainable_weights], tape.gradient(loss, model.trainable_weights)))
+    penalty = sum(0.5 * lam * np.sum((np.asarray(w) - np.asarray(a)) ** 2) for w, a in zip(pulled, state.anchors))
+    np.testing.assert_allclose(float(sum(model.losses)), penalty, rtol=1e-5)
+    model.fit(x, y, epochs=1, batch_size=len(x), verbose=0, shuffle=False, callbacks=[ccp])
+    anchors = {w.path: np.asarray(a) for w, a in zip(pulled, state.anchors)}
+    for w in model.trainable_weights:
+        expected = before[w.path] - lr * (np.asarray(grads[w.path]) + (
+            lam * (before[w.path] - anchors[w.path]) if w.path in anchors else 0.0))
+        np.testing.assert_allclose(np.asarray(w), expected, atol=1e-5, err_msg=w.path)
+    assert not model.losses  # the penalty is removed at the end of training
 
 
 def test_ccp_with_real_map_at_r_trains():
@@ -89,7 +121,7 @@ def test_ccp_with_real_map_at_r_trains():
     xv, yv = _data(45, seed=1)
     model, proxies = _model()
     embed = keras.Model(model.inputs, model.get_layer("embed").output)
-    ccp = CCPReinitialization(embed, proxies.proxies, x, y, patience=1, pool_size=6,
+    ccp = CCPReinitialization(x, y, patience=1, pool_size=6, embedding_model=embed,
                               validation_score=lambda: retrieval_metrics(embed.predict(xv, verbose=0), yv,
                                                                          nmi=False)["map_at_r"])
     history = model.fit(x, y, epochs=4, batch_size=30, verbose=0, callbacks=[ccp])
@@ -103,21 +135,22 @@ def test_rejects_bad_arguments():
     x, y = _data()
     model, proxies = _model()
     with pytest.raises(ValueError, match="pool_size"):
-        CCPReinitialization(model, proxies.proxies, x, y, lambda: 0.0, pool_size=1)
+        CCPReinitialization(x, y, lambda: 0.0, pool_size=1).set_model(model)
     with pytest.raises(ValueError, match="train_labels"):
-        CCPReinitialization(model, proxies.proxies, x, y + 1, lambda: 0.0)
+        CCPReinitialization(x, y + 1, lambda: 0.0).set_model(model)
+    with pytest.raises(ValueError, match="layer_name"):
+        CCPReinitialization(x, y, lambda: 0.0, layer_name="embed").set_model(model)
     with pytest.raises(ValueError, match="validation_score"):
-        CCPReinitialization(model, proxies.proxies, x, y, 0.5)
+        CCPReinitialization(x, y, 0.5)
     with pytest.raises(ValueError, match="proximal"):
-        CCPReinitialization(model, proxies.proxies, x, y, lambda: 0.0, proximal=2.0)
+        CCPReinitialization(x, y, lambda: 0.0, proximal=-1.0)
 
 
 def test_min_delta_counts_small_gains_as_plateau():
     x, y = _data()
     model, proxies = _model()
     scores = iter([0.5, 0.501, 0.502, 0.6])
-    ccp = CCPReinitialization(model, proxies.proxies, x, y, validation_score=lambda: next(scores), patience=2,
-                              pool_size=4, min_delta=0.01)
+    ccp = CCPReinitialization(x, y, validation_score=lambda: next(scores), patience=2, pool_size=4, min_delta=0.01)
     model.fit(x, y, epochs=4, batch_size=20, verbose=0, callbacks=[ccp])
     assert ccp.reinitializations == 1  # epochs 2 and 3 gain less than min_delta
 
@@ -127,7 +160,6 @@ def test_plateau_is_judged_per_problem():
     model, proxies = _model()
     # problem 1 peaks at 0.9; problem 2 starts low but keeps improving on its own best: no second re-init
     scores = iter([0.9, 0.8, 0.7, 0.3, 0.4, 0.5, 0.6])
-    ccp = CCPReinitialization(model, proxies.proxies, x, y, validation_score=lambda: next(scores), patience=2,
-                              pool_size=4)
+    ccp = CCPReinitialization(x, y, validation_score=lambda: next(scores), patience=2, pool_size=4)
     model.fit(x, y, epochs=7, batch_size=20, verbose=0, callbacks=[ccp])
     assert ccp.reinitializations == 1

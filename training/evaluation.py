@@ -3,6 +3,8 @@ import numpy as np
 from sklearn.cluster import KMeans
 from sklearn.metrics import normalized_mutual_info_score
 
+from ot_layers.tensor_ops import normalize_rows_np
+
 
 def _ranked_hits(embeddings, labels, k, metric, chunk_size=1024):
     """Boolean ``(N, k)``: whether each row's ``i``-th nearest other row shares its label (the row excluded).
@@ -11,7 +13,7 @@ def _ranked_hits(embeddings, labels, k, metric, chunk_size=1024):
     """
     x = np.asarray(embeddings, dtype=np.float32)
     if metric == "cosine":
-        x = x / np.maximum(np.linalg.norm(x, axis=1, keepdims=True), 1e-12)
+        x = normalize_rows_np(x, axis=1)
         sq_norms = None
     else:
         sq_norms = np.sum(x * x, axis=1)
@@ -45,6 +47,8 @@ def retrieval_metrics(embeddings, labels, ks=(1, 2, 4, 8), metric="cosine", nmi=
         raise ValueError(f"`embeddings` must have shape (N, d), got {embeddings.shape}.")
     if labels.shape[0] != embeddings.shape[0]:
         raise ValueError(f"`labels` has {labels.shape[0]} entries but `embeddings` has {embeddings.shape[0]} rows.")
+    if not np.all(np.isfinite(embeddings)):
+        raise ValueError("`embeddings` hold NaN or Inf.")
     if metric not in ("cosine", "euclidean"):
         raise ValueError(f"`metric` must be 'cosine' or 'euclidean', got {metric!r}.")
     _, inverse, counts = np.unique(labels, return_inverse=True, return_counts=True)
@@ -63,8 +67,7 @@ def retrieval_metrics(embeddings, labels, ks=(1, 2, 4, 8), metric="cosine", nmi=
     for k in ks:
         result[f"recall_at_{k}"] = float(np.mean(np.any(hits[:, :k], axis=1)))
     if nmi:
-        x = embeddings / np.maximum(np.linalg.norm(embeddings, axis=1, keepdims=True), 1e-12) \
-            if metric == "cosine" else embeddings
+        x = normalize_rows_np(embeddings, axis=1) if metric == "cosine" else embeddings
         clusters = KMeans(n_clusters=len(counts), n_init=4, random_state=seed).fit_predict(x)
         result["nmi"] = float(normalized_mutual_info_score(labels, clusters))
     return result

@@ -23,11 +23,27 @@ def class_balanced_indices(labels, classes_per_batch, samples_per_class, rng):
     return np.concatenate(batch).astype(np.int64)
 
 
+class _EpochSync(keras.callbacks.Callback):
+    """Tells a ``ClassBalancedBatches`` the epoch ``fit`` is in (restored by ``BackupAndRestore`` on resume)."""
+
+    def __init__(self, batches):
+        super().__init__()
+        self.batches = batches
+
+    def on_epoch_begin(self, epoch, logs=None):
+        self.batches.set_epoch(epoch)
+
+
 class ClassBalancedBatches(keras.utils.PyDataset):
     """``model.fit`` input yielding ``steps_per_epoch`` batches ``(x[idx], y[idx])`` of ``P x K`` samples.
 
-    Each batch holds ``classes_per_batch`` (P) classes with ``samples_per_class`` (K) samples each, drawn afresh
-    for every batch from a seeded generator (reproducible for a given ``seed``).
+    Each batch holds ``classes_per_batch`` (P) classes with ``samples_per_class`` (K) samples each. The batches of
+    epoch ``e`` are a deterministic function of ``(seed, e)`` (drawn from ``numpy.random.default_rng([seed, e])``),
+    so the data order carries no hidden state. ``epoch`` advances at the end of every pass; for runs resumed with
+    ``keras.callbacks.BackupAndRestore`` pass ``batches.epoch_callback()`` to ``fit`` as well, which sets ``epoch``
+    from ``fit``'s (restored) epoch counter at the start of every epoch, and call ``fit(..., shuffle=False)`` (the
+    batches are already random; Keras would shuffle their order with Python's ``random``, whose state a resumed
+    run does not restore).
     """
 
     def __init__(self, x, y, classes_per_batch, samples_per_class, steps_per_epoch, seed=0, **kwargs):
@@ -42,12 +58,29 @@ class ClassBalancedBatches(keras.utils.PyDataset):
         if self.classes_per_batch > num_classes:
             raise ValueError(f"`classes_per_batch` ({classes_per_batch}) exceeds the number of classes "
                              f"({num_classes}).")
-        self.rng = np.random.default_rng(seed)
-        self._draw_epoch()
+        self.seed = int(seed)
+        self.epoch = 0
+        self._drawn_epoch, self.batches = None, None
+        self._draw()
 
-    def _draw_epoch(self):
-        self.batches = [class_balanced_indices(self.y, self.classes_per_batch, self.samples_per_class, self.rng)
-                        for _ in range(self.steps_per_epoch)]
+    def batches_of_epoch(self, epoch):
+        """The ``steps_per_epoch`` index arrays of ``epoch`` (a pure function of ``(seed, epoch)``)."""
+        rng = np.random.default_rng([self.seed, int(epoch)])
+        return [class_balanced_indices(self.y, self.classes_per_batch, self.samples_per_class, rng)
+                for _ in range(self.steps_per_epoch)]
+
+    def _draw(self):
+        if self._drawn_epoch != self.epoch:
+            self.batches, self._drawn_epoch = self.batches_of_epoch(self.epoch), self.epoch
+
+    def set_epoch(self, epoch):
+        """Serve the batches of ``epoch`` from now on."""
+        self.epoch = int(epoch)
+        self._draw()
+
+    def epoch_callback(self):
+        """A ``keras.callbacks.Callback`` that calls ``set_epoch`` with ``fit``'s epoch at every epoch start."""
+        return _EpochSync(self)
 
     def __len__(self):
         return self.steps_per_epoch
@@ -57,4 +90,4 @@ class ClassBalancedBatches(keras.utils.PyDataset):
         return self.x[idx], self.y[idx]
 
     def on_epoch_end(self):
-        self._draw_epoch()
+        self.set_epoch(self.epoch + 1)

@@ -1,127 +1,263 @@
 """CCPReinitialization: chance-constrained proxy DML, iterated proxy-based problems with proxies re-initialized by
-greedy k-center and a proximal pull towards the previous solution (thesis 003, ch. 3, eq. 3.2.11, Algorithm 2;
+greedy k-center and a proximal penalty towards the previous solution (thesis 003, ch. 3, eq. 3.2.11, Algorithms 1-2;
 SPEC S4)."""
+import contextlib
+
 import keras
 import numpy as np
+import tensorflow as tf
 
+from ot_layers.layers.class_proxies import ClassProxies
 from ot_layers.solvers.k_center import greedy_k_center
-from ot_layers.validation import check_in_range, check_positive_int
+from ot_layers.tensor_ops import find_layer, normalize_rows_np
+from ot_layers.validation import check_non_negative, check_positive_int
 
-
-def _unit_rows(x):
-    x = np.asarray(x, np.float64)
-    return x / np.maximum(np.linalg.norm(x, axis=-1, keepdims=True), 1e-12)
+STATE_ATTRIBUTE = "ccp_state"  # the attribute of the model that holds CCPReinitialization's state
 
 
 def k_center_proxies(pool_embeddings, current_proxies):
     """Algorithm 2 for one class: from the pool ``(b, d)`` choose ``P`` points (``P`` = number of current proxies
     ``(P, d)``), each the pool point farthest from the current proxies and the points chosen so far. Embeddings and
     proxies are compared L2-normalized; returns the chosen ``(P, d)`` unit vectors."""
-    pool, current = _unit_rows(pool_embeddings), _unit_rows(current_proxies)
+    pool, current = normalize_rows_np(np.asarray(pool_embeddings, np.float64)), normalize_rows_np(
+        np.asarray(current_proxies, np.float64))
     return pool[greedy_k_center(pool, len(current), initial=current)]
 
 
+class ProximalPenalty:
+    """The weight regularizer ``(lambda/2) ||theta - theta*||^2`` of eq. 3.2.11 for one variable ``theta``, switched
+    by the scalar variable ``active`` (0 before the first re-initialization); chains a regularizer already set."""
+
+    def __init__(self, anchor, strength, active, previous=None):
+        self.anchor, self.strength, self.active, self.previous = anchor, float(strength), active, previous
+
+    def __call__(self, value):
+        value = tf.convert_to_tensor(value)
+        anchor = tf.cast(tf.convert_to_tensor(self.anchor), value.dtype)
+        active = tf.cast(tf.convert_to_tensor(self.active), value.dtype)
+        penalty = 0.5 * self.strength * active * tf.reduce_sum(tf.square(value - anchor))
+        if self.previous is not None:
+            penalty = penalty + self.previous(value)
+        return penalty
+
+
+class CCPState(keras.layers.Layer):
+    """Everything ``CCPReinitialization`` decides, as non-trainable Keras variables.
+
+    Scalars: ``best_score`` (over all problems), ``problem_score`` (best of the current problem), ``wait`` (epochs
+    without improvement), ``reinitializations`` (problems solved; also the round of the pool draw's seed) and
+    ``proximal_active``; copies: ``anchors`` (``theta*``, one per pulled weight), ``problem_best`` and ``best``
+    (one per model weight; ``best`` only with ``restore_best_weights``). Attached to the model as
+    ``model.ccp_state``, so ``model.save_weights`` / ``BackupAndRestore`` checkpoints carry it.
+    """
+
+    def __init__(self, pulled_weights, model_weights, keep_best, **kwargs):
+        super().__init__(**kwargs)
+
+        def scalar(name, value):
+            return self.add_weight(name=name, shape=(), initializer=keras.initializers.Constant(value),
+                                   trainable=False)
+
+        def copies(prefix, weights):
+            return [self.add_weight(name=f"{prefix}_{i}", shape=tuple(w.shape), dtype=w.dtype, initializer="zeros",
+                                    trainable=False) for i, w in enumerate(weights)]
+
+        self.best_score = scalar("best_score", -np.inf)
+        self.problem_score = scalar("problem_score", -np.inf)
+        self.wait = scalar("wait", 0.0)
+        self.reinitializations = scalar("reinitializations", 0.0)
+        self.proximal_active = scalar("proximal_active", 0.0)
+        self.anchors = copies("anchor", pulled_weights)
+        self.problem_best = copies("problem_best", model_weights)
+        self.best = copies("best", model_weights) if keep_best else []
+        self.built = True
+
+    def call(self, inputs):
+        return inputs
+
+
+def _strategy_scope(model):
+    strategy = getattr(model, "distribute_strategy", None)
+    return strategy.scope() if strategy is not None else contextlib.nullcontext()
+
+
+def _copy(sources, targets):
+    for source, target in zip(sources, targets):
+        target.assign(source)
+
+
 class CCPReinitialization(keras.callbacks.Callback):
-    """Solve a sequence of proxy-based DML problems, re-initializing the proxies between them.
+    """Solve a sequence of proxy-based DML problems, re-initializing the proxies between them (Algorithm 1).
 
     After every epoch ``validation_score()`` is called (higher is better; the thesis uses validation MAP@R, e.g.
     ``lambda: training.evaluation.retrieval_metrics(embed(x_val), y_val, nmi=False)["map_at_r"]``) and logged as
     ``val_score``. When it has not improved on the current problem's best by more than ``min_delta`` for
-    ``patience`` epochs (early stopping per problem, thesis Sec. 3.2.4), the problem is considered solved: the model
-    is reset to the problem's best weights ``theta*``, and for every class a pool of
-    ``pool_size`` training images is drawn and embedded, and the class's ``P`` proxies are replaced by greedy
-    k-center picks from that pool (``k_center_proxies``; ``pool_size == P`` is random sampling). During the next
-    problem the proximal term ``(lambda/2) ||theta - theta*||^2`` of eq. 3.2.11 acts through its SGD form
-    ``theta <- (1 - lambda) theta + lambda theta*`` after every optimizer step (thesis, "Relation to EMA of
-    weights"), on all trainable weights except the proxies; ``proximal = 0`` turns it off, and it is off before the
-    first re-initialization. At the end of training the best weights over all problems are restored.
+    ``patience`` epochs (early stopping per problem, thesis Sec. 3.2.4), the problem is solved: the model is reset to
+    the problem's best weights ``theta*``; for every class a pool of ``pool_size`` training images is drawn
+    (seeded by ``(seed, round)``) and embedded, and the class's proxies are replaced by greedy k-center picks from it
+    (``k_center_proxies``, Algorithm 2; ``pool_size == num_proxies`` is random sampling). From then on the
+    proximal penalty ``(lambda/2) ||theta - theta*||^2`` of eq. 3.2.11 (``lambda = proximal``, 2e-4 in the thesis)
+    is part of the training loss, in-graph: it is installed as a weight regularizer (``ProximalPenalty``) on every
+    trainable weight except the proxies, so its gradient ``lambda (theta - theta*)`` goes through the optimizer with
+    the loss gradient (it respects the learning rate and the optimizer, as ``g_theta`` in Algorithm 1). It is off
+    before the first re-initialization; ``proximal=0`` turns it off. With ``restore_best_weights`` the best weights
+    over all problems are restored at the end of training.
 
-    ``proxy_variable``: the ``keras.Variable`` ``(num_classes, P, d)`` of the proxies (e.g. ``ClassProxies.proxies``
-    read by ``ProxyAnchorLoss`` / ``ProxyNCAPlusPlusLoss``). ``train_labels`` must be ``0..num_classes-1``.
-    ``reinitializations`` counts the problems solved so far; ``history`` keeps the validation score per epoch.
+    Every decision lives in the Keras variables of a ``CCPState`` that the callback attaches to the model as
+    ``model.ccp_state`` (scores, patience counter, round counter, ``theta*``, the problem's and the overall best
+    weights), so a run interrupted after any epoch and resumed with ``keras.callbacks.BackupAndRestore`` continues
+    exactly. Place this callback before ``BackupAndRestore`` / ``ModelCheckpoint``.
+
+    Args:
+      train_images, train_labels: the training set the pools are drawn from; labels ``0..num_classes-1``.
+      validation_score: zero-argument callable returning a float.
+      layer_name: the ``ClassProxies`` layer's name, or ``None`` for the only one in the model.
+      embedding_model: maps ``train_images`` to the vectors the layer receives; ``None`` builds
+        ``keras.Model(model.inputs, layer.input)``.
+      patience, pool_size, proximal, min_delta, restore_best_weights, batch_size, seed: as above (``batch_size`` for
+        embedding the pools).
+
+    ``history`` keeps the validation scores seen by this instance; ``reinitializations`` is read from the state.
     """
 
-    def __init__(self, embedding_model, proxy_variable, train_images, train_labels, validation_score, patience=3,
-                 pool_size=12, proximal=2e-4, min_delta=0.0, batch_size=256, seed=0):
+    def __init__(self, train_images, train_labels, validation_score, layer_name=None, embedding_model=None,
+                 patience=3, pool_size=12, proximal=2e-4, min_delta=0.0, restore_best_weights=True, batch_size=256,
+                 seed=0):
         super().__init__()
-        self.embedding_model = embedding_model
-        self.proxy_variable = proxy_variable
-        if len(proxy_variable.shape) != 3:
-            raise ValueError(f"`proxy_variable` must have shape (num_classes, P, d), got {proxy_variable.shape}.")
-        num_classes, per_class, _ = proxy_variable.shape
         self.train_images, self.train_labels = train_images, np.asarray(train_labels).reshape(-1)
         if len(self.train_labels) != len(train_images):
             raise ValueError(f"`train_labels` has {len(self.train_labels)} entries but `train_images` has "
                              f"{len(train_images)}.")
-        if set(np.unique(self.train_labels).tolist()) != set(range(num_classes)):
-            raise ValueError(f"`train_labels` must hold exactly the classes 0..{num_classes - 1} of the proxies.")
         if not callable(validation_score):
             raise ValueError(f"`validation_score` must be a callable returning a float, got {validation_score!r}.")
         self.validation_score = validation_score
+        self.layer_name = layer_name
+        self.embedding_model = embedding_model
         self.patience = check_positive_int("patience", patience)
         self.pool_size = check_positive_int("pool_size", pool_size)
-        if self.pool_size < per_class:
-            raise ValueError(f"`pool_size` ({pool_size}) must be at least the number of proxies per class "
-                             f"({per_class}).")
-        self.proximal = float(check_in_range("proximal", proximal, 0.0, 1.0))
-        self.min_delta = float(check_in_range("min_delta", min_delta, 0.0, 1.0))
+        self.proximal = float(check_non_negative("proximal", proximal))
+        self.min_delta = float(check_non_negative("min_delta", min_delta))
+        self.restore_best_weights = bool(restore_best_weights)
         self.batch_size = check_positive_int("batch_size", batch_size)
-        self.rng = np.random.default_rng(seed)
-        self.reinitializations = 0
+        self.seed = int(seed)
         self.history = []
-        self._anchor = None
+        self._installed = []
 
-    def _embed(self, images):
-        return np.asarray(self.embedding_model.predict(images, batch_size=self.batch_size, verbose=0))
+    # ---- set-up -----------------------------------------------------------------------------------------------
+
+    def _layer(self):
+        return find_layer(self.model, ClassProxies, self.layer_name)
+
+    def _model_weights(self):
+        state_ids = {id(v) for v in getattr(self.model, STATE_ATTRIBUTE).weights} \
+            if hasattr(self.model, STATE_ATTRIBUTE) else set()
+        return [w for w in self.model.weights if id(w) not in state_ids]
 
     def _pulled_weights(self):
-        return [w for w in self.model.trainable_weights if w is not self.proxy_variable]
+        proxies = self._layer().proxies
+        return [w for w in self.model.trainable_weights if w is not proxies]
 
-    def on_train_begin(self, logs=None):
-        self._best_score, self._best_weights = -np.inf, None
-        self._start_problem()
+    @property
+    def state(self):
+        """The model's ``CCPState``."""
+        return getattr(self.model, STATE_ATTRIBUTE)
 
-    def _start_problem(self):
-        self._problem_score, self._problem_weights, self._wait = -np.inf, None, 0
+    @property
+    def reinitializations(self):
+        return int(round(float(self.state.reinitializations.numpy())))
 
-    def on_train_batch_end(self, batch, logs=None):
-        if self._anchor is None or self.proximal == 0.0:
+    def set_model(self, model):
+        super().set_model(model)
+        layer = self._layer()
+        num_classes, per_class = layer.num_classes, layer.num_proxies
+        if set(np.unique(self.train_labels).tolist()) != set(range(num_classes)):
+            raise ValueError(f"`train_labels` must hold exactly the classes 0..{num_classes - 1} of the proxies.")
+        if self.pool_size < per_class:
+            raise ValueError(f"`pool_size` ({self.pool_size}) must be at least the number of proxies per class "
+                             f"({per_class}).")
+        pulled, weights = self._pulled_weights(), self._model_weights()
+        state = getattr(model, STATE_ATTRIBUTE, None)
+        fits = state is not None and [tuple(a.shape) for a in state.anchors] == [tuple(w.shape) for w in pulled] \
+            and len(state.problem_best) == len(weights) and bool(state.best) == self.restore_best_weights
+        if not fits:
+            with _strategy_scope(model):
+                state = CCPState(pulled, weights, self.restore_best_weights, name=STATE_ATTRIBUTE)
+            setattr(model, STATE_ATTRIBUTE, state)
+        self._install_penalty(pulled, state)
+
+    def _install_penalty(self, pulled, state):
+        if self._installed or self.proximal == 0.0:
             return
-        for weight, anchor in zip(self._pulled_weights(), self._anchor):
-            weight.assign((1.0 - self.proximal) * np.asarray(weight) + self.proximal * anchor)
+        for weight, anchor in zip(pulled, state.anchors):
+            self._installed.append((weight, weight.regularizer))
+            weight.regularizer = ProximalPenalty(anchor, self.proximal, state.proximal_active, weight.regularizer)
+        self.model.train_function = None  # trace again with the penalty
+        self.model.test_function = None
+
+    def _uninstall_penalty(self):
+        for weight, previous in self._installed:
+            weight.regularizer = previous
+        if self._installed:
+            self.model.train_function = None
+            self.model.test_function = None
+        self._installed = []
+
+    # ---- the algorithm ----------------------------------------------------------------------------------------
+
+    def _embed(self, images):
+        model = self.embedding_model
+        if model is None:
+            model = keras.Model(self.model.inputs, self._layer().input)
+        embeddings = np.asarray(model.predict(images, batch_size=self.batch_size, verbose=0))
+        if not np.all(np.isfinite(embeddings)):
+            raise ValueError("`train_images`: their embeddings hold NaN or Inf.")
+        return embeddings
 
     def reinitialize_proxies(self):
-        """Replace every class's proxies by greedy k-center picks from a fresh pool of its training images."""
-        proxies = np.asarray(self.proxy_variable)
+        """Replace every class's proxies by greedy k-center picks from a fresh pool of its training images; the pool
+        of round ``r`` (``reinitializations``) is drawn with ``numpy.random.default_rng([seed, r])``."""
+        proxies_variable = self._layer().proxies
+        proxies = np.asarray(proxies_variable)
+        rng = np.random.default_rng([self.seed, self.reinitializations])
         new = np.empty_like(proxies)
         for c in range(proxies.shape[0]):
             members = np.flatnonzero(self.train_labels == c)
-            pool = self.rng.choice(members, size=min(self.pool_size, len(members)), replace=False)
+            pool = rng.choice(members, size=min(self.pool_size, len(members)), replace=False)
             new[c] = k_center_proxies(self._embed(self.train_images[pool]), proxies[c])
-        self.proxy_variable.assign(new.astype(proxies.dtype))
+        proxies_variable.assign(new.astype(proxies.dtype))
 
     def on_epoch_end(self, epoch, logs=None):
         score = float(self.validation_score())
+        if not np.isfinite(score):
+            raise ValueError(f"`validation_score` returned {score!r}.")
         self.history.append(score)
         if logs is not None:
             logs["val_score"] = score
-        if score > self._best_score:
-            self._best_score, self._best_weights = score, self.model.get_weights()
-        if score > self._problem_score:
-            improved = score > self._problem_score + self.min_delta
-            self._problem_score, self._problem_weights = score, self.model.get_weights()
-            if improved:
-                self._wait = 0
+        state = self.state
+        weights = self._model_weights()
+        if self.restore_best_weights and score > float(state.best_score.numpy()):
+            state.best_score.assign(score)
+            _copy(weights, state.best)
+        problem_score = float(state.problem_score.numpy())
+        if score > problem_score:
+            state.problem_score.assign(score)
+            _copy(weights, state.problem_best)
+            if score > problem_score + self.min_delta:
+                state.wait.assign(0.0)
                 return
-        self._wait += 1
-        if self._wait < self.patience:
+        state.wait.assign_add(1.0)
+        if float(state.wait.numpy()) < self.patience:
             return
-        self.model.set_weights(self._problem_weights)
-        self._anchor = [np.asarray(w) for w in self._pulled_weights()]
+        _copy(state.problem_best, weights)  # theta* <- the problem's best weights
+        _copy(self._pulled_weights(), state.anchors)
         self.reinitialize_proxies()
-        self.reinitializations += 1
-        self._start_problem()
+        state.reinitializations.assign_add(1.0)
+        state.proximal_active.assign(1.0)
+        state.problem_score.assign(-np.inf)
+        state.wait.assign(0.0)
 
     def on_train_end(self, logs=None):
-        if self._best_weights is not None:
-            self.model.set_weights(self._best_weights)
+        state = self.state
+        if self.restore_best_weights and np.isfinite(float(state.best_score.numpy())):
+            _copy(state.best, self._model_weights())
+        self._uninstall_penalty()

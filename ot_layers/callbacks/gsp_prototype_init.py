@@ -1,56 +1,78 @@
-"""GSP prototype initialization: GAP warm-up, then greedy k-center on stored local features (paper 003, ch. 5)."""
+"""GSP prototype initialization: GAP warm-up, then greedy k-center on stored local features (paper 003, ch. 5,
+Sec. 5.2.4; SPEC S3)."""
 import keras
 import numpy as np
 
+from ot_layers.layers.generalized_sum_pooling import GeneralizedSumPooling
 from ot_layers.solvers import greedy_k_center
+from ot_layers.tensor_ops import find_layer, flatten_feature_map_np
 from ot_layers.validation import check_positive_int
 
 
 class GSPPrototypeInit(keras.callbacks.Callback):
     """Warm up a ``GeneralizedSumPooling`` layer as global average pooling, then set its prototypes.
 
-    At the start of training the layer's ``average_pooling_warmup`` flag is set, so it pools like GAP. After
-    ``warmup_epochs`` epochs (immediately when 0), the feature maps entering the layer are computed for
-    ``images``, ``num_features`` of their local feature vectors are drawn (the stored embeddings; the authors use
-    1024), normalized like the layer's cost (``u / max(1, ||u||)``), and the ``num_prototypes`` prototypes are chosen
-    among them by greedy k-center (``ot_layers.solvers.greedy_k_center``); then the flag is cleared.
-    ``layer``: the layer or its name in the model. Needs a Functional model (the layer's input is read).
+    During the first ``warmup_epochs`` epochs the layer's ``average_pooling_warmup`` flag is set, so it pools like
+    GAP. After them (at the start of the first epoch when ``warmup_epochs=0``), the feature maps entering the layer
+    are computed for ``images``, ``num_features`` of their local feature vectors are drawn (``seed``; the stored
+    embeddings, 1024 for the authors), normalized like the layer's cost (``u / max(1, ||u||)``), and the
+    ``num_prototypes`` prototypes are chosen among them by greedy k-center (``ot_layers.solvers.greedy_k_center``);
+    then the flag is cleared.
+
+    Every decision lives in the layer's non-trainable weights (``average_pooling_warmup``, ``warmup_epochs_done``,
+    ``prototypes_initialized``), so a run interrupted after any epoch and resumed with
+    ``keras.callbacks.BackupAndRestore`` (or from a checkpoint) continues the warm-up where it stopped and never
+    re-initializes; a second ``fit`` does not repeat the warm-up either. Place this callback before
+    ``BackupAndRestore`` / ``ModelCheckpoint`` so that an epoch's checkpoint holds that epoch's decision.
+
+    ``layer_name``: the layer's name, or ``None`` for the only ``GeneralizedSumPooling`` in the model (found through
+    nested models by ``ot_layers.tensor_ops.find_layer``). The layer's input is read, so the layer must be called in
+    a Functional model. Non-finite features raise ``ValueError``.
     """
 
-    def __init__(self, layer, images, warmup_epochs=1, num_features=1024, seed=0, batch_size=256):
+    def __init__(self, images, layer_name=None, warmup_epochs=1, num_features=1024, seed=0, batch_size=256):
         super().__init__()
-        self.layer_or_name = layer
         self.images = images
-        self.warmup_epochs = int(warmup_epochs)
-        if self.warmup_epochs < 0:
+        self.layer_name = layer_name
+        if isinstance(warmup_epochs, bool) or not isinstance(warmup_epochs, (int, np.integer)) or warmup_epochs < 0:
             raise ValueError(f"`warmup_epochs` must be an integer >= 0, got {warmup_epochs!r}.")
+        self.warmup_epochs = int(warmup_epochs)
         self.num_features = check_positive_int("num_features", num_features)
-        self.seed = seed
+        self.seed = int(seed)
         self.batch_size = check_positive_int("batch_size", batch_size)
-        self.initialized = False
 
     def _layer(self):
-        if isinstance(self.layer_or_name, str):
-            return self.model.get_layer(self.layer_or_name)
-        return self.layer_or_name
+        return find_layer(self.model, GeneralizedSumPooling, self.layer_name)
 
-    def on_train_begin(self, logs=None):
-        if self.initialized:
+    @property
+    def initialized(self):
+        """Whether the layer's prototypes have been set (read from the layer's state)."""
+        return bool(float(self._layer().prototypes_initialized.numpy()) > 0.5)
+
+    def on_epoch_begin(self, epoch, logs=None):
+        layer = self._layer()
+        if float(layer.prototypes_initialized.numpy()) > 0.5:
             return
-        if self.warmup_epochs == 0:
-            self.initialize_prototypes()
+        if float(layer.warmup_epochs_done.numpy()) >= self.warmup_epochs:
+            self.initialize_prototypes(layer)
         else:
-            self._layer().average_pooling_warmup.assign(1.0)
+            layer.average_pooling_warmup.assign(1.0)
 
     def on_epoch_end(self, epoch, logs=None):
-        if not self.initialized and epoch + 1 >= self.warmup_epochs:
-            self.initialize_prototypes()
-
-    def initialize_prototypes(self):
         layer = self._layer()
+        if float(layer.prototypes_initialized.numpy()) > 0.5:
+            return
+        layer.warmup_epochs_done.assign_add(1.0)
+        if float(layer.warmup_epochs_done.numpy()) >= self.warmup_epochs:
+            self.initialize_prototypes(layer)
+
+    def initialize_prototypes(self, layer=None):
+        """Greedy k-center prototypes from the current local features of ``images``; clears the warm-up flag."""
+        layer = self._layer() if layer is None else layer
         feature_model = keras.Model(self.model.inputs, layer.input)
-        features = np.asarray(feature_model.predict(self.images, batch_size=self.batch_size, verbose=0))
-        features = features.reshape(-1, features.shape[-1]).astype(np.float64)
+        features = flatten_feature_map_np(feature_model.predict(self.images, batch_size=self.batch_size, verbose=0))
+        if not np.all(np.isfinite(features)):
+            raise ValueError("`images`: the features entering the GeneralizedSumPooling layer hold NaN or Inf.")
         rng = np.random.default_rng(self.seed)
         stored = features[rng.choice(len(features), size=min(self.num_features, len(features)), replace=False)]
         stored = stored / np.maximum(1.0, np.linalg.norm(stored, axis=1, keepdims=True))
@@ -60,4 +82,4 @@ class GSPPrototypeInit(keras.callbacks.Callback):
         chosen = greedy_k_center(stored, layer.num_prototypes, seed=self.seed)
         layer.prototypes.assign(stored[chosen].astype(layer.prototypes.dtype))
         layer.average_pooling_warmup.assign(0.0)
-        self.initialized = True
+        layer.prototypes_initialized.assign(1.0)

@@ -1,43 +1,88 @@
-"""ClassProxies: learnable per-class vectors (proxies, class embeddings) held as Keras weights of a model."""
+"""ClassProxies: learnable per-class vectors (proxies, class embeddings) held as a Keras weight of the model, and the
+output the proxy losses read (thesis 003, ch. 3 and 5; SPEC S3, S4)."""
 import keras
+import tensorflow as tf
 
-from ot_layers.validation import check_positive_int
+from ot_layers.validation import check_choice, check_positive_int
+
+OUTPUTS = ("similarities", "packed")
+
+
+def _unit(x):
+    """Rows divided by their L2 norm (floored at 1e-12): an all-zero row stays zero with a zero gradient."""
+    return tf.math.l2_normalize(x, axis=-1, epsilon=1e-24)
 
 
 @keras.saving.register_keras_serializable(package="ot_layers")
 class ClassProxies(keras.layers.Layer):
-    """Identity layer that owns the weight ``proxies`` of shape ``(num_classes, proxies_per_class, dim)``.
+    """Owns the weight ``proxies`` ``(num_classes, num_proxies, dim)`` and outputs what a proxy loss needs.
 
-    Losses cannot own trainable weights in ``model.fit``; placing this layer in the model (``x = proxies(x)``)
-    makes its weight part of ``model.trainable_weights`` while proxy losses (``ProxyNCAPlusPlusLoss``,
-    ``ProxyAnchorLoss``) and the zero-shot loss (class embeddings ``Upsilon``) read it through ``loss.proxies``.
-    Callbacks that re-initialize proxies (CCP, SPEC S4) assign to ``layer.proxies``, a ``keras.Variable``.
-    ``dim``: taken from the input's last axis when ``None``; set it when the vectors live in another space than
-    the layer's input (e.g. class embeddings predicted from GSP's pseudo-attributes).
+    Losses cannot own trainable weights in ``model.fit``; placing this layer in the model makes its weight part of
+    ``model.trainable_weights``, and its output carries everything the loss needs, so that the losses are plain
+    functions of ``(y_true, y_pred)`` (they survive a ``.keras`` round trip and run under any strategy):
+
+    - ``output="similarities"`` (default): the cosine similarities ``s_bkm = <x̂_b, p̂_km>`` ``(B, num_classes,
+      num_proxies)`` of the L2-normalized inputs to the L2-normalized proxies, for ``ProxyAnchorLoss`` and
+      ``ProxyNCAPlusPlusLoss``. The embedding for retrieval is the layer's input: use
+      ``keras.Model(model.inputs, layer.input)``.
+    - ``output="packed"``: ``(B, 1 + num_classes * num_proxies, D)`` with ``D = max(input dim, dim)``: row 0 the
+      input vector, rows ``1 + k * num_proxies + m`` the proxies ``p_km`` (the same for every sample), zero-padded
+      to width ``D`` (padding changes no inner product). For ``ZeroShotPredictionLoss``, whose class embeddings
+      ``Upsilon`` (``num_proxies=1``, ``dim = dv``) live in another space than the pseudo-attributes ``z``.
+
+    Both outputs are computed and returned in float32 (the variable dtype), like a final softmax under mixed
+    precision. Callbacks reach the proxies through the layer (``ot_layers.tensor_ops.find_layer``) and re-assign
+    ``layer.proxies`` (CCP, SPEC S4). ``dim``: taken from the input's last axis when ``None``.
     """
 
-    def __init__(self, num_classes, proxies_per_class=1, dim=None, initializer="random_normal", **kwargs):
+    def __init__(self, num_classes, num_proxies=1, dim=None, initializer="random_normal", output="similarities",
+                 **kwargs):
         super().__init__(**kwargs)
         self.num_classes = check_positive_int("num_classes", num_classes)
-        self.proxies_per_class = check_positive_int("proxies_per_class", proxies_per_class)
+        self.num_proxies = check_positive_int("num_proxies", num_proxies)
         self.dim = None if dim is None else check_positive_int("dim", dim)
         self.initializer = keras.initializers.get(initializer)
+        self.output_mode = check_choice("output", output, OUTPUTS)
+
+    @property
+    def export_blocker(self):
+        """``None``: the layer exports (SavedModel, ONNX)."""
+        return None
 
     def build(self, input_shape):
         dim = self.dim if self.dim is not None else input_shape[-1]
         if dim is None:
-            raise ValueError("ClassProxies needs `dim` or an input with a known last axis.")
-        self.proxies = self.add_weight(name="proxies", shape=(self.num_classes, self.proxies_per_class, int(dim)),
-                                       initializer=self.initializer, trainable=True)
+            raise ValueError("`dim`: ClassProxies needs `dim` or an input with a known last axis.")
+        if self.output_mode == "similarities" and input_shape[-1] is not None and int(input_shape[-1]) != int(dim):
+            raise ValueError(f"`dim` ({dim}) must equal the input's last axis ({input_shape[-1]}) for "
+                             "output='similarities'; use output='packed' for vectors of another space.")
+        self.proxies = self.add_weight(name="proxies", shape=(self.num_classes, self.num_proxies, int(dim)),
+                                       initializer=self.initializer, trainable=True,
+                                       autocast=False)  # read in float32 under mixed precision
 
     def call(self, inputs):
-        return inputs
+        x = tf.cast(inputs, self.variable_dtype)
+        proxies = tf.convert_to_tensor(self.proxies)
+        if self.output_mode == "similarities":
+            return tf.einsum("bd,kmd->bkm", _unit(x), _unit(proxies))
+        width = max(int(x.shape[-1]), int(proxies.shape[-1]))
+        x = tf.pad(x, [[0, 0], [0, width - int(x.shape[-1])]])[:, None, :]
+        flat = tf.reshape(proxies, [self.num_classes * self.num_proxies, proxies.shape[-1]])
+        flat = tf.pad(flat, [[0, 0], [0, width - int(proxies.shape[-1])]])
+        flat = tf.broadcast_to(flat[None], [tf.shape(x)[0], flat.shape[0], width])
+        return tf.concat([x, flat], axis=1)
 
     def compute_output_shape(self, input_shape):
-        return input_shape
+        if self.output_mode == "similarities":
+            return (input_shape[0], self.num_classes, self.num_proxies)
+        dim = self.dim if self.dim is not None else input_shape[-1]
+        return (input_shape[0], 1 + self.num_classes * self.num_proxies, max(int(input_shape[-1]), int(dim)))
+
+    def compute_output_spec(self, inputs):
+        return keras.KerasTensor(self.compute_output_shape(inputs.shape), dtype=self.variable_dtype)
 
     def get_config(self):
         config = super().get_config()
-        config.update(num_classes=self.num_classes, proxies_per_class=self.proxies_per_class, dim=self.dim,
-                      initializer=keras.initializers.serialize(self.initializer))
+        config.update(num_classes=self.num_classes, num_proxies=self.num_proxies, dim=self.dim,
+                      initializer=keras.initializers.serialize(self.initializer), output=self.output_mode)
         return config

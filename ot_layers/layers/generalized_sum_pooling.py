@@ -3,12 +3,15 @@ import keras
 import tensorflow as tf
 
 from ot_layers.solvers.partial_transport import GRADIENTS, partial_transport
-from ot_layers.validation import check_choice, check_in_range, check_positive, check_positive_int, check_rank
+from ot_layers.validation import (check_choice, check_in_range, check_non_negative, check_positive,
+                                  check_positive_int, check_rank)
 
 
 def _clip_norm(x):
-    """``u / max(1, ||u||_2)`` along the last axis (the thesis' normalization of features and prototypes)."""
-    return x / tf.maximum(tf.ones([], x.dtype), tf.norm(x, axis=-1, keepdims=True))
+    """``u / max(1, ||u||_2)`` along the last axis (the thesis' normalization of features and prototypes, ch. 3 and
+    5). Written with the squared norm so that an all-zero vector has a finite (zero) gradient."""
+    squared = tf.reduce_sum(x * x, axis=-1, keepdims=True)
+    return x * tf.math.rsqrt(tf.maximum(squared, tf.ones([], x.dtype)))
 
 
 def _euclidean_cost(prototypes, features):
@@ -23,49 +26,72 @@ def _euclidean_cost(prototypes, features):
 class GeneralizedSumPooling(keras.layers.Layer):
     """Generalized sum pooling: a feature map ``(B, H, W, C)`` (or ``(B, n, C)``) -> pooled vector ``(B, C)``.
 
-    With learnable prototypes ``w_k`` (``k <= m``) and cost ``c_kj = ||w̄_k - f̄_j||``, the residual ``rho`` of the
-    entropic partial transport (P2) of mass ``mu`` (``transport_ratio``) from the elements to the prototypes
-    (Prop. 5.2.1, ``ot_layers.solvers.partial_transport``) gives the pooling weights
-    ``p_j = (1/n - rho_j) / mu`` and the output ``g = sum_j p_j f_j`` (Eq. 5.2.1); ``mu = 1`` is exactly global
-    average pooling. Gradients use the closed form of Prop. 5.2.2 by default (``gradient="closed_form"``).
-    With ``return_attributes=True`` the layer also returns the pseudo-attributes ``z = (1/mu) sum_j pi_.j``
-    ``(B, m)`` (Eq. 5.2.3) for the zero-shot loss. ``inverse_temperature`` ``gamma`` is the thesis' ``epsilon``
-    (0.5 with proxy losses, 5.0 with pair losses).
+    With learnable prototypes ``w_k`` (``k <= m``) and cost ``c_kj = ||w̄_k - f̄_j||`` (``ū = u / max(1, ||u||)``),
+    the entropic partial transport (P2) of mass ``mu`` (``transport_ratio``) from the elements to the prototypes
+    (Prop. 5.2.1, ``ot_layers.solvers.partial_transport``) gives the pooling weights ``p_j = (1/n - rho_j) / mu``,
+    computed as the transported mass ``sum_k pi_kj / mu`` (equal at the fixed point, exactly summing to 1 and free
+    of the cancellation ``1/n - rho_j``), and the output ``g = sum_j p_j f_j`` (Eq. 5.2.1); ``mu = 1`` is exactly
+    global average pooling. With ``return_attributes=True`` the layer also returns the pseudo-attributes
+    ``z = (1/mu) sum_j pi_.j`` ``(B, m)`` (Eq. 5.2.3) for the zero-shot loss.
 
-    The non-trainable weight ``average_pooling_warmup`` (0 by default) switches the output to plain average
-    pooling while it is 1; ``ot_layers.callbacks.GSPPrototypeInit`` uses it for the GAP warm-up before it
-    initializes the prototypes by greedy k-center. Computation runs in the variable dtype (float32 under mixed
-    precision).
+    Args:
+      num_prototypes: ``m``, the number of prototypes (64 small data, 128 large data in the thesis).
+      transport_ratio: ``mu`` in (0, 1] (0.3).
+      epsilon: entropic regularization, ``1 / gamma`` of SPEC S3 (the kernel is ``exp(-c / epsilon)``): 0.2 (the
+        thesis' ``gamma = 5``, used with pair losses) by default; use 2.0 (``gamma = 0.5``) with proxy losses.
+      max_iter, threshold: bound on the iterations of Prop. 5.2.1 and the stopping tolerance on the marginal error
+        (``threshold=0`` runs exactly ``max_iter``, as the thesis' 100 iterations).
+      gradient: ``"implicit"`` (Prop. 5.2.2, guarded for sharp selections) or ``"unrolled"``.
+      return_attributes: also return ``z``.
+      initializer: initializer of the prototypes ``(m, C)``.
+
+    State (non-trainable weights, saved with the model): ``average_pooling_warmup`` (1 while the layer pools like
+    GAP), ``warmup_epochs_done`` and ``prototypes_initialized``, written by ``ot_layers.callbacks.GSPPrototypeInit``
+    (GAP warm-up, then greedy k-center prototypes), so that a resumed run continues the warm-up where it stopped.
+    The transport computes in float32 under mixed precision (the variable dtype); the feature dimension must be
+    known, the spatial size may be unknown. NaN in one sample stays in that sample's outputs.
     """
 
-    def __init__(self, num_prototypes=64, transport_ratio=0.3, inverse_temperature=5.0, max_iter=100,
-                 gradient="closed_form", return_attributes=False, prototype_initializer="random_normal", **kwargs):
+    def __init__(self, num_prototypes=64, transport_ratio=0.3, *, epsilon=0.2, max_iter=100, threshold=1e-6,
+                 gradient="implicit", return_attributes=False, initializer="random_normal", **kwargs):
         super().__init__(**kwargs)
         self.num_prototypes = check_positive_int("num_prototypes", num_prototypes)
         self.transport_ratio = float(check_in_range("transport_ratio", transport_ratio, 0.0, 1.0, low_open=True))
-        self.inverse_temperature = float(check_positive("inverse_temperature", inverse_temperature))
+        self.epsilon = float(check_positive("epsilon", epsilon))
         self.max_iter = check_positive_int("max_iter", max_iter)
+        self.threshold = float(check_non_negative("threshold", threshold))
         self.gradient = check_choice("gradient", gradient, GRADIENTS)
         self.return_attributes = bool(return_attributes)
-        self.prototype_initializer = keras.initializers.get(prototype_initializer)
+        self.initializer = keras.initializers.get(initializer)
+
+    @property
+    def export_blocker(self):
+        """``None``: the layer exports (SavedModel, ONNX)."""
+        return None
 
     def build(self, input_shape):
         check_rank("inputs", input_shape, (3, 4))
         if input_shape[-1] is None:
-            raise ValueError("GeneralizedSumPooling needs a known feature dimension (the last axis of `inputs`).")
+            raise ValueError("`inputs`: GeneralizedSumPooling needs a known feature dimension (the last axis).")
         self.prototypes = self.add_weight(name="prototypes", shape=(self.num_prototypes, int(input_shape[-1])),
-                                          initializer=self.prototype_initializer, trainable=True)
+                                          initializer=self.initializer, trainable=True,
+                                          autocast=False)  # read in float32 under mixed precision
         self.average_pooling_warmup = self.add_weight(name="average_pooling_warmup", shape=(),
                                                       initializer="zeros", trainable=False)
+        self.warmup_epochs_done = self.add_weight(name="warmup_epochs_done", shape=(), initializer="zeros",
+                                                  trainable=False)
+        self.prototypes_initialized = self.add_weight(name="prototypes_initialized", shape=(), initializer="zeros",
+                                                      trainable=False)
 
     def pool(self, features):
-        """Pooled vectors ``(B, C)`` and pseudo-attributes ``(B, m)`` of features ``(B, n, C)`` (their dtype)."""
+        """Pooled vectors ``(B, C)`` and pseudo-attributes ``(B, m)`` of features ``(B, n, C)`` (float32/64)."""
         prototypes = tf.cast(self.prototypes, features.dtype)
         cost = _euclidean_cost(_clip_norm(prototypes), _clip_norm(features))
-        result = partial_transport(cost, self.transport_ratio, self.inverse_temperature, self.max_iter,
-                                   self.gradient)
+        result = partial_transport(cost, self.transport_ratio, epsilon=self.epsilon, max_iter=self.max_iter,
+                                   threshold=self.threshold, gradient=self.gradient)
+        transported = tf.reduce_sum(result.plan, axis=1)  # q_j = 1/n - rho_j at the fixed point
+        weights = transported / self.transport_ratio
         n = tf.cast(tf.shape(features)[1], features.dtype)
-        weights = (1.0 / n - result.residual) / self.transport_ratio
         warmup = tf.cast(self.average_pooling_warmup, features.dtype)
         weights = (1.0 - warmup) * weights + warmup / n
         pooled = tf.einsum("bn,bnc->bc", weights, features)
@@ -73,8 +99,9 @@ class GeneralizedSumPooling(keras.layers.Layer):
         return pooled, attributes
 
     def call(self, inputs):
-        features = tf.cast(inputs, self.variable_dtype)  # float32 under mixed precision
-        if features.shape.rank == 4:
+        dtype = tf.float64 if self.variable_dtype == "float64" else tf.float32  # float32 under mixed precision
+        features = tf.cast(inputs, dtype)
+        if features.shape.rank == 4:  # (B, H, W, C) -> (B, H*W, C), H and W possibly unknown
             features = tf.reshape(features, [tf.shape(features)[0], -1, features.shape[-1]])
         pooled, attributes = self.pool(features)
         pooled = tf.cast(pooled, self.compute_dtype)
@@ -88,8 +115,8 @@ class GeneralizedSumPooling(keras.layers.Layer):
 
     def get_config(self):
         config = super().get_config()
-        config.update(num_prototypes=self.num_prototypes, transport_ratio=self.transport_ratio,
-                      inverse_temperature=self.inverse_temperature, max_iter=self.max_iter, gradient=self.gradient,
+        config.update(num_prototypes=self.num_prototypes, transport_ratio=self.transport_ratio, epsilon=self.epsilon,
+                      max_iter=self.max_iter, threshold=self.threshold, gradient=self.gradient,
                       return_attributes=self.return_attributes,
-                      prototype_initializer=keras.initializers.serialize(self.prototype_initializer))
+                      initializer=keras.initializers.serialize(self.initializer))
         return config

@@ -4,9 +4,10 @@ Every loss takes integer class labels ``y_true`` ``(B,)`` or ``(B, 1)`` and embe
 L2-normalizes the embeddings (unless ``normalize=False``; then distances and similarities are the raw Euclidean
 distances and inner products) and returns the batch loss (a scalar). Pair-based losses use the pairs of the
 (local, per-replica) batch; use them with a class-balanced batch sampler (``training.samplers``).
-Proxy losses read their proxies from a ``ClassProxies`` layer placed in the model, so that the proxies are trained
-by ``model.fit`` and can be re-initialized by callbacks through ``loss.proxies`` (a ``keras.Variable`` of shape
-``(num_classes, proxies_per_class, d)``).
+Proxy losses (``ProxyNCAPlusPlusLoss``, ``ProxyAnchorLoss``) take instead the output of a ``ClassProxies`` layer
+placed in the model: the cosine similarities ``(B, num_classes, num_proxies)`` of the normalized embeddings to the
+normalized proxies. The proxies are that layer's weight (trained by ``model.fit``, re-initialized by callbacks
+through the layer); the losses hold no reference to it.
 """
 import keras
 import tensorflow as tf
@@ -113,86 +114,65 @@ class TripletLoss(_MetricLoss):
 class MultiSimilarityLoss(_MetricLoss):
     """Multi-similarity loss (Wang et al. 2019) with its pair mining, on cosine similarities ``S``:
 
-    keep positives with ``S_ip < max_neg S_in + epsilon`` and negatives with ``S_in > min_pos S_ip - epsilon``;
+    keep positives with ``S_ip < max_neg S_in + mining_margin`` and negatives with
+    ``S_in > min_pos S_ip - mining_margin``;
     ``L = mean_i [ (1/alpha) log(1 + sum_P exp(-alpha (S_ip - base)))
                  + (1/beta) log(1 + sum_N exp(beta (S_in - base))) ]``.
     """
 
-    def __init__(self, alpha=2.0, beta=50.0, base=0.5, epsilon=0.1, name="multi_similarity_loss", **kwargs):
+    def __init__(self, alpha=2.0, beta=50.0, base=0.5, mining_margin=0.1, name="multi_similarity_loss", **kwargs):
         super().__init__(name=name, **kwargs)
         self.alpha = check_positive("alpha", alpha)
         self.beta = check_positive("beta", beta)
         self.base = float(base)
-        self.epsilon = check_non_negative("epsilon", epsilon)
+        self.mining_margin = check_non_negative("mining_margin", mining_margin)
 
     def batch_loss(self, labels, x):
         positive, negative = _pair_masks(labels)
         s = tf.matmul(x, x, transpose_b=True)
         hardest_negative = tf.reduce_max(tf.where(negative, s, _NEG_INF), axis=1, keepdims=True)
         hardest_positive = tf.reduce_min(tf.where(positive, s, float("inf")), axis=1, keepdims=True)
-        mined_positive = tf.logical_and(positive, s - self.epsilon < hardest_negative)
-        mined_negative = tf.logical_and(negative, s + self.epsilon > hardest_positive)
+        mined_positive = tf.logical_and(positive, s - self.mining_margin < hardest_negative)
+        mined_negative = tf.logical_and(negative, s + self.mining_margin > hardest_positive)
         pos_term = log_one_plus_sum_exp(-self.alpha * (s - self.base), mined_positive, axis=1) / self.alpha
         neg_term = log_one_plus_sum_exp(self.beta * (s - self.base), mined_negative, axis=1) / self.beta
         return tf.reduce_mean(pos_term + neg_term)
 
     def get_config(self):
         return {**super().get_config(), "alpha": self.alpha, "beta": self.beta, "base": self.base,
-                "epsilon": self.epsilon}
+                "mining_margin": self.mining_margin}
 
 
-class ProxyLoss(_MetricLoss):
-    """Base of losses whose vectors are the weight of a ``ClassProxies`` layer that lives in the model.
+class ProxyLoss(keras.losses.Loss):
+    """Base of losses on the output of a ``ClassProxies`` layer (``output="similarities"``): ``y_pred`` holds the
+    cosine similarities ``(B, num_classes, num_proxies)`` of the normalized embeddings to the normalized proxies,
+    ``y_true`` the integer labels ``(B,)`` or ``(B, 1)``. The loss holds no reference to the layer: it is a plain
+    function of ``(y_true, y_pred)``, so a compiled model survives a ``.keras`` round trip."""
 
-    ``proxy_layer``: that layer; ``None`` only for a loss restored from a saved config (``load_model`` of a compiled
-    model), which remembers the layer's name and asks to be re-attached when it is called.
-    """
+    def __init__(self, name, reduction="sum_over_batch_size", **kwargs):
+        super().__init__(name=name, reduction=reduction, **kwargs)
 
-    _layer_argument = "proxy_layer"
-
-    def __init__(self, proxy_layer, name, proxy_layer_name=None, **kwargs):
-        super().__init__(name=name, normalize=True, **kwargs)  # the proxy formulas assume unit vectors
-        if proxy_layer is not None and not all(hasattr(proxy_layer, a) for a in ("num_classes", "proxies_per_class")):
-            raise ValueError(f"`{self._layer_argument}` must be an ot_layers.ClassProxies layer, got {proxy_layer!r}.")
-        self.proxy_layer = proxy_layer
-        self.proxy_layer_name = proxy_layer.name if proxy_layer is not None else proxy_layer_name
-
-    @property
-    def proxies(self):
-        """The ``keras.Variable`` ``(num_classes, proxies_per_class, d)`` of the attached ``ClassProxies`` layer."""
-        if self.proxy_layer is None:
-            raise ValueError(f"`{self._layer_argument}`: this {type(self).__name__} was restored without its "
-                             f"ClassProxies layer; compile again with {type(self).__name__}(model.get_layer("
-                             f"{self.proxy_layer_name!r}), ...).")
-        return self.proxy_layer.proxies
-
-    def _normalized_proxies(self):
-        return _normalized(self.proxies)  # (K, M, d)
-
-    def get_config(self):
-        config = super().get_config()
-        config.pop("normalize")
-        return {**config, "proxy_layer_name": self.proxy_layer_name}
-
-    @classmethod
-    def from_config(cls, config):
-        return cls(proxy_layer=None, **config)
+    def call(self, y_true, y_pred):
+        similarity = tf.cast(y_pred, tf.float32)
+        if similarity.shape.rank != 3:
+            raise ValueError(f"`y_pred` of {type(self).__name__} must be the (B, num_classes, num_proxies) "
+                             f"similarities of a ClassProxies layer, got shape {similarity.shape}.")
+        return self.batch_loss(_labels(y_true), similarity)
 
 
 @keras.saving.register_keras_serializable(package="ot_layers")
 class ProxyNCAPlusPlusLoss(ProxyLoss):
-    """ProxyNCA++ (Teh et al. 2020): softmax cross-entropy over classes of ``-||x - p_c||^2 / temperature``
+    """ProxyNCA++ (Teh et al. 2020): softmax cross-entropy over classes of ``-||x̂ - p̂_c||^2 / temperature``
 
-    with normalized embeddings and proxies; with several proxies per class, class ``c`` is represented by its
-    nearest proxy. Temperature 0.1 as in the thesis (ch. 3).
+    with normalized embeddings and proxies, ``||x̂ - p̂||^2 = 2 - 2 s``; with several proxies per class, class ``c``
+    is represented by its nearest proxy. ``temperature`` divides (0.1 as in the thesis, ch. 3).
     """
 
-    def __init__(self, proxy_layer, temperature=0.1, name="proxy_nca_pp_loss", **kwargs):
-        super().__init__(proxy_layer, name=name, **kwargs)
+    def __init__(self, temperature=0.1, name="proxy_nca_pp_loss", **kwargs):
+        super().__init__(name=name, **kwargs)
         self.temperature = check_positive("temperature", temperature)
 
-    def batch_loss(self, labels, x):
-        similarity = tf.einsum("bd,kmd->bkm", x, self._normalized_proxies())
+    def batch_loss(self, labels, similarity):
         squared_distance = 2.0 - 2.0 * tf.reduce_max(similarity, axis=-1)  # nearest proxy of each class
         logits = -squared_distance / self.temperature
         return tf.reduce_mean(tf.nn.sparse_softmax_cross_entropy_with_logits(labels=labels, logits=logits))
@@ -210,17 +190,15 @@ class ProxyAnchorLoss(ProxyLoss):
     ``P+`` the proxies with a positive in the batch. Defaults ``(delta, alpha) = (0.1, 32)`` (thesis ch. 3).
     """
 
-    def __init__(self, proxy_layer, margin=0.1, alpha=32.0, name="proxy_anchor_loss", **kwargs):
-        super().__init__(proxy_layer, name=name, **kwargs)
+    def __init__(self, margin=0.1, alpha=32.0, name="proxy_anchor_loss", **kwargs):
+        super().__init__(name=name, **kwargs)
         self.margin = check_non_negative("margin", margin)
         self.alpha = check_positive("alpha", alpha)
 
-    def batch_loss(self, labels, x):
-        proxies = self._normalized_proxies()
-        num_classes, per_class = self.proxies.shape[0], self.proxies.shape[1]
-        proxies = tf.reshape(proxies, [num_classes * per_class, -1])
+    def batch_loss(self, labels, similarity):
+        num_classes, per_class = similarity.shape[1], similarity.shape[2]
+        s = tf.reshape(similarity, [-1, num_classes * per_class])  # (B, P)
         proxy_labels = tf.repeat(tf.range(num_classes), per_class)
-        s = tf.matmul(x, proxies, transpose_b=True)  # (B, P)
         positive = tf.equal(labels[:, None], proxy_labels[None, :])
         pos_term = log_one_plus_sum_exp(-self.alpha * (s - self.margin), positive, axis=0)
         neg_term = log_one_plus_sum_exp(self.alpha * (s + self.margin), tf.logical_not(positive), axis=0)

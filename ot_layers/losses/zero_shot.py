@@ -9,13 +9,12 @@ classified over all classes with logits ``scale * v_j^T A z_i``:
     L_ZS = mean_{i in b2} CE(y_i, [s v_j^T A_1 z_i]_j) + mean_{i in b1} CE(y_i, [s v_j^T A_2 z_i]_j).
 
 Combine with a metric-learning loss as ``(1 - lambda) L_DML + lambda L_ZS`` (Eq. 5.2.5, ``lambda = 0.1``):
-``model.compile(loss=[dml_loss, zero_shot_loss], loss_weights=[1 - lambda, lambda])`` for a model whose
-outputs are ``[embedding, z]``.
+``model.compile(loss=[dml_loss, zero_shot_loss], loss_weights=[1 - lambda, lambda])`` for a model whose outputs
+are ``[ClassProxies(...)(embedding), ClassProxies(num_classes, dim=dv, output="packed")(z)]``.
 """
 import keras
 import tensorflow as tf
 
-from ot_layers.losses.metric_learning import ProxyLoss
 from ot_layers.validation import check_positive
 
 ZERO_SHOT_WEIGHT = 0.1  # lambda of Eq. 5.2.5
@@ -40,42 +39,39 @@ def _ridge_map(z, targets, mask, ridge):
 
 
 @keras.saving.register_keras_serializable(package="ot_layers")
-class ZeroShotPredictionLoss(ProxyLoss):
-    """``L_ZS`` of Eq. 5.2.4 on ``y_pred = z`` ``(B, m)`` with integer labels ``y_true``.
-
-    ``class_embeddings``: a ``ClassProxies(num_classes, 1, dim=dv)`` layer placed in the model (e.g. applied to
-    ``z``), whose weight ``proxies`` ``(num_classes, 1, dv)`` holds ``Upsilon`` and is trained by ``model.fit``.
-    ``ridge``: ``eps`` of (P3), 0.05; ``logit_scale``: 9.5 as used by the authors. ``loss.proxies`` is
-    ``Upsilon`` as a ``keras.Variable`` ``(num_classes, 1, dv)``.
+class ZeroShotPredictionLoss(keras.losses.Loss):
+    """``L_ZS`` of Eq. 5.2.4 with integer labels ``y_true`` ``(B,)`` and ``y_pred`` the packed output of a
+    ``ClassProxies(num_classes, dim=dv, output="packed")`` layer applied to the pseudo-attributes ``z``:
+    ``(B, 1 + num_classes, D)``, row 0 ``z_i`` and rows ``1..num_classes`` the class embeddings ``Upsilon`` (the
+    layer's weight, trained by ``model.fit``), zero-padded to a common width ``D`` (padding changes no inner
+    product, and the loss depends on ``z`` and ``Upsilon`` only through inner products). The loss holds no layer
+    reference. ``ridge``: ``eps`` of (P3), 0.05; ``scale``: the logit multiplier, 9.5 as used by the authors.
     """
 
-    _layer_argument = "class_embeddings"
-
-    def __init__(self, class_embeddings, ridge=0.05, logit_scale=9.5, name="zero_shot_loss", **kwargs):
-        super().__init__(class_embeddings, name=name, **kwargs)
+    def __init__(self, ridge=0.05, scale=9.5, name="zero_shot_loss", reduction="sum_over_batch_size", **kwargs):
+        super().__init__(name=name, reduction=reduction, **kwargs)
         self.ridge = check_positive("ridge", ridge)
-        self.logit_scale = check_positive("logit_scale", logit_scale)
-
-    @classmethod
-    def from_config(cls, config):
-        return cls(class_embeddings=None, **config)
+        self.scale = check_positive("scale", scale)
 
     def call(self, y_true, y_pred):
+        packed = tf.cast(y_pred, tf.float32)
+        if packed.shape.rank != 3:
+            raise ValueError("`y_pred` of ZeroShotPredictionLoss must be the (B, 1 + num_classes, D) output of "
+                             f"ClassProxies(..., output='packed'), got shape {packed.shape}.")
         labels = tf.reshape(tf.cast(y_true, tf.int32), [-1])
-        z = tf.cast(y_pred, tf.float32)
-        upsilon = tf.cast(self.proxies[:, 0, :], tf.float32)  # (c, dv)
+        z = packed[:, 0, :]
+        upsilon = packed[0, 1:, :]  # (c, D), the same in every row
         targets = tf.gather(upsilon, labels)
         first = disjoint_class_halves(labels)
         second = tf.logical_not(first)
         total = 0.0
         for fit_on, evaluate_on in ((first, second), (second, first)):
             predictor = _ridge_map(z, targets, fit_on, self.ridge)  # (dv, m)
-            logits = self.logit_scale * tf.matmul(tf.matmul(z, predictor, transpose_b=True), upsilon,
-                                                  transpose_b=True)
+            logits = self.scale * tf.matmul(tf.matmul(z, predictor, transpose_b=True), upsilon, transpose_b=True)
             ce = tf.nn.sparse_softmax_cross_entropy_with_logits(labels=labels, logits=logits)
             weight = tf.cast(evaluate_on, ce.dtype)
             total += tf.reduce_sum(ce * weight) / tf.maximum(tf.reduce_sum(weight), 1.0)
         return total
 
     def get_config(self):
-        return {**super().get_config(), "ridge": self.ridge, "logit_scale": self.logit_scale}
+        return {**super().get_config(), "ridge": self.ridge, "scale": self.scale}

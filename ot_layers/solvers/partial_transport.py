@@ -1,129 +1,194 @@
-"""Entropic partial transport with a residual, GSP's selection problem (paper 003, ch. 5, SPEC S3).
+"""Entropic partial transport with a residual, GSP's selection problem (paper 003, ch. 5, Prop. 5.2.1-5.2.2; SPEC S3).
 
 For a cost ``c`` ``(m, n)`` between ``m`` prototypes and ``n`` feature-map elements, transport ratio ``mu`` and
-inverse temperature ``gamma`` (the thesis' ``epsilon``), problem (P2):
+entropic regularization ``epsilon`` (``1 / gamma`` in SPEC S3; the kernel is ``exp(-c / epsilon)``), problem (P2):
 
-    min_{pi, rho >= 0}  <c, pi> + (1/gamma) (sum pi log pi + sum rho log rho)
+    min_{pi, rho >= 0}  <c, pi> + epsilon (sum pi log pi + sum rho log rho)
     s.t.  rho_j + sum_k pi_kj = 1/n,   sum_kj pi_kj = mu.
 
-Its solution is the fixed point of Prop. 5.2.1: with ``K = exp(-gamma c)`` and column sums ``s_j = sum_k K_kj``,
-starting from ``t = 1``, iterate ``rho <- (1/n) / (1 + t s)`` and ``t <- mu / (s^T rho)``; the plan is
-``pi = t K diag(rho)``. Only the ``n``-vector ``rho`` and the scalar ``t`` are iterated, ``K`` enters once.
+Its solution is the fixed point of Prop. 5.2.1: with ``K = exp(-c / epsilon)`` and column sums ``s_j = sum_k K_kj``,
+starting from ``t = 1`` (relative to the largest column sum), iterate ``rho <- (1/n) / (1 + t s)`` and
+``t <- mu / (s^T rho)``; the plan is ``pi = t K diag(rho)``. Only the scalar ``t`` is iterated; everything runs in
+the log domain (``log s_j`` by a log-sum-exp over the prototypes, ``log rho_j = -log n - softplus(log t + log s_j)``),
+so no ``exp`` over- or underflows even for ``epsilon = 1e-3`` in float32. The loop stops after ``max_iter``
+iterations or once the column-marginal error of the returned solution, ``sum_j |rho_j + sum_k pi_kj - 1/n|``
+(which equals ``mu |1 - t_prev / t|``; the total mass is 1), is at most ``threshold`` for every problem of the
+batch (non-finite problems are ignored, so a NaN sample neither stops nor prolongs the others' loop).
 
 Gradient (Prop. 5.2.2), exact at the fixed point and independent of the iteration count: stack ``X = [rho; pi]``,
 ``G = X * dL/dX``, ``sigma_j = sum_rows G_.j``, ``kappa = 1 / (1 - mu - n ||rho||^2)``,
 ``beta = -kappa (sum_j G_0j - n sigma^T rho)``, ``h = n (sigma + beta rho)``; then
-``dL/dc_kj = -gamma (G_kj - pi_kj h_j)``.
+``dL/dc_kj = -(1/epsilon) (G_kj - pi_kj h_j)``. As the selection sharpens every ``rho_j`` tends to 0 or ``1/n``
+and ``1 - mu - n ||rho||^2`` to 0, so that formula divides two vanishing, cancellation-ridden differences. It is
+evaluated here in the algebraically equal form (using ``rho_j + q_j = 1/n``, ``q_j = sum_k pi_kj``)
+
+    beta = sum_j w_j (Dbar_j - dL/drho_j) / sum_j w_j,   w_j = rho_j q_j,   Dbar_j = sum_k (pi_kj / q_j) dL/dpi_kj,
+    dL/dc_kj = -(1/epsilon) pi_kj [(dL/dpi_kj - Dbar_j) + n rho_j (Dbar_j - dL/drho_j - beta)],
+
+a weighted average (``w`` normalized by a softmax of ``log w``) of bounded terms: finite for every ``epsilon``, with
+no ``kappa`` to overflow (``kappa = 1 / (n sum_j w_j)``).
 
 ``mu = 1`` is global average pooling's limit: ``rho = 0`` and ``pi_kj = K_kj / (n s_j)``; it is returned in
-closed form (the fixed point is only reached as ``t -> infinity`` there, and ``kappa`` is infinite).
+closed form (the fixed point is only reached as ``t -> infinity`` there).
 """
 import collections
+import math
 
 import tensorflow as tf
 
-from ot_layers.validation import check_choice, check_in_range, check_positive, check_positive_int
+from ot_layers.validation import check_choice, check_in_range, check_non_negative, check_positive, check_positive_int
 
-PartialTransportResult = collections.namedtuple("PartialTransportResult", ["residual", "plan", "scale"])
-PartialTransportResult.__doc__ = """Solution of (P2).
+PartialTransportResult = collections.namedtuple("PartialTransportResult",
+                                                ["residual", "plan", "scale", "iterations", "error"])
+PartialTransportResult.__doc__ = """Solution of (P2) (float32, or float64 for float64 costs).
 
 residual: ``rho`` ``(B, n)``, the mass of each element left untransported.
-plan: ``pi`` ``(B, m, n)``, the mass each element sends to each prototype (sums to ``mu``).
+plan: ``pi`` ``(B, m, n)``, the mass each element sends to each prototype (sums to ``mu`` exactly).
 scale: ``t`` ``(B,)``, the scaling of Prop. 5.2.1 relative to the column sums divided by their maximum.
+iterations: scalar int32, the iterations run (0 for ``mu = 1``).
+error: ``(B,)`` column-marginal error ``sum_j |rho_j + sum_k pi_kj - 1/n|`` of the returned solution.
 """
 
-GRADIENTS = ("closed_form", "autodiff")
+GRADIENTS = ("implicit", "unrolled")
 
 
-def _fixed_point(cost, transport_ratio, inverse_temperature, max_iter):
-    """Run Prop. 5.2.1 for ``max_iter`` iterations on a batched cost ``(B, m, n)``; returns ``(rho, pi, t)``.
+def compute_dtype(dtype):
+    """float64 stays float64; every other floating dtype (float16, bfloat16, float32) computes in float32."""
+    return tf.float64 if dtype == tf.float64 else tf.float32
 
-    The column sums are divided by their per-problem maximum (computed in log space), which leaves ``rho`` and
-    ``pi`` unchanged (only ``t`` absorbs the factor) and keeps ``exp`` from underflowing for large ``gamma c``.
+
+def _log_residual(log_t, log_s, log_n):
+    return -log_n - tf.math.softplus(log_t + log_s)
+
+
+def _fixed_point(cost, transport_ratio, epsilon, max_iter, threshold):
+    """Prop. 5.2.1 on a batched cost ``(B, m, n)`` in the log domain.
+
+    Returns ``(iterations, log_t_prev, log_t, shift)``: ``log rho`` is computed from ``log t_prev`` (``(B, 1)``),
+    the plan from the last scaling ``log t``; ``shift = max_j log s_j`` is what ``scale`` is reported relative to.
     """
-    logits = -inverse_temperature * cost
-    log_column_sums = tf.reduce_logsumexp(logits, axis=1)  # (B, n)
-    shift = tf.stop_gradient(tf.reduce_max(log_column_sums, axis=-1, keepdims=True))  # (B, 1)
-    column_sums = tf.exp(log_column_sums - shift)
-    n = tf.cast(tf.shape(cost)[-1], cost.dtype)
+    log_s = tf.reduce_logsumexp(-cost / epsilon, axis=1)  # (B, n)
+    shift = tf.stop_gradient(tf.reduce_max(log_s, axis=-1, keepdims=True))  # (B, 1)
+    log_n = tf.math.log(tf.cast(tf.shape(cost)[-1], cost.dtype))
+    log_mu = tf.constant(math.log(transport_ratio), cost.dtype)
 
-    def step(i, rho, t):
-        rho = (1.0 / n) / (1.0 + t * column_sums)
-        t = transport_ratio / tf.reduce_sum(column_sums * rho, axis=-1, keepdims=True)
-        return i + 1, rho, t
+    def step(i, log_t_prev, log_t, error):
+        new = log_mu - tf.reduce_logsumexp(log_s + _log_residual(log_t, log_s, log_n), axis=-1, keepdims=True)
+        error = transport_ratio * tf.abs(tf.exp(log_t - new) - 1.0)  # (no Expm1 in ONNX)
+        error = tf.where(tf.math.is_finite(error), error, tf.zeros_like(error))  # a NaN problem does not vote
+        return i + 1, log_t, new, error
 
-    t0 = tf.ones_like(shift)
-    rho0 = tf.zeros_like(column_sums)
-    _, rho, t = tf.while_loop(lambda i, rho, t: i < max_iter, step, (tf.constant(0), rho0, t0),
-                              maximum_iterations=max_iter)
-    plan = t[:, :, None] * tf.exp(logits - shift[:, :, None]) * rho[:, None, :]
-    return rho, plan, t[:, 0]
+    def keep_going(i, log_t_prev, log_t, error):
+        if threshold == 0:
+            return i < max_iter
+        return tf.logical_and(i < max_iter, tf.reduce_max(error) > threshold)
+
+    log_t0 = -shift  # t = 1 for the column sums divided by their maximum
+    error0 = tf.fill(tf.shape(shift), tf.constant(float("inf"), cost.dtype))
+    iterations, log_t_prev, log_t, _ = tf.while_loop(keep_going, step, (tf.constant(0), log_t0, log_t0, error0),
+                                                     maximum_iterations=max_iter)
+    return iterations, log_t_prev, log_t, shift
 
 
-def _closed_form_cost_gradient(rho, plan, d_rho, d_plan, transport_ratio, inverse_temperature):
-    """``dL/dc`` of Prop. 5.2.2 from the solution and the incoming gradients (see the module docstring)."""
+def _solution(cost, epsilon, log_t_prev, log_t):
+    """``(logits, log_rho, rho, plan)`` for the scalings ``log_t_prev`` (residual) and ``log_t`` (plan)."""
+    logits = -cost / epsilon
+    log_s = tf.reduce_logsumexp(logits, axis=1)
+    log_n = tf.math.log(tf.cast(tf.shape(cost)[-1], cost.dtype))
+    log_rho = _log_residual(log_t_prev, log_s, log_n)
+    plan = tf.exp(log_t[:, :, None] + logits + log_rho[:, None, :])
+    return logits, log_rho, tf.exp(log_rho), plan
+
+
+def _implicit_cost_gradient(logits, log_rho, log_t, rho, plan, d_rho, d_plan, epsilon):
+    """``dL/dc`` of Prop. 5.2.2 in the guarded form of the module docstring."""
     n = tf.cast(tf.shape(rho)[-1], rho.dtype)
-    g_residual = rho * d_rho  # G_0.
-    g_plan = plan * d_plan  # G_k.
-    sigma = g_residual + tf.reduce_sum(g_plan, axis=1)  # (B, n)
-    kappa = 1.0 / (1.0 - transport_ratio - n * tf.reduce_sum(rho * rho, axis=-1, keepdims=True))
-    beta = -kappa * (tf.reduce_sum(g_residual, axis=-1, keepdims=True)
-                     - n * tf.reduce_sum(sigma * rho, axis=-1, keepdims=True))
-    h = n * (sigma + beta * rho)
-    return -inverse_temperature * (g_plan - plan * h[:, None, :])
+    column_softmax = tf.nn.softmax(logits, axis=1)  # pi_kj / q_j
+    d_bar = tf.reduce_sum(column_softmax * d_plan, axis=1)  # (B, n)
+    log_w = 2.0 * log_rho + log_t + tf.reduce_logsumexp(logits, axis=1)  # log rho_j + log q_j, q_j = t s_j rho_j
+    weights = tf.nn.softmax(log_w, axis=-1)
+    beta = tf.reduce_sum(weights * (d_bar - d_rho), axis=-1, keepdims=True)  # (B, 1)
+    inner = (d_plan - d_bar[:, None, :]) + (n * rho * (d_bar - d_rho - beta))[:, None, :]
+    return -(plan * inner) / epsilon
 
 
-def _solve_closed_form(cost, transport_ratio, inverse_temperature, max_iter):
+def _solve_implicit(cost, transport_ratio, epsilon, max_iter, threshold):
+    iterations, log_t_prev, log_t, shift = _fixed_point(tf.stop_gradient(cost), transport_ratio, epsilon, max_iter,
+                                                        threshold)
+
     @tf.custom_gradient
     def solve(cost):
-        rho, plan, t = _fixed_point(cost, transport_ratio, inverse_temperature, max_iter)
+        logits, log_rho, rho, plan = _solution(cost, epsilon, log_t_prev, log_t)
 
-        def grad(d_rho, d_plan, d_t):
+        def grad(d_rho, d_plan):
             d_rho = tf.zeros_like(rho) if d_rho is None else d_rho
             d_plan = tf.zeros_like(plan) if d_plan is None else d_plan
-            return _closed_form_cost_gradient(rho, plan, d_rho, d_plan, transport_ratio, inverse_temperature)
+            return _implicit_cost_gradient(logits, log_rho, log_t, rho, plan, d_rho, d_plan, epsilon)
 
-        return (rho, plan, tf.stop_gradient(t)), grad
+        return (rho, plan), grad
 
-    return solve(cost)
+    rho, plan = solve(cost)
+    return rho, plan, log_t_prev, log_t, shift, iterations
 
 
-def _average_pooling_limit(cost, inverse_temperature):
+def _solve_unrolled(cost, transport_ratio, epsilon, max_iter, threshold):
+    iterations, log_t_prev, log_t, shift = _fixed_point(cost, transport_ratio, epsilon, max_iter, threshold)
+    _, _, rho, plan = _solution(cost, epsilon, log_t_prev, log_t)
+    return rho, plan, log_t_prev, log_t, shift, iterations
+
+
+def _average_pooling_limit(cost, epsilon):
     """``mu = 1``: no residual; every element sends its mass ``1/n`` to the prototypes by a softmax over them."""
     n = tf.cast(tf.shape(cost)[-1], cost.dtype)
-    plan = tf.nn.softmax(-inverse_temperature * cost, axis=1) / n
+    plan = tf.nn.softmax(-cost / epsilon, axis=1) / n
     batch = tf.shape(cost)[0]
-    return tf.zeros_like(plan[:, 0, :]), plan, tf.fill([batch], tf.constant(float("inf"), cost.dtype))
+    return PartialTransportResult(tf.zeros_like(plan[:, 0, :]), plan,
+                                  tf.fill([batch], tf.constant(float("inf"), cost.dtype)), tf.constant(0),
+                                  tf.zeros([batch], cost.dtype))
 
 
-def partial_transport(cost, transport_ratio=0.3, inverse_temperature=5.0, max_iter=100, gradient="closed_form"):
+def partial_transport(cost, transport_ratio=0.3, *, epsilon=0.2, max_iter=100, threshold=1e-6,
+                      gradient="implicit"):
     """Solve GSP's entropic partial transport (P2) for ``cost`` ``(m, n)`` or batched ``(B, m, n)``.
 
-    ``transport_ratio`` ``mu`` in (0, 1] and ``inverse_temperature`` ``gamma`` > 0 are Python floats (layer
-    configuration); ``max_iter`` iterations of Prop. 5.2.1 run (a fixed count, as in the thesis).
-    ``gradient``: ``"closed_form"`` (Prop. 5.2.2, memory and time independent of ``max_iter``) or ``"autodiff"``
-    (differentiates through the iterations). No gradient flows to ``scale``.
-    Returns a ``PartialTransportResult(residual, plan, scale)`` with the batch axis only if ``cost`` had one.
+    Args:
+      cost: ``(m, n)`` or ``(B, m, n)`` floating costs (prototypes x elements). Computed in float32 (float64 for
+        float64 input); float16/bfloat16 input is promoted.
+      transport_ratio: ``mu`` in (0, 1], the share of the mass transported (Python float, layer configuration).
+      epsilon: entropic regularization ``> 0`` (``1 / gamma`` of SPEC S3; 0.2 is the thesis' pair-loss setting
+        ``gamma = 5``, 2.0 its proxy-loss setting ``gamma = 0.5``). Smaller is a sharper, top-k-like selection.
+      max_iter: bound on the iterations of Prop. 5.2.1 (also XLA's ``maximum_iterations``).
+      threshold: stop once every problem's column-marginal error is at most this; ``0`` runs exactly ``max_iter``.
+      gradient: ``"implicit"`` (Prop. 5.2.2, memory and time independent of the iteration count) or
+        ``"unrolled"`` (autodiff through the iterations). No gradient flows to ``scale``.
+
+    Returns:
+      ``PartialTransportResult(residual, plan, scale, iterations, error)``, with the batch axis only if ``cost``
+      had one.
     """
     transport_ratio = float(check_in_range("transport_ratio", transport_ratio, 0.0, 1.0, low_open=True))
-    inverse_temperature = float(check_positive("inverse_temperature", inverse_temperature))
+    epsilon = float(check_positive("epsilon", epsilon))
     max_iter = check_positive_int("max_iter", max_iter)
+    threshold = float(check_non_negative("threshold", threshold))
     check_choice("gradient", gradient, GRADIENTS)
     cost = tf.convert_to_tensor(cost)
     if cost.shape.rank not in (2, 3):
         raise ValueError(f"`cost` must have shape (m, n) or (B, m, n), got {cost.shape}.")
     if not cost.dtype.is_floating:
         raise ValueError(f"`cost` must be a floating tensor, got {cost.dtype.name}.")
+    cost = tf.cast(cost, compute_dtype(cost.dtype))
     batched = cost.shape.rank == 3
     if not batched:
         cost = cost[None]
     if transport_ratio == 1.0:
-        result = _average_pooling_limit(cost, inverse_temperature)
-    elif gradient == "closed_form":
-        result = _solve_closed_form(cost, transport_ratio, inverse_temperature, max_iter)
+        result = _average_pooling_limit(cost, epsilon)
     else:
-        result = _fixed_point(cost, transport_ratio, inverse_temperature, max_iter)
-    result = PartialTransportResult(*result)
+        solve = _solve_implicit if gradient == "implicit" else _solve_unrolled
+        rho, plan, log_t_prev, log_t, shift, iterations = solve(cost, transport_ratio, epsilon, max_iter, threshold)
+        log_t_prev, log_t = tf.stop_gradient(log_t_prev), tf.stop_gradient(log_t)
+        error = transport_ratio * tf.abs(tf.exp(log_t_prev - log_t) - 1.0)[:, 0]
+        result = PartialTransportResult(rho, plan, tf.exp(log_t + shift)[:, 0], iterations, error)
     if not batched:
-        result = PartialTransportResult(*(r[0] for r in result))
+        result = result._replace(residual=result.residual[0], plan=result.plan[0], scale=result.scale[0],
+                                 error=result.error[0])
     return result
