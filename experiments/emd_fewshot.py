@@ -30,7 +30,7 @@ from training.structured_fc import class_mean_nodes, fine_tune_nodes
 from zoo import small_convnet
 
 BASE, NOVEL = [0, 1, 2, 3, 4], [5, 6, 7, 8, 9]
-WAYS, QUERIES, TEMPERATURE = 5, 15, 12.5
+WAYS, QUERIES, SCALE = 5, 15, 12.5
 
 
 def build_backbone():
@@ -50,12 +50,12 @@ def pretrain(x, y, epochs, seed):
 
 
 def protonet_logits(support_maps, support_label, query_maps, ways):
-    """Cosine between GAP query features and the class means of GAP support features, times the temperature."""
+    """Cosine between GAP query features and the class means of GAP support features, times the scale."""
     support = tf.reduce_mean(support_maps, axis=[1, 2])
     prototypes = tf.stack([tf.reduce_mean(tf.boolean_mask(support, tf.equal(support_label, k)), 0)
                            for k in range(ways)])
     query = tf.reduce_mean(query_maps, axis=[1, 2])
-    return TEMPERATURE * tf.matmul(tf.math.l2_normalize(query, -1), tf.math.l2_normalize(prototypes, -1),
+    return SCALE * tf.matmul(tf.math.l2_normalize(query, -1), tf.math.l2_normalize(prototypes, -1),
                                    transpose_b=True)
 
 
@@ -82,7 +82,7 @@ def meta_train(backbone, x, y, head, episodes, seed, learning_rate=5e-4):
 
 
 def emd_head_fn(method="sinkhorn", node_weights="cross_reference"):
-    head = EMDHead(TEMPERATURE, method=method, node_weights=node_weights)
+    head = EMDHead(scale=SCALE, method=method, node_weights=node_weights)
     return lambda support_maps, support_label, query_maps: head([query_maps, support_maps])
 
 
@@ -133,8 +133,8 @@ def structured_fc(head, shots, steps):
 
 
 def classifiers_5shot():
-    xref = EMDHead(TEMPERATURE, method="sinkhorn")
-    uniform = EMDHead(TEMPERATURE, method="sinkhorn", node_weights="uniform")
+    xref = EMDHead(scale=SCALE, method="sinkhorn")
+    uniform = EMDHead(scale=SCALE, method="sinkhorn", node_weights="uniform")
     merge_xref, merge_uniform = merge(xref), merge(uniform)
     return {
         "protonet": lambda s, sl, q: protonet_logits(s, sl, q, WAYS),
@@ -212,7 +212,7 @@ def main():
                 maps, y_novel, classifiers_exact(), WAYS, 1, QUERIES, args.exact_episodes, seed=args.seed + 1)
             print("exact", json.dumps(results["emd_meta_exact_vs_sinkhorn"]), f"{time.time() - t0:.0f}s", flush=True)
         if args.shots == 5 and name == "emd_meta" and args.sfc_episodes:
-            head = EMDHead(TEMPERATURE, method="sinkhorn")
+            head = EMDHead(scale=SCALE, method="sinkhorn")
             sfc = structured_fc(head, args.shots, args.sfc_steps)
             nn, mean_nodes = nearest_neighbour(head, args.shots), merge(head)
             t0 = time.time()

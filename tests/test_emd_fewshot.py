@@ -118,8 +118,8 @@ def test_sampled_patches_are_random_crops():
     assert not np.allclose(first, second)
     assert first.min() >= images.min() - 1e-6 and first.max() <= images.max() + 1e-6
     assert "mode=\"grid\"" in layer.export_blocker
-    with pytest.raises(ValueError, match="scale"):
-        PatchExtractor("sampling", scale=(0.8, 0.2))
+    with pytest.raises(ValueError, match="crop_fraction"):
+        PatchExtractor("sampling", crop_fraction=(0.8, 0.2))
 
 
 @pytest.mark.parametrize("mode", ["fcn", "grid", "sampling"])

@@ -2,20 +2,23 @@
 import keras
 import tensorflow as tf
 
-from ot_layers.layers.sinkhorn_match import flatten_feature_map
+from ot_layers.tensor_ops import flatten_feature_map
 from ot_layers.solvers.emd import (
     COSINE_KERNEL_LIMIT, METHODS, SINKHORN_EPSILON, SINKHORN_MAX_ITER, SINKHORN_THRESHOLD, emd,
 )
+from ot_layers.solvers.sinkhorn import compute_dtype
 from ot_layers.validation import (
     check_choice, check_non_negative, check_positive, check_positive_int, check_rank, check_same_dim,
 )
 
 NODE_WEIGHTS = ("cross_reference", "uniform")
-TEMPERATURE = 12.5
+SCALE = 12.5  # the paper's multiplier of the EMD similarity (its "temperature" tau, Eq. 2)
 WEIGHT_FLOOR = 1e-3
-# At the small epsilon EMD needs, Sinkhorn amplifies float32 round-off in the costs by ~1 / epsilon (graph rewrites
-# at export moved the logits by ~3e-5); the head builds costs and solves in float64, where that stays ~1e-13.
-COMPUTE_DTYPE = tf.float64
+# The head computes in float32 under the float32 and mixed_float16 policies (float64 only for float64 inputs, i.e. a
+# float64 policy). At the small epsilon EMD needs, Sinkhorn amplifies float32 round-off in the costs by ~1 / epsilon:
+# exported graphs (whose kernels round differently) reproduce the logits within EXPORT_PARITY_RTOL of the logits'
+# scale, max |diff| / max |logit|, rather than within 1e-5 absolute (tests/test_emd_head.py measures it).
+EXPORT_PARITY_RTOL = 1e-5
 
 
 def _mean(x, axis):
@@ -61,10 +64,15 @@ class EMDHead(keras.layers.Layer):
 
     For each pair: cost ``c_ij = 1 - cos(u_i, v_j)``, node weights ``a``, ``b`` (cross-reference, Eq. 11-12, or
     uniform), the optimal flow ``T`` of ``min <C, T>`` s.t. ``T 1 = a``, ``T^T 1 = b`` (Eq. 1) and the logit
-    ``tau * sum_ij (1 - c_ij) T_ij`` (Eq. 2 with weights normalized to one, equal to the paper's ``s tau / n``).
+    ``scale * sum_ij (1 - c_ij) T_ij`` (Eq. 2 with weights normalized to one, equal to the paper's ``s tau / n``).
+
+    Computes in float32 under the ``float32`` and ``mixed_float16`` policies and in float64 for float64 inputs
+    (a ``float64`` policy); ``method="exact"`` runs the network simplex on the host in float64 and returns the
+    compute dtype. Query and support may be feature maps of unknown spatial size. With ``method="sinkhorn"`` NaN/Inf
+    features give NaN logits for the affected query only; ``method="exact"`` raises an error naming the problem.
 
     Args:
-      temperature: ``tau`` (the paper's 12.5).
+      scale: the multiplier of the EMD similarity (the paper's ``tau`` = 12.5; a multiplier, hence ``scale``).
       method: ``"exact"`` (network simplex, Danskin gradients; not XLA-compilable, not exportable) or ``"sinkhorn"``
         (entropic, pure TensorFlow, exportable).
       node_weights: ``"cross_reference"`` or ``"uniform"``.
@@ -74,11 +82,11 @@ class EMDHead(keras.layers.Layer):
         ``2 / epsilon <= COSINE_KERNEL_LIMIT`` (cosine costs lie in [0, 2]), the log domain otherwise.
     """
 
-    def __init__(self, temperature=TEMPERATURE, method="exact", node_weights="cross_reference", center=True,
+    def __init__(self, scale=SCALE, method="exact", node_weights="cross_reference", center=True,
                  weight_floor=WEIGHT_FLOOR, epsilon=SINKHORN_EPSILON, max_iter=SINKHORN_MAX_ITER,
                  threshold=SINKHORN_THRESHOLD, **kwargs):
         super().__init__(**kwargs)
-        self.temperature = float(check_positive("temperature", temperature))
+        self.scale = float(check_positive("scale", scale))
         self.method = check_choice("method", method, METHODS)
         self.node_weights = check_choice("node_weights", node_weights, NODE_WEIGHTS)
         self.center = bool(center)
@@ -91,6 +99,7 @@ class EMDHead(keras.layers.Layer):
 
     @property
     def export_blocker(self):
+        """``None`` for ``method="sinkhorn"``; for ``"exact"`` the reason and the exportable alternative."""
         if self.method == "exact":
             return ('EMDHead(method="exact") runs POT\'s network simplex in a Python function, which SavedModel and '
                     'ONNX cannot hold; use EMDHead(method="sinkhorn") (pure TensorFlow) for an exportable model.')
@@ -100,9 +109,11 @@ class EMDHead(keras.layers.Layer):
         return "kernel" if 2.0 / self.epsilon <= COSINE_KERNEL_LIMIT else "log"
 
     def similarity(self, query, support):
-        """EMD similarities ``sum_ij (1 - c_ij) T_ij`` ``(B, K)`` of node sets ``(B, n, d)`` and ``(K, m, d)``."""
-        query = tf.cast(query, COMPUTE_DTYPE)
-        support = tf.cast(support, COMPUTE_DTYPE)
+        """EMD similarities ``sum_ij (1 - c_ij) T_ij`` ``(B, K)`` of node sets ``(B, n, d)`` and ``(K, m, d)``, in
+        float32 (float64 for float64 ``query``)."""
+        dtype = compute_dtype(tf.as_dtype(query.dtype))
+        query = tf.cast(query, dtype)
+        support = tf.cast(support, dtype)
         cost = cosine_cost(query, support, self.center)
         if self.node_weights == "cross_reference":
             a, b = cross_reference_weights(query, support, self.weight_floor)
@@ -120,7 +131,7 @@ class EMDHead(keras.layers.Layer):
         check_rank("query", query.shape, (3, 4))
         check_rank("support", support.shape, (3, 4))
         check_same_dim("query", query.shape[-1], "support", support.shape[-1])
-        logits = self.temperature * self.similarity(flatten_feature_map(query), flatten_feature_map(support))
+        logits = self.scale * self.similarity(flatten_feature_map(query), flatten_feature_map(support))
         return tf.cast(logits, self.compute_dtype)
 
     def compute_output_shape(self, input_shape):
@@ -128,7 +139,7 @@ class EMDHead(keras.layers.Layer):
 
     def get_config(self):
         config = super().get_config()
-        config.update(temperature=self.temperature, method=self.method, node_weights=self.node_weights,
+        config.update(scale=self.scale, method=self.method, node_weights=self.node_weights,
                       center=self.center, weight_floor=self.weight_floor, epsilon=self.epsilon,
                       max_iter=self.max_iter, threshold=self.threshold)
         return config

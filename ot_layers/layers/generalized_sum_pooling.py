@@ -3,6 +3,7 @@ import keras
 import tensorflow as tf
 
 from ot_layers.solvers.partial_transport import GRADIENTS, partial_transport
+from ot_layers.tensor_ops import flatten_feature_map
 from ot_layers.validation import (check_choice, check_in_range, check_non_negative, check_positive,
                                   check_positive_int, check_rank)
 
@@ -101,9 +102,7 @@ class GeneralizedSumPooling(keras.layers.Layer):
     def call(self, inputs):
         dtype = tf.float64 if self.variable_dtype == "float64" else tf.float32  # float32 under mixed precision
         features = tf.cast(inputs, dtype)
-        if features.shape.rank == 4:  # (B, H, W, C) -> (B, H*W, C), H and W possibly unknown
-            features = tf.reshape(features, [tf.shape(features)[0], -1, features.shape[-1]])
-        pooled, attributes = self.pool(features)
+        pooled, attributes = self.pool(flatten_feature_map(features))
         pooled = tf.cast(pooled, self.compute_dtype)
         if self.return_attributes:
             return pooled, tf.cast(attributes, self.compute_dtype)

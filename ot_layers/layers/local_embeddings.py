@@ -13,28 +13,31 @@ class PatchExtractor(keras.layers.Layer):
 
     - ``"grid"``: the ``grid x grid`` cells of the image (``P = grid^2``), each resized (bilinear) to
       ``patch_size``; the image sides must be divisible by ``grid``.
-    - ``"sampling"``: ``num_patches`` random square crops whose side is a uniform fraction in ``scale`` of the
-      image side, resized to ``patch_size`` (fresh crops on every call, as DeepEMD samples at test time too).
+    - ``"sampling"``: ``num_patches`` random square crops whose side is a uniform fraction in ``crop_fraction``
+      ``(low, high)`` of the image side, resized to ``patch_size`` (fresh crops on every call, as DeepEMD samples at
+      test time too). (``crop_fraction`` was ``scale`` in 0.1; ``scale`` now only names a multiplier of logits.)
 
     Embedding every patch with a backbone and global average pooling gives one node per patch; see
     :func:`local_embedding_model`. Not exportable in ``"sampling"`` mode (random crops).
     """
 
-    def __init__(self, mode="grid", grid=2, num_patches=9, patch_size=28, scale=(0.3, 0.7), seed=None, **kwargs):
+    def __init__(self, mode="grid", grid=2, num_patches=9, patch_size=28, crop_fraction=(0.3, 0.7), seed=None,
+                 **kwargs):
         super().__init__(**kwargs)
         self.mode = check_choice("mode", mode, MODES)
         self.grid = check_positive_int("grid", grid)
         self.num_patches = check_positive_int("num_patches", num_patches)
         self.patch_size = check_positive_int("patch_size", patch_size)
-        if len(scale) != 2 or scale[0] > scale[1]:
-            raise ValueError(f"`scale` must be (low, high) with low <= high, got {scale!r}.")
-        self.scale = (float(check_in_range("scale", scale[0], 0, 1, low_open=True)),
-                      float(check_in_range("scale", scale[1], 0, 1, low_open=True)))
+        if len(crop_fraction) != 2 or crop_fraction[0] > crop_fraction[1]:
+            raise ValueError(f"`crop_fraction` must be (low, high) with low <= high, got {crop_fraction!r}.")
+        self.crop_fraction = (float(check_in_range("crop_fraction", crop_fraction[0], 0, 1, low_open=True)),
+                              float(check_in_range("crop_fraction", crop_fraction[1], 0, 1, low_open=True)))
         self.seed = seed
         self.seed_generator = keras.random.SeedGenerator(seed)
 
     @property
     def export_blocker(self):
+        """A reason for ``mode="sampling"`` (random crops), ``None`` for ``mode="grid"``."""
         return 'PatchExtractor(mode="sampling") draws random crops; export with mode="grid".' \
             if self.mode == "sampling" else None
 
@@ -54,7 +57,7 @@ class PatchExtractor(keras.layers.Layer):
     def _random_crops(self, images):
         batch = tf.shape(images)[0]
         count = batch * self.num_patches
-        side = keras.random.uniform([count], self.scale[0], self.scale[1], seed=self.seed_generator)
+        side = keras.random.uniform([count], self.crop_fraction[0], self.crop_fraction[1], seed=self.seed_generator)
         y1 = keras.random.uniform([count], seed=self.seed_generator) * (1.0 - side)
         x1 = keras.random.uniform([count], seed=self.seed_generator) * (1.0 - side)
         boxes = tf.stack([y1, x1, y1 + side, x1 + side], axis=-1)
@@ -74,7 +77,7 @@ class PatchExtractor(keras.layers.Layer):
     def get_config(self):
         config = super().get_config()
         config.update(mode=self.mode, grid=self.grid, num_patches=self.num_patches, patch_size=self.patch_size,
-                      scale=list(self.scale), seed=self.seed)
+                      crop_fraction=list(self.crop_fraction), seed=self.seed)
         return config
 
 

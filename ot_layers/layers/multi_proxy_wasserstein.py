@@ -2,7 +2,8 @@
 import keras
 import tensorflow as tf
 
-from ot_layers.layers.sinkhorn_match import SinkhornMatch, flatten_feature_map
+from ot_layers.layers.sinkhorn_match import SinkhornMatch
+from ot_layers.tensor_ops import flatten_feature_map
 from ot_layers.validation import check_positive_int, check_rank
 
 
@@ -15,18 +16,34 @@ class MultiProxyWasserstein(keras.layers.Layer):
     ``s_i = sum_jm T_i[j, m] X_j^T P_im`` (raw inner products; paper 000, Sec. 3, Eq. 5-7). Gradients flow through
     the plan (implicitly by default) and through the inner products.
 
-    Input ``(B, H, W, d)`` or ``(B, n, d)``; output logits ``(B, num_classes)``.
+    Input ``(B, H, W, d)`` (``H``, ``W`` may be unknown) or ``(B, n, d)``; output logits ``(B, num_classes)``.
     Defaults are the paper's: ``M = 4``, ``epsilon = 0.1``, threshold ``0.1``, ``max_iter = 100``, ``p = 1``.
+    The transport runs in float32 under ``float32`` and ``mixed_float16`` (float64 under a ``float64`` policy).
+
+    Args:
+      num_classes: the number of classes.
+      num_proxies: proxies **per class** (``M``).
+      epsilon: the entropic regularization of the Sinkhorn solver.
+      threshold: the solver's stopping tolerance on the row-marginal error (``0`` runs exactly ``max_iter``).
+      max_iter: the bound on the solver's iterations.
+      p: the cost exponent (``p < 1`` has a finite gradient at a zero cost).
+      gradient: ``"implicit"`` or ``"unrolled"``.
+      initializer: the initializer of the proxies ``(num_classes, num_proxies, d)``.
     """
 
     def __init__(self, num_classes, num_proxies=4, epsilon=0.1, threshold=0.1, max_iter=100, p=1.0,
-                 gradient="implicit", proxy_initializer="glorot_uniform", **kwargs):
+                 gradient="implicit", initializer="glorot_uniform", **kwargs):
         super().__init__(**kwargs)
         self.num_classes = check_positive_int("num_classes", num_classes)
         self.num_proxies = check_positive_int("num_proxies", num_proxies)
-        self.proxy_initializer = keras.initializers.get(proxy_initializer)
+        self.initializer = keras.initializers.get(initializer)
         self.matcher = SinkhornMatch(cost="cosine", p=p, epsilon=epsilon, max_iter=max_iter, threshold=threshold,
                                      gradient=gradient, pairing="class", dtype=self.dtype_policy, name="matcher")
+
+    @property
+    def export_blocker(self):
+        """``None``: the head is pure TensorFlow and exports to SavedModel and ONNX."""
+        return None
 
     def build(self, input_shape):
         check_rank("inputs", input_shape, (3, 4))
@@ -34,7 +51,7 @@ class MultiProxyWasserstein(keras.layers.Layer):
             raise ValueError("MultiProxyWasserstein needs a known feature dimension (the last axis of `inputs`).")
         self.proxies = self.add_weight(
             name="proxies", shape=(self.num_classes, self.num_proxies, int(input_shape[-1])),
-            initializer=self.proxy_initializer, trainable=True,
+            initializer=self.initializer, trainable=True,
         )
 
     def call(self, inputs):
@@ -51,5 +68,5 @@ class MultiProxyWasserstein(keras.layers.Layer):
         m = self.matcher
         config.update(num_classes=self.num_classes, num_proxies=self.num_proxies, epsilon=m.epsilon,
                       threshold=m.threshold, max_iter=m.max_iter, p=m.p, gradient=m.gradient,
-                      proxy_initializer=keras.initializers.serialize(self.proxy_initializer))
+                      initializer=keras.initializers.serialize(self.initializer))
         return config

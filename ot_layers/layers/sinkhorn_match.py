@@ -1,8 +1,10 @@
 """SinkhornMatch: entropic OT plans between a feature map's elements and sets of target vectors (SPEC S1-S2)."""
 import keras
+import numpy as np
 import tensorflow as tf
 
-from ot_layers.solvers.sinkhorn import DOMAINS, GRADIENTS, KERNEL_DOMAIN_LIMIT, sinkhorn
+from ot_layers.solvers.sinkhorn import DOMAINS, GRADIENTS, KERNEL_DOMAIN_LIMIT, compute_dtype, sinkhorn
+from ot_layers.tensor_ops import flatten_feature_map
 from ot_layers.validation import (
     check_choice, check_non_negative, check_positive, check_positive_int, check_rank, check_same_dim,
 )
@@ -11,13 +13,30 @@ COSTS = ("cosine", "sqeuclidean")
 PAIRINGS = ("class", "sample")
 
 
-def flatten_feature_map(features):
-    """``(B, H, W, d)`` -> ``(B, H*W, d)``; ``(B, n, d)`` passes through."""
-    if features.shape.rank == 4:
-        h, w, d = features.shape[1], features.shape[2], features.shape[3]
-        n = h * w if h is not None and w is not None else -1
-        return tf.reshape(features, [-1, n, d])
-    return features
+def safe_power(base, p):
+    """``base ** p`` for ``base >= 0`` with a finite gradient everywhere (SPEC S2's cost exponent).
+
+    ``d base^p / d base = p base^(p-1)`` is infinite at ``base = 0`` for ``p < 1``. There the function is at its
+    minimum (``base`` is a cost, ``>= 0``), so 0 is a subgradient and is what this returns; for ``0 < base`` the
+    slope is exact down to the dtype's machine epsilon, below which it is held at its value there (a bounded slope
+    for round-off-sized costs). NaN stays NaN.
+    """
+    p = float(p)
+    if p == 1.0:
+        return base
+
+    @tf.custom_gradient
+    def power(x):
+        y = tf.pow(x, p)
+
+        def grad(dy):
+            at = tf.maximum(x, np.finfo(x.dtype.as_numpy_dtype).eps) if p < 1 else x
+            slope = p * tf.pow(at, p - 1.0)
+            return dy * tf.where(tf.equal(x, 0), tf.zeros_like(x), slope)
+
+        return y, grad
+
+    return power(base)
 
 
 def pairwise_cost(features, targets, cost="cosine", p=1.0, pairing="class"):
@@ -25,7 +44,8 @@ def pairwise_cost(features, targets, cost="cosine", p=1.0, pairing="class"):
 
     features ``(B, n, d)``; targets ``(K, M, d)`` for ``pairing="class"`` (every sample against every class set,
     result ``(B, K, n, M)``) or ``(B, M, d)`` for ``pairing="sample"`` (result ``(B, n, M)``).
-    Cosine cost ``(1 - cos)^p`` (SPEC S2) or squared Euclidean ``||x - y||^(2p)``.
+    Cosine cost ``(1 - cos)^p`` (SPEC S2, paper 000 Eq. 5) or squared Euclidean ``||x - y||^(2p)``; the power has a
+    finite gradient at a zero cost (:func:`safe_power`). A zero vector has cosine 0 with everything (cost ``1``).
     """
     equation = "bnd,kmd->bknm" if pairing == "class" else "bnd,bmd->bnm"
     inner = tf.einsum(equation, features, targets)
@@ -41,7 +61,7 @@ def pairwise_cost(features, targets, cost="cosine", p=1.0, pairing="class"):
         else:
             base = sq_f[:, :, None] + sq_t[:, None, :] - 2.0 * inner
     base = tf.maximum(base, 0.0)
-    return (base if p == 1 else tf.pow(base, p)), inner
+    return safe_power(base, p), inner
 
 
 @keras.saving.register_keras_serializable(package="ot_layers")
@@ -55,7 +75,8 @@ class SinkhornMatch(keras.layers.Layer):
 
     Args:
       cost: ``"cosine"`` (``(1 - cos)^p``) or ``"sqeuclidean"`` (``||x - y||^(2p)``).
-      p: exponent of the cost (``> 0``; the paper finds ``p = 1`` best).
+      p: exponent of the cost (``> 0``; the paper finds ``p = 1`` best); ``p < 1`` has a finite gradient at a zero
+        cost (:func:`safe_power`).
       epsilon, max_iter, threshold, domain, gradient: as in :func:`ot_layers.solvers.sinkhorn`. With the cosine
         cost the domain is chosen once from the cost's bound ``2^p`` (an export-friendly graph with no branch).
     """
@@ -73,6 +94,11 @@ class SinkhornMatch(keras.layers.Layer):
         self.pairing = check_choice("pairing", pairing, PAIRINGS)
         self.return_cost = bool(return_cost)
 
+    @property
+    def export_blocker(self):
+        """``None``: the layer is pure TensorFlow and exports to SavedModel and ONNX."""
+        return None
+
     def _solver_domain(self):
         if self.domain == "auto" and self.cost == "cosine":
             return "kernel" if 2.0 ** self.p / self.epsilon < KERNEL_DOMAIN_LIMIT[tf.float32] else "log"
@@ -84,9 +110,11 @@ class SinkhornMatch(keras.layers.Layer):
         check_same_dim("features", features_shape[-1], "targets", targets_shape[-1])
 
     def match(self, features, targets):
-        """``(plans, inner products, SinkhornResult)`` for flattened ``features`` ``(B, n, d)`` and ``targets``."""
-        features = tf.cast(features, tf.float32)
-        targets = tf.cast(targets, tf.float32)
+        """``(plans, inner products, SinkhornResult)`` for flattened ``features`` ``(B, n, d)`` and ``targets``, in
+        float32 (float64 for float64 ``features``)."""
+        dtype = compute_dtype(tf.as_dtype(features.dtype))  # float32, also under mixed precision; float64 for float64
+        features = tf.cast(features, dtype)
+        targets = tf.cast(targets, dtype)
         cost, inner = pairwise_cost(features, targets, self.cost, self.p, self.pairing)
         result = sinkhorn(cost, epsilon=self.epsilon, max_iter=self.max_iter, threshold=self.threshold,
                           domain=self._solver_domain(), gradient=self.gradient)

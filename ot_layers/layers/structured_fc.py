@@ -4,7 +4,7 @@ import numpy as np
 import tensorflow as tf
 
 from ot_layers.layers.emd_head import EMDHead
-from ot_layers.layers.sinkhorn_match import flatten_feature_map
+from ot_layers.tensor_ops import flatten_feature_map
 from ot_layers.validation import check_positive_int, check_rank
 
 
@@ -18,20 +18,22 @@ class StructuredFC(keras.layers.Layer):
     backbone frozen (``training.structured_fc.fine_tune_structured_fc``).
 
     Input ``(B, H, W, d)`` or ``(B, n, d)``; output logits ``(B, num_classes)``. ``head`` holds the
-    :class:`EMDHead` settings (``temperature``, ``method``, ``node_weights``, ...).
+    :class:`EMDHead` settings (``scale``, ``method``, ``node_weights``, ...); ``initializer`` initializes the nodes
+    ``(num_classes, num_nodes, d)``.
     """
 
-    def __init__(self, num_classes, num_nodes, head=None, node_initializer="glorot_uniform", **kwargs):
+    def __init__(self, num_classes, num_nodes, head=None, initializer="glorot_uniform", **kwargs):
         super().__init__(**kwargs)
         self.num_classes = check_positive_int("num_classes", num_classes)
         self.num_nodes = check_positive_int("num_nodes", num_nodes)
         self.head_config = dict(head or {})
-        self.node_initializer = keras.initializers.get(node_initializer)
+        self.initializer = keras.initializers.get(initializer)
         self.head = EMDHead(**self.head_config, dtype=self.dtype_policy, name="emd")
         self.supports_jit = self.head.supports_jit
 
     @property
     def export_blocker(self):
+        """The inner :class:`EMDHead`'s: ``None`` for ``method="sinkhorn"``, a reason for ``"exact"``."""
         return self.head.export_blocker
 
     def build(self, input_shape):
@@ -39,7 +41,7 @@ class StructuredFC(keras.layers.Layer):
         if input_shape[-1] is None:
             raise ValueError("StructuredFC needs a known feature dimension (the last axis of `inputs`).")
         self.nodes = self.add_weight(name="nodes", shape=(self.num_classes, self.num_nodes, int(input_shape[-1])),
-                                     initializer=self.node_initializer, trainable=True)
+                                     initializer=self.initializer, trainable=True)
 
     def initialize_from_support(self, features, labels):
         """Set each class's nodes to the mean of its support feature maps ``(S, H, W, d)`` or ``(S, n, d)``."""
@@ -64,5 +66,5 @@ class StructuredFC(keras.layers.Layer):
     def get_config(self):
         config = super().get_config()
         config.update(num_classes=self.num_classes, num_nodes=self.num_nodes, head=dict(self.head_config),
-                      node_initializer=keras.initializers.serialize(self.node_initializer))
+                      initializer=keras.initializers.serialize(self.initializer))
         return config

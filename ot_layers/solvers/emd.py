@@ -10,10 +10,13 @@ For every leading index of ``cost`` ``(..., n, m)`` solves the transportation li
   ``dW/db = v - mean(v)`` with ``(u, v)`` the optimal dual potentials (``u_i + v_j <= C_ij``, ``W = a.u + b.v``).
   The duals are centred because only mass-preserving changes of the weights are defined. The optimal plan itself is
   piecewise constant in ``C``; it is returned without a gradient. Not XLA-compilable and not exportable (a Python
-  function in the graph).
+  function in the graph). The host computes in float64 and the results come back in the compute dtype (float32, or
+  float64 for float64 input). NaN/Inf costs or weights raise an error naming the argument and the problem
+  (``ValueError`` when called eagerly, ``InvalidArgumentError`` from inside a graph): the host checks them for free.
 - ``method="sinkhorn"``: :func:`ot_layers.solvers.sinkhorn` at a small ``epsilon``; ``cost`` is then the
   plan-weighted cost ``<C, T_eps>`` (not the entropic objective), which approaches ``W`` as ``epsilon -> 0``. Pure
-  TensorFlow: batched, XLA-compilable, exportable, with the Sinkhorn solver's implicit gradients.
+  TensorFlow: batched, XLA-compilable, exportable, with the Sinkhorn solver's implicit gradients, its zero-mass
+  handling and its NaN confinement (a NaN problem gives NaN, the others are unaffected).
 """
 from typing import NamedTuple
 import warnings
@@ -54,11 +57,21 @@ class EMDResult(NamedTuple):
     g: tf.Tensor
 
 
+def _check_finite(cost, a, b):
+    """Raises ``ValueError`` naming the first non-finite argument and problem (NumPy arrays ``(P, ...)``)."""
+    for name, array in (("cost", cost), ("a", a), ("b", b)):
+        bad = ~np.isfinite(array.reshape(array.shape[0], -1)).all(axis=1)
+        if bad.any():
+            raise ValueError(f"`{name}` of the exact EMD must be finite; problem {int(np.argmax(bad))} (of "
+                             f"{array.shape[0]}) holds NaN or Inf (NaN/Inf features?).")
+
+
 def _network_simplex(cost, a, b):
     """NumPy: optimal flows, values and centred duals of ``P`` problems.
 
     ``cost (P, n, m)``, ``a (P, n)``, ``b (P, m)``, all float64.
     """
+    _check_finite(cost, a, b)
     plans = np.empty_like(cost)
     values = np.empty(cost.shape[0], dtype=cost.dtype)
     f = np.empty_like(a)
@@ -112,7 +125,8 @@ def emd(cost, a=None, b=None, *, method="exact", epsilon=SINKHORN_EPSILON, max_i
       cost: ``(..., n, m)`` cost matrices; leading dimensions are a batch of independent problems.
       a, b: node weights ``(..., n)``, ``(..., m)`` (broadcast against the batch), non-negative with equal sums per
         problem; uniform ``1/n``, ``1/m`` when ``None``. With ``method="exact"`` zero weights give valid flows but
-        their dual entries (gradients) are not meaningful.
+        their dual entries (gradients) are not meaningful; with ``method="sinkhorn"`` they follow
+        :func:`ot_layers.solvers.sinkhorn` (zero plan rows, gradient 0 there).
       method: ``"exact"`` (network simplex, Danskin gradients, not exportable) or ``"sinkhorn"`` (entropic,
         pure TensorFlow).
       epsilon, max_iter, threshold, domain: the Sinkhorn settings (``method="sinkhorn"`` only).
@@ -130,5 +144,8 @@ def emd(cost, a=None, b=None, *, method="exact", epsilon=SINKHORN_EPSILON, max_i
         return EMDResult(result.plan, result.transport_cost, result.f, result.g)
 
     cost, a, b = prepare_problem(cost, a, b)
+    if tf.executing_eagerly():
+        n, m = cost.shape[-2], cost.shape[-1]
+        _check_finite(cost.numpy().reshape(-1, n, m), a.numpy().reshape(-1, n), b.numpy().reshape(-1, m))
     plan, value, f, g = _exact(cost, a, b)
     return EMDResult(plan, value, f, g)

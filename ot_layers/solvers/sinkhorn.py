@@ -23,6 +23,17 @@ Gradients:
   ``dL/dC = T * (x_i + y_j - G_ij) / eps``, ``dL/da = x``, ``dL/db = y``; the entropic value
   ``W = <C, T> + eps sum T (log T - 1)`` gets Danskin's gradients ``dW/dC = T``, ``dW/da = f``, ``dW/db = g``.
   Gradients for ``a`` and ``b`` are centred (only mass-preserving perturbations of the marginals are defined).
+
+Zero-mass entries (``a_i = 0`` or ``b_j = 0``) are solved as the problem with those rows / columns removed: their
+plan rows / columns are exactly zero, the value, the other entries and all gradients are those of the reduced
+problem (centring runs over the positive entries). With the entropy ``sum T (log T - 1)`` the true derivative of the
+value along a zero entry is ``-inf`` (``f_i = eps log a_i + ...``); the gradient reported there is 0, and the
+potential reported there is the soft c-transform ``f_i = -eps LSE_j((g_j - C_ij) / eps)`` (the potential the row
+would have with unit mass), so every output is finite. A problem whose marginals are all zero has a zero plan, value
+and potentials.
+
+NaN or Inf in one problem stays in that problem: the stopping test ignores problems whose error is not finite, the
+``"auto"`` domain choice ignores NaN costs, and the implicit gradient's linear solve is isolated per problem.
 """
 from typing import NamedTuple
 
@@ -34,6 +45,9 @@ from ot_layers.validation import check_choice, check_non_negative, check_positiv
 # exp(-x) stays a normal number for x below ~87 in float32 and ~708 in float64; keep a safety margin so that the
 # scaled vectors u, v (which grow like exp(+x)) stay finite too.
 KERNEL_DOMAIN_LIMIT = {tf.float32: 30.0, tf.float64: 300.0}
+# log(a_i) stands at this value for a zero-mass entry inside the log-domain loop: exp(LOG_ZERO + ...) is exactly 0 in
+# float32 and float64 while every potential stays finite (no -inf arithmetic, no NaN gradient).
+LOG_ZERO = -1.0e4
 DOMAINS = ("auto", "log", "kernel")
 GRADIENTS = ("implicit", "unrolled")
 
@@ -47,6 +61,9 @@ class SinkhornResult(NamedTuple):
     transport_cost: ``(...)`` ``<C, T>``, the plan-weighted cost.
     iterations: scalar int32, the number of scaling updates run.
     error: ``(...)`` final row-marginal error ``sum_i |T 1 - a|_i / sum_i a_i`` (columns are met exactly).
+
+    For zero-mass entries the plan rows / columns are exactly zero and ``f``, ``g`` there hold the soft c-transform
+    (see the module docstring).
     """
 
     plan: tf.Tensor
@@ -63,26 +80,44 @@ def compute_dtype(dtype):
     return tf.float64 if dtype == tf.float64 else tf.float32
 
 
+def _tiny(dtype):
+    return np.finfo(dtype.as_numpy_dtype).tiny
+
+
 def _marginal_error(row_sums, a):
-    return tf.reduce_sum(tf.abs(row_sums - a), axis=-1) / tf.reduce_sum(a, axis=-1)
+    mass = tf.reduce_sum(a, axis=-1)
+    return tf.reduce_sum(tf.abs(row_sums - a), axis=-1) / tf.maximum(mass, _tiny(a.dtype))
+
+
+def _initial_error(a):
+    # Finite, so that the stopping test (which ignores non-finite errors) enters the loop.
+    return tf.fill(tf.shape(a)[:-1], tf.constant(np.finfo(a.dtype.as_numpy_dtype).max, a.dtype))
 
 
 def _loop(body, state, max_iter, threshold):
     """Runs ``body`` until every problem's marginal error is <= ``threshold`` or ``max_iter`` updates were made.
 
     ``state`` = (iteration, error, *variables). ``maximum_iterations`` makes the loop differentiable under XLA.
+    A problem whose error is NaN or Inf (NaN/Inf input) never converges; it does not hold the loop for the others, and
+    a NaN never decides the test for the batch (``max`` over a batch holding a NaN would be NaN, ``NaN > t`` False).
     """
 
     def cond(i, error, *_):
         if threshold is None or threshold == 0:
             return i < max_iter
-        return tf.logical_and(i < max_iter, tf.reduce_max(error) > threshold)
+        pending = tf.logical_and(tf.math.is_finite(error), error > threshold)
+        return tf.logical_and(i < max_iter, tf.reduce_any(pending))
 
     return tf.while_loop(cond, body, state, maximum_iterations=max_iter)
 
 
+def _masked_log(x, positive):
+    """``log x`` where ``positive``, ``LOG_ZERO`` elsewhere, with a zero (not NaN) gradient at the masked entries."""
+    return tf.where(positive, tf.math.log(tf.where(positive, x, tf.ones_like(x))), tf.constant(LOG_ZERO, x.dtype))
+
+
 def _solve_log(cost, a, b, epsilon, max_iter, threshold):
-    log_a, log_b = tf.math.log(a), tf.math.log(b)
+    log_a, log_b = _masked_log(a, tf.not_equal(a, 0)), _masked_log(b, tf.not_equal(b, 0))
     f = tf.zeros_like(a)
     g = tf.zeros_like(b)
 
@@ -93,8 +128,7 @@ def _solve_log(cost, a, b, epsilon, max_iter, threshold):
         g = epsilon * (log_b - tf.reduce_logsumexp((f[..., :, None] - cost) / epsilon, axis=-2))
         return i + 1, error, f, g
 
-    error = tf.fill(tf.shape(a)[:-1], tf.constant(float("inf"), a.dtype))
-    i, _, f, g = _loop(body, (tf.constant(0), error, f, g), max_iter, threshold)
+    i, _, f, g = _loop(body, (tf.constant(0), _initial_error(a), f, g), max_iter, threshold)
     return f, g, i
 
 
@@ -134,10 +168,10 @@ def _solve_kernel(cost, a, b, epsilon, max_iter, threshold):
         v = b / _matvec(kernel, u, transpose=True)
         return i + 1, error, u, v
 
-    error = tf.fill(tf.shape(a)[:-1], tf.constant(float("inf"), a.dtype))
-    i, _, u, v = _loop(body, (tf.constant(0), error, u, v), max_iter, threshold)
-    f = epsilon * tf.math.log(u) + shift[..., None]
-    g = epsilon * tf.math.log(v)
+    i, _, u, v = _loop(body, (tf.constant(0), _initial_error(a), u, v), max_iter, threshold)
+    # Zero-mass entries have u_i = 0 (v_j = 0): their potentials are filled in later (_fill_zero_mass).
+    f = epsilon * _masked_log(u, tf.not_equal(a, 0)) + shift[..., None]
+    g = epsilon * _masked_log(v, tf.not_equal(b, 0))
     return f, g, i
 
 
@@ -146,7 +180,9 @@ def _solve(cost, a, b, epsilon, max_iter, threshold, domain):
         return _solve_log(cost, a, b, epsilon, max_iter, threshold)
     if domain == "kernel":
         return _solve_kernel(cost, a, b, epsilon, max_iter, threshold)
-    spread = tf.reduce_max(tf.reduce_max(cost, axis=[-2, -1]) - tf.reduce_min(cost, axis=[-2, -1]))
+    spread = tf.reduce_max(cost, axis=[-2, -1]) - tf.reduce_min(cost, axis=[-2, -1])
+    # A NaN problem must not decide the domain of the others (reduce_max propagates NaN).
+    spread = tf.reduce_max(tf.where(tf.math.is_nan(spread), tf.zeros_like(spread), spread))
     safe = spread / epsilon < KERNEL_DOMAIN_LIMIT[cost.dtype]
     return tf.cond(
         safe,
@@ -164,8 +200,42 @@ def _solve_compiled(*args):
     return _solve_graph(*args) if tf.executing_eagerly() else _solve(*args)
 
 
-def _plan(cost, f, g, epsilon):
-    return tf.exp((f[..., :, None] + g[..., None, :] - cost) / epsilon)
+def _support(a, b):
+    """Entries that carry mass (NaN counts as mass, so that NaN input stays visible), as an ``(..., n, m)`` mask."""
+    return tf.logical_and(tf.not_equal(a, 0)[..., :, None], tf.not_equal(b, 0)[..., None, :])
+
+
+def _plan(cost, f, g, epsilon, support):
+    # The masked exponent (not a masked exp) keeps the gradient of the discarded entries at 0 instead of 0 * inf.
+    exponent = tf.where(support, (f[..., :, None] + g[..., None, :] - cost) / epsilon,
+                        tf.constant(LOG_ZERO, cost.dtype))
+    return tf.where(support, tf.exp(exponent), tf.zeros_like(cost))
+
+
+def _safe_marginals(a, b):
+    """Problems with no mass at all are solved with uniform marginals (their plan is masked to zero afterwards), and
+    zero entries are constants (a zero gradient there, in the kernel domain's unrolled loop too)."""
+    a = tf.where(tf.equal(a, 0), tf.stop_gradient(a), a)
+    b = tf.where(tf.equal(b, 0), tf.stop_gradient(b), b)
+    empty = tf.equal(tf.reduce_sum(tf.abs(a), axis=-1), 0)[..., None]
+    uniform_a = tf.ones_like(a) / tf.cast(tf.shape(a)[-1], a.dtype)
+    uniform_b = tf.ones_like(b) / tf.cast(tf.shape(b)[-1], b.dtype)
+    return tf.where(empty, uniform_a, a), tf.where(empty, uniform_b, b), empty
+
+
+def _fill_zero_mass(cost, f, g, a, b, epsilon, empty):
+    """Soft c-transforms at zero-mass entries (finite, and what the potential would be with unit mass); zeros for
+    problems without mass."""
+    zero_a, zero_b = tf.equal(a, 0), tf.equal(b, 0)
+    log_mask_b = tf.where(zero_b, tf.constant(LOG_ZERO, cost.dtype), tf.zeros_like(b))
+    g_support = tf.where(zero_b, tf.zeros_like(g), g)
+    f_c = -epsilon * tf.reduce_logsumexp((g_support[..., None, :] - cost) / epsilon + log_mask_b[..., None, :], axis=-1)
+    f = tf.where(zero_a, f_c, f)
+    log_mask_a = tf.where(zero_a, tf.constant(LOG_ZERO, cost.dtype), tf.zeros_like(a))
+    f_support = tf.where(zero_a, tf.zeros_like(f), f)
+    g_c = -epsilon * tf.reduce_logsumexp((f_support[..., :, None] - cost) / epsilon + log_mask_a[..., :, None], axis=-2)
+    g = tf.where(zero_b, g_c, g)
+    return tf.where(empty, tf.zeros_like(f), f), tf.where(empty, tf.zeros_like(g), g)
 
 
 def _entropic_value(plan, f, g, epsilon):
@@ -173,8 +243,11 @@ def _entropic_value(plan, f, g, epsilon):
     return tf.reduce_sum(plan * (f[..., :, None] + g[..., None, :] - epsilon), axis=[-2, -1])
 
 
-def _centred(x):
-    return x - tf.reduce_mean(x, axis=-1, keepdims=True)
+def _centred(x, positive):
+    """``x`` minus its mean over the ``positive`` entries, and 0 at the others (zero-mass entries)."""
+    count = tf.reduce_sum(tf.cast(positive, x.dtype), axis=-1, keepdims=True)
+    mean = tf.reduce_sum(tf.where(positive, x, tf.zeros_like(x)), axis=-1, keepdims=True) / tf.maximum(count, 1.0)
+    return tf.where(positive, x - mean, tf.zeros_like(x))
 
 
 # Up to this size the Schur complement is solved by an unrolled Cholesky under XLA: XLA's CPU backend solves a
@@ -186,7 +259,7 @@ def _unrolled_cholesky_solve(matrix, rhs):
     """Solves ``matrix x = rhs`` for a batch of small symmetric positive definite ``matrix`` ``(..., m, m)`` with a
     static ``m``, as elementwise operations on the batch (Cholesky, then forward and back substitution)."""
     m = matrix.shape[-1]
-    tiny = np.finfo(matrix.dtype.as_numpy_dtype).tiny
+    tiny = _tiny(matrix.dtype)
     a = [[matrix[..., i, j] for j in range(m)] for i in range(m)]
     lower = [[None] * m for _ in range(m)]
     for j in range(m):
@@ -209,7 +282,12 @@ def _spd_solve(matrix, rhs):
     m = matrix.shape[-1]
     if _in_xla_context() and m is not None and m <= UNROLLED_SOLVE_MAX_SIZE:
         return _unrolled_cholesky_solve(matrix, rhs)
-    return tf.linalg.solve(matrix, rhs[..., None])[..., 0]
+    # TensorFlow's solver raises for a batch holding one non-finite matrix: solve an identity there instead and give
+    # that problem NaN, so NaN input stays in its own problem.
+    bad = tf.logical_not(tf.reduce_all(tf.math.is_finite(matrix), axis=[-2, -1]))
+    eye = tf.eye(tf.shape(matrix)[-1], batch_shape=tf.shape(matrix)[:-2], dtype=matrix.dtype)
+    solution = tf.linalg.solve(tf.where(bad[..., None, None], eye, matrix), rhs[..., None])[..., 0]
+    return tf.where(bad[..., None], tf.constant(np.nan, matrix.dtype), solution)
 
 
 def _adjoint(plan, upstream):
@@ -222,15 +300,20 @@ def _adjoint(plan, upstream):
     weighted = upstream * plan
     rhs_rows = tf.reduce_sum(weighted, axis=-1)
     rhs_cols = tf.reduce_sum(weighted, axis=-2)
-    rows = tf.maximum(tf.reduce_sum(plan, axis=-1), np.finfo(plan.dtype.as_numpy_dtype).tiny)
+    rows = tf.maximum(tf.reduce_sum(plan, axis=-1), _tiny(plan.dtype))
     cols = tf.reduce_sum(plan, axis=-2)
     scaled = plan / rows[..., :, None]
     if _in_xla_context():  # see _matvec: fused multiply-and-sum beats XLA's small batched dots on CPU
         gram = tf.reduce_sum(plan[..., :, :, None] * scaled[..., :, None, :], axis=-3)
     else:
         gram = tf.linalg.matmul(plan, scaled, transpose_a=True)
-    schur = tf.linalg.diag(cols) - gram
-    scale = tf.reduce_mean(cols, axis=-1)[..., None, None]
+    scale = tf.reduce_mean(cols, axis=-1, keepdims=True)
+    scale = tf.where(scale > 0, scale, tf.ones_like(scale))
+    # An empty column (zero mass, or all entries underflowed) has a zero row and column in the Schur complement; a
+    # diagonal entry of the mean column mass there decouples it (its right-hand side is 0, so y_j = 0 exactly),
+    # leaving the reduced problem's system.
+    schur = tf.linalg.diag(tf.where(cols > 0, cols, scale)) - gram
+    scale = scale[..., None]
     # + 1 1^T removes the gauge direction; a ridge of a few ulps keeps the solve finite when underflowed plan
     # entries split the problem into disconnected blocks (tiny epsilon, float32), each adding a null direction.
     ridge = 10.0 * np.finfo(plan.dtype.as_numpy_dtype).eps
@@ -242,10 +325,12 @@ def _adjoint(plan, upstream):
 
 def _implicit_plan_and_value(cost, a, b, f, g, epsilon):
     """Plan and entropic value from converged potentials, with fixed-point (implicit) gradients."""
+    support = _support(a, b)
+    positive_a, positive_b = tf.not_equal(a, 0), tf.not_equal(b, 0)
 
     @tf.custom_gradient
     def plan_and_value(cost, a, b):
-        plan = _plan(cost, f, g, epsilon)
+        plan = _plan(cost, f, g, epsilon, support)
         value = _entropic_value(plan, f, g, epsilon)
 
         def grad(d_plan, d_value):
@@ -256,7 +341,7 @@ def _implicit_plan_and_value(cost, a, b, f, g, epsilon):
                 x, y = _adjoint(plan, d_plan)
             dv = d_value[..., None]
             d_cost = plan * (x[..., :, None] + y[..., None, :] - d_plan) / epsilon + dv[..., None] * plan
-            return d_cost, _centred(x + dv * f), _centred(y + dv * g)
+            return d_cost, _centred(x + dv * f, positive_a), _centred(y + dv * g, positive_b)
 
         return (plan, value), grad
 
@@ -322,7 +407,8 @@ def sinkhorn(
     Args:
       cost: ``(..., n, m)`` cost matrices; any leading dimensions are a batch.
       a, b: marginals ``(..., n)`` and ``(..., m)`` (broadcast against the batch); uniform ``1/n``, ``1/m`` when
-        ``None``. Non-negative, with equal sums per problem.
+        ``None``. Non-negative, with equal sums per problem; zero entries are allowed (their plan rows / columns
+        are zero, see the module docstring).
       epsilon: entropic regularization ``> 0``.
       max_iter: hard bound on the scaling updates (also the ``maximum_iterations`` XLA needs).
       threshold: stop once every problem's row-marginal error ``sum |T 1 - a| / sum a`` is at most this; ``0`` or
@@ -344,17 +430,19 @@ def sinkhorn(
 
     cost, a, b = prepare_problem(cost, a, b)
     epsilon = tf.constant(epsilon, cost.dtype)
+    a_solve, b_solve, empty = _safe_marginals(a, b)
 
     if gradient == "implicit":
-        f, g, iterations = _solve_compiled(
-            tf.stop_gradient(cost), tf.stop_gradient(a), tf.stop_gradient(b), epsilon, max_iter, threshold, domain
-        )
+        f, g, iterations = _solve_compiled(tf.stop_gradient(cost), tf.stop_gradient(a_solve),
+                                           tf.stop_gradient(b_solve), epsilon, max_iter, threshold, domain)
+        f, g = _fill_zero_mass(tf.stop_gradient(cost), f, g, a, b, epsilon, empty)
         f, g = tf.stop_gradient(f), tf.stop_gradient(g)
         plan, value = _implicit_plan_and_value(cost, a, b, f, g, epsilon)
     else:
         domain = "log" if domain == "auto" else domain
-        f, g, iterations = _solve_compiled(cost, a, b, epsilon, max_iter, threshold, domain)
-        plan = _plan(cost, f, g, epsilon)
+        f, g, iterations = _solve_compiled(cost, a_solve, b_solve, epsilon, max_iter, threshold, domain)
+        f, g = _fill_zero_mass(cost, f, g, a, b, epsilon, empty)
+        plan = _plan(cost, f, g, epsilon, _support(a, b))
         value = _entropic_value(plan, f, g, epsilon)
     transport_cost = tf.reduce_sum(plan * cost, axis=[-2, -1])
     error = _marginal_error(tf.reduce_sum(plan, axis=-1), a)
