@@ -12,9 +12,9 @@ import numpy as np
 
 
 def _refuse_unexportable(model):
+    """Raise with the reason of the first layer whose ``export_blocker`` property is set (docs/api.md)."""
     for layer in model._flatten_layers(include_self=False, recursive=True):
         reason = getattr(layer, "export_blocker", None)
-        reason = reason() if callable(reason) else reason
         if reason:
             raise ValueError(f"Layer {layer.name!r} cannot be exported: {reason}")
 

@@ -96,7 +96,7 @@ def test_prototypes_write_nothing_and_callers_get_copies(tmp_path, monkeypatch):
 
 @pytest.mark.parametrize("kwargs,name", [({"num_classes": 1, "dim": 3}, "num_classes"),
                                          ({"num_classes": 4, "dim": 0}, "dim"),
-                                         ({"num_classes": 4, "dim": 2, "max_iter": 0}, "max_iter"),
+                                         ({"num_classes": 4, "dim": 2, "steps": 0}, "steps"),
                                          ({"num_classes": 4, "dim": 2, "restarts": 0}, "restarts")])
 def test_prototypes_reject_bad_arguments(kwargs, name):
     with pytest.raises(ValueError, match=name):

@@ -11,5 +11,5 @@ from zoo.resnet import cifar_resnet, resnet20, resnet32, resnet56
 from zoo.resnet12 import resnet12
 
 __all__ = ["list_models", "model_card", "build", "load", "save_preset", "image_classifier", "pixel_preprocessing",
-           "backbone", "BACKBONES", "check_input_shape", "cifar_resnet", "resnet20", "resnet32", "resnet56", "resnet12", "small_convnet", "build_classifier",
-           "meta_class_partitions", "ensemble_embedding_model"]
+           "backbone", "BACKBONES", "check_input_shape", "cifar_resnet", "resnet20", "resnet32", "resnet56",
+           "resnet12", "small_convnet", "build_classifier", "meta_class_partitions", "ensemble_embedding_model"]

@@ -45,13 +45,19 @@ class PatchExtractor(keras.layers.Layer):
         return self.grid ** 2 if self.mode == "grid" else self.num_patches
 
     def _grid_cells(self, images):
-        """The ``grid x grid`` cells, exactly (the image sides must be divisible by ``grid``)."""
+        """The ``grid x grid`` cells, exactly (the image sides must be divisible by ``grid``). An unknown spatial
+        size is read at run time; a size ``grid`` does not divide is then cropped to the nearest multiple."""
         height, width, channels = images.shape[1], images.shape[2], images.shape[3]
-        if height % self.grid or width % self.grid:
-            raise ValueError(f"`grid` ({self.grid}) must divide the image size {height}x{width}.")
-        cell_h, cell_w = height // self.grid, width // self.grid
-        cells = tf.reshape(images, [-1, self.grid, cell_h, self.grid, cell_w, channels])
-        cells = tf.reshape(tf.transpose(cells, [0, 1, 3, 2, 4, 5]), [-1, cell_h, cell_w, channels])
+        if height is not None and width is not None:
+            if height % self.grid or width % self.grid:
+                raise ValueError(f"`grid` ({self.grid}) must divide the image size {height}x{width}.")
+            cell_h, cell_w = height // self.grid, width // self.grid
+        else:
+            shape = tf.shape(images)
+            cell_h, cell_w = shape[1] // self.grid, shape[2] // self.grid
+            images = images[:, :cell_h * self.grid, :cell_w * self.grid]
+        cells = tf.reshape(images, tf.stack([-1, self.grid, cell_h, self.grid, cell_w, channels]))
+        cells = tf.reshape(tf.transpose(cells, [0, 1, 3, 2, 4, 5]), tf.stack([-1, cell_h, cell_w, channels]))
         return tf.image.resize(cells, [self.patch_size, self.patch_size])
 
     def _random_crops(self, images):

@@ -12,7 +12,7 @@
       L_beta(P) = (1/beta) log sum_{i != j} exp(beta * p_i . p_j),      max cos <= L_beta <= max cos + log(K^2)/beta,
 
   with the sharpness ``beta`` raised geometrically from 1 to 1000 (and the step size lowered from 0.05 to 0.001)
-  over ``max_iter`` steps, from ``restarts`` random starts; the iterate with the smallest true max cosine is kept.
+  over ``steps`` steps, from ``restarts`` random starts; the iterate with the smallest true max cosine is kept.
   Paper 001's uniformity loss ``log mean_{i != j} exp(-t ||p_i - p_j||^2)`` (Sec. 3.1, with ``t = 2``) equals
   ``beta * L_beta - 2t + const`` at ``beta = 2t``, since ``||p_i - p_j||^2 = 2 - 2 p_i . p_j`` on the sphere: the
   schedule starts near the paper's objective (``t = 0.5``) and sharpens it towards the max cosine itself, which is
@@ -27,7 +27,7 @@ from ot_layers.tensor_ops import normalize_rows_np, squared_distances_np
 from ot_layers.validation import check_positive_int
 
 _CACHE = {}
-_WORK_PER_CALL = 5e8  # the automatic number of restarts keeps restarts * K^2 * max_iter near this
+_WORK_PER_CALL = 5e8  # the automatic number of restarts keeps restarts * K^2 * steps near this
 
 
 def _gram(p):
@@ -88,7 +88,7 @@ def simplex_etf(num_classes, dim, seed=0):
     return normalize_rows_np(p)
 
 
-def _anneal(k, d, rng, restarts, max_iter):
+def _anneal(k, d, rng, restarts, steps):
     """Projected Adam on ``L_beta`` for ``restarts`` random starts at once; the best iterate by true max cos."""
     p = normalize_rows_np(rng.standard_normal((restarts, k, d)).astype(np.float32))  # float32: 3x faster here
     m, v = np.zeros_like(p), np.zeros_like(p)
@@ -96,15 +96,15 @@ def _anneal(k, d, rng, restarts, max_iter):
     best_value = np.full(restarts, np.inf)
     best = p.copy()
     b1, b2 = 0.9, 0.999
-    for step in range(max_iter + 1):
+    for step in range(steps + 1):
         cos = _gram(p) + diagonal
         worst = cos.max(axis=(1, 2))
         improved = worst < best_value
         best_value = np.where(improved, worst, best_value)
         best[improved] = p[improved]
-        if step == max_iter:
+        if step == steps:
             break
-        frac = step / max(max_iter - 1, 1)
+        frac = step / max(steps - 1, 1)
         beta = 1.0 * 1000.0 ** frac
         lr = 0.05 * 0.02 ** frac
         weights = np.exp(beta * (cos - worst[:, None, None]))
@@ -117,33 +117,33 @@ def _anneal(k, d, rng, restarts, max_iter):
     return best[int(np.argmin(best_value))]
 
 
-def estimate_prototypes(num_classes, dim, seed=0, max_iter=2000, restarts=None):
+def estimate_prototypes(num_classes, dim, seed=0, steps=2000, restarts=None):
     """``num_classes`` unit vectors in ``R^dim`` (rows of a float32 ``(K, d)`` array) with a small largest
     pairwise cosine (module docstring).
 
-    ``dim >= num_classes - 1``: the simplex ETF in closed form (``max_iter``, ``restarts`` unused; ~0.1 s for
-    ``K = 1000``). Otherwise ``restarts`` annealed runs of exactly ``max_iter`` projected-Adam steps each (the
-    schedule runs to its end: there is no stopping tolerance), run as one batch; ``restarts=None`` picks
-    ``clip(5e8 / (K^2 max_iter), 1, 16)`` (16 up to ``K = 125``, 4 at ``K = 240``, 1 from ``K = 354`` at the
-    default ``max_iter``). Measured: 0.5 s for (12, 3) and (24, 4), 3-4 s for (100, 16) and (240, 8) on a shared
-    2-core CPU. Deterministic given the arguments; memoized in-process (callers get copies).
+    ``dim >= num_classes - 1``: the simplex ETF in closed form (``steps``, ``restarts`` unused; ~0.1 s for
+    ``K = 1000``). Otherwise ``restarts`` annealed runs of exactly ``steps`` projected-Adam steps each (a schedule
+    that runs to its end: an exact count, hence ``steps`` and not a ``max_iter`` bound), run as one batch;
+    ``restarts=None`` picks ``clip(5e8 / (K^2 steps), 1, 16)`` (16 up to ``K = 125``, 4 at ``K = 240``, 1 from
+    ``K = 354`` at the default ``steps``). Measured: 0.5 s for (12, 3) and (24, 4), 3-4 s for (100, 16) and
+    (240, 8) on a shared 2-core CPU. Deterministic given the arguments; memoized in-process (callers get copies).
     """
     k = check_positive_int("num_classes", num_classes)
     d = check_positive_int("dim", dim)
     if k < 2:
         raise ValueError(f"`num_classes` must be >= 2 to spread prototypes, got {num_classes!r}.")
-    max_iter = check_positive_int("max_iter", max_iter)
+    steps = check_positive_int("steps", steps)
     if restarts is None:
-        restarts = int(np.clip(_WORK_PER_CALL / (k * k * max_iter), 1, 16))
+        restarts = int(np.clip(_WORK_PER_CALL / (k * k * steps), 1, 16))
     restarts = check_positive_int("restarts", restarts)
     seed = int(seed)
     closed_form = d >= k - 1
-    key = (k, d, seed) if closed_form else (k, d, seed, max_iter, restarts)
+    key = (k, d, seed) if closed_form else (k, d, seed, steps, restarts)
     if key not in _CACHE:
         if closed_form:
             result = simplex_etf(k, d, seed)
         else:
-            result = _anneal(k, d, np.random.default_rng(seed), restarts, max_iter)
+            result = _anneal(k, d, np.random.default_rng(seed), restarts, steps)
         _CACHE[key] = normalize_rows_np(result.astype(np.float32))
     return _CACHE[key].copy()
 
