@@ -13,6 +13,7 @@ from ot_layers.callbacks.hard_proxies import hard_proxy_objective, harden_proxy
 from ot_layers.losses import ManifoldProxyLoss
 from ot_layers.solvers import random_walk_similarity
 from tests import keras_checks
+from tests.resume_checks import Interrupt
 from zoo import ensemble_embedding_model, meta_class_partitions
 
 K, DIM, IN = 3, 4, 6
@@ -341,16 +342,6 @@ def test_hard_proxy_callback_rejects_nan_embeddings_and_wrong_layer():
 
 
 # --- resume with BackupAndRestore ----------------------------------------------------------------------------------
-class _Interrupt(keras.callbacks.Callback):
-    def __init__(self, after_epoch):
-        super().__init__()
-        self.after_epoch = after_epoch
-
-    def on_epoch_end(self, epoch, logs=None):
-        if epoch == self.after_epoch:
-            raise RuntimeError("interrupted")
-
-
 @pytest.mark.parametrize("backup_first", [False, True])
 def test_hard_proxy_update_resume_equals_uninterrupted(tmp_path, backup_first):
     x, y = _data()
@@ -369,7 +360,7 @@ def test_hard_proxy_update_resume_equals_uninterrupted(tmp_path, backup_first):
 
     straight = run()
     with pytest.raises(RuntimeError, match="interrupted"):
-        run(keras.callbacks.BackupAndRestore(backup_dir), _Interrupt(0))
+        run(keras.callbacks.BackupAndRestore(backup_dir), Interrupt(0))
     resumed = run(keras.callbacks.BackupAndRestore(backup_dir))
     assert not np.allclose(straight.get_layer("head").proxies, initial[-1])  # the callback decided something
     np.testing.assert_allclose(resumed.get_layer("head").proxies, straight.get_layer("head").proxies, atol=1e-6)

@@ -16,6 +16,7 @@ from ot_layers.losses import HypersphericalPullLoss
 from ot_layers.solvers import estimate_prototypes, hungarian_assignment, simplex_etf
 from ot_layers.solvers.prototypes import max_pairwise_cosine, uniformity_loss_and_gradient
 from tests import keras_checks
+from tests.resume_checks import Interrupt
 
 K, DIM, IN = 5, 4, 6
 
@@ -458,16 +459,6 @@ def test_export_blocker_is_a_read_only_property():
 
 
 # --- resume with BackupAndRestore ----------------------------------------------------------------------------------
-class _Interrupt(keras.callbacks.Callback):
-    def __init__(self, after_epoch):
-        super().__init__()
-        self.after_epoch = after_epoch
-
-    def on_epoch_end(self, epoch, logs=None):
-        if epoch == self.after_epoch:
-            raise RuntimeError("interrupted")
-
-
 def _resume_run(initial, x, y, callbacks, epochs=4, **fit):
     model = build_training_model()
     model.compile(optimizer=keras.optimizers.Adam(2e-2), loss=HypersphericalPullLoss())
@@ -493,7 +484,7 @@ def test_prototype_reassignment_resume_equals_uninterrupted(tmp_path, backup_fir
     straight = _resume_run(initial, x, y, callbacks())
     backup_dir = str(tmp_path / f"backup_{backup_first}")
     with pytest.raises(RuntimeError, match="interrupted"):
-        _resume_run(initial, x, y, callbacks(keras.callbacks.BackupAndRestore(backup_dir), _Interrupt(0)))
+        _resume_run(initial, x, y, callbacks(keras.callbacks.BackupAndRestore(backup_dir), Interrupt(0)))
     resumed = _resume_run(initial, x, y, callbacks(keras.callbacks.BackupAndRestore(backup_dir)))
     layer, other = straight.get_layer("protos"), resumed.get_layer("protos")
     assert reassigners[0].changes[0] > 0  # the interrupted epoch's re-assignment changed the map

@@ -1,0 +1,45 @@
+"""Shared pieces of the resume tests (issue 8, item 4): interrupt a fit after an epoch, resume it with
+``keras.callbacks.BackupAndRestore`` in a fresh model, compare with an uninterrupted run."""
+import keras
+import numpy as np
+import pytest
+
+
+class Interrupt(keras.callbacks.Callback):
+    """Raises at the end of epoch ``epoch`` (after the callbacks before it, BackupAndRestore included, ran)."""
+
+    def __init__(self, epoch):
+        super().__init__()
+        self.epoch = epoch
+
+    def on_epoch_end(self, epoch, logs=None):
+        if epoch == self.epoch:
+            raise RuntimeError("interrupted")
+
+
+def fit_uninterrupted(setup, epochs):
+    """``setup()`` returns a fresh ``(model, fit_kwargs, callbacks)``; returns them after ``epochs`` epochs."""
+    model, fit_kwargs, callbacks = setup()
+    model.fit(**fit_kwargs, epochs=epochs, callbacks=list(callbacks), verbose=0)
+    return model, callbacks
+
+
+def fit_interrupted_and_resumed(setup, epochs, interrupt_after, backup_dir):
+    """Fit until the end of epoch ``interrupt_after`` (which raises), then fit a fresh ``setup()`` (a new process
+    would build the same) with ``BackupAndRestore`` from the same directory; returns the resumed model, callbacks."""
+    model, fit_kwargs, callbacks = setup()
+    with pytest.raises(RuntimeError, match="interrupted"):
+        model.fit(**fit_kwargs, epochs=epochs, verbose=0,
+                  callbacks=list(callbacks) + [keras.callbacks.BackupAndRestore(str(backup_dir)),
+                                               Interrupt(interrupt_after)])
+    model, fit_kwargs, callbacks = setup()
+    model.fit(**fit_kwargs, epochs=epochs, verbose=0,
+              callbacks=list(callbacks) + [keras.callbacks.BackupAndRestore(str(backup_dir))])
+    return model, callbacks
+
+
+def assert_same_weights(a, b, atol=1e-6):
+    """All weights (layer states included) equal; the models are two builds of the same architecture."""
+    assert [w.path.split("/", 1)[-1] for w in a.weights] == [w.path.split("/", 1)[-1] for w in b.weights]
+    for wa, wb in zip(a.weights, b.weights):
+        np.testing.assert_allclose(np.asarray(wb), np.asarray(wa), rtol=0, atol=atol, err_msg=wa.path)
