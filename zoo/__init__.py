@@ -6,10 +6,16 @@ from zoo.backbones import BACKBONES, backbone, check_input_shape, small_convnet
 from zoo.classifiers import build_classifier
 from zoo.edms import ensemble_embedding_model, meta_class_partitions
 from zoo.loading import build, list_models, load, model_card, save_preset
-from zoo.models import image_classifier, pixel_preprocessing
+from zoo.models import (CLASSIFICATION_HEADS, hyperspherical_inference_model, hyperspherical_training_model,
+                        image_classifier, pixel_preprocessing)
 from zoo.resnet import cifar_resnet, resnet20, resnet32, resnet56
 from zoo.resnet12 import resnet12
+from zoo.tasks import (FEW_SHOT_HEADS, RETRIEVAL_POOLINGS, L2Normalization, PrototypeLogits, SplitEpisode,
+                       SupportClassMeans, embedding_model, few_shot_model, proxy_training_model)
 
 __all__ = ["list_models", "model_card", "build", "load", "save_preset", "image_classifier", "pixel_preprocessing",
+           "CLASSIFICATION_HEADS", "hyperspherical_training_model", "hyperspherical_inference_model",
+           "embedding_model", "proxy_training_model", "few_shot_model", "RETRIEVAL_POOLINGS", "FEW_SHOT_HEADS",
+           "L2Normalization", "SupportClassMeans", "PrototypeLogits", "SplitEpisode",
            "backbone", "BACKBONES", "check_input_shape", "cifar_resnet", "resnet20", "resnet32", "resnet56",
            "resnet12", "small_convnet", "build_classifier", "meta_class_partitions", "ensemble_embedding_model"]

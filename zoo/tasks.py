@@ -1,0 +1,240 @@
+"""Retrieval and few-shot models by name, taking raw 0-255 pixels (preprocessing inside the model).
+
+Retrieval (``RETRIEVAL_POOLINGS``): :func:`embedding_model` gives ``images -> preprocess -> backbone -> pooling
+("gap" or "gsp") -> Dense -> L2 normalization``, the served unit embeddings; pair losses (``ContrastiveLoss``,
+``TripletLoss``, ``MultiSimilarityLoss``) train it as is. :func:`proxy_training_model` adds ``ClassProxies``, whose
+similarities ``(B, num_classes, num_proxies)`` the proxy losses (``ProxyAnchorLoss``, ``ProxyNCAPlusPlusLoss``)
+take as ``y_pred``; it shares every layer with the embedding model.
+
+Few-shot (``FEW_SHOT_HEADS``): :func:`few_shot_model` gives ``[query_images, support_images, support_labels] ->
+logits (B, ways)`` for N-way K-shot episodes, trained by cross-entropy on the query labels and served as is.
+"""
+import keras
+import tensorflow as tf
+
+from ot_layers.layers.class_proxies import ClassProxies
+from ot_layers.layers.emd_head import SCALE as EMD_SCALE, EMDHead
+from ot_layers.layers.generalized_sum_pooling import GeneralizedSumPooling
+from ot_layers.tensor_ops import normalize_rows
+from ot_layers.validation import check_choice, check_positive, check_positive_int, check_rank, check_same_dim
+from zoo.models import _check_pixel_statistics, check_kwargs, image_input, pixel_preprocessing
+
+RETRIEVAL_POOLINGS = ("gap", "gsp")
+FEW_SHOT_HEADS = ("emd", "protonet")
+PROTONET_METRICS = ("euclidean", "cosine")
+
+
+def _float32(x):
+    return tf.cast(x, tf.float64 if x.dtype == tf.float64 else tf.float32)
+
+
+@keras.saving.register_keras_serializable(package="zoo")
+class L2Normalization(keras.layers.Layer):
+    """Rows divided by their L2 norm, computed in float32 (``ot_layers.tensor_ops.normalize_rows``): an all-zero
+    row stays zero with a finite gradient (also under ``mixed_float16``), NaN stays in its row."""
+
+    @property
+    def export_blocker(self):
+        """``None``: the layer exports (SavedModel, ONNX)."""
+        return None
+
+    def call(self, inputs):
+        return tf.cast(normalize_rows(_float32(inputs)), self.compute_dtype)
+
+    def compute_output_shape(self, input_shape):
+        return tuple(input_shape)
+
+
+@keras.saving.register_keras_serializable(package="zoo")
+class SplitEpisode(keras.layers.Layer):
+    """``[features, query_images] -> [features[:B], features[B:]]`` with ``B`` the number of query images: splits
+    the backbone output of the concatenated ``[query; support]`` batch (one batch, as episodic training runs it,
+    so BatchNorm's training statistics cover the whole episode)."""
+
+    @property
+    def export_blocker(self):
+        """``None``: the layer exports (SavedModel, ONNX)."""
+        return None
+
+    def call(self, inputs):
+        features, query = inputs
+        count = tf.shape(query)[0]
+        return features[:count], features[count:]
+
+    def compute_output_shape(self, input_shape):
+        shape = (None,) + tuple(input_shape[0][1:])
+        return shape, shape
+
+
+@keras.saving.register_keras_serializable(package="zoo")
+class SupportClassMeans(keras.layers.Layer):
+    """``[support (S, ...), support_labels (S,)] -> (ways, ...)``: the mean of each class's support samples
+    (feature maps or vectors), classes ``0..ways-1``. Labels outside that range are ignored; a class without
+    support samples gets zeros. Computed in float32 as a one-hot product (XLA-compilable, exportable)."""
+
+    def __init__(self, ways, **kwargs):
+        super().__init__(**kwargs)
+        self.ways = check_positive_int("ways", ways)
+
+    @property
+    def export_blocker(self):
+        """``None``: the layer exports (SavedModel, ONNX)."""
+        return None
+
+    def call(self, inputs):
+        support, labels = inputs
+        support = _float32(support)
+        one_hot = tf.one_hot(tf.reshape(tf.cast(labels, tf.int32), [-1]), self.ways, dtype=support.dtype)
+        flat = tf.reshape(support, [tf.shape(support)[0], -1])
+        counts = tf.reduce_sum(one_hot, axis=0)[:, None]
+        means = tf.matmul(one_hot, flat, transpose_a=True) / tf.maximum(counts, 1.0)
+        shape = tf.concat([[self.ways], tf.shape(support)[1:]], axis=0)
+        means = tf.reshape(means, shape)
+        means.set_shape((self.ways,) + tuple(support.shape[1:]))
+        return tf.cast(means, self.compute_dtype)
+
+    def compute_output_shape(self, input_shape):
+        return (self.ways,) + tuple(input_shape[0][1:])
+
+    def get_config(self):
+        config = super().get_config()
+        config.update(ways=self.ways)
+        return config
+
+
+@keras.saving.register_keras_serializable(package="zoo")
+class PrototypeLogits(keras.layers.Layer):
+    """ProtoNet's logits (Snell et al. 2017, Eq. 1-2): ``[query (B, D), prototypes (N, D)] -> (B, N)``.
+
+    ``metric="euclidean"``: ``-scale * ||q - c_k||^2`` (the paper's squared Euclidean distance); ``"cosine"``:
+    ``scale * cos(q, c_k)`` (the cosine variant used next to DeepEMD, whose ``scale`` is 12.5). Computed in
+    float32; an all-zero vector has cosine 0 with finite gradients.
+    """
+
+    def __init__(self, metric="euclidean", scale=1.0, **kwargs):
+        super().__init__(**kwargs)
+        self.metric = check_choice("metric", metric, PROTONET_METRICS)
+        self.scale = float(check_positive("scale", scale))
+
+    @property
+    def export_blocker(self):
+        """``None``: the layer exports (SavedModel, ONNX)."""
+        return None
+
+    def call(self, inputs):
+        query, prototypes = inputs
+        check_rank("query", query.shape, (2,))
+        check_rank("prototypes", prototypes.shape, (2,))
+        check_same_dim("query", query.shape[-1], "prototypes", prototypes.shape[-1])
+        query, prototypes = _float32(query), _float32(prototypes)
+        if self.metric == "cosine":
+            logits = tf.matmul(normalize_rows(query), normalize_rows(prototypes), transpose_b=True)
+        else:
+            logits = -tf.reduce_sum(tf.square(query[:, None, :] - prototypes[None, :, :]), axis=-1)
+        return tf.cast(self.scale * logits, self.compute_dtype)
+
+    def compute_output_shape(self, input_shape):
+        return (input_shape[0][0], input_shape[1][0])
+
+    def get_config(self):
+        config = super().get_config()
+        config.update(metric=self.metric, scale=self.scale)
+        return config
+
+
+def embedding_model(backbone, pooling="gap", embedding_dim=128, pixel_mean=0.5, pixel_std=0.25,
+                    pooling_kwargs=None, name=None, input_shape=None, backbone_kwargs=None):
+    """Retrieval embeddings: ``images (0-255) -> preprocess -> backbone -> pooling -> Dense(embedding_dim) ->
+    L2 normalization`` (layers ``preprocess``, the backbone, ``gap`` or ``gsp``, ``embedding``, ``l2_normalize``).
+
+    ``pooling``: ``"gap"`` (global average pooling) or ``"gsp"`` (``ot_layers.GeneralizedSumPooling``, thesis 003
+    Eq. 5.2.1, with ``pooling_kwargs``: ``num_prototypes`` 64, ``transport_ratio`` 0.3, ``epsilon`` 0.2 for pair
+    losses -- use 2.0 with proxy losses --, ...). ``callbacks.GSPPrototypeInit(layer_name="gsp")`` drives its
+    warm-up. ``embedding_dim``: the Dense width, or ``None`` for the pooled features themselves.
+    ``backbone``, ``input_shape``, ``backbone_kwargs``, ``pixel_mean``, ``pixel_std``: as in
+    :func:`zoo.image_classifier`. Output: unit vectors ``(B, embedding_dim)`` (cosine retrieval).
+    """
+    check_choice("pooling", pooling, RETRIEVAL_POOLINGS)
+    if embedding_dim is not None:
+        embedding_dim = check_positive_int("embedding_dim", embedding_dim)
+    pooling_kwargs = check_kwargs("pooling_kwargs", pooling_kwargs)
+    if pooling == "gap" and pooling_kwargs:
+        raise ValueError(f"`pooling_kwargs` apply to pooling='gsp' only, got {sorted(pooling_kwargs)} for 'gap'.")
+    _check_pixel_statistics(pixel_mean, pixel_std)
+    extractor, inputs = image_input(backbone, input_shape, backbone_kwargs)
+    features = extractor(pixel_preprocessing(pixel_mean, pixel_std)(inputs))
+    if pooling == "gsp":
+        pooling_kwargs.pop("return_attributes", None)
+        pooled = GeneralizedSumPooling(name="gsp", **pooling_kwargs)(features)
+    else:
+        pooled = keras.layers.GlobalAveragePooling2D(name="gap")(features)
+    if embedding_dim is not None:
+        pooled = keras.layers.Dense(embedding_dim, name="embedding")(pooled)
+    embeddings = L2Normalization(name="l2_normalize")(pooled)
+    return keras.Model(inputs, embeddings, name=name or f"{extractor.name}_{pooling}_embedding")
+
+
+def proxy_training_model(model, num_classes, num_proxies=1, initializer="random_normal", name=None):
+    """``model``'s embeddings followed by ``ClassProxies(num_classes, num_proxies)`` (layer ``proxies``): outputs
+    the cosine similarities ``(B, num_classes, num_proxies)`` that ``ProxyAnchorLoss`` and
+    ``ProxyNCAPlusPlusLoss`` take as ``y_pred``. Shares every layer and weight with ``model``, which stays the
+    served embedding model; from a loaded training model, ``keras.Model(train.inputs[0],
+    train.get_layer("proxies").input)`` is the embedding model again.
+
+    ``model``: an embedding model with one input and one output ``(B, D)`` (e.g. from :func:`embedding_model`).
+    """
+    if not isinstance(model, keras.Model) or len(model.inputs) != 1 or len(model.outputs) != 1 \
+            or len(model.outputs[0].shape) != 2:
+        raise ValueError("`model` must be a keras.Model with one input and one output of embeddings (B, D), got "
+                         f"{model!r}.")
+    num_classes = check_positive_int("num_classes", num_classes)
+    num_proxies = check_positive_int("num_proxies", num_proxies)
+    proxies = ClassProxies(num_classes, num_proxies=num_proxies, initializer=initializer, name="proxies")
+    return keras.Model(model.inputs[0], proxies(model.outputs[0]), name=name or f"{model.name}_proxies")
+
+
+def few_shot_model(backbone, head="emd", ways=5, pixel_mean=0.5, pixel_std=0.25, head_kwargs=None, name=None,
+                   input_shape=None, backbone_kwargs=None):
+    """An N-way K-shot episode classifier: ``[query_images (B, H, W, C), support_images (S, H, W, C),
+    support_labels (S,)] -> logits (B, ways)``, pixels in 0-255, labels in ``0..ways-1``, any number ``K >= 1`` of
+    support images per class (not necessarily equal or grouped).
+
+    Query and support images go through ``preprocess`` and the backbone as one batch (``episode_images``), then
+    are split (``split_episode``). Each class is represented by the mean of its support samples
+    (``class_means``, :class:`SupportClassMeans`):
+
+    - ``head="emd"``: the mean support *feature map* is the class's node set (for K = 1 the support map itself,
+      DeepEMD's 1-shot setting, paper 004 Sec. 3.3; for K > 1 the class-mean map, the structured FC's
+      initialization of Sec. 3.4 without its fine-tuning); ``ot_layers.EMDHead`` (layer ``emd_head``,
+      ``method="sinkhorn"`` -- exportable, XLA-compilable -- and ``scale=12.5`` unless ``head_kwargs`` say
+      otherwise) gives the logits.
+    - ``head="protonet"``: global average pooling (``gap``), the class means of the pooled support features as
+      prototypes and :class:`PrototypeLogits` (``protonet_head``; ``head_kwargs``: ``metric`` ``"euclidean"``
+      (default, Snell et al. 2017) or ``"cosine"``, ``scale``).
+
+    ``backbone``, ``input_shape``, ``backbone_kwargs``, ``pixel_mean``, ``pixel_std``: as in
+    :func:`zoo.image_classifier`. Train with ``SparseCategoricalCrossentropy(from_logits=True)`` on the query
+    labels, one episode per step (e.g. ``train_on_batch([q, s, sl], ql)`` or a custom loop): the inputs have
+    different batch sizes, so ``fit`` on arrays cannot slice them.
+    """
+    check_choice("head", head, FEW_SHOT_HEADS)
+    ways = check_positive_int("ways", ways)
+    head_kwargs = check_kwargs("head_kwargs", head_kwargs)
+    _check_pixel_statistics(pixel_mean, pixel_std)
+    extractor, images = image_input(backbone, input_shape, backbone_kwargs)
+    query = keras.Input(images.shape[1:], name="query_images")
+    support = keras.Input(images.shape[1:], name="support_images")
+    support_labels = keras.Input((), dtype="int32", name="support_labels")
+    images = keras.layers.Concatenate(axis=0, name="episode_images")([query, support])
+    features = extractor(pixel_preprocessing(pixel_mean, pixel_std)(images))
+    if head == "protonet":
+        features = keras.layers.GlobalAveragePooling2D(name="gap")(features)
+    query_features, support_features = SplitEpisode(name="split_episode")([features, query])
+    class_features = SupportClassMeans(ways, name="class_means")([support_features, support_labels])
+    if head == "emd":
+        head_kwargs.setdefault("method", "sinkhorn")
+        head_kwargs.setdefault("scale", EMD_SCALE)
+        logits = EMDHead(name="emd_head", **head_kwargs)([query_features, class_features])
+    else:
+        logits = PrototypeLogits(name="protonet_head", **head_kwargs)([query_features, class_features])
+    return keras.Model([query, support, support_labels], logits, name=name or f"{extractor.name}_{head}_{ways}way")
