@@ -43,3 +43,26 @@ def test_classification_preset_reproduces_its_card_then_fits(name):
     x_train, y_train = load_fashion_mnist("train", limit=512, normalize=False)
     history = model.fit(image_dataset(x_train, y_train, 128, training=True), epochs=1, verbose=0)
     assert history.history["accuracy"][-1] > 0.8  # a pretrained model, not a fresh one (chance is 0.1)
+
+
+@pytest.mark.slow
+def test_train_writes_a_card_that_evaluate_reproduces(tmp_path, capsys):
+    """`otzoo train` on a slice writes weights and a card (recipe overrides and the reproducing command recorded);
+    `evaluate_classification_preset` on those weights recomputes the card's accuracy."""
+    import json
+    import os
+
+    from training import cli
+    from training.recipes import evaluate_classification_preset
+
+    out = str(tmp_path / "run")
+    status = cli.main(["train", "resnet20_gap_fashion_mnist", "--epochs", "1", "--limit", "512", "--seed", "3",
+                       "--out", out])
+    assert status == 0, capsys.readouterr().err
+    with open(os.path.join(out, "metadata.json")) as handle:
+        card = json.load(handle)
+    assert card["recipe"]["seed"] == 3 and card["recipe"]["epochs"] == 1
+    assert card["command"] == "otzoo train resnet20_gap_fashion_mnist --epochs 1 --limit 512 --seed 3"
+    assert card["weights_sha256"] == sha256_of(os.path.join(out, WEIGHTS_FILE))
+    result = evaluate_classification_preset("resnet20_gap_fashion_mnist", weights=out)
+    assert abs(result["metrics"]["accuracy"] - card["metrics"]["accuracy"]) <= 1e-4

@@ -63,7 +63,7 @@ def train(args):
 
     out = args.out or os.path.join("otzoo_runs", args.preset)
     card = train_classification_preset(args.preset, out, epochs=args.epochs, batch_size=args.batch_size,
-                                       limit=args.limit, verbose=2)
+                                       limit=args.limit, seed=args.seed, verbose=2)
     print(f"{args.preset}: test {_headline(card['metrics'])} after {card['recipe']['epochs']} epoch(s), "
           f"{card['train_time_s']:.0f} s; weights and card in {out}")
     return 0
@@ -131,6 +131,7 @@ def main(argv=None):
     sub.add_argument("--epochs", type=positive_int, default=None, help="default: the recipe's")
     sub.add_argument("--batch-size", type=positive_int, default=None, help="default: the recipe's")
     sub.add_argument("--limit", type=positive_int, default=None, help="train on the first N training images")
+    sub.add_argument("--seed", type=int, default=None, help="default: the recipe's (initialization and data order)")
     sub.add_argument("--out", default=None, help="output directory (default otzoo_runs/PRESET)")
     sub.set_defaults(run=train)
 

@@ -37,8 +37,11 @@ def sgd_cosine(recipe, steps):
     return keras.optimizers.SGD(schedule, momentum=recipe["momentum"], nesterov=recipe["nesterov"])
 
 
-def train_classification_preset(name, out_dir, epochs=None, batch_size=None, limit=None, verbose=2):
-    """Train preset ``name`` by its recipe; returns the model card (also written to ``out_dir/metadata.json``)."""
+def train_classification_preset(name, out_dir, epochs=None, batch_size=None, limit=None, seed=None, verbose=2):
+    """Train preset ``name`` by its recipe; returns the model card (also written to ``out_dir/metadata.json``).
+
+    ``epochs``, ``batch_size``, ``seed``: override the recipe's (``seed`` sets the initialization and data order).
+    """
     from zoo.loading import build
 
     spec = PRESETS[name]
@@ -47,6 +50,8 @@ def train_classification_preset(name, out_dir, epochs=None, batch_size=None, lim
         recipe["epochs"] = epochs
     if batch_size is not None:
         recipe["batch_size"] = batch_size
+    if seed is not None:
+        recipe["seed"] = int(seed)
     os.makedirs(out_dir, exist_ok=True)
     keras.utils.set_random_seed(recipe["seed"])
     x_train, y_train = load_fashion_mnist("train", limit=limit, normalize=False)
@@ -73,7 +78,8 @@ def train_classification_preset(name, out_dir, epochs=None, batch_size=None, lim
                 description=spec["description"], recipe=recipe, metrics={"accuracy": round(float(accuracy), 4)},
                 parameters=int(model.count_params()), weights_sha256=sha256_of(weights),
                 train_time_s=round(train_time, 1), hardware=hardware_description(),
-                strategy=type(strategy).__name__, command=f"otzoo train {name}",
+                strategy=type(strategy).__name__, command=" ".join([f"otzoo train {name}"] + [f"--{flag} {value}" for flag, value in (
+                    ("epochs", epochs), ("batch-size", batch_size), ("limit", limit), ("seed", seed)) if value is not None]),
                 date=datetime.date.today().isoformat(),
                 note="train_time_s counts this process only (a resumed run restarts the clock)")
     with open(os.path.join(out_dir, "metadata.json"), "w") as handle:
@@ -101,5 +107,7 @@ if __name__ == "__main__":
     parser.add_argument("name", choices=sorted(PRESETS))
     parser.add_argument("--out", required=True)
     parser.add_argument("--epochs", type=int, default=None)
+    parser.add_argument("--seed", type=int, default=None)
     args = parser.parse_args()
-    print(json.dumps(train_classification_preset(args.name, args.out, epochs=args.epochs), indent=2))
+    print(json.dumps(train_classification_preset(args.name, args.out, epochs=args.epochs, seed=args.seed),
+                     indent=2))
