@@ -40,6 +40,7 @@ from ot_layers.layers.sinkhorn_match import pairwise_cost
 from ot_layers.solvers.emd import SINKHORN_EPSILON
 from ot_layers.solvers.prototypes import max_pairwise_cosine
 from ot_layers.tensor_ops import flatten_feature_map, normalize_rows
+from tests.gradient_checks import assert_directional_derivatives
 
 B, D, K = 3, 4, 3  # batch, feature dimension, classes
 MAP = (3, 3)  # spatial size of the feature maps
@@ -564,12 +565,8 @@ def test_cost_exponent(name, p):
         tape.watch(xt)
         loss = _functional(_as_list(call(xt)), weights)
     gradient = tape.gradient(loss, xt).numpy()
-    h = 1e-6
-    for _ in range(2):
-        direction = rng.normal(size=x.shape)
-        numeric = (float(_functional(_as_list(call(tf.constant(x + h * direction))), weights))
-                   - float(_functional(_as_list(call(tf.constant(x - h * direction))), weights))) / (2 * h)
-        np.testing.assert_allclose(np.sum(gradient * direction), numeric, rtol=1e-5, atol=1e-8)
+    assert_directional_derivatives(lambda z: _functional(_as_list(call(tf.constant(z))), weights), x, gradient, rng,
+                                   count=2, rtol=1e-5, atol=1e-8)
 
 
 # --- estimate_prototypes (sizes, no tensor input) --------------------------------------------------------------

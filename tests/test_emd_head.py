@@ -10,6 +10,7 @@ from ot_layers import EMDHead, StructuredFC
 from ot_layers.layers.emd_head import EXPORT_PARITY_RTOL, cosine_cost, cross_reference_weights
 from ot_layers.solvers import emd
 import keras_checks
+from tests.gradient_checks import assert_directional_derivatives
 
 LOSS = keras.losses.SparseCategoricalCrossentropy(from_logits=True)
 
@@ -94,11 +95,7 @@ def test_exact_head_gradient_matches_finite_differences():
         tape.watch(s)
         total = value(s)
     grad = tape.gradient(total, s).numpy()
-    h = 1e-6
-    for _ in range(4):
-        direction = rng.standard_normal(support.shape)
-        numeric = (float(value(support + h * direction)) - float(value(support - h * direction))) / (2 * h)
-        np.testing.assert_allclose(np.sum(grad * direction), numeric, rtol=1e-4, atol=1e-7)
+    assert_directional_derivatives(value, support, grad, rng, count=4, rtol=1e-4, atol=1e-7)
 
 
 @pytest.mark.parametrize("kwargs, match", [
