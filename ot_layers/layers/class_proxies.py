@@ -3,14 +3,10 @@ output the proxy losses read (thesis 003, ch. 3 and 5; SPEC S3, S4)."""
 import keras
 import tensorflow as tf
 
+from ot_layers.tensor_ops import normalize_rows
 from ot_layers.validation import check_choice, check_positive_int
 
 OUTPUTS = ("similarities", "packed")
-
-
-def _unit(x):
-    """Rows divided by their L2 norm (floored at 1e-12): an all-zero row stays zero with a zero gradient."""
-    return tf.math.l2_normalize(x, axis=-1, epsilon=1e-24)
 
 
 @keras.saving.register_keras_serializable(package="ot_layers")
@@ -64,7 +60,7 @@ class ClassProxies(keras.layers.Layer):
         x = tf.cast(inputs, self.variable_dtype)
         proxies = tf.convert_to_tensor(self.proxies)
         if self.output_mode == "similarities":
-            return tf.einsum("bd,kmd->bkm", _unit(x), _unit(proxies))
+            return tf.einsum("bd,kmd->bkm", normalize_rows(x), normalize_rows(proxies))
         width = max(int(x.shape[-1]), int(proxies.shape[-1]))
         x = tf.pad(x, [[0, 0], [0, width - int(x.shape[-1])]])[:, None, :]
         flat = tf.reshape(proxies, [self.num_classes * self.num_proxies, proxies.shape[-1]])
