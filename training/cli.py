@@ -1,14 +1,23 @@
-"""The ``otzoo`` command line: ``list``, ``train``, ``evaluate``, ``demo``.
+"""The ``otzoo`` command line: ``list``, ``train``, ``evaluate``, ``demo`` and the commands other packages add.
+
+A package adds a command with a module listed in ``EXTRA_COMMANDS`` that defines ``register(commands, parser_class)``
+(``commands``: the ``argparse`` sub-parsers; ``parser_class``: the parser class whose errors are one line) and sets
+``run`` on its sub-parser to a function of the parsed arguments.
 
 Bad input (an unknown preset, a non-positive count, an empty data slice, a missing file) ends with a one-line
 error naming the option and exit status 2, never a traceback.
 """
 import argparse
+import importlib
 import os
 import sys
 import time
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+
+
+# Modules that add a sub-command each (see the module docstring).
+EXTRA_COMMANDS = ()
 
 
 class CommandError(Exception):
@@ -150,6 +159,9 @@ def main(argv=None):
     sub.add_argument("--seed", type=int, default=0)
     sub.add_argument("--out", default="otzoo_demo", help="where the SavedModel is written")
     sub.set_defaults(run=demo)
+
+    for module in EXTRA_COMMANDS:
+        importlib.import_module(module).register(commands, _Parser)
 
     args = parser.parse_args(argv)
     try:
