@@ -4,7 +4,8 @@ Class-balanced batches (5 classes x 12), short epochs of 25 steps, one validatio
 held-out training images of classes 0-4). Variants (same data, seed, steps; all keep the best-validation weights):
 ``proxy_anchor`` (no re-initialization), ``ccp_random`` (re-init by random sampling, pool = P),
 ``ccp_kcenter`` (greedy k-center from a pool of ``--pool`` per class, proximal penalty lambda = 2e-4 in the loss),
-``ccp_kcenter_no_prox`` (same, lambda = 0). Writes experiments/results/ccp_fashion_mnist.json.
+``ccp_kcenter_no_prox`` (same, lambda = 0). The network is ``zoo.embedding_model`` (``zero_shot_setup``) with
+``zoo.proxy_training_model``'s ``ClassProxies``. Writes experiments/results/ccp_fashion_mnist.json.
 
     PYTHONPATH=. python experiments/ccp_fashion_mnist.py
 """
@@ -15,7 +16,7 @@ import time
 
 import keras
 
-from ot_layers import ClassProxies
+import zoo
 from ot_layers.callbacks import CCPReinitialization
 from ot_layers.losses import ProxyAnchorLoss
 from training.evaluation import retrieval_metrics
@@ -27,9 +28,7 @@ def run(variant, data, args):
     (x, y), (x_val, y_val), (x_test, y_test) = data
     seed_everything(args.seed)
     embed = embedding_network(args.dim, width=args.width)
-    images = keras.Input((28, 28, 1))
-    proxies = ClassProxies(5, num_proxies=args.proxies, name="proxies")
-    model = keras.Model(images, proxies(embed(images)))
+    model = zoo.proxy_training_model(embed, 5, num_proxies=args.proxies)
     model.compile(keras.optimizers.Adam(args.lr), ProxyAnchorLoss())
     plateau = dict(patience=args.patience, min_delta=args.min_delta)
     settings = {"proxy_anchor": dict(patience=10 ** 6, pool_size=args.proxies, proximal=0.0),

@@ -4,7 +4,10 @@ Methods: ``dynamic`` (Hungarian re-assignment each epoch, as in the paper), ``dy
 ``--batch-frequency`` batches), ``fixed`` (identity assignment throughout), ``softmax`` (Dense(K) + cross-entropy).
 
 Same backbone (zoo.small_convnet + global average pooling + Dense(d)), same data subset, seed and budget for the
-three heads; dynamic and fixed use the same prototypes (estimate_prototypes(10, d)). Writes
+three heads; dynamic and fixed use the same prototypes (estimate_prototypes(10, d)). The prototype methods train
+the zoo's DL2PA pair, ``zoo.image_classifier("small_convnet", "hyperspherical")`` and
+``zoo.hyperspherical_training_model``; the softmax baseline puts ``Dense(K)`` on that classifier's ``embedding``
+layer. ``zoo_inputs.RAW_PIXELS`` keeps the images unnormalized, as the published runs had them. Writes
 experiments/results/dl2pa_fashion_mnist.json.
 
     PYTHONPATH=. python experiments/dl2pa_fashion_mnist.py --dims 3 8 --seeds 0 1 --epochs 6 --train 20000
@@ -17,33 +20,29 @@ import time
 import keras
 import numpy as np
 
-from ot_layers import HypersphericalPrototypes
+import zoo
 from ot_layers.callbacks import PrototypeReassignment
 from ot_layers.losses import HypersphericalPullLoss
 from training.data import load_fashion_mnist
-from zoo import small_convnet
+from zoo_inputs import small_convnet_options
 
 NUM_CLASSES = 10
 
 
 def build(method, dim, width):
-    backbone = small_convnet((28, 28, 1), width=width, feature_dim=2 * width)
-    for layer in backbone.layers:  # a short budget: let BatchNorm's moving statistics catch up
-        if isinstance(layer, keras.layers.BatchNormalization):
-            layer.momentum = 0.9
-    images = keras.Input((28, 28, 1), name="images")
-    features = keras.layers.Dense(dim, name="feature")(keras.layers.GlobalAveragePooling2D()(backbone(images)))
+    """``(train_model, predictor)``: the DL2PA classifier (BatchNorm momentum 0.9 for the short budget) and its
+    training model (inputs ``[images, labels]``), or for ``"softmax"`` one model with ``Dense(K)`` logits."""
+    classifier = zoo.image_classifier("small_convnet", "hyperspherical", NUM_CLASSES, head_kwargs={"dim": dim},
+                                      **small_convnet_options(width))
     if method == "softmax":
-        logits = keras.layers.Dense(NUM_CLASSES, name="classifier")(features)
-        model = keras.Model(images, logits)
+        logits = keras.layers.Dense(NUM_CLASSES, name="classifier")(classifier.get_layer("embedding").output)
+        model = keras.Model(classifier.inputs[0], logits)
         model.compile(keras.optimizers.Adam(1e-3),
                       keras.losses.SparseCategoricalCrossentropy(from_logits=True))
         return model, model
-    labels = keras.Input((), dtype="int32", name="labels")
-    head = HypersphericalPrototypes(NUM_CLASSES, dim, name="prototypes")
-    train_model = keras.Model([images, labels], head(features, labels=labels))
+    train_model = zoo.hyperspherical_training_model(classifier)
     train_model.compile(keras.optimizers.Adam(1e-3), HypersphericalPullLoss())
-    return train_model, keras.Model(images, head(features))
+    return train_model, classifier
 
 
 def run(method, dim, seed, epochs, x, y, x_test, y_test, width, batch_size, batch_frequency):

@@ -3,8 +3,9 @@ the contextual vs intrinsic loss and the hard proxies; single learner vs ensembl
 
 Each variant trains ``--learners`` embedding networks, learner ``e`` on its own random partition of the 5
 training classes into ``--meta-classes`` meta-classes, with ManifoldProxies + ManifoldProxyLoss and the
-HardProxyUpdate callback. Reported: MAP@R / R@1 / NMI on the test classes for learner 0 alone and for the
-concatenated ensemble. Writes experiments/results/edms_fashion_mnist.json.
+HardProxyUpdate callback; a learner is ``zoo.embedding_model`` (``zero_shot_setup.embedding_network``).
+Reported: MAP@R / R@1 / NMI on the test classes for learner 0 alone and for the concatenated ensemble. Writes
+experiments/results/edms_fashion_mnist.json.
 
     PYTHONPATH=. python experiments/edms_fashion_mnist.py
 """

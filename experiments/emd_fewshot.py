@@ -11,8 +11,20 @@ scored on the same episodes; mean accuracy +- 95 % CI.
              weights (EMD-meta-trained backbone), and on --sfc-episodes episodes the structured FC fine-tuned by SGD
              vs nearest neighbour (best EMD over the shots) vs merge.
 
-Pre-trained and meta-trained weights are cached in --cache (re-used by the second run). Writes
-experiments/results/emd_fewshot_{K}shot.json. Run: ``PYTHONPATH=. python experiments/emd_fewshot.py --shots 1``.
+The models are the zoo's: pre-training ``zoo.image_classifier(backbone, "gap_fc")``, meta-training
+``zoo.few_shot_model(backbone, "emd" | "protonet")`` (heads ``EMDHead(method="sinkhorn", scale=12.5)`` and
+``PrototypeLogits(metric="cosine", scale=12.5)`` on the class means ``SupportClassMeans``) by
+``training.episodes.meta_train`` (Adam 5e-4, one episode a step, not XLA-compiled), all on unnormalized images
+(``zoo_inputs.RAW_PIXELS``, as before). Two differences from the loop that produced docs/results_emd.md (so a re-run
+does not repeat its numbers digit for digit; the method is the same): meta-training episode ``i`` is
+``EpisodeSampler(...).episode(i)`` (the earlier loop drew one random stream, ``sample()``: other episodes, same
+distribution), and query and support images go through the backbone as one batch in the order [query; support]
+(before: [support; query]; BatchNorm's batch statistics cover the same images).
+
+Pre-trained and meta-trained weights are cached in --cache (re-used by the second run); meta-training is
+checkpointed there too (``{emd,proto}_meta_checkpoints``: an interrupted run resumes; delete --cache to retrain with
+other arguments). Writes experiments/results/emd_fewshot_{K}shot.json.
+Run: ``PYTHONPATH=. python experiments/emd_fewshot.py --shots 1``.
 """
 import argparse
 import json
@@ -23,14 +35,17 @@ import keras
 import numpy as np
 import tensorflow as tf
 
+import zoo
 from ot_layers import EMDHead
 from training.data import load_fashion_mnist, select_classes
-from training.episodes import EpisodeSampler, evaluate_episodes
+from training.episodes import evaluate_episodes, meta_train
 from training.structured_fc import class_mean_nodes, fine_tune_nodes
 from zoo import small_convnet
+from zoo_inputs import RAW_PIXELS
 
 BASE, NOVEL = [0, 1, 2, 3, 4], [5, 6, 7, 8, 9]
 WAYS, QUERIES, SCALE = 5, 15, 12.5
+HEAD_KWARGS = {"emd": {"method": "sinkhorn", "scale": SCALE}, "protonet": {"metric": "cosine", "scale": SCALE}}
 
 
 def build_backbone():
@@ -38,47 +53,32 @@ def build_backbone():
 
 
 def pretrain(x, y, epochs, seed):
+    """``zoo.image_classifier(backbone, "gap_fc")`` trained on the base classes; returns the backbone."""
     keras.utils.set_random_seed(seed)
     backbone = build_backbone()
-    inputs = keras.Input((28, 28, 1))
-    logits = keras.layers.Dense(len(BASE))(keras.layers.GlobalAveragePooling2D()(backbone(inputs)))
-    model = keras.Model(inputs, logits)
+    model = zoo.image_classifier(backbone, "gap_fc", len(BASE), **RAW_PIXELS)
     model.compile(keras.optimizers.Adam(1e-3), keras.losses.SparseCategoricalCrossentropy(from_logits=True),
                   metrics=["accuracy"])
     history = model.fit(x, y, batch_size=128, epochs=epochs, verbose=2)
     return backbone, {k: [float(v) for v in vals] for k, vals in history.history.items()}
 
 
-def protonet_logits(support_maps, support_label, query_maps, ways):
-    """Cosine between GAP query features and the class means of GAP support features, times the scale."""
-    support = tf.reduce_mean(support_maps, axis=[1, 2])
-    prototypes = tf.stack([tf.reduce_mean(tf.boolean_mask(support, tf.equal(support_label, k)), 0)
-                           for k in range(ways)])
-    query = tf.reduce_mean(query_maps, axis=[1, 2])
-    return SCALE * tf.matmul(tf.math.l2_normalize(query, -1), tf.math.l2_normalize(prototypes, -1),
-                                   transpose_b=True)
+def few_shot_model(backbone, head):
+    """``zoo.few_shot_model`` with ``head`` ("emd" or "protonet") on ``backbone`` (shared weights)."""
+    return zoo.few_shot_model(backbone, head, WAYS, head_kwargs=HEAD_KWARGS[head], **RAW_PIXELS)
 
 
-def meta_train(backbone, x, y, head, episodes, seed, learning_rate=5e-4):
-    """5-way 1-shot episodic training of ``backbone`` with ``head(support_maps, support_label, query_maps)``."""
-    optimizer = keras.optimizers.Adam(learning_rate)
-    sampler = EpisodeSampler(y, WAYS, 1, QUERIES, seed)
+def protonet_fn():
+    """ProtoNet's logits on feature maps, ``fn(support_maps, support_label, query_maps)``: the zoo's "protonet"
+    head (the class means of the GAP support features, ``PrototypeLogits``: cosine x 12.5)."""
+    means = zoo.SupportClassMeans(WAYS)
+    logits = zoo.PrototypeLogits(**HEAD_KWARGS["protonet"])
 
     @tf.function
-    def step(support_images, support_label, query_images, query_label):
-        with tf.GradientTape() as tape:
-            maps = backbone(tf.concat([support_images, query_images], 0), training=True)
-            logits = head(maps[:WAYS], support_label, maps[WAYS:])
-            loss = tf.reduce_mean(tf.nn.sparse_softmax_cross_entropy_with_logits(query_label, logits))
-        grads = tape.gradient(loss, backbone.trainable_variables)
-        optimizer.apply_gradients(zip(grads, backbone.trainable_variables))
-        return loss
-
-    losses = []
-    for _ in range(episodes):
-        s, sl, q, ql = sampler.sample()
-        losses.append(float(step(x[s], tf.constant(sl, tf.int32), x[q], tf.constant(ql, tf.int32))))
-    return [float(np.mean(losses[i:i + 25])) for i in range(0, len(losses), 25)]
+    def classify(support_maps, support_label, query_maps):
+        support, query = tf.reduce_mean(support_maps, axis=[1, 2]), tf.reduce_mean(query_maps, axis=[1, 2])
+        return logits([query, means([support, support_label])])
+    return lambda s, sl, q: classify(s, tf.constant(sl, tf.int32), q)
 
 
 def emd_head_fn(method="sinkhorn", node_weights="cross_reference"):
@@ -94,7 +94,7 @@ def classifiers_1shot():
     sinkhorn_xref = tf.function(emd_head_fn("sinkhorn"), jit_compile=True)
     sinkhorn_uniform = tf.function(emd_head_fn("sinkhorn", "uniform"), jit_compile=True)
     return {
-        "protonet": lambda s, sl, q: protonet_logits(s, sl, q, WAYS),
+        "protonet": protonet_fn(),
         "emd_sinkhorn_cross_reference": lambda s, sl, q: sinkhorn_xref(s, sl, q),
         "emd_sinkhorn_uniform": lambda s, sl, q: sinkhorn_uniform(s, sl, q),
     }
@@ -137,7 +137,7 @@ def classifiers_5shot():
     uniform = EMDHead(scale=SCALE, method="sinkhorn", node_weights="uniform")
     merge_xref, merge_uniform = merge(xref), merge(uniform)
     return {
-        "protonet": lambda s, sl, q: protonet_logits(s, sl, q, WAYS),
+        "protonet": protonet_fn(),
         "emd_sinkhorn_merge_cross_reference": lambda s, sl, q: merge_xref(s, tf.constant(sl, tf.int32), q),
         "emd_sinkhorn_merge_uniform": lambda s, sl, q: merge_uniform(s, tf.constant(sl, tf.int32), q),
     }
@@ -155,6 +155,8 @@ def main():
     parser.add_argument("--meta-episodes", type=int, default=200)
     parser.add_argument("--cache", default="/tmp/otzoo_emd_fewshot")
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--out", default=None,
+                        help="the JSON report (default experiments/results/emd_fewshot_{K}shot.json)")
     args = parser.parse_args()
     start = time.time()
     os.makedirs(args.cache, exist_ok=True)
@@ -179,13 +181,15 @@ def main():
         pretrained, history = pretrain(x_base, y_base, args.epochs, args.seed)
         pretrained.save_weights(paths["pretrained"])
         log["pretrain_history"] = history
-        emd_head = emd_head_fn("sinkhorn")
-        for name, head in (("emd_meta", emd_head),
-                           ("proto_meta", lambda s, sl, q: protonet_logits(s, sl, q, WAYS))):
+        for name, head in (("emd_meta", "emd"), ("proto_meta", "protonet")):
             backbone = build_backbone()
             backbone.load_weights(paths["pretrained"])
-            log[f"{name}_loss_every_25_episodes"] = meta_train(backbone, x_base, y_base, head, args.meta_episodes,
-                                                               args.seed)
+            history = meta_train(few_shot_model(backbone, head), x_base, y_base, args.meta_episodes,
+                                 keras.optimizers.Adam(5e-4), WAYS, 1, QUERIES, seed=args.seed,
+                                 checkpoint_dir=os.path.join(args.cache, f"{name}_checkpoints"), jit_compile=False,
+                                 log_every=25, verbose=0)
+            log[f"{name}_loss_every_25_episodes"] = history["loss"]
+            log[f"{name}_query_accuracy_every_25_episodes"] = history["accuracy"]
             backbone.save_weights(paths[name])
             print(name, log[f"{name}_loss_every_25_episodes"], flush=True)
         backbones = {"pretrained": pretrained}
@@ -198,7 +202,7 @@ def main():
     for name, backbone in backbones.items():
         maps = features(backbone, x_novel)
         t0 = time.time()
-        classifiers = {"protonet": lambda s, sl, q: protonet_logits(s, sl, q, WAYS)}
+        classifiers = {"protonet": protonet_fn()}
         if args.shots == 1 and name != "proto_meta":
             classifiers = classifiers_1shot()
         elif args.shots == 5 and name == "emd_meta":  # the EMD heads on their own backbone only (CPU budget)
@@ -225,7 +229,8 @@ def main():
             print("sfc", json.dumps(results["emd_meta_sfc_comparison"]), f"{time.time() - t0:.0f}s", flush=True)
     log["results"] = results
     log["seconds"] = time.time() - start
-    out = os.path.join(os.path.dirname(os.path.abspath(__file__)), "results", f"emd_fewshot_{args.shots}shot.json")
+    out = args.out or os.path.join(os.path.dirname(os.path.abspath(__file__)), "results",
+                                   f"emd_fewshot_{args.shots}shot.json")
     with open(out, "w") as handle:
         json.dump(log, handle, indent=2)
     print("wrote", out, f"total {log['seconds']:.0f}s")

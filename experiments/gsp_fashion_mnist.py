@@ -11,7 +11,9 @@ same class-balanced batches, seed and number of steps; only the pooling differs:
   one GAP warm-up epoch then greedy k-center prototypes (``GSPPrototypeInit``);
 - ``gsp_zs``: ``gsp`` plus the zero-shot loss, ``0.9 L_DML + 0.1 L_ZS`` (Eq. 5.2.5).
 
-Embeddings are L2-normalized (cosine retrieval). Reports MAP@R, P@1, R@k and NMI per run and their mean.
+Embeddings are L2-normalized (cosine retrieval). Reports MAP@R, P@1, R@k and NMI per run and their mean. The
+``gap`` and ``gsp`` networks are ``zoo.embedding_model`` (pooling ``"gap"``/``"gsp"``, ``embedding_dim=None``, on the
+local-embedding backbone, unnormalized images: ``zoo_inputs.RAW_PIXELS``) + ``ClassProxies``.
 
     python experiments/gsp_fashion_mnist.py [--seeds 0 1 --variants gap gsp gsp_zs --epochs 4]
 """
@@ -34,25 +36,41 @@ from ot_layers.losses import ZERO_SHOT_WEIGHT, ProxyNCAPlusPlusLoss, ZeroShotPre
 from training.data import load_fashion_mnist, select_classes  # noqa: E402
 from training.evaluation import retrieval_metrics  # noqa: E402
 from training.samplers import ClassBalancedBatches  # noqa: E402
+from zoo_inputs import RAW_PIXELS  # noqa: E402
 
 TRAIN_CLASSES, TEST_CLASSES = tuple(range(5)), tuple(range(5, 10))
 EMBEDDING_DIM = 128
+GSP = dict(num_prototypes=64, transport_ratio=0.3, epsilon=2.0, max_iter=100)
+
+
+def local_embedding_backbone():
+    """small_convnet + the 1x1 convolution to 128-d local embeddings: the feature map every variant pools."""
+    backbone = zoo.small_convnet((28, 28, 1), width=32, feature_dim=64)
+    local = keras.layers.Conv2D(EMBEDDING_DIM, 1, name="local_embedding")(backbone.output)
+    return keras.Model(backbone.input, local, name="local_embedding_backbone")
 
 
 def build(variant, num_classes):
-    backbone = zoo.small_convnet((28, 28, 1), width=32, feature_dim=64)
-    local = keras.layers.Conv2D(EMBEDDING_DIM, 1, name="local_embedding")(backbone.output)
-    proxies = ClassProxies(num_classes, name="proxies")  # outputs the similarities ProxyNCA++ reads
-    if variant == "gap":
-        pooled = keras.layers.GlobalAveragePooling2D(name="gap")(local)
-        return keras.Model(backbone.input, proxies(pooled)), keras.Model(backbone.input, pooled), False
-    pooled, z = GeneralizedSumPooling(num_prototypes=64, transport_ratio=0.3, epsilon=2.0, max_iter=100,
-                                      return_attributes=True, name="gsp")(local)
-    embedding_model = keras.Model(backbone.input, pooled)
-    if variant == "gsp":
-        return keras.Model(backbone.input, proxies(pooled)), embedding_model, False
+    """``(training model, embedding model, zero_shot)``: ``zoo.embedding_model`` on the local embeddings (the
+    pooling's output itself, no Dense after it) followed by ``ClassProxies`` (layer ``proxies``, as
+    ``zoo.proxy_training_model`` adds them; their similarities are what ProxyNCA++ reads); for ``gsp_zs`` also the
+    class embeddings of GSP's pseudo-attributes.
+
+    The proxies are created before the pooling layer: Keras draws an initializer's seed when the layer is created,
+    so this order keeps the initial weights of the published runs."""
+    backbone = local_embedding_backbone()
+    proxies = ClassProxies(num_classes, name="proxies")
+    if variant != "gsp_zs":
+        pooling_kwargs = GSP if variant == "gsp" else None
+        embedding_model = zoo.embedding_model(backbone, variant, None, pooling_kwargs=pooling_kwargs, **RAW_PIXELS)
+        return keras.Model(embedding_model.input, proxies(embedding_model.output)), embedding_model, False
+    # zoo.embedding_model keeps only the pooled vectors: the zero-shot variant, which also needs the
+    # pseudo-attributes, calls the same layers itself (no L2 normalization: the proxies and the cosine retrieval
+    # normalize anyway)
+    pooled, z = GeneralizedSumPooling(**GSP, return_attributes=True, name="gsp")(backbone.output)
     class_embeddings = ClassProxies(num_classes, dim=64, output="packed", name="class_embeddings")
-    return keras.Model(backbone.input, [proxies(pooled), class_embeddings(z)]), embedding_model, True
+    return (keras.Model(backbone.input, [proxies(pooled), class_embeddings(z)]), keras.Model(backbone.input, pooled),
+            True)
 
 
 def run(variant, seed, data, args):

@@ -111,7 +111,8 @@ def gradient_study(preset, images, batch):
 def training_study(thresholds, epochs, train_limit, seeds):
     from training.classification import compile_classifier, fit_and_evaluate
     from training.data import load_fashion_mnist
-    from zoo import build_classifier
+    import zoo
+    from zoo_inputs import small_convnet_options
 
     train = load_fashion_mnist("train", limit=train_limit)
     test = load_fashion_mnist("test")
@@ -119,7 +120,9 @@ def training_study(thresholds, epochs, train_limit, seeds):
     for seed in seeds:
         for threshold in thresholds:
             keras.utils.set_random_seed(seed)
-            model = compile_classifier(build_classifier("mpw", num_classes=10, threshold=threshold))
+            model = compile_classifier(zoo.image_classifier("small_convnet", "mpw", 10,
+                                                            head_kwargs={"threshold": threshold},
+                                                            **small_convnet_options(32, feature_dim=64)))
             start = time.time()
             accuracy, history = fit_and_evaluate(model, train, test, epochs=epochs, seed=seed, verbose=0)
             runs.append(dict(threshold=threshold, seed=seed, test_accuracy=accuracy,

@@ -1,7 +1,9 @@
 """Does the Multi-Proxy Wasserstein head learn? MPW vs global average pooling + Dense on Fashion-MNIST.
 
 Same backbone (small_convnet), seed, data order, optimizer (Adam 1e-3), batch size and number of epochs for both
-heads; test accuracy on the full 10k test set. Writes experiments/results/mpw_vs_gap.json.
+heads; test accuracy on the full 10k test set. The models are ``zoo.image_classifier`` (heads ``gap_fc`` and
+``mpw``, small_convnet with BatchNorm momentum 0.9, unnormalized images: ``zoo_inputs.RAW_PIXELS``). Writes
+experiments/results/mpw_vs_gap.json.
 
     python experiments/mpw_vs_gap.py --epochs 3 --train 20000 --seeds 0 1
 """
@@ -13,9 +15,12 @@ import time
 import keras
 import numpy as np
 
+import zoo
 from training.classification import compile_classifier, fit_and_evaluate
 from training.data import load_fashion_mnist
-from zoo import build_classifier
+from zoo_inputs import small_convnet_options
+
+ZOO_HEADS = {"gap": "gap_fc", "mpw": "mpw"}  # this experiment's head names -> zoo.image_classifier's
 
 
 def main():
@@ -33,7 +38,8 @@ def main():
     for seed in args.seeds:
         for head in ("gap", "mpw"):
             keras.utils.set_random_seed(seed)
-            model = compile_classifier(build_classifier(head, num_classes=10, width=args.width))
+            model = compile_classifier(zoo.image_classifier("small_convnet", ZOO_HEADS[head], 10,
+                                                            **small_convnet_options(args.width, feature_dim=64)))
             start = time.time()
             accuracy, history = fit_and_evaluate(model, train, test, epochs=args.epochs, seed=seed, verbose=2)
             runs.append({"head": head, "seed": seed, "test_accuracy": accuracy, "train_loss": history["loss"],

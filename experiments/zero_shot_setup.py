@@ -1,9 +1,10 @@
 """Shared set-up of the Fashion-MNIST zero-shot retrieval experiments (train on classes 0-4, test on 5-9)."""
 import keras
 
+import zoo
 from training.data import load_fashion_mnist, select_classes
 from training.evaluation import retrieval_metrics
-from zoo import small_convnet
+from zoo_inputs import small_convnet_options
 
 TRAIN_CLASSES, TEST_CLASSES = (0, 1, 2, 3, 4), (5, 6, 7, 8, 9)
 
@@ -20,14 +21,13 @@ def zero_shot_data(train_limit, val_size=0):
 
 
 def embedding_network(dim, width=16, name="embedding"):
-    """small_convnet + global average pooling + Dense(dim); BatchNorm momentum 0.9 for short runs."""
-    backbone = small_convnet((28, 28, 1), width=width, feature_dim=2 * width)
-    for layer in backbone.layers:
-        if isinstance(layer, keras.layers.BatchNormalization):
-            layer.momentum = 0.9
-    images = keras.Input((28, 28, 1), name="images")
-    pooled = keras.layers.GlobalAveragePooling2D()(backbone(images))
-    return keras.Model(images, keras.layers.Dense(dim, name="embedding_dense")(pooled), name=name)
+    """``zoo.embedding_model``: small_convnet (BatchNorm momentum 0.9 for short runs) + global average pooling +
+    Dense(dim) + L2 normalization, on unnormalized images (``zoo_inputs.RAW_PIXELS``).
+
+    The published runs' network had no final L2 normalization; every consumer here normalizes its input anyway
+    (``ClassProxies``, ``ManifoldProxies``, ``HardProxyUpdate``, ``CCPReinitialization``, the ensemble, cosine
+    retrieval), so the normalization changes no result beyond float rounding."""
+    return zoo.embedding_model("small_convnet", "gap", dim, name=name, **small_convnet_options(width))
 
 
 def retrieval(model, images, labels):

@@ -24,6 +24,11 @@ def test_help_lists_every_command():
     (["train", "resnet20_gap_fashion_mnist", "--limit", "-3"], "argument --limit: must be an integer >= 1"),
     (["evaluate", "resnet20_gap_fashion_mnist", "--weights", "/nonexistent/w.weights.h5"], "no weights file"),
     (["demo", "--limit", "zero"], "argument --limit: must be an integer >= 1"),
+    (["train", "resnet20_gap_fashion_mnist", "--episodes", "3"], "--episodes apply to few-shot presets only"),
+    (["train", "resnet20_emd_fewshot_fashion_mnist", "--pretrained", "/nonexistent", "--out", "/tmp/otzoo-x"],
+     "`pretrained`: no pre-trained backbone"),
+    (["train", "resnet20_gsp_retrieval_fashion_mnist", "--limit", "100", "--out", "/tmp/otzoo-x"],
+     "training images of the seen classes, fewer than one batch"),
 ])
 def test_bad_input_is_one_line_and_exit_2(args, option, capsys):
     with pytest.raises(SystemExit) as exit_info:

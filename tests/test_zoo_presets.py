@@ -66,3 +66,58 @@ def test_train_writes_a_card_that_evaluate_reproduces(tmp_path, capsys):
     assert card["weights_sha256"] == sha256_of(os.path.join(out, WEIGHTS_FILE))
     result = evaluate_classification_preset("resnet20_gap_fashion_mnist", weights=out)
     assert abs(result["metrics"]["accuracy"] - card["metrics"]["accuracy"]) <= 1e-4
+
+
+def _presets_of(task):
+    return [n for n in PRESETS if zoo.model_card(n)["task"] == task]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", _presets_of("retrieval"))
+def test_retrieval_preset_reproduces_its_card_then_fits(name):
+    """MAP@R and P@1 on the unseen classes' 5,000 test images within 0.3 points of the card; then one short
+    proxy-loss fit from the pretrained weights, whose first batches already separate the seen classes."""
+    import keras
+
+    from ot_layers.losses import ProxyNCAPlusPlusLoss
+    from training.data import fashion_mnist_split
+    from training.pipelines import image_dataset
+    from training.retrieval_recipe import evaluate_retrieval_preset
+
+    result = evaluate_retrieval_preset(name)
+    card = zoo.model_card(name)["metrics"]
+    for key in ("map_at_r", "precision_at_1"):
+        assert abs(result["metrics"][key] - card[key]) <= 0.003, key
+    model = zoo.load(name)
+    train = zoo.proxy_training_model(model, num_classes=5)
+    train.compile(optimizer=keras.optimizers.SGD(0.01, momentum=0.9), loss=ProxyNCAPlusPlusLoss(temperature=0.1))
+    x, y = fashion_mnist_split("retrieval", "train", limit=1024, normalize=False, relabel=True)
+    history = train.fit(image_dataset(x, y, 128, training=True), epochs=1, verbose=0)
+    assert np.isfinite(history.history["loss"][-1])
+    embeddings = model.predict(image_dataset(x, y, 256), verbose=0)
+    same = (y[:, None] == y[None, :]) & ~np.eye(len(y), dtype=bool)
+    cosines = embeddings @ embeddings.T
+    assert cosines[same].mean() > cosines[y[:, None] != y[None, :]].mean() + 0.2  # a trained embedding, not random
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", _presets_of("few_shot"))
+def test_few_shot_preset_reproduces_its_card_then_fits(name):
+    """Each setting's mean over the card's episodes (fixed episode seed) within the card's 95 % interval; then
+    ``model.fit`` on a few base-class episodes, whose query accuracy is well above chance (a pretrained model)."""
+    import keras
+
+    from training.data import fashion_mnist_split
+    from training.episodes import episode_dataset
+    from training.few_shot_recipe import evaluate_few_shot_preset
+
+    result = evaluate_few_shot_preset(name)
+    card = zoo.model_card(name)["metrics"]
+    for setting, value in result["metrics"].items():
+        assert abs(value["mean"] - card[setting]["mean"]) <= card[setting]["ci95"], setting
+    model = zoo.load(name)
+    model.compile(optimizer=keras.optimizers.SGD(0.001, momentum=0.9),
+                  loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True), metrics=["accuracy"])
+    x, y = fashion_mnist_split("few_shot", "base", limit=2000, normalize=False, relabel=True)
+    history = model.fit(episode_dataset(x, y, 8, seed=11), epochs=1, verbose=0)
+    assert history.history["accuracy"][-1] > 0.5  # chance is 0.2

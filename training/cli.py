@@ -17,7 +17,7 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
 
 # Modules that add a sub-command each (see the module docstring).
-EXTRA_COMMANDS = ()
+EXTRA_COMMANDS = ("explain.command", "export.command", "training.tune_command")
 
 
 class CommandError(Exception):
@@ -47,11 +47,17 @@ def _preset_name(text):
     return text
 
 
-def _headline(metrics):
+def _format_metric(value):
+    if isinstance(value, dict) and "mean" in value:  # a few-shot mean with its 95 % interval
+        return f"{value['mean']:.4f} +- {value['ci95']:.4f}"
+    return f"{value:.4f}" if isinstance(value, float) else str(value)
+
+
+def _headline(metrics, keys=2):
+    """The first ``keys`` metrics of a card, one line."""
     if not metrics:
         return "not trained yet"
-    return ", ".join(f"{key} {value:.4f}" if isinstance(value, float) else f"{key} {value}"
-                     for key, value in metrics.items())
+    return ", ".join(f"{key} {_format_metric(value)}" for key, value in list(metrics.items())[:keys])
 
 
 def list_presets(args):
@@ -68,25 +74,34 @@ def list_presets(args):
 
 def train(args):
     """Train a preset by its recipe; writes model.weights.h5, metadata.json and log.csv into --out."""
-    from training.recipes import train_classification_preset
+    from training.recipes import train_preset
+    from zoo.registry import PRESETS
 
+    few_shot_only = {"episodes": args.episodes, "pretrained": args.pretrained}
+    if PRESETS[args.preset]["task"] != "few_shot":
+        given = [f"--{key}" for key, value in few_shot_only.items() if value is not None]
+        if given:
+            raise CommandError(f"{', '.join(given)} apply to few-shot presets only; {args.preset} is a "
+                               f"{PRESETS[args.preset]['task']} preset.")
+        few_shot_only = {}
     out = args.out or os.path.join("otzoo_runs", args.preset)
-    card = train_classification_preset(args.preset, out, epochs=args.epochs, batch_size=args.batch_size,
-                                       limit=args.limit, seed=args.seed, verbose=2)
-    print(f"{args.preset}: test {_headline(card['metrics'])} after {card['recipe']['epochs']} epoch(s), "
-          f"{card['train_time_s']:.0f} s; weights and card in {out}")
+    card = train_preset(args.preset, out, epochs=args.epochs, batch_size=args.batch_size, limit=args.limit,
+                        seed=args.seed, verbose=2, **few_shot_only)
+    print(f"{args.preset}: {_headline(card['metrics'])}; {card['train_time_s']:.0f} s of training; weights and card "
+          f"in {out}")
     return 0
 
 
 def evaluate(args):
-    """Recompute a preset's card metrics on the real test split and compare them with the card."""
-    from training.recipes import evaluate_classification_preset
+    """Recompute a preset's card metrics on the real test split (the unseen or novel classes' test images for
+    retrieval and few-shot presets) and compare them with the card."""
+    from training.recipes import evaluate_preset
 
-    result = evaluate_classification_preset(args.preset, weights=args.weights, limit=args.limit)
+    result = evaluate_preset(args.preset, weights=args.weights, limit=args.limit)
     card = result["card_metrics"] or {}
     for key, value in result["metrics"].items():
-        stated = f" (card: {card[key]:.4f})" if key in card else ""
-        print(f"{args.preset}: {key} {value:.4f}{stated} on {result['examples']:,} test images")
+        stated = f" (card: {_format_metric(card[key])})" if key in card else ""
+        print(f"{args.preset}: {key} {_format_metric(value)}{stated} on {result['examples']:,} test images")
     return 0
 
 
@@ -137,10 +152,17 @@ def main(argv=None):
 
     sub = commands.add_parser("train", help="train a preset by its recipe", description=train.__doc__)
     sub.add_argument("preset", type=_preset_name)
-    sub.add_argument("--epochs", type=positive_int, default=None, help="default: the recipe's")
+    sub.add_argument("--epochs", type=positive_int, default=None,
+                     help="default: the recipe's (few-shot presets: the pre-training epochs)")
     sub.add_argument("--batch-size", type=positive_int, default=None, help="default: the recipe's")
-    sub.add_argument("--limit", type=positive_int, default=None, help="train on the first N training images")
+    sub.add_argument("--limit", type=positive_int, default=None,
+                     help="read only the first N training images (before a class split)")
     sub.add_argument("--seed", type=int, default=None, help="default: the recipe's (initialization and data order)")
+    sub.add_argument("--episodes", type=positive_int, default=None,
+                     help="few-shot presets: meta-training episodes (default: the recipe's)")
+    sub.add_argument("--pretrained", default=None,
+                     help="few-shot presets: start from the pre-trained backbone of another run of the same recipe "
+                          "(its output directory) instead of pre-training")
     sub.add_argument("--out", default=None, help="output directory (default otzoo_runs/PRESET)")
     sub.set_defaults(run=train)
 

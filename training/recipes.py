@@ -1,7 +1,9 @@
-"""The recipes that train the zoo's presets (``otzoo train PRESET``): data, optimizer, schedule, checkpoints, card.
+"""The recipes that train the zoo's presets (``otzoo train PRESET``) and recompute their cards (``otzoo evaluate``).
 
-A run writes into ``out_dir``: ``backup/`` (``keras.callbacks.BackupAndRestore``, so a killed run resumes at its
-last finished epoch), ``log.csv`` (per-epoch metrics), and at the end ``model.weights.h5`` and ``metadata.json``.
+:func:`train_preset` and :func:`evaluate_preset` dispatch on the preset's task: classification here, retrieval in
+:mod:`training.retrieval_recipe`, few-shot in :mod:`training.few_shot_recipe`. A run writes into ``out_dir``:
+``backup/`` (``keras.callbacks.BackupAndRestore``, so a killed run resumes at its last finished epoch), ``log.csv``
+(per-epoch metrics), and at the end ``model.weights.h5`` and ``metadata.json`` (the model card).
 """
 import datetime
 import json
@@ -15,7 +17,7 @@ import tensorflow as tf
 
 from training.data import load_fashion_mnist
 from training.pipelines import image_dataset
-from zoo.loading import sha256_of
+from zoo.loading import CARD_FILE, WEIGHTS_FILE, sha256_of
 from zoo.registry import PRESETS
 
 
@@ -32,59 +34,102 @@ def default_strategy():
     return tf.distribute.get_strategy()
 
 
-def sgd_cosine(recipe, steps):
-    schedule = keras.optimizers.schedules.CosineDecay(recipe["learning_rate"], decay_steps=steps)
+def sgd_cosine(recipe, steps, learning_rate=None):
+    """SGD (momentum, Nesterov as the recipe says) with a cosine decay of ``learning_rate`` (default the
+    recipe's) to 0 over ``steps``."""
+    schedule = keras.optimizers.schedules.CosineDecay(learning_rate or recipe["learning_rate"], decay_steps=steps)
     return keras.optimizers.SGD(schedule, momentum=recipe["momentum"], nesterov=recipe["nesterov"])
 
 
-def train_classification_preset(name, out_dir, epochs=None, batch_size=None, limit=None, seed=None, verbose=2):
-    """Train preset ``name`` by its recipe; returns the model card (also written to ``out_dir/metadata.json``).
+def preset_recipe(name, **overrides):
+    """The recipe of preset ``name`` with the non-``None`` ``overrides`` applied."""
+    recipe = dict(PRESETS[name]["recipe"])
+    recipe.update({key: value for key, value in overrides.items() if value is not None})
+    return recipe
 
-    ``epochs``, ``batch_size``, ``seed``: override the recipe's (``seed`` sets the initialization and data order).
+
+def standard_callbacks(out_dir):
+    """Epoch checkpoints that a killed run resumes from, and the per-epoch log."""
+    return [keras.callbacks.BackupAndRestore(os.path.join(out_dir, "backup")),
+            keras.callbacks.CSVLogger(os.path.join(out_dir, "log.csv"), append=True)]
+
+
+def reproducing_command(name, **options):
+    """``otzoo train NAME`` with the options that were given (``None`` ones left out)."""
+    return " ".join([f"otzoo train {name}"] + [f"--{flag.replace('_', '-')} {value}"
+                                               for flag, value in options.items() if value is not None])
+
+
+def write_preset(model, name, out_dir, recipe, metrics, train_time, strategy, command, **extra):
+    """Save ``model``'s weights and the model card into ``out_dir``; returns the card."""
+    spec = PRESETS[name]
+    weights = os.path.join(out_dir, WEIGHTS_FILE)
+    model.save_weights(weights)
+    card = dict(name=name, task=spec["task"], dataset=spec["dataset"], split=spec["split"],
+                description=spec["description"], recipe=recipe, metrics=metrics,
+                parameters=int(model.count_params()), weights_sha256=sha256_of(weights),
+                train_time_s=round(train_time, 1), hardware=hardware_description(),
+                strategy=type(strategy).__name__, command=command, date=datetime.date.today().isoformat(),
+                note="train_time_s counts this process only (a resumed run restarts the clock)")
+    for key in ("train_classes", "eval_classes"):
+        if key in spec:
+            card[key] = list(spec[key])
+    card.update(extra)
+    with open(os.path.join(out_dir, CARD_FILE), "w") as handle:
+        json.dump(card, handle, indent=2)
+    return card
+
+
+def _classification_training(name, model, recipe):
+    """The model ``fit`` trains, its loss, the callbacks of the head, and how to feed it ``(x, y)`` batches."""
+    if PRESETS[name]["head"] != "hyperspherical":
+        return model, keras.losses.SparseCategoricalCrossentropy(from_logits=True), [], lambda x, y: (x, y)
+    from ot_layers.callbacks import PrototypeReassignment
+    from ot_layers.losses import HypersphericalPullLoss
+    from zoo.models import hyperspherical_training_model
+
+    # Put the re-assignment before BackupAndRestore so an epoch's backup holds that epoch's assignment.
+    return (hyperspherical_training_model(model), HypersphericalPullLoss(),
+            [PrototypeReassignment(layer_name="hyperspherical_head")], lambda x, y: ((x, y), y))
+
+
+def train_classification_preset(name, out_dir, epochs=None, batch_size=None, limit=None, seed=None, verbose=2):
+    """Train classification preset ``name`` by its recipe; returns the model card (also written to
+    ``out_dir/metadata.json``).
+
+    ``epochs``, ``batch_size``, ``seed``: override the recipe's (``seed`` sets the initialization and data order);
+    ``limit``: train on the first ``limit`` training images.
     """
     from zoo.loading import build
 
-    spec = PRESETS[name]
-    recipe = dict(spec["recipe"])
-    if epochs is not None:
-        recipe["epochs"] = epochs
-    if batch_size is not None:
-        recipe["batch_size"] = batch_size
-    if seed is not None:
-        recipe["seed"] = int(seed)
+    recipe = preset_recipe(name, epochs=epochs, batch_size=batch_size, seed=seed)
     os.makedirs(out_dir, exist_ok=True)
     keras.utils.set_random_seed(recipe["seed"])
     x_train, y_train = load_fashion_mnist("train", limit=limit, normalize=False)
     x_test, y_test = load_fashion_mnist("test", normalize=False)
-    train = image_dataset(x_train, y_train, recipe["batch_size"], training=True, pad=recipe["pad"],
-                          seed=recipe["seed"])
-    test = image_dataset(x_test, y_test, 256)
     steps = len(x_train) // recipe["batch_size"]
     strategy = default_strategy()
     with strategy.scope():
         model = build(name, l2=recipe["l2"])
-        model.compile(optimizer=sgd_cosine(recipe, steps * recipe["epochs"]),
-                      loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True), metrics=["accuracy"],
-                      jit_compile=recipe["jit_compile"])
-    callbacks = [keras.callbacks.BackupAndRestore(os.path.join(out_dir, "backup")),
-                 keras.callbacks.CSVLogger(os.path.join(out_dir, "log.csv"), append=True)]
+        trained, loss, head_callbacks, feed = _classification_training(name, model, recipe)
+        trained.compile(optimizer=sgd_cosine(recipe, steps * recipe["epochs"]), loss=loss, metrics=["accuracy"],
+                        jit_compile=recipe["jit_compile"])
+    train = image_dataset(x_train, y_train, recipe["batch_size"], training=True, pad=recipe["pad"],
+                          seed=recipe["seed"]).map(feed)
+    test = image_dataset(x_test, y_test, 256).map(feed)
     start = time.time()
-    model.fit(train, epochs=recipe["epochs"], validation_data=test, callbacks=callbacks, verbose=verbose)
+    trained.fit(train, epochs=recipe["epochs"], validation_data=test, callbacks=head_callbacks
+                + standard_callbacks(out_dir), verbose=verbose)
     train_time = time.time() - start
-    _, accuracy = model.evaluate(test, verbose=0)
-    weights = os.path.join(out_dir, "model.weights.h5")
-    model.save_weights(weights)
-    card = dict(name=name, task=spec["task"], dataset=spec["dataset"], split=spec["split"],
-                description=spec["description"], recipe=recipe, metrics={"accuracy": round(float(accuracy), 4)},
-                parameters=int(model.count_params()), weights_sha256=sha256_of(weights),
-                train_time_s=round(train_time, 1), hardware=hardware_description(),
-                strategy=type(strategy).__name__, command=" ".join([f"otzoo train {name}"] + [f"--{flag} {value}" for flag, value in (
-                    ("epochs", epochs), ("batch-size", batch_size), ("limit", limit), ("seed", seed)) if value is not None]),
-                date=datetime.date.today().isoformat(),
-                note="train_time_s counts this process only (a resumed run restarts the clock)")
-    with open(os.path.join(out_dir, "metadata.json"), "w") as handle:
-        json.dump(card, handle, indent=2)
-    return card
+    accuracy = classification_accuracy(model, x_test, y_test)
+    return write_preset(model, name, out_dir, recipe, {"accuracy": round(accuracy, 4)}, train_time, strategy,
+                        reproducing_command(name, epochs=epochs, batch_size=batch_size, limit=limit, seed=seed))
+
+
+def classification_accuracy(model, images, labels, batch_size=256):
+    """The share of ``images`` (raw pixels) whose largest logit is at their label."""
+    logits = model.predict(image_dataset(images, labels, batch_size), verbose=0)
+    return float(np.mean(np.argmax(logits, axis=-1) == labels))
 
 
 def evaluate_classification_preset(name, weights=None, limit=None, batch_size=256):
@@ -94,20 +139,31 @@ def evaluate_classification_preset(name, weights=None, limit=None, batch_size=25
 
     model = load(name, weights=weights)
     x_test, y_test = load_fashion_mnist("test", limit=limit, normalize=False)
-    logits = model.predict(image_dataset(x_test, y_test, batch_size), verbose=0)
-    accuracy = float(np.mean(np.argmax(logits, axis=-1) == y_test))
-    return dict(metrics={"accuracy": accuracy}, card_metrics=model_card(name).get("metrics"),
-                examples=len(y_test))
+    return dict(metrics={"accuracy": classification_accuracy(model, x_test, y_test, batch_size)},
+                card_metrics=model_card(name).get("metrics"), examples=len(y_test))
 
 
-if __name__ == "__main__":
-    import argparse
+def train_preset(name, out_dir, **options):
+    """Train preset ``name`` by its task's recipe (``options``: the overrides ``otzoo train`` offers, see each
+    task's trainer); returns the card."""
+    task = PRESETS[name]["task"]
+    if task == "retrieval":
+        from training.retrieval_recipe import train_retrieval_preset as trainer
+    elif task == "few_shot":
+        from training.few_shot_recipe import train_few_shot_preset as trainer
+    else:
+        options.pop("pretrained", None)
+        trainer = train_classification_preset
+    return trainer(name, out_dir, **options)
 
-    parser = argparse.ArgumentParser(description="Train a zoo preset by its recipe.")
-    parser.add_argument("name", choices=sorted(PRESETS))
-    parser.add_argument("--out", required=True)
-    parser.add_argument("--epochs", type=int, default=None)
-    parser.add_argument("--seed", type=int, default=None)
-    args = parser.parse_args()
-    print(json.dumps(train_classification_preset(args.name, args.out, epochs=args.epochs, seed=args.seed),
-                     indent=2))
+
+def evaluate_preset(name, weights=None, limit=None):
+    """Recompute preset ``name``'s card metrics (``{"metrics", "card_metrics", "examples"}``)."""
+    task = PRESETS[name]["task"]
+    if task == "retrieval":
+        from training.retrieval_recipe import evaluate_retrieval_preset as evaluator
+    elif task == "few_shot":
+        from training.few_shot_recipe import evaluate_few_shot_preset as evaluator
+    else:
+        evaluator = evaluate_classification_preset
+    return evaluator(name, weights=weights, limit=limit)

@@ -10,16 +10,19 @@ import os
 
 import keras
 
+from zoo.backbones import backbone as resolve_backbone
 from zoo.models import image_classifier
 from zoo.registry import PRESETS
 from zoo.resnet import cifar_resnet
+from zoo.tasks import embedding_model, few_shot_model
 
 PRESETS_DIR = os.path.join(os.path.dirname(__file__), "presets")
 WEIGHTS_FILE = "model.weights.h5"
 CARD_FILE = "metadata.json"
 CONFIG_FILE = "config.json"
 TASKS = ("classification", "retrieval", "few_shot")
-_ARCHITECTURE_KEYS = ("backbone", "head", "num_classes", "input_shape", "pixel_mean", "pixel_std")
+_ARCHITECTURE_KEYS = ("backbone", "head", "num_classes", "input_shape", "pixel_mean", "pixel_std", "pooling",
+                      "embedding_dim", "ways")
 
 
 def sha256_of(path):
@@ -64,27 +67,44 @@ def model_card(name):
                 command=f"otzoo train {name}")
 
 
-def build(name, l2=0.0, **overrides):
-    """The untrained architecture of preset ``name``.
+def _backbone(spec, l2):
+    """The preset's feature extractor, named ``backbone``; ``l2`` applies to the CIFAR-style ResNets."""
+    name = spec["backbone"]
+    input_shape = tuple(spec["input_shape"])
+    if name in ("resnet20", "resnet32", "resnet56"):
+        return cifar_resnet(int(name[len("resnet"):]), input_shape, l2=l2, name="backbone")
+    if l2:
+        raise ValueError(f"`l2` applies to the CIFAR-style ResNet backbones only, not to {name!r}.")
+    return resolve_backbone(name, input_shape)
 
-    ``overrides`` change the architecture (``num_classes``, ``input_shape``, ``head``, ``backbone``,
-    ``pixel_mean``, ``pixel_std``) or, for any other key, the head layer's arguments (e.g. ``epsilon=0.05``).
-    ``l2``: an L2 penalty on the backbone's convolution kernels (the recipes' weight decay).
+
+def build(name, l2=0.0, **overrides):
+    """The untrained architecture of preset ``name`` (a classifier, an embedding model or a few-shot model, by the
+    preset's task; see :mod:`zoo.models` and :mod:`zoo.tasks`).
+
+    ``overrides`` change the architecture (``num_classes``, ``input_shape``, ``head``, ``backbone``, ``pooling``,
+    ``embedding_dim``, ``ways``, ``pixel_mean``, ``pixel_std``) or, for any other key, the head layer's arguments
+    (the pooling layer's for retrieval presets; e.g. ``epsilon=0.05``). ``backbone`` may be any name in
+    ``zoo.BACKBONES``. ``l2``: an L2 penalty on the ResNet backbone's convolution kernels (the recipes' weight decay).
     """
     spec = dict(_spec(name))
-    head_kwargs = dict(spec["head_kwargs"])
+    layer_kwargs = dict(spec.get("pooling_kwargs" if spec["task"] == "retrieval" else "head_kwargs", {}))
     for key, value in overrides.items():
         if key in _ARCHITECTURE_KEYS:
             spec[key] = value
         else:
-            head_kwargs[key] = value
-    backbone_name = spec["backbone"]
-    if not backbone_name.startswith("resnet"):
-        raise ValueError(f"`backbone` must be a CIFAR-style ResNet name such as 'resnet20', got {backbone_name!r}.")
-    depth = int(backbone_name[len("resnet"):])
-    backbone = cifar_resnet(depth, tuple(spec["input_shape"]), l2=l2, name="backbone")
-    return image_classifier(backbone, spec["head"], spec["num_classes"], spec["pixel_mean"], spec["pixel_std"],
-                            head_kwargs=head_kwargs, name=name)
+            layer_kwargs[key] = value
+    if spec["task"] == "retrieval" and spec["pooling"] != "gsp":
+        layer_kwargs = None
+    backbone = _backbone(spec, l2)
+    statistics = dict(pixel_mean=spec["pixel_mean"], pixel_std=spec["pixel_std"])
+    if spec["task"] == "classification":
+        return image_classifier(backbone, spec["head"], spec["num_classes"], head_kwargs=layer_kwargs, name=name,
+                                **statistics)
+    if spec["task"] == "retrieval":
+        return embedding_model(backbone, spec["pooling"], spec["embedding_dim"], pooling_kwargs=layer_kwargs,
+                               name=name, **statistics)
+    return few_shot_model(backbone, spec["head"], spec["ways"], head_kwargs=layer_kwargs, name=name, **statistics)
 
 
 def _check_hash(path, expected):

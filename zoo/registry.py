@@ -25,3 +25,63 @@ PRESETS = {
                     "epsilon 0.1) on the 7x7x64 feature map, on Fashion-MNIST.",
     ),
 }
+
+# DL2PA (paper 001): the classification recipe (6 epochs instead of 10: this machine's budget), the hyperspherical
+# pull loss and per-epoch Hungarian re-assignment.
+HYPERSPHERICAL_RECIPE = dict(RESNET20_CLASSIFICATION_RECIPE, epochs=6, loss="hyperspherical_pull",
+                             callbacks=["PrototypeReassignment"])
+
+# Retrieval (thesis 003, ch. 5): train on classes 0-4 of the training split, evaluate on the test images of 5-9.
+# Both poolings share the recipe: ProxyNCA++ (temperature 0.1) on ClassProxies, the same optimizer, budget and data.
+RETRIEVAL_RECIPE = dict(epochs=4, batch_size=128, optimizer="sgd", learning_rate=0.1, momentum=0.9, nesterov=True,
+                        schedule="cosine", l2=5e-4, augment="pad_crop_flip", pad=2, seed=0, jit_compile=True,
+                        loss="proxy_nca_plus_plus", temperature=0.1, num_proxies=1)
+
+# Few-shot (DeepEMD, paper 004): pre-train backbone + GAP + Dense on the base classes (the classification recipe on
+# the base images), then meta-train on 5-way 1-shot base episodes (15 queries per class) with the preset's head.
+FEW_SHOT_RECIPE = dict(pretrain_epochs=4, batch_size=128, optimizer="sgd", learning_rate=0.1, momentum=0.9,
+                       nesterov=True, schedule="cosine", l2=5e-4, augment="pad_crop_flip", pad=2, seed=0,
+                       jit_compile=True, meta_episodes=400, meta_optimizer="sgd", meta_learning_rate=0.005,
+                       meta_momentum=0.9, ways=5, shots=1, queries=15, eval_shots=[1, 5], eval_episodes=1000,
+                       eval_queries=15, eval_seed=0)
+
+RETRIEVAL_SPLIT = dict(split="train images of classes 0-4 (30,000) / test images of classes 5-9 (5,000)",
+                       train_classes=[0, 1, 2, 3, 4], eval_classes=[5, 6, 7, 8, 9])
+FEW_SHOT_SPLIT = dict(split="base: train images of classes 0-4 (30,000) / novel: test images of classes 5-9 (5,000)",
+                      train_classes=[0, 1, 2, 3, 4], eval_classes=[5, 6, 7, 8, 9])
+
+PRESETS.update({
+    "resnet20_hyperspherical_fashion_mnist": dict(
+        task="classification", backbone="resnet20", head="hyperspherical", head_kwargs=dict(dim=8),
+        **FASHION_MNIST, split="train (60,000) / test (10,000)", recipe=HYPERSPHERICAL_RECIPE,
+        description="CIFAR-style ResNet-20 + GAP + Dense(8) + DL2PA hyperspherical prototypes (10 classes on the "
+                    "unit sphere of dimension 8 < K - 1, Hungarian re-assignment every epoch) on Fashion-MNIST.",
+    ),
+    "resnet20_gap_retrieval_fashion_mnist": dict(
+        task="retrieval", backbone="resnet20", pooling="gap", pooling_kwargs={}, embedding_dim=128,
+        **FASHION_MNIST, **RETRIEVAL_SPLIT, recipe=RETRIEVAL_RECIPE,
+        description="CIFAR-style ResNet-20 + global average pooling + Dense(128), unit embeddings, ProxyNCA++; "
+                    "trained on Fashion-MNIST classes 0-4, retrieval on the unseen classes 5-9.",
+    ),
+    "resnet20_gsp_retrieval_fashion_mnist": dict(
+        task="retrieval", backbone="resnet20", pooling="gsp",
+        pooling_kwargs=dict(num_prototypes=64, transport_ratio=0.3, epsilon=2.0, max_iter=100), embedding_dim=128,
+        **FASHION_MNIST, **RETRIEVAL_SPLIT, recipe=dict(RETRIEVAL_RECIPE, callbacks=["GSPPrototypeInit"]),
+        description="CIFAR-style ResNet-20 + generalized sum pooling (64 prototypes, transport ratio 0.3, epsilon "
+                    "2.0) + Dense(128), unit embeddings, ProxyNCA++; trained on Fashion-MNIST classes 0-4, "
+                    "retrieval on the unseen classes 5-9.",
+    ),
+    "resnet20_emd_fewshot_fashion_mnist": dict(
+        task="few_shot", backbone="resnet20", head="emd", head_kwargs=dict(method="sinkhorn"), ways=5,
+        **FASHION_MNIST, **FEW_SHOT_SPLIT, recipe=FEW_SHOT_RECIPE,
+        description="CIFAR-style ResNet-20 + DeepEMD head (entropic EMD between 7x7 feature maps, cross-reference "
+                    "weights, scale 12.5); pre-trained on Fashion-MNIST base classes 0-4, meta-trained on 5-way "
+                    "1-shot episodes, evaluated on 5-way 1- and 5-shot episodes of the novel classes 5-9.",
+    ),
+    "resnet20_protonet_fewshot_fashion_mnist": dict(
+        task="few_shot", backbone="resnet20", head="protonet", head_kwargs=dict(metric="cosine", scale=12.5), ways=5,
+        **FASHION_MNIST, **FEW_SHOT_SPLIT, recipe=FEW_SHOT_RECIPE,
+        description="The EMD preset's ProtoNet baseline: the same backbone, pre-training, meta-training budget and "
+                    "episodes, with cosine-to-class-mean logits on globally average-pooled features (scale 12.5).",
+    ),
+})

@@ -238,3 +238,26 @@ def few_shot_model(backbone, head="emd", ways=5, pixel_mean=0.5, pixel_std=0.25,
     else:
         logits = PrototypeLogits(name="protonet_head", **head_kwargs)([query_features, class_features])
     return keras.Model([query, support, support_labels], logits, name=name or f"{extractor.name}_{head}_{ways}way")
+
+
+def few_shot_parts(model):
+    """``(embed, classify)`` of a few-shot model from :func:`few_shot_model`: ``embed(images)`` runs preprocessing
+    and the backbone (and, for ProtoNet, global average pooling) in inference mode; ``classify(query_features,
+    support_features, support_labels)`` runs the class means and the head. ``classify(embed(q), embed(s), sl)``
+    equals ``model([q, s, sl])``: evaluation embeds a test set once and classifies many episodes from it."""
+    names = {layer.name for layer in model.layers}
+    if not {"preprocess", "split_episode", "class_means"} <= names or len(model.inputs) != 3:
+        raise ValueError(f"`model` must be a few-shot model from zoo.few_shot_model, got {model.name!r}.")
+    preprocess, means = model.get_layer("preprocess"), model.get_layer("class_means")
+    extractor = next(layer for layer in model.layers if isinstance(layer, keras.Model))
+    pooling = model.get_layer("gap") if "gap" in names else None
+    head = model.get_layer("emd_head" if "emd_head" in names else "protonet_head")
+
+    def embed(images):
+        features = extractor(preprocess(images), training=False)
+        return pooling(features) if pooling is not None else features
+
+    def classify(query_features, support_features, support_labels):
+        return head([query_features, means([support_features, support_labels])], training=False)
+
+    return embed, classify

@@ -1,0 +1,202 @@
+"""The ``otzoo explain`` sub-command: the pictures that fit a preset, for image files or Fashion-MNIST test images.
+
+Registered through ``training.cli.EXTRA_COMMANDS``. The work is :func:`explain.report.explain_model`; this module
+turns the command line into its inputs (images fitted to the model's input, labels, a retrieval gallery, a
+few-shot episode per query, the preset's training log) and prints what was written.
+"""
+import argparse
+import os
+import re
+
+from explain.report import KINDS
+
+DESCRIPTION = """\
+Draw what the layers of a preset do on images and write the pictures as PNG files into --out, printing each path.
+The pictures that fit the preset are drawn (or only those named by --kinds):
+
+  mpw         MultiProxyWasserstein transport plans (cells x proxies) over the image, for the predicted and the
+              true class (or the runner-up when the label is unknown): one PNG per image
+  gsp         GeneralizedSumPooling weights over each image (retrieval presets with GSP pooling): one PNG
+  emd         EMD flows and cross-reference node weights between each query and the support image of its class
+              and of the best other class, in a 1-shot episode drawn from the Fashion-MNIST test split (from the
+              preset's evaluation classes when the query is one of them; few-shot presets): two PNGs per image
+  prototypes  the hyperspherical prototypes' cosine matrix and class fit (hyperspherical presets): one PNG
+  retrieval   each image and its --top-k nearest neighbours among the first --gallery-size Fashion-MNIST test
+              images (of the preset's evaluation classes when it has some; embedding presets: their embeddings;
+              classifiers: the pooled backbone features), framed green when of the query's class, red
+              otherwise: one PNG
+  curves      the training curves of the preset's train_log.csv: one PNG
+
+Images are PNG/JPEG files (converted to the model's input size and channels; Fashion-MNIST items are light on a
+black background) or Fashion-MNIST test images by index (their labels are then known). With neither,
+--test-index 0 is used."""
+
+
+def _non_negative_int(text):
+    try:
+        value = int(text)
+    except ValueError:
+        value = -1
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"must be an integer >= 0, got {text!r}")
+    return value
+
+
+def register(commands, parser_class):
+    """Add ``explain`` to the ``otzoo`` sub-commands (see ``training.cli``)."""
+    from training.cli import _preset_name, positive_int
+
+    sub = commands.add_parser("explain", help="draw what a preset's layers do on images (PNG files)",
+                              description=DESCRIPTION, formatter_class=argparse.RawDescriptionHelpFormatter)
+    sub.add_argument("preset", type=_preset_name, metavar="PRESET", help="a preset name (see `otzoo list`)")
+    sub.add_argument("images", nargs="*", metavar="IMAGE", help="image files (PNG, JPEG) to explain")
+    sub.add_argument("--test-index", type=_non_negative_int, nargs="+", action="extend", default=[], metavar="N",
+                     help="Fashion-MNIST test images to explain, by index (0-9999); repeatable")
+    sub.add_argument("--out", required=True, help="folder the PNG files are written into (created if needed)")
+    sub.add_argument("--kinds", nargs="+", choices=KINDS, default=None, metavar="KIND",
+                     help=f"draw only these kinds ({', '.join(KINDS)}); default: every kind that fits the preset")
+    sub.add_argument("--weights", default=None,
+                     help="a weights file or preset directory instead of the packaged weights")
+    sub.add_argument("--top-k", type=positive_int, default=5, help="neighbours in the retrieval panel (default 5)")
+    sub.add_argument("--gallery-size", type=positive_int, default=1000,
+                     help="the retrieval gallery: the first N Fashion-MNIST test images (of the preset's "
+                          "evaluation classes, if any; default 1000)")
+    sub.add_argument("--seed", type=int, default=0, help="chooses the few-shot episode's support images (default 0)")
+    sub.add_argument("--dpi", type=positive_int, default=100, help="resolution of the PNG files (default 100)")
+    sub.set_defaults(run=run)
+    return sub
+
+
+def _stem(path):
+    return re.sub(r"[^A-Za-z0-9_.-]", "_", os.path.splitext(os.path.basename(path))[0]) or "image"
+
+
+def _inputs(args, input_shape, x_test, y_test):
+    """Images, labels, file-name stems and test indices (-1 for files) of the command line."""
+    from explain.images import load_image_file, prepare_images
+
+    images, labels, names, indices = [], [], [], []
+    for path in args.images:
+        images.append(load_image_file(path, input_shape))
+        labels.append(None)
+        names.append(_stem(path))
+        indices.append(-1)
+    for index in args.test_index:
+        images.append(prepare_images(x_test[index], input_shape)[0])
+        labels.append(int(y_test[index]))
+        names.append(f"test{index:05d}")
+        indices.append(index)
+    return images, labels, names, indices
+
+
+def _episode(model, label, query_index, y_test, seed, pool=None):
+    """A 1-shot episode for one query: ``ways`` classes from ``pool`` (the preset's evaluation classes, else every
+    class), starting at the query's class when it is in the pool and going on cyclically (from the pool's first
+    class for an unknown label), one support image each drawn from the test split (never the query).
+
+    Returns the episode's classes (sorted), the support images' test indices, their episode labels and the
+    query's episode label (``None`` when unknown)."""
+    import numpy as np
+
+    from ot_layers.tensor_ops import find_layer
+    from zoo.tasks import SupportClassMeans
+
+    ways = find_layer(model, SupportClassMeans).ways
+    everything = sorted(int(c) for c in np.unique(y_test))
+    pool = sorted(int(c) for c in pool) if pool and (label is None or label in pool) else everything
+    if ways > len(pool):
+        raise ValueError(f"preset: a {ways}-way model needs {ways} classes, the test split offers {len(pool)}.")
+    start = 0 if label is None else pool.index(label)
+    classes = sorted(pool[(start + i) % len(pool)] for i in range(ways))
+    rng = np.random.default_rng(seed)
+    support = []
+    for cls in classes:
+        members = np.flatnonzero((y_test == cls) & (np.arange(len(y_test)) != query_index))
+        support.append(int(rng.choice(members)))
+    episode_label = None if label is None else classes.index(label)
+    return classes, np.asarray(support), np.arange(ways, dtype=np.int32), episode_label
+
+
+def _gallery(y_test, size, pool=None):
+    """Test indices of the retrieval gallery: the first ``size`` test images (of the ``pool`` classes, the
+    preset's evaluation classes, when given)."""
+    import numpy as np
+
+    candidates = np.flatnonzero(np.isin(y_test, pool)) if pool else np.arange(len(y_test))
+    return candidates[:size]
+
+
+def run(args):
+    """Validate the input, load the preset and write its pictures."""
+    import numpy as np
+
+    import zoo
+    from explain.images import model_input_shape, prepare_images
+    from explain.report import available_kinds, explain_model, why_not
+    from explain.signals import FASHION_MNIST_CLASSES
+    from training.data import load_fashion_mnist
+    from zoo.loading import preset_dir
+
+    for path in args.images:
+        if not os.path.isfile(path):
+            raise FileNotFoundError(f"IMAGE: no image file at {path!r}")
+    if not args.images and not args.test_index:
+        args.test_index = [0]
+    x_test, y_test = load_fashion_mnist("test", normalize=False)
+    for index in args.test_index:
+        if index >= len(x_test):
+            raise ValueError(f"--test-index: {index} is out of range; the Fashion-MNIST test split has "
+                             f"{len(x_test):,} images (0-{len(x_test) - 1})")
+    card = zoo.model_card(args.preset)
+    log = os.path.join(preset_dir(args.preset), "train_log.csv")
+    logs = {args.preset: log} if os.path.isfile(log) else None
+    model = zoo.load(args.preset, weights=args.weights)
+    fitting = available_kinds(model, logs)
+    kinds = args.kinds or fitting
+    for kind in kinds:
+        if kind not in fitting:
+            raise ValueError(f"--kinds: {kind!r} does not fit preset {args.preset} ({why_not(kind, model)}); it fits: "
+                             f"{', '.join(fitting)}")
+    shape = model_input_shape(model)
+    images, labels, names, indices = _inputs(args, shape, x_test, y_test)
+    class_names = FASHION_MNIST_CLASSES if card.get("dataset") == "fashion_mnist" else None
+    history = log if logs and "prototypes" in kinds and _has_column(log, "prototype_changes") else None
+    pool = _evaluation_classes(args.preset, card)
+    written = {}
+    plain = [kind for kind in kinds if kind != "emd"]
+    if plain:
+        gallery_indices = _gallery(y_test, args.gallery_size, pool)
+        position = {int(index): i for i, index in enumerate(gallery_indices)}
+        exclude = [position.get(index, -1) for index in indices]
+        gallery = x_test[gallery_indices] if "retrieval" in plain else None
+        written.update(explain_model(model, args.out, images=np.stack(images), labels=labels, names=names,
+                                     kinds=plain, class_names=class_names, gallery=gallery,
+                                     gallery_labels=y_test[gallery_indices], gallery_exclude=exclude, logs=logs,
+                                     history=history, k=args.top_k, dpi=args.dpi))
+    if "emd" in kinds:
+        written["emd"] = []
+        for image, label, name, index in zip(images, labels, names, indices):
+            classes, support, support_labels, episode_label = _episode(model, label, index, y_test, args.seed, pool)
+            episode_names = [class_names[c] if class_names else str(c) for c in classes]
+            support_images = prepare_images(x_test[support], shape)
+            result = explain_model(model, args.out, images=image[None], labels=[episode_label], names=[name],
+                                   kinds=["emd"], class_names=episode_names,
+                                   support=(support_images, support_labels), dpi=args.dpi)
+            written["emd"] += result["emd"]
+    for kind in kinds:
+        for path in written.get(kind, []):
+            print(f"{kind}: {path}")
+    return written
+
+
+def _evaluation_classes(name, card):
+    """The classes a retrieval or few-shot preset is evaluated on (its card's or registry entry's
+    ``eval_classes``), or ``None``."""
+    from zoo.registry import PRESETS
+
+    return card.get("eval_classes") or PRESETS[name].get("eval_classes")
+
+
+def _has_column(path, column):
+    with open(path) as handle:
+        return column in handle.readline().strip().split(",")

@@ -1,0 +1,135 @@
+"""``explain_model``: every picture that fits a model in memory, written into one folder (the Python twin of
+``otzoo explain``)."""
+import os
+
+import numpy as np
+
+from explain import plots, signals
+from explain.images import model_input_shape, prepare_images
+from ot_layers.layers.emd_head import EMDHead
+from ot_layers.layers.generalized_sum_pooling import GeneralizedSumPooling
+from ot_layers.layers.hyperspherical_prototypes import HypersphericalPrototypes
+from ot_layers.layers.multi_proxy_wasserstein import MultiProxyWasserstein
+
+KINDS = ("mpw", "gsp", "emd", "prototypes", "retrieval", "curves")
+_LAYERS = {"mpw": MultiProxyWasserstein, "gsp": GeneralizedSumPooling, "emd": EMDHead,
+           "prototypes": HypersphericalPrototypes}
+
+
+def _has(model, layer_class):
+    found = []
+
+    def visit(layer):
+        if isinstance(layer, layer_class):
+            found.append(layer)
+        for child in getattr(layer, "layers", []):
+            visit(child)
+
+    visit(model)
+    return bool(found)
+
+
+def available_kinds(model, logs=None):
+    """The kinds of :data:`KINDS` that fit ``model``: a kind per layer it holds (``mpw``, ``gsp``, ``emd``,
+    ``prototypes``), ``retrieval`` for a single-input image model, ``curves`` when ``logs`` are given."""
+    kinds = [kind for kind, layer_class in _LAYERS.items() if _has(model, layer_class)]
+    if len(model.inputs) == 1:
+        kinds.append("retrieval")
+    if logs:
+        kinds.append("curves")
+    return [kind for kind in KINDS if kind in kinds]
+
+
+def why_not(kind, model):
+    """A sentence saying why ``kind`` does not fit ``model``."""
+    if kind in _LAYERS:
+        return f"the model has no {_LAYERS[kind].__name__} layer"
+    if kind == "retrieval":
+        return "retrieval needs a model with a single image input"
+    return "no training log was given"
+
+
+def _emd_classes(logits, label):
+    """(class, tag) pairs to draw for one query: its true class and the best other class, or the predicted and
+    the runner-up when the label is unknown."""
+    ranking = [int(c) for c in np.argsort(-logits, kind="stable")]
+    if label is None:
+        return [(ranking[0], "predicted"), (ranking[1], "runner_up")]
+    other = next(c for c in ranking if c != int(label))
+    return [(int(label), "true"), (other, "other")]
+
+
+def explain_model(model, out, images=None, labels=None, names=None, kinds=None, class_names=None, gallery=None,
+                  gallery_labels=None, gallery_exclude=None, support=None, logs=None, history=None, k=5, dpi=100):
+    """Write the pictures of :data:`KINDS` that fit ``model`` into folder ``out``; returns ``{kind: [paths]}``.
+
+    images: 0-255 images (a batch, or one image), fitted to the model's input; labels: their labels (or ``None``);
+      names: one file-name stem per image (default ``image0``, ``image1``, ...).
+    kinds: the kinds to draw (default: every kind :func:`available_kinds` finds); asking for one that does not fit
+      raises ``ValueError`` naming it.
+    class_names: label names (for a few-shot model: names of the episode labels ``0..ways-1``).
+    gallery, gallery_labels, gallery_exclude: the retrieval gallery, its labels and per image a gallery index to
+      skip (the image itself), or -1.
+    support: ``(support_images, support_labels)`` of the few-shot episode the images are queries of (EMD).
+    logs: a CSV log path, list or ``{name: path}`` (curves); history: the prototype assignment history.
+    k: neighbours in the retrieval panel; dpi: the PNGs' resolution.
+
+    Per kind: ``mpw_<name>.png`` per image (predicted and true class), ``gsp.png`` (all images), ``emd_<name>_<tag>
+    .png`` per image (its true and best other class, or predicted and runner-up), ``prototypes.png``,
+    ``retrieval.png`` (all images as queries), ``curves.png``.
+    """
+    fitting = available_kinds(model, logs)
+    if kinds is None:
+        kinds = fitting
+    for kind in kinds:
+        if kind not in KINDS:
+            raise ValueError(f"`kinds`: unknown kind {kind!r}; known kinds: {', '.join(KINDS)}.")
+        if kind not in fitting:
+            raise ValueError(f"`kinds`: {kind!r} does not fit model {model.name!r} ({why_not(kind, model)}); "
+                             f"it fits: {', '.join(fitting)}.")
+    batch = None
+    if images is not None:
+        batch = prepare_images(images, model_input_shape(model))
+        labels = [None] * len(batch) if labels is None else [None if v is None else int(v) for v in labels]
+        names = [f"image{i}" for i in range(len(batch))] if names is None else list(names)
+        if len(labels) != len(batch) or len(names) != len(batch):
+            raise ValueError(f"`labels` and `names` must have one entry per image ({len(batch)}).")
+    needs_images = {"mpw", "gsp", "emd", "retrieval"}
+    os.makedirs(out, exist_ok=True)
+    written = {}
+    for kind in kinds:
+        if kind in needs_images and batch is None:
+            raise ValueError(f"`images`: kind {kind!r} draws images; give at least one.")
+        paths = []
+        if kind == "mpw":
+            for image, label, name in zip(batch, labels, names):
+                paths.append(plots.plot_mpw_plans(model, image, os.path.join(out, f"mpw_{name}.png"), label=label,
+                                                  class_names=class_names, dpi=dpi))
+        elif kind == "gsp":
+            known = None if all(v is None for v in labels) else labels
+            paths.append(plots.plot_gsp_weights(model, batch, os.path.join(out, "gsp.png"), labels=known,
+                                                class_names=class_names, dpi=dpi))
+        elif kind == "emd":
+            if support is None:
+                raise ValueError("`support`: kind 'emd' needs the episode's (support_images, support_labels).")
+            support_images, support_labels = support
+            for image, label, name in zip(batch, labels, names):
+                logits = signals.emd_flows(model, image[None], support_images, support_labels).logits[0]
+                for cls, tag in _emd_classes(logits, label):
+                    paths.append(plots.plot_emd_flows(
+                        model, image, support_images, support_labels, os.path.join(out, f"emd_{name}_{tag}.png"),
+                        class_index=cls, query_label=label, class_names=class_names, dpi=dpi))
+        elif kind == "prototypes":
+            paths.append(plots.plot_prototypes(model, os.path.join(out, "prototypes.png"), history=history,
+                                               class_names=class_names, dpi=dpi))
+        elif kind == "retrieval":
+            if gallery is None:
+                raise ValueError("`gallery`: kind 'retrieval' needs gallery images.")
+            known = None if any(v is None for v in labels) or gallery_labels is None else labels
+            paths.append(plots.plot_retrieval(model, batch, gallery, os.path.join(out, "retrieval.png"),
+                                              query_labels=known, gallery_labels=gallery_labels, k=k,
+                                              exclude=gallery_exclude, class_names=class_names, dpi=dpi))
+        elif kind == "curves":
+            paths.append(plots.plot_training_curves(logs, os.path.join(out, "curves.png"), dpi=dpi))
+        written[kind] = paths
+    return written

@@ -1,0 +1,90 @@
+"""``otzoo explain``: --help documents every option; bad input is one line naming the option, exit status 2; a real
+run on the pretrained MPW preset writes the pictures it prints."""
+import os
+import subprocess
+import sys
+
+import pytest
+from PIL import Image
+
+from explain.report import KINDS
+from training import cli
+
+OPTIONS = ("PRESET", "IMAGE", "--test-index", "--out", "--kinds", "--weights", "--top-k", "--gallery-size", "--seed",
+           "--dpi")
+
+
+def _main(args, capsys):
+    with pytest.raises(SystemExit) as exit_info:
+        raise SystemExit(cli.main(args))
+    captured = capsys.readouterr()
+    return exit_info.value.code, captured.out, captured.err.strip()
+
+
+def test_explain_is_an_otzoo_command():
+    result = subprocess.run([sys.executable, "-m", "training.cli", "--help"], capture_output=True, text=True,
+                            timeout=300)
+    assert result.returncode == 0 and "    explain " in result.stdout
+
+
+def test_help_documents_every_option_and_kind(capsys):
+    code, out, _ = _main(["explain", "--help"], capsys)
+    assert code == 0
+    for option in OPTIONS:
+        assert option in out, option
+    for kind in KINDS:
+        assert f"  {kind} " in out, kind
+    # every option of the parser is in the list above (a new option must be documented and tested)
+    import argparse
+
+    commands = argparse.ArgumentParser().add_subparsers()
+    from explain.command import register
+
+    parser = register(commands, cli._Parser)
+    declared = {s for action in parser._actions for s in action.option_strings if s.startswith("--")} - {"--help"}
+    assert declared == {o for o in OPTIONS if o.startswith("--")}
+
+
+@pytest.mark.parametrize("args, message", [
+    (["explain", "resnet99", "--out", "x"], "argument PRESET: unknown preset 'resnet99'"),
+    (["explain", "resnet20_mpw_fashion_mnist", "/nonexistent/boot.png", "--out", "x"],
+     "IMAGE: no image file at '/nonexistent/boot.png'"),
+    (["explain", "resnet20_mpw_fashion_mnist", "--test-index", "-1", "--out", "x"],
+     "argument --test-index: must be an integer >= 0"),
+    (["explain", "resnet20_mpw_fashion_mnist", "--kinds", "maps", "--out", "x"], "argument --kinds: invalid choice"),
+    (["explain", "resnet20_mpw_fashion_mnist", "--top-k", "0", "--out", "x"], "argument --top-k: must be an integer"),
+    (["explain", "resnet20_mpw_fashion_mnist"], "the following arguments are required: --out"),
+])
+def test_bad_input_is_one_line_and_exit_2(args, message, capsys):
+    code, _, err = _main(args, capsys)
+    assert code == 2
+    assert message in err
+    assert len(err.splitlines()) == 1 and "Traceback" not in err
+
+
+@pytest.mark.fashion_mnist
+def test_out_of_range_index_and_unfitting_kind(tmp_path, capsys):
+    code, _, err = _main(["explain", "resnet20_mpw_fashion_mnist", "--test-index", "10000", "--out", str(tmp_path)],
+                         capsys)
+    assert code == 2 and "--test-index: 10000 is out of range" in err and len(err.splitlines()) == 1
+    code, _, err = _main(["explain", "resnet20_gap_fashion_mnist", "--kinds", "mpw", "--out", str(tmp_path)], capsys)
+    assert code == 2 and "--kinds: 'mpw' does not fit preset resnet20_gap_fashion_mnist" in err
+    assert len(err.splitlines()) == 1
+
+
+@pytest.mark.fashion_mnist
+def test_explain_the_mpw_preset_on_a_test_image_and_a_file(tmp_path, capsys):
+    from training.data import load_fashion_mnist
+
+    x, _ = load_fashion_mnist("test", limit=2, normalize=False)
+    Image.fromarray(x[1, ..., 0]).save(tmp_path / "pullover.png")
+    out = tmp_path / "pictures"
+    code, printed, err = _main(["explain", "resnet20_mpw_fashion_mnist", str(tmp_path / "pullover.png"),
+                                "--test-index", "0", "--out", str(out), "--gallery-size", "50", "--top-k", "3",
+                                "--dpi", "40"], capsys)
+    assert code == 0, err
+    expected = [f"mpw: {out}/mpw_pullover.png", f"mpw: {out}/mpw_test00000.png", f"retrieval: {out}/retrieval.png",
+                f"curves: {out}/curves.png"]
+    assert printed.splitlines() == expected
+    for line in expected:
+        assert os.path.getsize(line.split(": ")[1]) > 0

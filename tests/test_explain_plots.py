@@ -1,0 +1,117 @@
+"""explain.plots: every plot runs on a small untrained model and writes a non-empty PNG of the size its layout
+(cols x rows panels, documented in each docstring) gives; explain_model writes the kinds that fit a model."""
+import os
+
+import numpy as np
+import pytest
+from PIL import Image
+
+import explain
+import zoo
+from explain.plots import HEADER_INCHES, PANEL_INCHES
+
+SMALL = dict(width=8, feature_dim=16)
+DPI = 50
+
+
+def _images(count, seed=0, shape=(28, 28, 1)):
+    return np.random.default_rng(seed).integers(0, 256, (count,) + shape).astype(np.uint8)
+
+
+def _check_png(path, cols, rows, panel=PANEL_INCHES):
+    assert os.path.isfile(path) and os.path.getsize(path) > 0
+    with Image.open(path) as image:
+        assert image.format == "PNG"
+        size = image.size
+        pixels = np.asarray(image.convert("L"), dtype=np.float64)
+    assert size == (round(cols * panel * DPI), round((rows * panel + HEADER_INCHES) * DPI))
+    assert pixels.std() > 5  # something was drawn
+
+
+@pytest.fixture(scope="module")
+def mpw_model():
+    return zoo.image_classifier("small_convnet", "mpw", 4, input_shape=(28, 28, 1), backbone_kwargs=SMALL,
+                                head_kwargs=dict(num_proxies=3))
+
+
+def test_plot_mpw_plans(mpw_model, tmp_path):
+    path = explain.plot_mpw_plans(mpw_model, _images(1)[0], str(tmp_path / "mpw.png"), label=2, dpi=DPI,
+                                  class_names=["a", "b", "c", "d"])
+    _check_png(path, 2 + 3, 2)
+
+
+def test_plot_mpw_plans_fits_another_input_size(mpw_model, tmp_path):
+    # An RGB 40x40 image is converted to the model's 28x28 grayscale input.
+    path = explain.plot_mpw_plans(mpw_model, _images(1, shape=(40, 40, 3))[0], str(tmp_path / "rgb.png"), dpi=DPI)
+    _check_png(path, 5, 2)
+    with pytest.raises(ValueError, match="`image`"):
+        explain.plot_mpw_plans(mpw_model, _images(2), str(tmp_path / "two.png"))
+
+
+def test_plot_gsp_weights(tmp_path):
+    model = zoo.embedding_model("small_convnet", "gsp", 8, input_shape=(28, 28, 1), backbone_kwargs=SMALL,
+                                pooling_kwargs=dict(num_prototypes=4))
+    path = explain.plot_gsp_weights(model, _images(3), str(tmp_path / "gsp.png"), labels=[0, 1, 2], dpi=DPI)
+    _check_png(path, 3, 2)
+
+
+def test_plot_emd_flows(tmp_path):
+    model = zoo.few_shot_model("small_convnet", "emd", ways=3, input_shape=(28, 28, 1), backbone_kwargs=SMALL)
+    support, labels = _images(6, seed=1), np.array([0, 1, 2, 0, 1, 2])  # 2 shots: flows to the class means
+    path = explain.plot_emd_flows(model, _images(1)[0], support, labels, str(tmp_path / "emd.png"), class_index=1,
+                                  query_label=1, dpi=DPI)
+    _check_png(path, 3, 2)
+    with pytest.raises(ValueError, match="`class_index`"):
+        explain.plot_emd_flows(model, _images(1)[0], support, labels, str(tmp_path / "x.png"), class_index=3)
+
+
+def test_plot_prototypes_with_and_without_history(tmp_path):
+    model = zoo.image_classifier("small_convnet", "hyperspherical", 5, input_shape=(28, 28, 1),
+                                 backbone_kwargs=SMALL)
+    path = explain.plot_prototypes(model, str(tmp_path / "p1.png"), dpi=DPI)
+    _check_png(path, 1, 1, 2 * PANEL_INCHES)  # no representatives yet, no history: one panel
+    layer = model.get_layer("hyperspherical_head")
+    layer.representatives.assign(np.random.default_rng(0).standard_normal((5, 4)).astype(np.float32))
+    history = [np.arange(5), np.array([1, 0, 2, 3, 4])]
+    path = explain.plot_prototypes(model, str(tmp_path / "p3.png"), history=history, dpi=DPI)
+    _check_png(path, 3, 1, 2 * PANEL_INCHES)
+    path = explain.plot_prototypes(layer, str(tmp_path / "p_counts.png"), history=[2, 0, 1], dpi=DPI)
+    _check_png(path, 3, 1, 2 * PANEL_INCHES)
+
+
+def test_plot_retrieval(mpw_model, tmp_path):
+    gallery = _images(10, seed=3)
+    labels = np.arange(10) % 3
+    path = explain.plot_retrieval(mpw_model, gallery[:2], gallery, str(tmp_path / "r.png"), query_labels=labels[:2],
+                                  gallery_labels=labels, k=4, exclude=[0, 1], dpi=DPI)
+    _check_png(path, 1 + 4, 2)
+    path = explain.plot_retrieval(mpw_model, gallery[:1], gallery, str(tmp_path / "r2.png"), k=2, dpi=DPI)
+    _check_png(path, 1 + 2, 1)
+
+
+def test_plot_training_curves(tmp_path):
+    log = tmp_path / "run" / "log.csv"
+    log.parent.mkdir()
+    log.write_text("epoch,accuracy,loss,val_accuracy,val_loss,learning_rate\n0,0.5,1.0,0.6,0.9,0.1\n"
+                   "1,0.7,0.6,0.65,0.7,0.05\n2,0.8,0.4,0.7,0.6,0.01\n")
+    path = explain.plot_training_curves(str(log), str(tmp_path / "c.png"), dpi=DPI)
+    _check_png(path, 3, 1, 2 * PANEL_INCHES)  # loss, accuracy, learning_rate
+    with pytest.raises(FileNotFoundError, match="`logs`"):
+        explain.plot_training_curves(str(tmp_path / "none.csv"), str(tmp_path / "x.png"))
+
+
+def test_explain_model_writes_the_kinds_that_fit(mpw_model, tmp_path):
+    log = tmp_path / "log.csv"
+    log.write_text("epoch,loss\n0,1.0\n1,0.5\n")
+    assert explain.available_kinds(mpw_model, logs=str(log)) == ["mpw", "retrieval", "curves"]
+    images = _images(2)
+    written = explain.explain_model(mpw_model, str(tmp_path / "out"), images=images, labels=[0, 1],
+                                    names=["a", "b"], gallery=_images(6, seed=5), gallery_labels=np.arange(6) % 4,
+                                    logs=str(log), k=3, dpi=DPI)
+    assert sorted(written) == ["curves", "mpw", "retrieval"]
+    assert [os.path.basename(p) for p in written["mpw"]] == ["mpw_a.png", "mpw_b.png"]
+    for paths in written.values():
+        for path in paths:
+            assert os.path.getsize(path) > 0
+    with pytest.raises(ValueError, match="`kinds`: 'gsp' does not fit"):
+        explain.explain_model(mpw_model, str(tmp_path / "out"), images=images, kinds=["gsp"])

@@ -1,0 +1,119 @@
+"""The few-shot and retrieval training pieces the presets' recipes use, on small models.
+
+Checked against independent computations: the whole few-shot model on each episode (for the embed-once evaluation),
+an uninterrupted run (for a resumed meta-training), the episode sampler's own draws, a preset built by hand.
+"""
+import keras
+import numpy as np
+import pytest
+
+import zoo
+from training.episodes import EpisodeSampler, episode_dataset, few_shot_accuracy, meta_train
+from zoo.tasks import few_shot_parts
+
+SMALL = dict(input_shape=(28, 28, 1), backbone_kwargs={"width": 8, "feature_dim": 8})
+
+
+def _images(n=60, classes=4, seed=0):
+    rng = np.random.default_rng(seed)
+    labels = np.repeat(np.arange(classes), n // classes)
+    images = rng.uniform(0, 255, (len(labels), 28, 28, 1)).astype(np.float32)
+    images[..., :7, :] += 40.0 * labels[:, None, None, None]  # a class-dependent band, so accuracies are not chance
+    return np.clip(images, 0, 255), labels
+
+
+def test_episode_index_draws_the_same_episode_whatever_came_before():
+    _, labels = _images()
+    first = EpisodeSampler(labels, ways=3, shots=2, queries=3, seed=5)
+    second = EpisodeSampler(labels, ways=3, shots=2, queries=3, seed=5)
+    second.sample(), second.sample()  # a different history of the sampler's own stream
+    for index in (0, 7):
+        for a, b in zip(first.episode(index), second.episode(index)):
+            np.testing.assert_array_equal(a, b)
+    support, support_label, query, query_label = first.episode(3)
+    assert len(set(support) | set(query)) == 3 * 5  # distinct samples
+    assert all(len(set(labels[support[support_label == k]])) == 1 for k in range(3))
+    np.testing.assert_array_equal(np.unique(labels[support]), np.unique(labels[query]))
+
+
+@pytest.mark.parametrize("head", ["emd", "protonet"])
+def test_embed_once_evaluation_equals_the_whole_model_on_each_episode(head):
+    images, labels = _images()
+    model = zoo.few_shot_model("small_convnet", head, ways=3, **SMALL)
+    embed, classify = few_shot_parts(model)
+    sampler = EpisodeSampler(labels, ways=3, shots=2, queries=4, seed=1)
+    support, support_label, query, _ = sampler.episode(0)
+    whole = model([images[query], images[support], support_label], training=False)
+    parts = classify(embed(images[query]), embed(images[support]), support_label)
+    np.testing.assert_allclose(np.asarray(parts), np.asarray(whole), rtol=1e-5, atol=1e-5)
+
+    expected = []
+    for index in range(4):
+        support, support_label, query, query_label = sampler.episode(index)
+        logits = model([images[query], images[support], support_label], training=False)
+        expected.append(np.mean(np.argmax(np.asarray(logits), axis=-1) == query_label))
+    result = few_shot_accuracy(model, images, labels, ways=3, shots=2, queries=4, episodes=4, seed=1)
+    assert result["episodes"] == 4
+    assert result["mean"] == pytest.approx(np.mean(expected), abs=1e-9)
+    assert result["ci95"] == pytest.approx(1.96 * np.std(expected) / 2.0, abs=1e-9)
+
+
+def _meta_model():
+    keras.utils.set_random_seed(0)
+    return zoo.few_shot_model("small_convnet", "protonet", ways=3, **SMALL), keras.optimizers.SGD(0.01, momentum=0.9)
+
+
+def test_meta_training_resumed_from_its_checkpoint_equals_an_uninterrupted_run(tmp_path):
+    images, labels = _images()
+    options = dict(ways=3, shots=1, queries=3, seed=2, jit_compile=False, verbose=0, checkpoint_every=2)
+    model, optimizer = _meta_model()
+    meta_train(model, images, labels, 6, optimizer, checkpoint_dir=str(tmp_path / "whole"), **options)
+
+    interrupted, optimizer = _meta_model()
+    meta_train(interrupted, images, labels, 4, optimizer, checkpoint_dir=str(tmp_path / "cut"), **options)
+    resumed, optimizer = _meta_model()  # a new process: fresh weights and optimizer, restored from the checkpoint
+    history = meta_train(resumed, images, labels, 6, optimizer, checkpoint_dir=str(tmp_path / "cut"), **options)
+    assert history["episode"] == [6]  # only episodes 5 and 6 ran
+    for a, b in zip(model.get_weights(), resumed.get_weights()):
+        np.testing.assert_allclose(a, b, rtol=1e-6, atol=1e-6)
+    untrained, _ = _meta_model()
+    assert any(not np.allclose(a, b) for a, b in zip(model.get_weights(), untrained.get_weights()))
+
+
+def test_model_fit_on_the_episode_dataset_takes_the_meta_training_steps():
+    """``model.fit`` on ``episode_dataset`` (what a user runs on a loaded few-shot preset) makes the same updates as
+    ``meta_train`` on the same episodes."""
+    images, labels = _images()
+    model, optimizer = _meta_model()
+    meta_train(model, images, labels, 3, optimizer, ways=3, shots=1, queries=3, seed=4, jit_compile=False, verbose=0)
+    fitted, optimizer = _meta_model()
+    fitted.compile(optimizer, keras.losses.SparseCategoricalCrossentropy(from_logits=True))
+    fitted.fit(episode_dataset(images, labels, 3, ways=3, shots=1, queries=3, seed=4), epochs=1, verbose=0)
+    for a, b in zip(model.get_weights(), fitted.get_weights()):
+        np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("name", zoo.list_models())
+def test_build_with_a_small_backbone_matches_the_builders_of_its_task(name):
+    card_task = zoo.model_card(name)["task"]
+    model = zoo.build(name, backbone="small_convnet")
+    from zoo.registry import PRESETS
+
+    spec = PRESETS[name]
+    stats = dict(pixel_mean=spec["pixel_mean"], pixel_std=spec["pixel_std"], input_shape=(28, 28, 1))
+    if card_task == "classification":
+        expected = zoo.image_classifier("small_convnet", spec["head"], 10, head_kwargs=spec["head_kwargs"], **stats)
+    elif card_task == "retrieval":
+        expected = zoo.embedding_model("small_convnet", spec["pooling"], spec["embedding_dim"],
+                                       pooling_kwargs=spec["pooling_kwargs"] or None, **stats)
+    else:
+        expected = zoo.few_shot_model("small_convnet", spec["head"], spec["ways"], head_kwargs=spec["head_kwargs"],
+                                      **stats)
+    assert model.count_params() == expected.count_params()
+    assert [w.shape for w in model.weights] == [w.shape for w in expected.weights]
+    assert [i.name for i in model.inputs] == [i.name for i in expected.inputs]
+
+
+def test_build_refuses_l2_on_a_backbone_without_it():
+    with pytest.raises(ValueError, match="`l2`"):
+        zoo.build("resnet20_gap_retrieval_fashion_mnist", backbone="small_convnet", l2=1e-4)

@@ -1,0 +1,84 @@
+"""The retrieval presets' recipe: train on the seen classes with a proxy loss, evaluate on the unseen ones.
+
+Thesis 003, ch. 5 protocol on Fashion-MNIST: the embedding model (``zoo.embedding_model``: backbone, GAP or GSP
+pooling, Dense, L2 normalization) is trained with ProxyNCA++ on ``ClassProxies`` (``zoo.proxy_training_model``) on the
+training images of classes 0-4, and evaluated by cosine retrieval among the test images of classes 5-9 (every image a
+query against all others): MAP@R, P@1 and R@k (``training.evaluation.retrieval_metrics``). Both poolings share the
+recipe (optimizer, schedule, budget, data order, augmentation); GSP adds its GAP warm-up epoch and k-center
+prototype initialization (``GSPPrototypeInit``).
+"""
+import os
+import time
+
+import keras
+
+from ot_layers.callbacks import GSPPrototypeInit
+from ot_layers.losses import ProxyNCAPlusPlusLoss
+from training.data import fashion_mnist_split
+from training.evaluation import retrieval_metrics
+from training.pipelines import image_dataset
+from training.recipes import (default_strategy, preset_recipe, reproducing_command, sgd_cosine, standard_callbacks,
+                              write_preset)
+from zoo.registry import PRESETS
+from zoo.tasks import proxy_training_model
+
+# The card's metrics (NMI is left out: k-means makes it depend on its own seed and sklearn's version).
+RETRIEVAL_METRICS = ("map_at_r", "precision_at_1", "recall_at_1", "recall_at_2", "recall_at_4", "recall_at_8")
+
+
+def retrieval_scores(model, images, labels, batch_size=256):
+    """The card's retrieval metrics of ``model``'s embeddings of ``images`` (raw pixels), rounded to 4 decimals."""
+    embeddings = model.predict(image_dataset(images, labels, batch_size), verbose=0)
+    scores = retrieval_metrics(embeddings, labels, metric="cosine", nmi=False)
+    return {key: round(scores[key], 4) for key in RETRIEVAL_METRICS}
+
+
+def train_retrieval_preset(name, out_dir, epochs=None, batch_size=None, limit=None, seed=None, verbose=2):
+    """Train retrieval preset ``name`` by its recipe; returns the card (also in ``out_dir/metadata.json``).
+
+    ``epochs``, ``batch_size``, ``seed`` override the recipe's; ``limit`` reads only the first ``limit`` training
+    images (before keeping the seen classes).
+    """
+    from zoo.loading import build
+
+    spec = PRESETS[name]
+    recipe = preset_recipe(name, epochs=epochs, batch_size=batch_size, seed=seed)
+    os.makedirs(out_dir, exist_ok=True)
+    keras.utils.set_random_seed(recipe["seed"])
+    x_train, y_train = fashion_mnist_split("retrieval", "train", limit=limit, normalize=False, relabel=True)
+    x_test, y_test = fashion_mnist_split("retrieval", "test", normalize=False)
+    if len(x_train) < recipe["batch_size"]:
+        raise ValueError(f"`limit`: {len(x_train)} training images of the seen classes, fewer than one batch of "
+                         f"{recipe['batch_size']}.")
+    steps = len(x_train) // recipe["batch_size"]
+    strategy = default_strategy()
+    with strategy.scope():
+        model = build(name, l2=recipe["l2"])
+        trained = proxy_training_model(model, len(spec["train_classes"]), recipe["num_proxies"])
+        trained.compile(optimizer=sgd_cosine(recipe, steps * recipe["epochs"]),
+                        loss=ProxyNCAPlusPlusLoss(temperature=recipe["temperature"]),
+                        jit_compile=recipe["jit_compile"])
+    callbacks = []
+    if spec["pooling"] == "gsp":  # before BackupAndRestore, so an epoch's backup holds its initialization
+        callbacks.append(GSPPrototypeInit(x_train[:256].astype("float32"), layer_name="gsp", seed=recipe["seed"]))
+    train = image_dataset(x_train, y_train, recipe["batch_size"], training=True, pad=recipe["pad"],
+                          seed=recipe["seed"])
+    start = time.time()
+    trained.fit(train, epochs=recipe["epochs"], callbacks=callbacks + standard_callbacks(out_dir), verbose=verbose)
+    train_time = time.time() - start
+    metrics = retrieval_scores(model, x_test, y_test)
+    return write_preset(model, name, out_dir, recipe, metrics, train_time, strategy,
+                        reproducing_command(name, epochs=epochs, batch_size=batch_size, limit=limit, seed=seed),
+                        evaluation="cosine retrieval among the 5,000 test images of classes 5-9, each a query "
+                                   "against all others")
+
+
+def evaluate_retrieval_preset(name, weights=None, limit=None):
+    """Retrieval metrics of preset ``name`` (pretrained, or ``weights``) on the unseen classes' test images (the
+    first ``limit`` test images before the class filter), next to the card's."""
+    from zoo.loading import load, model_card
+
+    model = load(name, weights=weights)
+    x_test, y_test = fashion_mnist_split("retrieval", "test", limit=limit, normalize=False)
+    return dict(metrics=retrieval_scores(model, x_test, y_test), card_metrics=model_card(name).get("metrics"),
+                examples=len(y_test))
