@@ -3,7 +3,6 @@
 ``zoo.list_models()``, ``zoo.model_card(name)``, ``zoo.load(name)`` (pretrained, offline) and ``zoo.build(name)``.
 """
 from zoo.backbones import BACKBONES, backbone, check_input_shape, small_convnet
-from zoo.classifiers import build_classifier
 from zoo.edms import ensemble_embedding_model, meta_class_partitions
 from zoo.loading import build, list_models, load, model_card, save_preset
 from zoo.models import (CLASSIFICATION_HEADS, hyperspherical_inference_model, hyperspherical_training_model,
@@ -18,4 +17,4 @@ __all__ = ["list_models", "model_card", "build", "load", "save_preset", "image_c
            "embedding_model", "proxy_training_model", "few_shot_model", "RETRIEVAL_POOLINGS", "FEW_SHOT_HEADS",
            "L2Normalization", "SupportClassMeans", "PrototypeLogits", "SplitEpisode",
            "backbone", "BACKBONES", "check_input_shape", "cifar_resnet", "resnet20", "resnet32", "resnet56",
-           "resnet12", "small_convnet", "build_classifier", "meta_class_partitions", "ensemble_embedding_model"]
+           "resnet12", "small_convnet", "meta_class_partitions", "ensemble_embedding_model"]
