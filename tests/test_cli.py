@@ -14,7 +14,7 @@ def _run(*args):
 def test_help_lists_every_command():
     result = _run("--help")
     assert result.returncode == 0
-    for command in ("list", "train", "evaluate", "demo"):
+    for command in ("list", "train", "evaluate", "demo", "export", "explain"):
         assert f"    {command} " in result.stdout
 
 

@@ -264,8 +264,8 @@ def test_export_parity_predicts_same_labels(tmp_path):
     infer = inference_model(model)
     report = keras_checks.assert_export_parity(infer, x, tmp_path)
     assert set(report) == {"saved_model", "onnx"}
-    sm = tf.saved_model.load(os.path.join(str(tmp_path), "saved_model"))
-    exported = np.asarray(sm.serve(tf.constant(x)))
+    sm = tf.saved_model.load(os.path.join(str(tmp_path), "saved_model", "1"))
+    exported = np.asarray(sm.signatures["serving_default"](tf.constant(x))["output_0"])
     np.testing.assert_array_equal(exported.argmax(1), np.asarray(infer(x)).argmax(1))
 
 

@@ -134,7 +134,7 @@ def demo(args):
     _, after = model.evaluate(image_dataset(x_test, y_test, 256), verbose=0)
     print(f"3. model.fit, 1 epoch on {len(x_train):,} training images (loss {history.history['loss'][-1]:.4f}): "
           f"test accuracy {after:.4f}")
-    export_dir = export.to_saved_model(model, os.path.join(args.out, "saved_model", "1"))
+    export_dir = export.to_saved_model(model, os.path.join(args.out, "saved_model"))
     report = export.verify(model, x_test[:8].astype(np.float32), saved_model_dir=export_dir)
     print(f"4. export.to_saved_model -> {export_dir}; max |SavedModel - Keras| in a fresh process: "
           f"{report['saved_model']:.2e}")

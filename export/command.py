@@ -1,0 +1,129 @@
+"""``otzoo export NAME_OR_PATH --format saved_model|onnx|both --out DIR [--version N] [--no-verify]``.
+
+Exports a preset (by name, with its packaged weights), a ``.keras`` file or a preset directory written by
+``zoo.save_preset``: the SavedModel goes to ``DIR/<name>/<version>/`` (with ``DIR/<name>/models.config``), the
+ONNX file to ``DIR/<name>.onnx``. Unless ``--no-verify``, both are checked against Keras on real Fashion-MNIST test
+images given as raw uint8 pixels (``--images``, default 64), at batch sizes 1 and 64 (at most the image count), in a
+process that cannot import otzoo; a difference above ``--atol`` is an error. Prints the signatures, their shapes,
+the sizes on disk and the parity table.
+"""
+import os
+import re
+
+FORMATS = ("saved_model", "onnx", "both")
+BATCH_SIZES = (1, 64)
+
+
+def _fraction(text):
+    import argparse
+
+    try:
+        value = float(text)
+    except ValueError:
+        value = -1.0
+    if not value > 0:
+        raise argparse.ArgumentTypeError(f"must be a number > 0, got {text!r}")
+    return value
+
+
+def register(commands, parser_class):
+    """Add the ``export`` sub-command (see ``training.cli.EXTRA_COMMANDS``)."""
+    from export.signatures import TASKS
+    from training.cli import positive_int
+
+    sub = commands.add_parser("export", help="export a preset or .keras model for TF Serving and ONNX, verified",
+                              description=__doc__.split("\n\n")[1])
+    sub.add_argument("model", metavar="NAME_OR_PATH", help="a preset name, a .keras file or a preset directory")
+    sub.add_argument("--format", choices=FORMATS, default="both", help="default: both")
+    sub.add_argument("--out", required=True, help="output directory")
+    sub.add_argument("--version", type=positive_int, default=None,
+                     help="the SavedModel version (default: the next free one)")
+    sub.add_argument("--task", choices=TASKS, default=None, help="default: inferred from the model")
+    sub.add_argument("--no-verify", action="store_true", help="skip the parity check")
+    sub.add_argument("--images", type=positive_int, default=64, help="test images in the parity check (default 64)")
+    sub.add_argument("--atol", type=_fraction, default=1e-5, help="largest accepted max abs difference (1e-5)")
+    sub.set_defaults(run=run)
+
+
+def _load(target):
+    """``(model, name, preset spec or None)`` for a preset name, a ``.keras`` file or a preset directory."""
+    import keras
+
+    import ot_layers  # noqa: F401  (registers the layers a .keras file names)
+    import zoo
+    from training.cli import CommandError
+    from zoo.registry import PRESETS
+
+    if target in PRESETS:
+        return zoo.load(target), target, PRESETS[target]
+    if target.endswith(".keras"):
+        if not os.path.isfile(target):
+            raise FileNotFoundError(f"NAME_OR_PATH: no .keras file at {target!r}.")
+        name = os.path.splitext(os.path.basename(target))[0]
+        try:
+            return keras.saving.load_model(target), name, None
+        except Exception as error:  # a file Keras cannot read: one line, not a traceback
+            message = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
+            raise CommandError(f"NAME_OR_PATH: cannot load {target!r}: {message}") from None
+    if os.path.isdir(target):
+        return zoo.load(target), os.path.basename(os.path.normpath(target)), None
+    raise CommandError(f"NAME_OR_PATH: {target!r} is neither a preset ({', '.join(sorted(PRESETS))}) nor a .keras "
+                       "file nor a preset directory.")
+
+
+def _size(path):
+    from export.saved_model import directory_size
+
+    total = directory_size(path) if os.path.isdir(path) else os.path.getsize(path)
+    return f"{total / 1e6:.2f} MB"
+
+
+def run(args):
+    """Export, verify and print the summary (see the module docstring)."""
+    import export
+    from export.samples import fashion_mnist_inputs
+    from export.signatures import UINT8_SIGNATURE, serving_spec
+    from export.warmup import WARMUP_DIR, WARMUP_FILE
+    from training.cli import CommandError
+
+    if args.version is not None and args.format == "onnx":
+        raise CommandError("--version applies to the SavedModel; --format onnx writes no version.")
+    model, name, preset = _load(args.model)
+    name = re.sub(r"[^A-Za-z0-9_.\-]", "_", name)
+    spec = serving_spec(model, args.task)
+    inputs = None
+    if not args.no_verify:
+        classes = (preset or {}).get("eval_classes") if spec.task == "few_shot" else None
+        inputs = fashion_mnist_inputs(spec, args.images, classes=classes)
+    os.makedirs(args.out, exist_ok=True)
+    saved = onnx_path = None
+    print(f"{name}: task {spec.task}")
+    if args.format in ("saved_model", "both"):
+        saved = export.to_saved_model(model, os.path.join(args.out, name), version=args.version, task=args.task)
+        warmup = os.path.join(saved, WARMUP_DIR, WARMUP_FILE)
+        print(f"SavedModel {saved} ({_size(saved)}); {os.path.join(os.path.dirname(saved), 'models.config')}"
+              f"{'; warm-up requests in ' + WARMUP_DIR + '/' + WARMUP_FILE if os.path.isfile(warmup) else ''}")
+        for signature in spec.signature_names:
+            print(f"  {signature}: {spec.describe(uint8=signature == UINT8_SIGNATURE)}")
+    if args.format in ("onnx", "both"):
+        onnx_path = export.to_onnx(model, os.path.join(args.out, f"{name}.onnx"), task=args.task)
+        print(f"ONNX {onnx_path} ({_size(onnx_path)}); axis 0 dynamic")
+        print(f"  {spec.describe()}")
+    if inputs is None:
+        print("parity: not checked (--no-verify)")
+        return 0
+    count = len(inputs[spec.batched_inputs[0]])
+    sizes = tuple(sorted({min(b, count) for b in BATCH_SIZES}))
+    try:
+        report = export.verify(model, inputs, saved_model_dir=saved, onnx_path=onnx_path, task=args.task,
+                               batch_sizes=sizes)
+    except export.VerificationError as error:
+        raise CommandError(f"verification: {str(error).splitlines()[0]}") from None
+    print(f"parity, max |artifact - Keras| on {count} Fashion-MNIST test images (raw uint8), batch "
+          f"sizes {', '.join(str(b) for b in sizes)}, each artifact run without otzoo:")
+    print("  " + report.table().replace("\n", "\n  "))
+    worst = max(report, key=report.get)
+    if report[worst] > args.atol:
+        raise CommandError(f"--atol: {worst} differs from Keras by {report[worst]:.3g} > {args.atol:g}.")
+    print(f"parity holds: every output within --atol {args.atol:g}")
+    return 0

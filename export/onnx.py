@@ -1,0 +1,65 @@
+"""ONNX export through tf2onnx, with the SavedModel's input and output names and a dynamic batch axis.
+
+The graph is the default signature of :mod:`export.signatures` (float32 pixels; onnxruntime clients cast uint8
+pixels to float32, which is exact for 0-255). Axis 0 of every input and output is a symbolic dimension: ``batch``
+for the batched inputs and all outputs, ``support`` for a few-shot model's support set.
+"""
+import os
+import tempfile
+import warnings
+
+import tensorflow as tf
+
+from export.signatures import serving_spec
+
+
+def _check_opset(opset):
+    if opset is None:
+        return None
+    if isinstance(opset, bool) or not isinstance(opset, int) or opset < 13:
+        raise ValueError(f"`opset` must be an ONNX opset >= 13 or None (tf2onnx's default), got {opset!r}.")
+    return opset
+
+
+def _name_dynamic_axes(model_proto, spec):
+    """Give axis 0 of every graph input and output a named symbolic size (tf2onnx leaves ``unk__N``)."""
+    for value in model_proto.graph.input:
+        axis = "batch" if value.name in spec.batched_inputs else "support"
+        value.type.tensor_type.shape.dim[0].dim_param = axis
+    for value in model_proto.graph.output:
+        value.type.tensor_type.shape.dim[0].dim_param = "batch"
+
+
+def to_onnx(model, path, opset=None, task=None):
+    """Write ``model`` as an ONNX file at ``path`` (parent directories created) and return ``path``.
+
+    ``opset``: the ONNX opset (``None``: tf2onnx's default). ``task``: see :mod:`export.signatures`. The file is
+    written beside ``path`` first and moved into place when complete. Raises ``ValueError`` naming the exportable
+    alternative for a model with an unexportable layer, before writing anything.
+    """
+    spec = serving_spec(model, task)
+    opset = _check_opset(opset)
+    path = os.fspath(path)
+    import onnx
+    import tf2onnx
+    from keras.src.export.tf2onnx_lib import patch_tf2onnx
+
+    with warnings.catch_warnings():  # the patch probes the removed ``np.object``
+        warnings.simplefilter("ignore", FutureWarning)
+        patch_tf2onnx()  # tf2onnx 1.17 with NumPy 2 (the patch Keras' own ONNX export applies)
+    signature = spec.signature_specs()
+    function = tf.function(spec.serving_function(model), input_signature=signature)
+    model_proto, _ = tf2onnx.convert.from_function(function, input_signature=signature, opset=opset)
+    _name_dynamic_axes(model_proto, spec)
+    folder = os.path.dirname(os.path.abspath(path))
+    os.makedirs(folder, exist_ok=True)
+    handle, temp = tempfile.mkstemp(prefix=".tmp-export-", suffix=".onnx", dir=folder)
+    os.close(handle)
+    try:
+        onnx.save(model_proto, temp)
+        os.replace(temp, path)
+    except BaseException:
+        if os.path.exists(temp):
+            os.remove(temp)
+        raise
+    return path

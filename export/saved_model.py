@@ -1,0 +1,119 @@
+"""SavedModel export in TF Serving's layout: ``<base_dir>/<version>/`` and ``<base_dir>/models.config``.
+
+TF Serving watches ``base_dir`` for integer-named version directories and loads the newest; a version directory
+must appear complete. The export is written into a hidden temporary directory inside ``base_dir`` (a name TF
+Serving ignores) and renamed to ``<version>`` only once complete; any failure removes the temporary directory, so
+an existing version is never replaced and no half-written one is left.
+"""
+import os
+import re
+import shutil
+import tempfile
+
+import keras
+
+from export.signatures import DEFAULT_SIGNATURE, UINT8_SIGNATURE, serving_spec
+from export.warmup import write_warmup_requests
+
+MODEL_CONFIG_FILE = "models.config"
+_TEMP_PREFIX = ".tmp-export-"
+
+
+def _check_version(version):
+    if isinstance(version, bool) or not isinstance(version, int) or version < 1:
+        raise ValueError(f"`version` must be an integer >= 1 or None (the next free version), got {version!r}.")
+    return version
+
+
+def existing_versions(base_dir):
+    """The integer version directories in ``base_dir``, sorted."""
+    if not os.path.isdir(base_dir):
+        return []
+    return sorted(int(n) for n in os.listdir(base_dir)
+                  if re.fullmatch(r"[0-9]+", n) and os.path.isdir(os.path.join(base_dir, n)))
+
+
+def model_config_text(name, base_path):
+    """A ``models.config`` with one entry (TF Serving's ``ModelServerConfig`` text format, for
+    ``tensorflow_model_server --model_config_file=...``), written from the proto so paths are escaped."""
+    from google.protobuf import text_format
+    from tensorflow_serving.config import model_server_config_pb2
+
+    config = model_server_config_pb2.ModelServerConfig()
+    config.model_config_list.config.add(name=name, base_path=base_path, model_platform="tensorflow")
+    return text_format.MessageToString(config)
+
+
+def _model_name(name, base_dir):
+    name = name if name is not None else os.path.basename(base_dir)
+    if not isinstance(name, str) or not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9_.\-]*", name):
+        raise ValueError(f"`name` (the served model's name, default the base directory's name) must be letters, "
+                         f"digits, '_', '.' or '-', got {name!r}.")
+    return name
+
+
+def _write_signatures(model, spec, directory):
+    archive = keras.export.ExportArchive()
+    archive.track(model)
+    serve = spec.serving_function(model)
+    archive.add_endpoint(DEFAULT_SIGNATURE, serve, input_signature=spec.signature_specs())
+    if spec.pixel_inputs:
+        archive.add_endpoint(UINT8_SIGNATURE, serve, input_signature=spec.signature_specs(uint8=True))
+    archive.write_out(directory, verbose=False)
+
+
+def to_saved_model(model, base_dir, version=None, task=None, warmup=True, name=None):
+    """Export ``model`` for TF Serving into ``<base_dir>/<version>`` and return that path.
+
+    ``version``: an integer >= 1 that must not exist yet, or ``None`` for the next free one (1 in an empty
+    directory). ``task``: see :mod:`export.signatures` (``None``: inferred from the model). Signatures:
+    ``serving_default`` (float32 pixels) and, for image models, ``serving_uint8`` (uint8 pixels), both with the
+    task's named inputs and outputs. ``warmup``: also write TF Serving warm-up requests
+    (``assets.extra/tf_serving_warmup_requests``, :mod:`export.warmup`). ``name``: the served model's name in
+    ``models.config`` and the warm-up requests (default: ``base_dir``'s name). ``<base_dir>/models.config`` gets
+    the entry that serves ``base_dir`` under ``name``.
+
+    Raises ``ValueError`` naming the exportable alternative for a model with an unexportable layer (e.g.
+    ``EMDHead(method="exact")``), before writing anything.
+    """
+    spec = serving_spec(model, task)
+    base_dir = os.path.abspath(os.fspath(base_dir))
+    name = _model_name(name, base_dir)
+    if version is not None:
+        _check_version(version)
+        if os.path.exists(os.path.join(base_dir, str(version))):
+            raise ValueError(f"`version` {version} already exists in {base_dir}; versions are never replaced "
+                             "(pass another version, or None for the next free one).")
+    created_base = not os.path.isdir(base_dir)
+    os.makedirs(base_dir, exist_ok=True)
+    temp_dir = tempfile.mkdtemp(prefix=_TEMP_PREFIX, dir=base_dir)
+    config_temp = temp_dir + ".config"
+    try:
+        _write_signatures(model, spec, temp_dir)
+        if warmup:
+            write_warmup_requests(temp_dir, spec, name)
+        with open(config_temp, "w") as handle:
+            handle.write(model_config_text(name, base_dir))
+        if version is None:
+            version = (existing_versions(base_dir) or [0])[-1] + 1
+        final = os.path.join(base_dir, str(version))
+        if os.path.exists(final):
+            raise ValueError(f"`version` {version} appeared in {base_dir} during the export; not replaced.")
+        # The config names the model and base_dir only (the same for every version): it goes first, so the
+        # rename that publishes the version is the last step.
+        os.replace(config_temp, os.path.join(base_dir, MODEL_CONFIG_FILE))
+        os.rename(temp_dir, final)
+    except BaseException:
+        shutil.rmtree(temp_dir, ignore_errors=True)
+        if os.path.exists(config_temp):
+            os.remove(config_temp)
+        if created_base and not os.listdir(base_dir):
+            os.rmdir(base_dir)
+        raise
+    return final
+
+
+def directory_size(path):
+    """The total size in bytes of the files under ``path``."""
+    return sum(os.path.getsize(os.path.join(root, f)) for root, _, files in os.walk(path) for f in files)
+

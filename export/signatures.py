@@ -1,0 +1,240 @@
+"""What a served model looks like: its task, its named inputs and outputs, and the functions behind them.
+
+Both exporters (SavedModel and ONNX) and the verification use one :class:`ServingSpec`, so the artifacts and the
+Keras reference agree on names, dtypes and post-processing.
+
+Tasks and their signatures (``TASKS``):
+
+- ``"classification"``: ``images`` -> ``logits``, ``probabilities`` (softmax of the logits), ``top_k_classes``
+  (int32) and ``top_k_scores`` (the logits of those classes), ``k = min(5, classes)``;
+- ``"retrieval"``: ``images`` -> ``embeddings`` (the model's unit vectors);
+- ``"few_shot"``: ``query_images``, ``support_images``, ``support_labels`` (int32) -> ``logits``;
+- ``"generic"``: any other model: inputs named after its Keras inputs, outputs ``output_0``, ``output_1``, ...
+
+Pixel inputs (``images``, ``query_images``, ``support_images``) are float32 in the default signature and uint8 in
+a second one (:data:`UINT8_SIGNATURE`); both carry raw 0-255 values, as zoo models normalize pixels themselves.
+
+How the task is found when ``task=None`` (the zoo's models carry their names; see :func:`infer_task`):
+
+1. three inputs named ``query_images``, ``support_images``, ``support_labels`` -> ``"few_shot"``;
+2. one input and one ``(B, D)`` output made by a layer named ``l2_normalize`` -> ``"retrieval"``;
+3. one input and one ``(B, C)`` output made by a layer named ``dense_head``, ``mpw_head`` or
+   ``hyperspherical_head`` -> ``"classification"``;
+4. anything else -> ``"generic"``. A model of one input and one ``(B, D)`` output is not classified by its shape
+   alone (logits and unit embeddings look alike): pass ``task="classification"`` or ``"retrieval"``.
+"""
+import re
+from dataclasses import dataclass
+
+import numpy as np
+import tensorflow as tf
+
+TASKS = ("classification", "retrieval", "few_shot", "generic")
+DEFAULT_SIGNATURE = "serving_default"
+UINT8_SIGNATURE = "serving_uint8"
+TOP_K = 5
+
+# The layer and input names the zoo's builders give (zoo/models.py, zoo/tasks.py).
+CLASSIFICATION_HEAD_LAYERS = ("dense_head", "mpw_head", "hyperspherical_head")
+RETRIEVAL_OUTPUT_LAYER = "l2_normalize"
+FEW_SHOT_INPUTS = ("query_images", "support_images", "support_labels")
+
+_OUTPUTS = {
+    "classification": ("logits", "probabilities", "top_k_classes", "top_k_scores"),
+    "retrieval": ("embeddings",),
+    "few_shot": ("logits",),
+}
+
+
+def refuse_unexportable(model):
+    """Raise ``ValueError`` with the reason of the first layer whose ``export_blocker`` is set (the reason names
+    the exportable alternative, docs/api.md)."""
+    for layer in model._flatten_layers(include_self=False, recursive=True):
+        reason = getattr(layer, "export_blocker", None)
+        if reason:
+            raise ValueError(f"Layer {layer.name!r} cannot be exported: {reason}")
+
+
+def _output_layer_name(model):
+    history = getattr(model.outputs[0], "_keras_history", None)
+    return getattr(getattr(history, "operation", None), "name", None)
+
+
+def _input_names(model):
+    """The names of the model's input layers (``keras.Input(name=...)``), in input order."""
+    names = []
+    for tensor in model.inputs:
+        history = getattr(tensor, "_keras_history", None)
+        names.append(history.operation.name if history is not None else tensor.name)
+    return tuple(names)
+
+
+def infer_task(model):
+    """The serving task of ``model`` by the rule in the module docstring."""
+    single_matrix = len(model.inputs) == 1 and len(model.outputs) == 1 and len(model.outputs[0].shape) == 2
+    if _input_names(model) == FEW_SHOT_INPUTS and len(model.outputs) == 1:
+        return "few_shot"
+    if single_matrix and _output_layer_name(model) == RETRIEVAL_OUTPUT_LAYER:
+        return "retrieval"
+    if single_matrix and _output_layer_name(model) in CLASSIFICATION_HEAD_LAYERS:
+        return "classification"
+    return "generic"
+
+
+def _check_task_fits(model, task):
+    single_matrix = len(model.inputs) == 1 and len(model.outputs) == 1 and len(model.outputs[0].shape) == 2
+    if task in ("classification", "retrieval") and not single_matrix:
+        raise ValueError(f"`task`={task!r} needs a model with one input and one (batch, dim) output; this one has "
+                         f"{len(model.inputs)} input(s) and outputs of shapes "
+                         f"{[tuple(o.shape) for o in model.outputs]}. Use task='generic'.")
+    if task == "few_shot" and (len(model.inputs) != 3 or len(model.outputs) != 1
+                               or len(model.outputs[0].shape) != 2):
+        raise ValueError("`task`='few_shot' needs a model with three inputs [query_images, support_images, "
+                         f"support_labels] and one (queries, ways) output; this one has {len(model.inputs)} "
+                         f"input(s) and {len(model.outputs)} output(s).")
+
+
+def _clean(name, fallback):
+    name = re.sub(r"[^A-Za-z0-9_]", "_", str(name or "")).strip("_")
+    return name if name and name[0].isalpha() else fallback
+
+
+def _dedupe(names):
+    seen, result = {}, []
+    for name in names:
+        count = seen.get(name, 0)
+        seen[name] = count + 1
+        result.append(name if count == 0 else f"{name}_{count}")
+    return tuple(result)
+
+
+@dataclass(frozen=True)
+class ServingSpec:
+    """The served interface of one model.
+
+    ``input_names``/``input_specs``: in the Keras model's input order (the default signature's dtypes: float32
+    pixels, the model's own dtype otherwise); ``pixel_inputs``: the inputs also served as uint8;
+    ``batched_inputs``: the inputs whose axis 0 is the served batch (the queries, for few-shot: the support set is
+    one per request); ``output_names``; ``top_k`` for classification.
+    """
+    task: str
+    input_names: tuple
+    input_specs: tuple
+    pixel_inputs: tuple
+    batched_inputs: tuple
+    output_names: tuple
+    output_shapes: tuple
+    top_k: int = 0
+
+    def signature_specs(self, uint8=False):
+        """The ``tf.TensorSpec`` of each input (named), with pixel inputs as uint8 when ``uint8``."""
+        return [tf.TensorSpec(spec.shape, tf.uint8 if uint8 and name in self.pixel_inputs else spec.dtype, name=name)
+                for name, spec in zip(self.input_names, self.input_specs)]
+
+    @property
+    def signature_names(self):
+        """The signatures a SavedModel of this spec has."""
+        return (DEFAULT_SIGNATURE, UINT8_SIGNATURE) if self.pixel_inputs else (DEFAULT_SIGNATURE,)
+
+    def serving_function(self, model):
+        """``f(*inputs) -> {output name: tensor}``, the graph both exporters trace: casts the inputs to the
+        model's dtypes, calls the model in inference mode and adds the task's post-processing."""
+        dtypes = [spec.dtype for spec in self.input_specs]
+
+        def serve(*inputs):
+            cast = [tf.cast(x, dtype) for x, dtype in zip(inputs, dtypes)]
+            outputs = model(cast if len(cast) > 1 else cast[0], training=False)
+            if self.task == "generic":
+                outputs = outputs if isinstance(outputs, (list, tuple)) else [outputs]
+                return {name: out for name, out in zip(self.output_names, outputs)}
+            if self.task == "retrieval":
+                return {"embeddings": outputs}
+            if self.task == "few_shot":
+                return {"logits": outputs}
+            top = tf.math.top_k(outputs, k=self.top_k)
+            return {"logits": outputs, "probabilities": tf.nn.softmax(outputs, axis=-1),
+                    "top_k_classes": top.indices, "top_k_scores": top.values}
+
+        return serve
+
+    def as_model_inputs(self, named):
+        """The Keras model's positional inputs from ``{input name: array}`` (cast to the default dtypes)."""
+        arrays = [np.asarray(named[name]).astype(spec.dtype.as_numpy_dtype)
+                  for name, spec in zip(self.input_names, self.input_specs)]
+        return arrays if len(arrays) > 1 else arrays[0]
+
+    def keras_call(self, model, eager=False):
+        """``f(model inputs) -> model outputs``: the Keras model's inference call, traced once as a graph (a
+        ``tf.function`` without XLA over the signature's input specs, as ``model.predict`` runs it) or, with
+        ``eager``, run op by op."""
+        if eager:
+            return lambda inputs: model(inputs, training=False)
+        specs = [tf.TensorSpec(s.shape, s.dtype) for s in self.input_specs]
+        graph = tf.function(lambda *xs: model(list(xs) if len(xs) > 1 else xs[0], training=False),
+                            input_signature=specs, jit_compile=False)
+        return lambda inputs: graph(*(inputs if isinstance(inputs, list) else [inputs]))
+
+    def reference(self, call, named):
+        """The Keras outputs by name for ``{input name: array}``: ``call`` (from :meth:`keras_call`) on the model
+        inputs, post-processed in NumPy (float64 softmax, a stable descending sort for top-k), independently of
+        the exported graph."""
+        outputs = call(self.as_model_inputs(named))
+        outputs = [np.asarray(o) for o in (outputs if isinstance(outputs, (list, tuple)) else [outputs])]
+        if self.task != "classification":
+            return dict(zip(self.output_names, outputs))
+        logits = outputs[0]
+        shifted = logits.astype(np.float64) - logits.max(axis=-1, keepdims=True)
+        probabilities = np.exp(shifted) / np.exp(shifted).sum(axis=-1, keepdims=True)
+        order = np.argsort(-logits, axis=-1, kind="stable")[:, :self.top_k]
+        return {"logits": logits, "probabilities": probabilities, "top_k_classes": order.astype(np.int32),
+                "top_k_scores": np.take_along_axis(logits, order, axis=-1)}
+
+    def describe(self, uint8=False):
+        """One line: ``name dtype shape, ... -> name shape, ...`` (``-1``: any size)."""
+        def shape(s):
+            return "[" + ", ".join("-1" if d is None else str(d) for d in s) + "]"
+        ins = ", ".join(f"{s.name} {s.dtype.name} {shape(s.shape)}" for s in self.signature_specs(uint8))
+        outs = ", ".join(f"{n} {shape(s)}" for n, s in zip(self.output_names, self.output_shapes))
+        return f"{ins} -> {outs}"
+
+
+def serving_spec(model, task=None):
+    """The :class:`ServingSpec` of ``model`` for ``task`` (one of ``TASKS``; ``None``: :func:`infer_task`).
+
+    Raises ``ValueError`` naming the layer and the exportable alternative when a layer has an ``export_blocker``,
+    and naming ``task`` when the model does not fit it.
+    """
+    if task is not None and task not in TASKS:
+        raise ValueError(f"`task` must be one of {list(TASKS)} or None, got {task!r}.")
+    refuse_unexportable(model)
+    if not getattr(model, "inputs", None) or not getattr(model, "outputs", None):
+        raise ValueError("`model` must be a built keras.Model with known inputs and outputs (a functional model, "
+                         f"or a subclassed one called once), got {model!r}.")
+    task = task or infer_task(model)
+    _check_task_fits(model, task)
+    dtypes = [tf.as_dtype(t.dtype) for t in model.inputs]
+    if task == "few_shot":
+        names, pixels, batched = FEW_SHOT_INPUTS, FEW_SHOT_INPUTS[:2], FEW_SHOT_INPUTS[:1]
+        dtypes[2] = tf.int32
+    elif task in ("classification", "retrieval"):
+        names, pixels, batched = ("images",), ("images",), ("images",)
+    else:
+        names = _dedupe([_clean(n, f"input_{i}") for i, n in enumerate(_input_names(model))])
+        pixels, batched = (), names
+    specs = tuple(tf.TensorSpec((None,) + tuple(t.shape[1:]), dtype, name=name)
+                  for t, dtype, name in zip(model.inputs, dtypes, names))
+    shapes = [(None,) + tuple(o.shape[1:]) for o in model.outputs]
+    if task == "generic":
+        outputs = tuple(f"output_{i}" for i in range(len(shapes)))
+    else:
+        outputs = _OUTPUTS[task]
+    top_k = 0
+    if task == "classification":
+        classes = shapes[0][-1]
+        if classes is None:
+            raise ValueError("`model`: a classifier needs a known number of classes (its output's last axis).")
+        top_k = min(TOP_K, int(classes))
+        shapes = [shapes[0], shapes[0], (None, top_k), (None, top_k)]
+    return ServingSpec(task=task, input_names=tuple(names), input_specs=specs, pixel_inputs=tuple(pixels),
+                       batched_inputs=tuple(batched), output_names=tuple(outputs),
+                       output_shapes=tuple(tuple(s) for s in shapes), top_k=top_k)

@@ -1,0 +1,293 @@
+"""Parity of exported artifacts with Keras, each artifact run where otzoo cannot be imported.
+
+:func:`verify` feeds the same inputs to the Keras model (in this process) and to each artifact in an isolated child
+process (:mod:`export.isolation`): the SavedModel through ``tf.saved_model.load`` and its signatures -- after
+checking that no node of its graph or of any function in its library is a Python op (``PyFunc``,
+``PyFuncStateless``, ``EagerPyFunc``, ``NumpyFunction``), which TF Serving cannot run --, the ONNX file through
+onnxruntime. It reports the maximum absolute difference per artifact, per output and per batch size.
+
+``top_k_classes`` is compared by what a swap costs: the largest gap between the Keras logits of the class Keras
+ranks at a position and of the class the artifact ranks there (0 when the rankings agree; a swap of two classes
+whose logits tie within the tolerance stays within it).
+"""
+import json
+import os
+import tempfile
+
+import numpy as np
+
+from export.isolation import BLOCKED_PACKAGES, run_isolated
+from export.signatures import DEFAULT_SIGNATURE, UINT8_SIGNATURE, serving_spec
+
+PYTHON_OPS = ("PyFunc", "PyFuncStateless", "EagerPyFunc", "NumpyFunction")
+
+
+class VerificationError(RuntimeError):
+    """An artifact cannot be run the way a server runs it, or its outputs do not have Keras' names or shapes."""
+
+
+_SAVED_MODEL_RUNNER = r'''
+import json, os, sys
+import numpy as np
+import tensorflow as tf
+from tensorflow.core.protobuf import saved_model_pb2
+
+artifact, manifest_path, feeds_path, outputs_path, result_path = sys.argv[1:6]
+manifest = json.load(open(manifest_path))
+python_ops = set(manifest["python_ops"])
+
+
+def walk(graph_def, found, counts):
+    for node in graph_def.node:
+        counts[0] += 1
+        if node.op in python_ops:
+            found.add(f"{node.op} ({node.name})")
+    for function in graph_def.library.function:
+        counts[1] += 1
+        for node in function.node_def:
+            counts[0] += 1
+            if node.op in python_ops:
+                found.add(f"{node.op} ({function.signature.name}/{node.name})")
+
+
+found, counts = set(), [0, 0]
+proto = saved_model_pb2.SavedModel()
+with open(os.path.join(artifact, "saved_model.pb"), "rb") as handle:
+    proto.ParseFromString(handle.read())
+for meta_graph in proto.meta_graphs:
+    walk(meta_graph.graph_def, found, counts)
+loaded = tf.saved_model.load(artifact)
+for function in loaded.signatures.values():
+    walk(function.graph.as_graph_def(), found, counts)
+signatures = {}
+for name, function in loaded.signatures.items():
+    inputs = function.structured_input_signature[1]
+    signatures[name] = {
+        "inputs": {k: [v.dtype.name, [d for d in v.shape.as_list()]] for k, v in sorted(inputs.items())},
+        "outputs": {k: [v.dtype.name, [d for d in v.shape.as_list()]]
+                    for k, v in sorted(function.structured_outputs.items())}}
+result = {"python_ops": sorted(found), "nodes_checked": counts[0], "functions_checked": counts[1],
+          "signatures": signatures, "modules": sorted(m for m in sys.modules if m.split(".")[0] in manifest["blocked"])}
+outputs = {}
+if not found:
+    feeds = np.load(feeds_path)
+    for run in manifest["runs"]:
+        function = loaded.signatures[run["signature"]]
+        got = function(**{name: tf.constant(feeds[f"{run['id']}__{name}"]) for name in run["inputs"]})
+        for name, value in got.items():
+            outputs[f"{run['id']}__{name}"] = value.numpy()
+np.savez(outputs_path, **outputs)
+json.dump(result, open(result_path, "w"))
+'''
+
+_ONNX_RUNNER = r'''
+import json, sys
+import numpy as np
+import onnxruntime
+
+artifact, manifest_path, feeds_path, outputs_path, result_path = sys.argv[1:6]
+manifest = json.load(open(manifest_path))
+session = onnxruntime.InferenceSession(artifact, providers=["CPUExecutionProvider"])
+names = [o.name for o in session.get_outputs()]
+result = {"signatures": {"onnx": {
+    "inputs": {i.name: [i.type, list(i.shape)] for i in session.get_inputs()},
+    "outputs": {o.name: [o.type, list(o.shape)] for o in session.get_outputs()}}},
+    "python_ops": [], "modules": sorted(m for m in sys.modules if m.split(".")[0] in manifest["blocked"])}
+feeds = np.load(feeds_path)
+outputs = {}
+for run in manifest["runs"]:
+    got = session.run(names, {name: feeds[f"{run['id']}__{name}"] for name in run["inputs"]})
+    for name, value in zip(names, got):
+        outputs[f"{run['id']}__{name}"] = value
+np.savez(outputs_path, **outputs)
+json.dump(result, open(result_path, "w"))
+'''
+
+
+class ParityReport(dict):
+    """``{artifact: max |artifact - Keras| over every output and batch size}`` (floats), with the details:
+
+    - ``per_batch_size``: ``{artifact: {batch size: {output: max abs difference}}}``;
+    - ``per_output``: ``{artifact: {output: max abs difference over batch sizes}}``;
+    - ``signatures``: ``{artifact: {signature: {"inputs"/"outputs": {name: [dtype, shape]}}}}`` as the child
+      process saw them;
+    - ``checked``: ``{artifact: {"nodes": n, "functions": n}}``, the graph nodes searched for Python ops.
+
+    Artifacts: ``"saved_model"`` (signature ``serving_default``), ``"saved_model_uint8"`` (``serving_uint8``, run
+    when the pixel inputs were given as uint8) and ``"onnx"``.
+    """
+
+    def __init__(self, per_batch_size, signatures, checked):
+        super().__init__({artifact: max(max(d.values()) for d in by_batch.values())
+                          for artifact, by_batch in per_batch_size.items()})
+        self.per_batch_size = per_batch_size
+        self.signatures = signatures
+        self.checked = checked
+
+    @property
+    def per_output(self):
+        return {artifact: {name: max(d[name] for d in by_batch.values()) for name in next(iter(by_batch.values()))}
+                for artifact, by_batch in self.per_batch_size.items()}
+
+    def table(self):
+        """The per-output maxima as a text table (one row per artifact)."""
+        per_output = self.per_output
+        names = list(next(iter(per_output.values()))) if per_output else []
+        width = max([len(a) for a in per_output] + [8])
+        lines = [f"{'artifact':<{width}}  " + "  ".join(f"{n:>13}" for n in names)]
+        for artifact, diffs in per_output.items():
+            lines.append(f"{artifact:<{width}}  " + "  ".join(f"{diffs[n]:>13.2e}" for n in names))
+        return "\n".join(lines)
+
+
+def _named_inputs(spec, inputs):
+    if isinstance(inputs, dict):
+        missing = [n for n in spec.input_names if n not in inputs]
+        if missing:
+            raise ValueError(f"`inputs` lacks {missing}; the signature's inputs are {list(spec.input_names)}.")
+        return {n: np.asarray(inputs[n]) for n in spec.input_names}
+    arrays = list(inputs) if isinstance(inputs, (list, tuple)) else [inputs]
+    if len(arrays) != len(spec.input_names):
+        raise ValueError(f"`inputs`: {len(arrays)} array(s) given, the model takes {len(spec.input_names)} "
+                         f"({list(spec.input_names)}).")
+    return {n: np.asarray(a) for n, a in zip(spec.input_names, arrays)}
+
+
+def _check_batch_sizes(batch_sizes):
+    if batch_sizes is None:
+        return (None,)
+    sizes = tuple(batch_sizes) if isinstance(batch_sizes, (list, tuple)) else (batch_sizes,)
+    if not sizes or any(isinstance(b, bool) or not isinstance(b, (int, np.integer)) or b < 1 for b in sizes):
+        raise ValueError(f"`batch_sizes` must be integers >= 1 (or None: all inputs in one batch), got "
+                         f"{batch_sizes!r}.")
+    return tuple(int(b) for b in sizes)
+
+
+def _chunks(spec, named, batch_size):
+    total = len(named[spec.batched_inputs[0]])
+    if total == 0:
+        raise ValueError("`inputs` must hold at least one example.")
+    size = batch_size or total
+    for start in range(0, total, size):
+        yield {n: (a[start:start + size] if n in spec.batched_inputs else a) for n, a in named.items()}
+
+
+def _feed(spec, chunk, uint8):
+    """The arrays a signature receives: pixels as uint8 (``uint8``) or float32, the rest in the spec's dtype."""
+    feed = {}
+    for name, tensor_spec in zip(spec.input_names, spec.input_specs):
+        if uint8 and name in spec.pixel_inputs:
+            feed[name] = chunk[name]
+        else:
+            feed[name] = chunk[name].astype(tensor_spec.dtype.as_numpy_dtype)
+    return feed
+
+
+def _difference(name, got, expected, keras_logits):
+    got, want = np.asarray(got), np.asarray(expected)
+    if got.shape != want.shape:
+        raise VerificationError(f"output {name!r} has shape {got.shape}, Keras gives {want.shape}.")
+    if got.size == 0:
+        return 0.0
+    if name == "top_k_classes":
+        if got.min() < 0 or got.max() >= keras_logits.shape[-1]:
+            raise VerificationError(f"output {name!r} holds classes outside 0..{keras_logits.shape[-1] - 1}.")
+        chosen = np.take_along_axis(keras_logits, got.astype(np.int64), axis=-1).astype(np.float64)
+        ranked = np.take_along_axis(keras_logits, want.astype(np.int64), axis=-1).astype(np.float64)
+        return float(np.max(np.abs(chosen - ranked)))
+    return float(np.max(np.abs(got.astype(np.float64) - want.astype(np.float64))))
+
+
+def _run_artifact(kind, artifact, runs, feeds):
+    """Run ``runs`` (``[{"id", "signature", "inputs"}]``) on ``artifact`` in an isolated child; returns the child's
+    result dict and ``{run id: {output: array}}``."""
+    runner = _SAVED_MODEL_RUNNER if kind == "saved_model" else _ONNX_RUNNER
+    with tempfile.TemporaryDirectory(prefix="otzoo-verify-") as tmp:
+        paths = [os.path.join(tmp, f) for f in ("manifest.json", "feeds.npz", "outputs.npz", "result.json")]
+        with open(paths[0], "w") as handle:
+            json.dump({"runs": runs, "python_ops": PYTHON_OPS, "blocked": BLOCKED_PACKAGES}, handle)
+        np.savez(paths[1], **feeds)
+        process = run_isolated(runner, [os.path.abspath(artifact)] + paths)
+        if process.returncode != 0:
+            raise VerificationError(f"running the {kind} artifact {artifact} in a process without otzoo failed:\n"
+                                    f"{process.stderr[-3000:]}")
+        with open(paths[3]) as handle:
+            result = json.load(handle)
+        outputs = {}
+        with np.load(paths[2]) as data:
+            for key in data.files:
+                run_id, name = key.split("__", 1)
+                outputs.setdefault(int(run_id), {})[name] = data[key]
+    if result["modules"]:
+        raise VerificationError(f"the {kind} child imported project modules {result['modules']}.")
+    if result["python_ops"]:
+        raise VerificationError(f"the SavedModel {artifact} holds Python ops, which TF Serving cannot run: "
+                                f"{', '.join(result['python_ops'])}.")
+    return result, outputs
+
+
+def verify(model, inputs, saved_model_dir=None, onnx_path=None, task=None, batch_sizes=None,
+           reference="graph"):
+    """Compare each given artifact with ``model`` on ``inputs``; returns a :class:`ParityReport`.
+
+    ``inputs``: an array, a list of arrays in the model's input order, or ``{signature input name: array}``;
+    pixel inputs given as uint8 also run the SavedModel's ``serving_uint8`` signature with those very bytes
+    (``"saved_model_uint8"``). ``saved_model_dir``: a version directory from :func:`export.to_saved_model`;
+    ``onnx_path``: a file from :func:`export.to_onnx`. ``task``: as given to the exporters (``None``: inferred).
+    ``batch_sizes``: the batch sizes to run, e.g. ``(1, 64)`` (the batched inputs are split into batches of that
+    size; Keras runs the same batches); ``None``: all inputs in one batch. ``reference``: how Keras runs:
+    ``"graph"`` (the model's call traced by ``tf.function`` without XLA, as ``model.predict`` runs it: the graph a
+    server runs, after the same Grappler rewrites) or ``"eager"`` (op by op; fused kernels round differently, a few
+    float32 ulps of the logits).
+
+    Raises :class:`VerificationError` when an artifact fails to run without otzoo, holds Python ops, or lacks a
+    named output or its shape.
+    """
+    spec = serving_spec(model, task)
+    named = _named_inputs(spec, inputs)
+    sizes = _check_batch_sizes(batch_sizes)
+    uint8 = bool(spec.pixel_inputs) and all(named[n].dtype == np.uint8 for n in spec.pixel_inputs)
+    plan = []  # (run id, batch size, chunk)
+    for size in sizes:
+        for chunk in _chunks(spec, named, size):
+            plan.append((len(plan), size or len(named[spec.batched_inputs[0]]), chunk))
+    if reference not in ("graph", "eager"):
+        raise ValueError(f"`reference` must be 'graph' or 'eager', got {reference!r}.")
+    call = spec.keras_call(model, eager=reference == "eager")
+    references = {run_id: spec.reference(call, chunk) for run_id, _, chunk in plan}
+    artifacts = []
+    if saved_model_dir is not None:
+        artifacts.append(("saved_model", "saved_model", saved_model_dir, DEFAULT_SIGNATURE, False))
+        if uint8:
+            artifacts.append(("saved_model_uint8", "saved_model", saved_model_dir, UINT8_SIGNATURE, True))
+    if onnx_path is not None:
+        artifacts.append(("onnx", "onnx", onnx_path, None, False))
+    per_batch, signatures, checked = {}, {}, {}
+    for kind in ("saved_model", "onnx"):
+        jobs = [a for a in artifacts if a[1] == kind]
+        if not jobs:
+            continue
+        runs, feeds, owners = [], {}, {}
+        for label, _, _, signature, as_uint8 in jobs:
+            for run_id, _, chunk in plan:
+                key = len(runs)
+                owners[key] = (label, run_id)
+                runs.append({"id": key, "signature": signature, "inputs": list(spec.input_names)})
+                for name, array in _feed(spec, chunk, as_uint8).items():
+                    feeds[f"{key}__{name}"] = array
+        result, outputs = _run_artifact(kind, jobs[0][2], runs, feeds)
+        for label, *_ in jobs:
+            signatures[label] = result["signatures"]
+            checked[label] = {"nodes": result.get("nodes_checked", 0), "functions": result.get("functions_checked", 0)}
+        for key, (label, run_id) in owners.items():
+            got, expected = outputs.get(key, {}), references[run_id]
+            missing = [n for n in spec.output_names if n not in got]
+            if missing:
+                raise VerificationError(f"{label}: outputs {missing} missing; it gives {sorted(got)} (export and "
+                                        f"verify with the same `task`).")
+            logits = expected.get("logits")
+            size = plan[run_id][1]
+            diffs = per_batch.setdefault(label, {}).setdefault(size, {n: 0.0 for n in spec.output_names})
+            for name in spec.output_names:
+                diffs[name] = max(diffs[name], _difference(name, got[name], expected[name], logits))
+    return ParityReport(per_batch, signatures, checked)

@@ -1,0 +1,97 @@
+"""``otzoo export``: bad input as one line naming the option (exit status 2), and a verified export of a .keras
+model on real Fashion-MNIST images."""
+import os
+
+import keras
+import numpy as np
+import pytest
+import tensorflow as tf
+
+import zoo
+from training import cli
+
+SMALL = dict(input_shape=(28, 28, 1), backbone_kwargs={"width": 4, "feature_dim": 8})
+
+
+@pytest.fixture(autouse=True)
+def _only_the_export_command(monkeypatch):
+    """Run ``otzoo`` with the export command alone (the other packages' commands are tested by their owners)."""
+    assert "export.command" in cli.EXTRA_COMMANDS
+    monkeypatch.setattr(cli, "EXTRA_COMMANDS", ("export.command",))
+
+
+def _fails_with(args, message, capsys):
+    with pytest.raises(SystemExit) as exit_info:
+        raise SystemExit(cli.main(args))
+    assert exit_info.value.code == 2
+    err = capsys.readouterr().err.strip()
+    assert message in err, err
+    assert len(err.splitlines()) == 1 and "Traceback" not in err
+
+
+@pytest.fixture(scope="module")
+def keras_files(tmp_path_factory):
+    folder = tmp_path_factory.mktemp("models")
+    keras.utils.set_random_seed(3)
+    classifier = zoo.image_classifier("small_convnet", "gap_fc", 10, **SMALL)
+    exact = zoo.few_shot_model("small_convnet", "emd", 2, head_kwargs={"method": "exact"}, **SMALL)
+    paths = {"classifier": str(folder / "tiny_classifier.keras"), "exact": str(folder / "exact_emd.keras"),
+             "broken": str(folder / "broken.keras")}
+    classifier.save(paths["classifier"])
+    exact.save(paths["exact"])
+    with open(paths["broken"], "wb") as handle:
+        handle.write(b"not a zip file")
+    return paths, classifier
+
+
+@pytest.mark.parametrize("args, message", [
+    (["export", "resnet99_nothing", "--out", "OUT"], "otzoo export: error: NAME_OR_PATH: 'resnet99_nothing' is "
+                                                    "neither a preset"),
+    (["export", "/nonexistent/model.keras", "--out", "OUT"], "NAME_OR_PATH: no .keras file at"),
+    (["export", "resnet20_gap_fashion_mnist", "--out", "OUT", "--format", "tflite"], "argument --format: invalid "
+                                                                                     "choice: 'tflite'"),
+    (["export", "resnet20_gap_fashion_mnist", "--out", "OUT", "--version", "0"], "argument --version: must be an "
+                                                                                 "integer >= 1"),
+    (["export", "resnet20_gap_fashion_mnist", "--out", "OUT", "--format", "onnx", "--version", "2"],
+     "--version applies to the SavedModel"),
+    (["export", "resnet20_gap_fashion_mnist", "--out", "OUT", "--atol", "-1"], "argument --atol: must be a number"),
+    (["export", "resnet20_gap_fashion_mnist"], "the following arguments are required: --out"),
+])
+def test_bad_input_is_one_line_and_exit_2(args, message, tmp_path, capsys):
+    args = [str(tmp_path / "out") if a == "OUT" else a for a in args]
+    _fails_with(args, message, capsys)
+    assert not os.path.exists(tmp_path / "out")
+
+
+def test_unloadable_and_unexportable_files_are_one_line(keras_files, tmp_path, capsys):
+    paths, _ = keras_files
+    _fails_with(["export", paths["broken"], "--out", str(tmp_path)], "NAME_OR_PATH: cannot load", capsys)
+    _fails_with(["export", paths["exact"], "--out", str(tmp_path), "--no-verify"], 'method="sinkhorn"', capsys)
+    assert os.listdir(tmp_path) == []
+
+
+@pytest.mark.fashion_mnist
+def test_export_verifies_on_fashion_mnist_and_prints_the_summary(keras_files, tmp_path, capsys):
+    paths, classifier = keras_files
+    out = str(tmp_path / "out")
+    assert cli.main(["export", paths["classifier"], "--out", out, "--images", "8"]) == 0
+    text = capsys.readouterr().out
+    version_dir = os.path.join(out, "tiny_classifier", "1")
+    assert os.path.isfile(os.path.join(version_dir, "saved_model.pb"))
+    assert os.path.isfile(os.path.join(out, "tiny_classifier", "models.config"))
+    assert os.path.isfile(os.path.join(out, "tiny_classifier.onnx"))
+    for expected in ("task classification", "serving_default: images float32 [-1, 28, 28, 1] -> logits [-1, 10]",
+                     "serving_uint8: images uint8", "top_k_classes [-1, 5]", "MB", "saved_model_uint8",
+                     "on 8 Fashion-MNIST test images (raw uint8), batch sizes 1, 8", "parity holds"):
+        assert expected in text, text
+    # The exported model is the file's model: the served logits equal the in-memory classifier's.
+    from training.data import load_fashion_mnist
+
+    images, _ = load_fashion_mnist("test", limit=4, normalize=False)
+    served = tf.saved_model.load(version_dir).signatures["serving_uint8"](images=tf.constant(images))
+    np.testing.assert_allclose(served["logits"].numpy(), np.asarray(classifier(images.astype("float32"))),
+                               atol=1e-5)
+    # A second export adds version 2 beside version 1.
+    assert cli.main(["export", paths["classifier"], "--out", out, "--format", "saved_model", "--no-verify"]) == 0
+    assert "parity: not checked" in capsys.readouterr().out
+    assert sorted(os.listdir(os.path.join(out, "tiny_classifier"))) == ["1", "2", "models.config"]

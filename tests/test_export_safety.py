@@ -1,0 +1,156 @@
+"""What export refuses and what it never leaves behind: unexportable layers, Python ops, half-written versions, an
+environment that could import otzoo, bad arguments."""
+import hashlib
+import os
+import subprocess
+import sys
+
+import keras
+import numpy as np
+import pytest
+import tensorflow as tf
+
+import export
+import zoo
+from export import saved_model as saved_model_module
+from export.isolation import BLOCKED_PACKAGES, REPOSITORY_ROOT, run_isolated
+
+TINY = dict(input_shape=(16, 16, 1), backbone_kwargs={"width": 4, "feature_dim": 4})
+_IMPORT_ALL = "\n".join(f"import {name}" for name in BLOCKED_PACKAGES if name != "explain") + "\nprint('imported')"
+
+
+def _tree_digest(path):
+    """sha256 over every file's relative path and bytes under ``path``."""
+    digest = hashlib.sha256()
+    for root, dirs, files in sorted(os.walk(path)):
+        dirs.sort()
+        for name in sorted(files):
+            full = os.path.join(root, name)
+            digest.update(os.path.relpath(full, path).encode())
+            with open(full, "rb") as handle:
+                digest.update(handle.read())
+    return digest.hexdigest()
+
+
+def _dense_classifier():
+    inputs = keras.Input((3,), name="images")
+    return keras.Model(inputs, keras.layers.Dense(4, name="dense_head")(inputs))
+
+
+def test_isolated_child_cannot_import_the_project_while_a_plain_child_can():
+    """The same interpreter imports every project package when started normally (from a neutral directory, through
+    the editable install), and none of them in the child :func:`export.verify` uses; TensorFlow still imports."""
+    plain = subprocess.run([sys.executable, "-c", _IMPORT_ALL], capture_output=True, text=True, cwd=os.sep,
+                           env=dict(os.environ, PYTHONPATH=REPOSITORY_ROOT))
+    assert plain.returncode == 0 and "imported" in plain.stdout, plain.stderr[-2000:]
+    for name in BLOCKED_PACKAGES:
+        child = run_isolated(f"import {name}")
+        assert child.returncode != 0
+        assert f"ModuleNotFoundError: {name!r} is blocked" in child.stderr
+    child = run_isolated("import sys, numpy, onnxruntime; print(all(p != sys.argv[1] for p in sys.path))",
+                         [REPOSITORY_ROOT])
+    assert child.returncode == 0 and child.stdout.strip() == "True", child.stderr[-2000:]
+
+
+def test_exact_emd_is_refused_naming_sinkhorn_and_writes_nothing(tmp_path):
+    model = zoo.few_shot_model("small_convnet", "emd", 2, head_kwargs={"method": "exact"}, **TINY)
+    with pytest.raises(ValueError, match='method="sinkhorn"'):
+        export.to_saved_model(model, str(tmp_path / "served"))
+    with pytest.raises(ValueError, match='method="sinkhorn"'):
+        export.to_onnx(model, str(tmp_path / "model.onnx"))
+    assert os.listdir(tmp_path) == []
+
+
+def test_versions_count_up_and_are_never_replaced(tmp_path):
+    model = _dense_classifier()
+    base = str(tmp_path / "served")
+    assert export.to_saved_model(model, base, warmup=False) == os.path.join(base, "1")
+    assert export.to_saved_model(model, base, version=7, warmup=False) == os.path.join(base, "7")
+    assert export.to_saved_model(model, base, warmup=False) == os.path.join(base, "8")
+    before = _tree_digest(os.path.join(base, "7"))
+    with pytest.raises(ValueError, match="`version` 7 already exists"):
+        export.to_saved_model(model, base, version=7)
+    assert _tree_digest(os.path.join(base, "7")) == before
+    assert sorted(os.listdir(base)) == ["1", "7", "8", "models.config"]
+    assert not os.path.exists(os.path.join(base, "1", "assets.extra"))  # warmup=False
+
+
+def test_a_failing_export_leaves_existing_versions_and_no_stray_files(tmp_path, monkeypatch):
+    """A failure after the SavedModel is written (while adding the warm-up requests) removes the temporary
+    directory: version 1 keeps its bytes, no version 2 appears, and a base directory the export created goes."""
+    model = _dense_classifier()
+    base = str(tmp_path / "served")
+    export.to_saved_model(model, base)
+    before = _tree_digest(base)
+    reached = []
+
+    def fail_midway(version_dir, spec, name):
+        assert os.path.isfile(os.path.join(version_dir, "saved_model.pb"))  # the SavedModel is already written
+        reached.append(version_dir)
+        raise OSError("disk full (simulated)")
+
+    monkeypatch.setattr(saved_model_module, "write_warmup_requests", fail_midway)
+    with pytest.raises(OSError, match="simulated"):
+        export.to_saved_model(model, base)
+    with pytest.raises(OSError, match="simulated"):
+        export.to_saved_model(model, str(tmp_path / "fresh"))
+    assert len(reached) == 2 and not any(os.path.exists(p) for p in reached)
+    assert _tree_digest(base) == before
+    assert sorted(os.listdir(base)) == ["1", "models.config"]
+    assert sorted(os.listdir(tmp_path)) == ["served"]
+
+
+def test_onnx_failure_leaves_the_previous_file(tmp_path, monkeypatch):
+    model = _dense_classifier()
+    path = str(tmp_path / "model.onnx")
+    export.to_onnx(model, path)
+    with open(path, "rb") as handle:
+        before = handle.read()
+    import onnx
+
+    def fail(proto, target):
+        with open(target, "wb") as handle:
+            handle.write(b"partial")
+        raise OSError("disk full (simulated)")
+
+    monkeypatch.setattr(onnx, "save", fail)
+    with pytest.raises(OSError, match="simulated"):
+        export.to_onnx(model, path)
+    with open(path, "rb") as handle:
+        assert handle.read() == before
+    assert os.listdir(tmp_path) == ["model.onnx"]
+
+
+def test_python_ops_in_the_saved_model_are_reported(tmp_path):
+    """A model whose graph calls back into Python (``tf.py_function`` -> ``EagerPyFunc``) exports, but TF Serving
+    could not run it: :func:`export.verify` finds the op in the SavedModel's function library."""
+    inputs = keras.Input((3,), name="features")
+    doubled = keras.layers.Lambda(
+        lambda x: tf.ensure_shape(tf.py_function(lambda t: 2.0 * t, [x], tf.float32), [None, 3]),
+        output_shape=(3,))(inputs)
+    model = keras.Model(inputs, keras.layers.Dense(2)(doubled))
+    x = np.ones((2, 3), np.float32)
+    version_dir = export.to_saved_model(model, str(tmp_path / "served"), warmup=False)
+    with pytest.raises(export.VerificationError, match=r"holds Python ops.*EagerPyFunc"):
+        export.verify(model, x, saved_model_dir=version_dir)
+
+
+def test_bad_arguments_name_the_argument(tmp_path):
+    model = _dense_classifier()
+    x = np.zeros((2, 3), np.float32)
+    for version in (0, -1, 1.5, "2", True):
+        with pytest.raises(ValueError, match="`version`"):
+            export.to_saved_model(model, str(tmp_path / "a"), version=version)
+    with pytest.raises(ValueError, match="`task`"):
+        export.to_saved_model(model, str(tmp_path / "a"), task="segmentation")
+    with pytest.raises(ValueError, match="`name`"):
+        export.to_saved_model(model, str(tmp_path / "a"), name="two words")
+    with pytest.raises(ValueError, match="`opset`"):
+        export.to_onnx(model, str(tmp_path / "m.onnx"), opset=7)
+    with pytest.raises(ValueError, match="`batch_sizes`"):
+        export.verify(model, x, batch_sizes=(0,))
+    with pytest.raises(ValueError, match="`inputs`"):
+        export.verify(model, [x, x])
+    with pytest.raises(ValueError, match="`reference`"):
+        export.verify(model, x, reference="xla")
+    assert os.listdir(tmp_path) == []

@@ -1,0 +1,175 @@
+"""Export of small untrained zoo models of every task: named signatures, parity in a process without otzoo, ONNX
+names and dynamic axes, warm-up requests and models.config as TF Serving reads them."""
+import os
+
+import numpy as np
+import onnx
+import pytest
+import tensorflow as tf
+from google.protobuf import text_format
+from tensorflow_serving.config import model_server_config_pb2
+
+import export
+import keras
+import zoo
+from export.warmup import WARMUP_DIR, WARMUP_FILE, read_warmup_requests
+
+TINY = dict(input_shape=(16, 16, 1), backbone_kwargs={"width": 8, "feature_dim": 8})
+RNG = np.random.default_rng(0)
+PIXELS = RNG.integers(0, 256, size=(6, 16, 16, 1), dtype=np.uint8)
+
+
+def _classifier():
+    return zoo.image_classifier("small_convnet", "mpw", 7, head_kwargs={"num_proxies": 2}, **TINY)
+
+
+def _embedding():
+    return zoo.embedding_model("small_convnet", "gsp", 8, pooling_kwargs={"num_prototypes": 4}, **TINY)
+
+
+def _few_shot():
+    return zoo.few_shot_model("small_convnet", "emd", 3, head_kwargs={"method": "sinkhorn"}, **TINY)
+
+
+def _two_outputs():
+    inputs = keras.Input((5,), name="features")
+    hidden = keras.layers.Dense(4, activation="tanh")(inputs)
+    return keras.Model(inputs, [keras.layers.Dense(3)(hidden), keras.layers.Dense(2)(hidden)])
+
+
+CASES = {
+    "classification": (_classifier, PIXELS),
+    "retrieval": (_embedding, PIXELS),
+    "few_shot": (_few_shot, {"query_images": PIXELS, "support_images": PIXELS[:5],
+                             "support_labels": np.array([0, 1, 2, 0, 1], np.int32)}),
+}
+OUTPUTS = {"classification": ["logits", "probabilities", "top_k_classes", "top_k_scores"],
+           "retrieval": ["embeddings"], "few_shot": ["logits"]}
+
+
+@pytest.fixture(scope="module", params=sorted(CASES))
+def exported(request, tmp_path_factory):
+    """One export (SavedModel + ONNX) and one verification per task, shared by the tests below."""
+    task = request.param
+    build, inputs = CASES[task]
+    keras.utils.set_random_seed(1)
+    model = build()
+    base = str(tmp_path_factory.mktemp(task) / "served")
+    version_dir = export.to_saved_model(model, base)
+    onnx_path = export.to_onnx(model, os.path.join(str(tmp_path_factory.mktemp(task)), "model.onnx"))
+    report = export.verify(model, inputs, saved_model_dir=version_dir, onnx_path=onnx_path, batch_sizes=(1, 4))
+    return dict(task=task, model=model, inputs=inputs, base=base, version_dir=version_dir, onnx=onnx_path,
+                report=report)
+
+
+def test_task_is_inferred_from_the_zoo_names(exported):
+    assert export.infer_task(exported["model"]) == exported["task"]
+
+
+def test_other_models_are_generic_and_task_must_fit():
+    """A model without the zoo's names exports as ``generic`` (inputs by their Keras names, ``output_i``); an
+    explicit task the model's structure cannot serve is refused naming ``task``."""
+    model = _two_outputs()
+    spec = export.serving_spec(model)
+    assert spec.task == "generic" and spec.input_names == ("features",)
+    assert spec.output_names == ("output_0", "output_1") and spec.signature_names == ("serving_default",)
+    plain = keras.Sequential([keras.Input((4,)), keras.layers.Dense(3)])
+    assert export.infer_task(plain) == "generic"  # (B, 3): logits or embeddings? Not guessed from the shape.
+    assert export.serving_spec(plain, task="retrieval").output_names == ("embeddings",)
+    assert export.serving_spec(plain, task="classification").top_k == 3  # min(5, classes)
+    for task in ("classification", "retrieval", "few_shot"):
+        with pytest.raises(ValueError, match="`task`"):
+            export.serving_spec(model, task=task)
+    with pytest.raises(ValueError, match="`task`"):
+        export.serving_spec(plain, task="detection")
+
+
+def test_every_artifact_matches_keras_at_batch_1_and_4(exported):
+    """The SavedModel (both signatures, raw uint8 bytes into ``serving_uint8``) and ONNX, run in a process that
+    cannot import otzoo, give Keras' outputs within 1e-5 at both batch sizes."""
+    report = exported["report"]
+    assert set(report) == {"saved_model", "saved_model_uint8", "onnx"}
+    for artifact, by_batch in report.per_batch_size.items():
+        assert set(by_batch) == {1, 4}
+        for diffs in by_batch.values():
+            assert sorted(diffs) == sorted(OUTPUTS[exported["task"]])
+    assert max(report.values()) <= 1e-5, report.table()
+    assert report.checked["saved_model"]["nodes"] > 0
+
+
+def test_signatures_have_the_task_names_and_dtypes(exported):
+    """As the TensorFlow-only child process loaded them."""
+    signatures = exported["report"].signatures["saved_model"]
+    task = exported["task"]
+    default = signatures["serving_default"]
+    assert sorted(default["outputs"]) == sorted(OUTPUTS[task])
+    assert set(signatures) == {"serving_default", "serving_uint8"}
+    pixels = ["images"] if task != "few_shot" else ["query_images", "support_images"]
+    for name in pixels:
+        assert default["inputs"][name] == ["float32", [None, 16, 16, 1]]
+        assert signatures["serving_uint8"]["inputs"][name] == ["uint8", [None, 16, 16, 1]]
+    if task == "few_shot":
+        assert default["inputs"]["support_labels"] == ["int32", [None]]
+        assert default["outputs"]["logits"] == ["float32", [None, 3]]
+    if task == "classification":
+        assert default["outputs"]["top_k_classes"] == ["int32", [None, 5]]  # k = min(5, 7 classes)
+        assert default["outputs"]["probabilities"] == ["float32", [None, 7]]
+        _check_classification_post_processing(exported["version_dir"])
+
+
+def test_onnx_has_the_same_names_and_a_dynamic_batch_axis(exported):
+    graph = onnx.load(exported["onnx"]).graph
+    spec = export.serving_spec(exported["model"])
+    assert [i.name for i in graph.input] == list(spec.input_names)
+    assert sorted(o.name for o in graph.output) == sorted(OUTPUTS[exported["task"]])
+    for value in list(graph.input) + list(graph.output):
+        first = value.type.tensor_type.shape.dim[0]
+        assert first.dim_param in ("batch", "support") and not first.HasField("dim_value")
+    batched = {i.name: i.type.tensor_type.shape.dim[0].dim_param for i in graph.input}
+    assert batched[spec.input_names[0]] == "batch"
+
+
+def _check_classification_post_processing(version_dir):
+    """``probabilities`` and ``top_k`` from the served graph equal a NumPy softmax and sort of its logits."""
+    served = tf.saved_model.load(version_dir).signatures["serving_uint8"]
+    out = {k: v.numpy() for k, v in served(images=tf.constant(PIXELS)).items()}
+    logits = out["logits"].astype(np.float64)
+    softmax = np.exp(logits - logits.max(1, keepdims=True))
+    np.testing.assert_allclose(out["probabilities"], softmax / softmax.sum(1, keepdims=True), atol=1e-6)
+    order = np.argsort(-logits, axis=1, kind="stable")[:, :5]
+    np.testing.assert_array_equal(out["top_k_classes"], order)
+    np.testing.assert_allclose(out["top_k_scores"], np.take_along_axis(out["logits"], order, 1), atol=0)
+
+
+def test_warmup_requests_parse_and_run_against_the_signatures(exported):
+    """The warm-up file parses with ``prediction_log_pb2``; each request, run on the signature it names, gives
+    the Keras model's outputs for the same inputs."""
+    path = os.path.join(exported["version_dir"], WARMUP_DIR, WARMUP_FILE)
+    requests = read_warmup_requests(path)
+    task, model = exported["task"], exported["model"]
+    signatures = ["serving_default", "serving_uint8"]
+    assert sorted({r[1] for r in requests}) == signatures
+    assert len(requests) == 2 * len(signatures)  # batch sizes 1 and 8
+    loaded = tf.saved_model.load(exported["version_dir"])
+    spec = export.serving_spec(model)
+    for name, signature, inputs in requests:
+        assert name == "served"
+        if signature == "serving_uint8":
+            assert all(inputs[n].dtype == np.uint8 for n in spec.pixel_inputs)
+        got = loaded.signatures[signature](**{k: tf.constant(v) for k, v in inputs.items()})
+        keras_inputs = [inputs[n].astype(s.dtype.as_numpy_dtype) for n, s in zip(spec.input_names,
+                                                                                   spec.input_specs)]
+        want = model(keras_inputs if len(keras_inputs) > 1 else keras_inputs[0], training=False)
+        want = want if isinstance(want, (list, tuple)) else [want]
+        first = "embeddings" if task == "retrieval" else "logits"
+        np.testing.assert_allclose(got[first].numpy(), np.asarray(want[0]), atol=1e-5)
+
+
+def test_models_config_parses_as_a_model_server_config(exported):
+    with open(os.path.join(exported["base"], "models.config")) as handle:
+        config = text_format.Parse(handle.read(), model_server_config_pb2.ModelServerConfig())
+    (entry,) = config.model_config_list.config
+    assert entry.name == "served" and entry.base_path == exported["base"]
+    assert entry.model_platform == "tensorflow"
+    assert exported["version_dir"] == os.path.join(exported["base"], "1")
+    assert sorted(os.listdir(exported["base"])) == ["1", "models.config"]
