@@ -231,3 +231,30 @@ def test_errors_name_the_argument():
         sinkhorn(cost, b=np.array([0.5, 0.75, -0.25, 0.0]))
     with pytest.raises(ValueError, match="equal sums"):
         sinkhorn(cost, a=np.full(3, 1 / 3), b=np.full(4, 0.5))
+
+
+@pytest.mark.parametrize("domain, gradient", [("kernel", "implicit"), ("log", "implicit"), ("log", "unrolled")])
+def test_each_problem_of_a_batch_ends_where_it_ends_alone(domain, gradient):
+    """With a loose threshold, problems that converge at different iterations give in a batch exactly what each gives
+    solved alone (a served model's output must not depend on the rest of its batch), and the plan's gradient too."""
+    rng = np.random.default_rng(0)
+    # easy (flat costs, few iterations) and hard (spread costs, many iterations) problems in one batch
+    scales = np.array([0.05, 1.0, 3.0, 0.3])[:, None, None]
+    cost = tf.constant(scales * rng.uniform(size=(4, 6, 5)), tf.float64)
+    options = dict(epsilon=0.1, max_iter=200, threshold=0.05, domain=domain, gradient=gradient)
+    upstream = tf.constant(rng.normal(size=(4, 6, 5)), tf.float64)
+
+    def plan_and_gradient(c, g):
+        with tf.GradientTape() as tape:
+            tape.watch(c)
+            loss = tf.reduce_sum(sinkhorn(c, **options).plan * g)
+        return sinkhorn(c, **options).plan.numpy(), tape.gradient(loss, c).numpy()
+
+    batch_plan, batch_gradient = plan_and_gradient(cost, upstream)
+    iterations = []
+    for k in range(4):
+        alone_plan, alone_gradient = plan_and_gradient(cost[k:k + 1], upstream[k:k + 1])
+        np.testing.assert_allclose(batch_plan[k], alone_plan[0], rtol=0, atol=1e-12)
+        np.testing.assert_allclose(batch_gradient[k], alone_gradient[0], rtol=0, atol=1e-10)
+        iterations.append(int(sinkhorn(cost[k:k + 1], **options).iterations))
+    assert len(set(iterations)) > 1  # the problems do stop at different iterations

@@ -32,8 +32,10 @@ potential reported there is the soft c-transform ``f_i = -eps LSE_j((g_j - C_ij)
 would have with unit mass), so every output is finite. A problem whose marginals are all zero has a zero plan, value
 and potentials.
 
-NaN or Inf in one problem stays in that problem: the stopping test ignores problems whose error is not finite, the
-``"auto"`` domain choice ignores NaN costs, and the implicit gradient's linear solve is isolated per problem.
+Each problem stops at its own threshold (its variables freeze while the others iterate), so a batch's results equal
+each problem's solved alone. NaN or Inf in one problem stays in that problem: the stopping test ignores problems whose
+error is not finite, the ``"auto"`` domain choice ignores NaN costs, and the implicit gradient's linear solve is
+isolated per problem.
 """
 from typing import NamedTuple
 
@@ -97,18 +99,30 @@ def _initial_error(a):
 def _loop(body, state, max_iter, threshold):
     """Runs ``body`` until every problem's marginal error is <= ``threshold`` or ``max_iter`` updates were made.
 
-    ``state`` = (iteration, error, *variables). ``maximum_iterations`` makes the loop differentiable under XLA.
+    ``state`` = (iteration, error, *variables), ``body`` measures the error of the variables it receives, then updates
+    them. A problem stops being updated once its own error is <= ``threshold`` (its variables are frozen while the
+    others go on), so each problem ends exactly where it would end solved alone: a served model's output for an
+    input does not depend on the rest of its batch. ``maximum_iterations`` makes the loop differentiable under XLA.
     A problem whose error is NaN or Inf (NaN/Inf input) never converges; it does not hold the loop for the others, and
     a NaN never decides the test for the batch (``max`` over a batch holding a NaN would be NaN, ``NaN > t`` False).
     """
+    if threshold is None or threshold == 0:
+        return tf.while_loop(lambda i, *_: i < max_iter, body, state, maximum_iterations=max_iter)
+
+    def converged(error):
+        return tf.logical_and(tf.math.is_finite(error), error <= threshold)
 
     def cond(i, error, *_):
-        if threshold is None or threshold == 0:
-            return i < max_iter
         pending = tf.logical_and(tf.math.is_finite(error), error > threshold)
         return tf.logical_and(i < max_iter, tf.reduce_any(pending))
 
-    return tf.while_loop(cond, body, state, maximum_iterations=max_iter)
+    def body_of_pending_problems(i, error, *variables):
+        done = converged(error)  # measured on ``variables`` by the previous step: a lone solve would have stopped
+        i, new_error, *updated = body(i, error, *variables)
+        kept = [tf.where(done[..., None], old, new) for old, new in zip(variables, updated)]
+        return (i, tf.where(done, error, new_error), *kept)
+
+    return tf.while_loop(cond, body_of_pending_problems, state, maximum_iterations=max_iter)
 
 
 def _masked_log(x, positive):
