@@ -1,4 +1,5 @@
 """The ``otzoo`` command line: every command listed, bad input as one line naming the option, exit status 2."""
+import re
 import subprocess
 import sys
 
@@ -14,8 +15,8 @@ def _run(*args):
 def test_help_lists_every_command():
     result = _run("--help")
     assert result.returncode == 0
-    for command in ("list", "train", "evaluate", "demo", "export", "explain"):
-        assert f"    {command} " in result.stdout
+    for command in ("list", "train", "evaluate", "fine-tune", "demo", "export", "explain"):
+        assert re.search(rf"\n    {command}\s", result.stdout), command
 
 
 @pytest.mark.parametrize("args, option", [
@@ -47,3 +48,29 @@ def test_list_prints_every_preset(capsys):
     out = capsys.readouterr().out
     for name in zoo.list_models():
         assert name in out
+
+
+@pytest.mark.fashion_mnist
+def test_fine_tune_writes_a_preset_directory_that_loads_and_exports(tmp_path, capsys):
+    """`otzoo fine-tune` fits the pretrained GAP preset on a slice; the directory it writes loads with zoo.load to
+    the same predictions as the fitted model, which moved away from the pretrained weights."""
+    import json
+    import os
+
+    import numpy as np
+
+    import zoo
+    from training.data import load_fashion_mnist
+
+    out = str(tmp_path / "tuned")
+    assert cli.main(["fine-tune", "resnet20_gap_fashion_mnist", "--limit", "256", "--learning-rate", "0.05",
+                     "--out", out]) == 0, capsys.readouterr().err
+    assert "saved to" in capsys.readouterr().out
+    with open(os.path.join(out, "metadata.json")) as handle:
+        card = json.load(handle)
+    assert card["fine_tuned"]["base"] == "resnet20_gap_fashion_mnist" and card["metrics"] is None
+    tuned, pretrained = zoo.load(out), zoo.load("resnet20_gap_fashion_mnist")
+    x, _ = load_fashion_mnist("test", limit=32, normalize=False)
+    assert np.abs(np.asarray(tuned(x)) - np.asarray(pretrained(x))).max() > 1e-3
+    again = zoo.load(out)
+    np.testing.assert_array_equal(np.asarray(again(x)), np.asarray(tuned(x)))

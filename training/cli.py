@@ -105,6 +105,20 @@ def evaluate(args):
     return 0
 
 
+def fine_tune(args):
+    """Load a pretrained preset, fit it with model.fit on a slice of its training data, and save the result as a
+    preset directory (config.json, model.weights.h5, metadata.json) that zoo.load, otzoo export and
+    otzoo explain --weights read."""
+    from training.fine_tune import fine_tune_preset
+
+    card = fine_tune_preset(args.preset, args.out, epochs=args.epochs, limit=args.limit,
+                            learning_rate=args.learning_rate, seed=args.seed)
+    losses = ", ".join(f"{value:.4f}" for value in card["fine_tuned"]["loss"])
+    print(f"{args.preset}: fine-tuned {args.epochs} epoch(s) on the first {args.limit:,} training images "
+          f"(loss per epoch: {losses}); saved to {args.out}")
+    return 0
+
+
 def demo(args):
     """Load the pretrained resnet20_mpw_fashion_mnist, evaluate it, fine-tune it for one epoch, export it."""
     import keras
@@ -172,6 +186,16 @@ def main(argv=None):
     sub.add_argument("--weights", default=None, help="a weights file or directory instead of the packaged one")
     sub.add_argument("--limit", type=positive_int, default=None, help="evaluate on the first N test images")
     sub.set_defaults(run=evaluate)
+
+    sub = commands.add_parser("fine-tune", help="fit a pretrained preset on a data slice and save it",
+                              description=fine_tune.__doc__)
+    sub.add_argument("preset", type=_preset_name)
+    sub.add_argument("--out", required=True, help="the preset directory to write")
+    sub.add_argument("--epochs", type=positive_int, default=1)
+    sub.add_argument("--limit", type=positive_int, default=4096, help="fit on the first N training images")
+    sub.add_argument("--learning-rate", type=float, default=0.01, help="SGD (momentum 0.9) step size")
+    sub.add_argument("--seed", type=int, default=0)
+    sub.set_defaults(run=fine_tune)
 
     sub = commands.add_parser("demo", help="load, evaluate, fine-tune and export the MPW preset",
                               description=demo.__doc__)

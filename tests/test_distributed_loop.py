@@ -1,0 +1,127 @@
+"""``training.fit``'s own loop (the one it runs under MultiWorkerMirroredStrategy), strategies by name and the local
+worker launcher (issue 10). The loop runs here under a 2-replica MirroredStrategy, where ``model.fit`` works, and
+must give ``model.fit``'s logs, weights and callback behaviour."""
+import csv
+import json
+import os
+import sys
+
+import keras
+import numpy as np
+import pytest
+import tensorflow as tf
+
+import distributed_models as dm
+from training import strategies
+from training.fit import distributed_fit, fit
+from training.launch import cluster_tf_configs, free_ports, launch_workers
+
+
+def test_loop_equals_model_fit_with_the_standard_callbacks(tmp_path, capsys):
+    images, labels = dm.synthetic_data(64)
+    data, validation = dm.dataset(images, labels, 16), dm.dataset(images[:32], labels[:32], 16)
+    strategy = strategies.make_strategy("mirrored")
+
+    def run(loop):
+        with strategy.scope():
+            model = dm.mpw_classifier(learning_rate=0.2)
+        stopper = keras.callbacks.EarlyStopping("val_loss", patience=0, min_delta=10.0)  # stops after epoch 2
+        board = keras.callbacks.TensorBoard(str(tmp_path / f"tb-{loop}"))
+        log = keras.callbacks.CSVLogger(str(tmp_path / f"log-{loop}.csv"))
+        if loop:
+            history = distributed_fit(model, strategy, data, 5, [stopper, board, log], validation_data=validation,
+                                      verbose=1)
+        else:
+            history = model.fit(data, epochs=5, callbacks=[stopper, board, log], validation_data=validation,
+                                verbose=0)
+        return model, history.history
+
+    loop_model, loop_history = run(True)
+    assert "4/4" in capsys.readouterr().out  # Keras' progress bar, driven by the loop
+    fit_model, fit_history = run(False)
+    assert sorted(loop_history) == sorted(fit_history) == ["accuracy", "loss", "val_accuracy", "val_loss"]
+    assert len(loop_history["loss"]) == len(fit_history["loss"]) == 2  # EarlyStopping stopped both
+    for key in fit_history:
+        np.testing.assert_allclose(loop_history[key], fit_history[key], rtol=1e-5, err_msg=key)
+    expected = dm.weights_by_path(fit_model)
+    for key, value in dm.weights_by_path(loop_model).items():
+        np.testing.assert_allclose(value, expected[key], rtol=0, atol=1e-6, err_msg=key)
+    rows = list(csv.DictReader(open(tmp_path / "log-True.csv")))
+    assert [int(r["epoch"]) for r in rows] == [0, 1]
+    np.testing.assert_allclose([float(r["loss"]) for r in rows], fit_history["loss"], rtol=1e-5)
+    events = [f for _, _, files in os.walk(tmp_path / "tb-True") for f in files if "tfevents" in f]
+    assert events  # TensorBoard wrote its scalars
+
+
+def test_fit_rejects_bad_input():
+    images, labels = dm.synthetic_data(32)
+    data = dm.dataset(images, labels, 16)
+    uncompiled = keras.Sequential([keras.Input((4,)), keras.layers.Dense(2)])
+    with pytest.raises(ValueError, match="`model` must be compiled"):
+        fit(uncompiled, data)
+    with pytest.raises(ValueError, match="`strategy` is 'mirrored' but the model was built under 'default'"):
+        fit(dm.mpw_classifier(), data, strategy="mirrored")
+    with pytest.raises(ValueError, match="`strategy` must be one of"):
+        fit(dm.mpw_classifier(), data, strategy="parameter_server")
+    with pytest.raises(ValueError, match="`data` as a function of the epoch"):
+        fit(dm.mpw_classifier(), lambda epoch: data)
+    with pytest.raises(ValueError, match="`epochs` must be an integer >= 1"):
+        fit(dm.mpw_classifier(), data, epochs=0)
+    with pytest.raises(ValueError, match="`save_freq` must be an integer >= 1"):
+        fit(dm.mpw_classifier(), data, save_freq=0)
+
+
+def test_make_strategy_by_name(monkeypatch):
+    monkeypatch.delenv("TF_CONFIG", raising=False)
+    assert strategies.make_strategy("auto") is tf.distribute.get_strategy()  # no GPU here: the default strategy
+    mirrored = strategies.make_strategy("mirrored")
+    assert mirrored.num_replicas_in_sync == 2  # the two logical CPUs of conftest.py
+    assert strategies.strategy_name(mirrored) == "mirrored"
+    assert strategies.make_strategy("one_device").num_replicas_in_sync == 1
+    assert strategies.make_strategy(mirrored) is mirrored
+    with pytest.raises(ValueError, match="`strategy`: 'multi_worker' needs the TF_CONFIG"):
+        strategies.make_strategy("multi_worker")
+    with pytest.raises(ValueError, match="`devices` must be a non-empty list"):
+        strategies.make_strategy("mirrored", devices="/cpu:0")
+
+
+def test_tf_config_parsing(monkeypatch):
+    configs = cluster_tf_configs(3, ports=[1001, 1002, 1003])
+    assert configs[2] == {"cluster": {"worker": ["127.0.0.1:1001", "127.0.0.1:1002", "127.0.0.1:1003"]},
+                          "task": {"type": "worker", "index": 2}}
+    monkeypatch.setenv("TF_CONFIG", json.dumps(configs[2]))
+    assert strategies.cluster_size() == 3 and not strategies.is_chief()
+    monkeypatch.setenv("TF_CONFIG", json.dumps(configs[0]))
+    assert strategies.is_chief()
+    monkeypatch.setenv("TF_CONFIG", "{not json")
+    with pytest.raises(ValueError, match="`TF_CONFIG` is not valid JSON"):
+        strategies.tf_config()
+    monkeypatch.setenv("TF_CONFIG", json.dumps({"cluster": {"worker": ["a:1"]}, "task": {"type": "worker",
+                                                                                       "index": 4}}))
+    with pytest.raises(ValueError, match="`TF_CONFIG`: task"):
+        strategies.tf_config()
+
+
+def test_launcher_gives_each_worker_its_task_and_stops_the_rest_when_one_fails(tmp_path):
+    ports = free_ports(4)
+    assert len(set(ports)) == 4
+    script = ("import json, os, sys, time; task = json.loads(os.environ['TF_CONFIG'])['task']; "
+              "print('task', task['index'], os.environ['CUDA_VISIBLE_DEVICES'] == ''); sys.stdout.flush(); "
+              "sys.exit(3) if task['index'] == 1 else time.sleep(120)")
+    results = launch_workers([sys.executable, "-c", script], 2, str(tmp_path), grace=0.5, timeout=60)
+    assert results[1].returncode == 3 and not results[1].stopped
+    assert results[0].stopped and results[0].returncode == -9  # would have waited for its peer forever
+    assert results[0].output().strip() == "task 0 True"
+    ok = launch_workers([sys.executable, "-c", "print('done')"], 2, str(tmp_path / "ok"))
+    assert [r.returncode for r in ok] == [0, 0]
+
+
+def test_run_cluster_relaunches_all_workers_after_a_failure(tmp_path):
+    from training.launch import run_cluster
+
+    marker = tmp_path / "failed-once"
+    script = ("import json, os, sys; i = json.loads(os.environ['TF_CONFIG'])['task']['index']; "
+              f"m = {str(marker)!r}; first = not os.path.exists(m); "
+              "open(m, 'a').close() if i == 1 else None; sys.exit(5 if first and i == 1 else 0)")
+    attempts = run_cluster([sys.executable, "-c", script], 2, str(tmp_path / "logs"), max_restarts=2, grace=5.0)
+    assert [[r.returncode for r in a] for a in attempts] == [[0, 5], [0, 0]]

@@ -1,0 +1,167 @@
+"""Fault tolerance (issue 10): a training process killed with SIGKILL and restarted resumes from its last
+checkpoint and ends with the variables of an uninterrupted run; checkpoints are never half-written."""
+import json
+import os
+import signal
+import subprocess
+import sys
+
+import keras
+import numpy as np
+import pytest
+import tensorflow as tf
+
+import distributed_models as dm
+from ot_layers.callbacks import PrototypeReassignment
+from training.fault_tolerance import AtomicBackupAndRestore, TrainingCheckpoint, read_pointer
+from training.fit import distributed_fit, fit
+from training.strategies import make_strategy
+
+WORKER = os.path.join(os.path.dirname(__file__), "distributed_worker.py")
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def assert_close(found, expected, atol):
+    assert sorted(found) == sorted(expected)
+    for key in expected:
+        np.testing.assert_allclose(found[key], expected[key], rtol=0, atol=atol, err_msg=key)
+
+
+def _run_process(*args):
+    env = dict(os.environ, CUDA_VISIBLE_DEVICES="", TF_CPP_MIN_LOG_LEVEL="2")
+    env.pop("TF_CONFIG", None)
+    return subprocess.run([sys.executable, WORKER, "--strategy=default", *map(str, args)], env=env, cwd=ROOT,
+                          capture_output=True, text=True, timeout=240)
+
+
+def test_fault_model_fit_sigkill_resume_with_backup_and_restore(tmp_path):
+    """``training.fit`` = ``model.fit`` + ``AtomicBackupAndRestore`` in a subprocess SIGKILLed in the middle of
+    its second epoch, restarted: equals an uninterrupted ``model.fit`` here (weights, momenta, the hyperspherical
+    head's assignment and representatives driven by PrototypeReassignment)."""
+    checkpoint, out = tmp_path / "backup", tmp_path / "out"
+    common = ["--model", "hyperspherical", "--epochs", 3, "--batch-size", 16, "--checkpoint", checkpoint,
+              "--out", out]
+    crashed = _run_process(*common, "--kill-at-step", 6, "--kill-worker", 0)
+    assert crashed.returncode == -signal.SIGKILL, crashed.stderr[-3000:]
+    assert read_pointer(str(checkpoint))["epoch"] == 1  # epoch 0's backup; the kill came in epoch 1
+    resumed = _run_process(*common)
+    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    assert not checkpoint.exists()
+    history = json.loads((out / "worker-0.json").read_text())["history"]
+    assert len(history["loss"]) == 2  # epochs 1 and 2 only: epoch 0 was restored, not re-run
+
+    images, labels = dm.synthetic_data(64)
+    reference = dm.hyperspherical_training()
+    reference.fit(dm.dataset(images, labels, 16, inputs="images_labels"), epochs=3, verbose=0,
+                  callbacks=[PrototypeReassignment(batch_frequency=3)])
+    assert_close(dict(np.load(out / "worker-0.npz")), dm.weights_by_path(reference), atol=1e-6)
+
+
+class Interrupt(keras.callbacks.Callback):
+    """Raises after the ``after``-th training batch of this run (an exception, not a kill: same process)."""
+
+    def __init__(self, after):
+        super().__init__()
+        self.after, self.seen = after, 0
+
+    def on_train_batch_end(self, batch, logs=None):
+        self.seen += 1
+        if self.seen == self.after:
+            raise RuntimeError("interrupted")
+
+
+def test_resume_loop_mid_epoch_equals_uninterrupted(tmp_path):
+    """The project's loop (the multi-worker one, here under a 2-replica MirroredStrategy in one process) stopped
+    mid-epoch after a step-level checkpoint resumes at that step: the result equals an uninterrupted ``model.fit``
+    with the same strategy, EarlyStopping's counters included."""
+    images, labels = dm.synthetic_data(64)
+    data = dm.dataset(images, labels, 16)
+    strategy = make_strategy("mirrored", ["/cpu:0", "/cpu:1"])
+
+    def run(callbacks, checkpoint_dir=None, loop=True):
+        with strategy.scope():
+            model = dm.mpw_classifier()
+        if loop:
+            distributed_fit(model, strategy, data, 3, callbacks, checkpoint_dir=checkpoint_dir, save_freq=3,
+                            verbose=0)
+        else:
+            model.fit(data, epochs=3, callbacks=callbacks, verbose=0)
+        return model
+
+    stopper = keras.callbacks.EarlyStopping("loss", patience=5, min_delta=10.0)  # never improves by 10: wait counts
+    with pytest.raises(RuntimeError, match="interrupted"):
+        run([stopper, Interrupt(6)], tmp_path / "ckpt")
+    pointer = read_pointer(str(tmp_path / "ckpt"))
+    assert (pointer["epoch"], pointer["step"]) == (1, 0)  # epoch 0's end; the step-3 save of epoch 1 came later
+    with pytest.raises(RuntimeError, match="interrupted"):
+        run([stopper, Interrupt(4)], tmp_path / "ckpt")  # resumes at (1, 0), stops in epoch 1 after its step-3 save
+    pointer = read_pointer(str(tmp_path / "ckpt"))
+    assert (pointer["epoch"], pointer["step"]) == (1, 3)
+    resumed_stopper = keras.callbacks.EarlyStopping("loss", patience=5, min_delta=10.0)
+    resumed = run([resumed_stopper], tmp_path / "ckpt")
+    reference_stopper = keras.callbacks.EarlyStopping("loss", patience=5, min_delta=10.0)
+    reference = run([reference_stopper], loop=False)
+    assert_close(dm.weights_by_path(resumed), dm.weights_by_path(reference), atol=1e-6)
+    assert resumed_stopper.wait == reference_stopper.wait == 2
+    assert not (tmp_path / "ckpt").exists()
+
+
+def _values(model):
+    return [np.asarray(v).copy() for v in model.weights + model.optimizer.variables]
+
+
+def test_fault_checkpoint_falls_back_when_the_newest_is_damaged(tmp_path):
+    """A stray temporary directory (a kill during a write) is ignored, and a damaged newest checkpoint makes
+    restore fall back to the previous complete one, with its values and counters."""
+    images, labels = dm.synthetic_data(32)
+    model = dm.mpw_classifier()
+    model.fit(dm.dataset(images, labels, 16), epochs=1, verbose=0)
+    checkpoint = TrainingCheckpoint(tmp_path, model)
+    checkpoint.save(1, 0)
+    saved = _values(model)
+    model.fit(dm.dataset(images, labels, 16), epochs=1, verbose=0)
+    newest = checkpoint.save(1, 2)
+    (tmp_path / ".tmp-ckpt-00002-0000000-123-abc").mkdir()  # what a kill during the third write leaves
+    for name in os.listdir(newest):
+        if name.startswith("state.data"):
+            with open(os.path.join(newest, name), "r+b") as handle:
+                handle.truncate(8)
+
+    fresh = dm.mpw_classifier()
+    fresh.optimizer.build(fresh.trainable_variables)
+    assert TrainingCheckpoint(tmp_path, fresh).restore() == (1, 0)
+    for found, expected in zip(_values(fresh), saved):
+        np.testing.assert_array_equal(found, expected)
+
+
+def test_fault_atomic_backup_ignores_unfinished_writes(tmp_path):
+    """``AtomicBackupAndRestore``: a backup directory never renamed into place (killed mid-write) and a
+    damaged newest backup are skipped; ``fit`` resumes from the last complete one."""
+    images, labels = dm.synthetic_data(32)
+    data = dm.dataset(images, labels, 16)
+    model = dm.mpw_classifier()
+    fit(model, data, epochs=2, callbacks=[AtomicBackupAndRestore(str(tmp_path), delete_checkpoint=False)],
+        verbose=0)
+    pointer = read_pointer(str(tmp_path))
+    assert pointer["epoch"] == 2 and len(pointer["history"]) == 2
+    with open(tmp_path / pointer["checkpoint"] / "latest.weights.h5", "r+b") as handle:
+        handle.truncate(100)
+    (tmp_path / ".tmp-ckpt-00003-0000000-1-x").mkdir()
+
+    reference = dm.mpw_classifier()
+    reference.fit(data, epochs=3, verbose=0)
+    resumed = dm.mpw_classifier()
+    history = resumed.fit(data, epochs=3, callbacks=[AtomicBackupAndRestore(str(tmp_path))], verbose=0)
+    assert len(history.history["loss"]) == 2  # resumed after epoch 1 (the epoch-2 backup was damaged)
+    assert_close(dm.weights_by_path(resumed), dm.weights_by_path(reference), atol=1e-6)
+
+
+def test_fault_plain_backup_and_restore_is_made_atomic(tmp_path):
+    """``training.fit`` turns a ``keras.callbacks.BackupAndRestore`` into ``AtomicBackupAndRestore`` on the same
+    directory (its layout: a ``latest`` pointer to a complete checkpoint directory)."""
+    images, labels = dm.synthetic_data(32)
+    fit(dm.mpw_classifier(), dm.dataset(images, labels, 16), epochs=1, verbose=0,
+        callbacks=[keras.callbacks.BackupAndRestore(str(tmp_path), delete_checkpoint=False)])
+    pointer = read_pointer(str(tmp_path))
+    assert pointer["epoch"] == 1
+    assert sorted(os.listdir(tmp_path / pointer["checkpoint"])) == ["latest.weights.h5", "training_metadata.json"]

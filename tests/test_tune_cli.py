@@ -1,0 +1,105 @@
+"""``otzoo tune`` (issue 10): keras-tuner random search over the MPW head's parameters and the learning rate on a
+validation part carved from the training split; the summary and ``best.json`` name keras-tuner's best trial."""
+import glob
+import json
+import os
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+from training import cli
+from training.data import fashion_mnist_dir
+from training.tuning import load_tuned_config, search_space, validation_split
+from zoo.registry import PRESETS
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+PRESET = "resnet20_mpw_fashion_mnist"
+
+
+@pytest.mark.slow  # three trainings in a subprocess: 25-38 s measured on the 2-core dev machine
+@pytest.mark.fashion_mnist
+def test_tune_three_trials_from_the_cli_reports_the_best(tmp_path):
+    # The data folder holds the real training files and unreadable test files: reading the test split would fail.
+    data = tmp_path / "fashion"
+    data.mkdir()
+    source = fashion_mnist_dir()
+    for name in ("train-images-idx3-ubyte.gz", "train-labels-idx1-ubyte.gz"):
+        os.symlink(os.path.join(source, name), data / name)
+    for name in ("t10k-images-idx3-ubyte.gz", "t10k-labels-idx1-ubyte.gz"):
+        (data / name).write_bytes(b"not the test split")
+    out = tmp_path / "tune"
+    env = dict(os.environ, OTZOO_FASHION_MNIST=str(data), CUDA_VISIBLE_DEVICES="", TF_CPP_MIN_LOG_LEVEL="2")
+    result = subprocess.run([sys.executable, "-m", "training.cli", "tune", PRESET, "--trials", "3", "--limit", "512",
+                             "--epochs", "1", "--batch-size", "64", "--backbone", "small_convnet", "--out", str(out)],
+                            env=env, cwd=ROOT, capture_output=True, text=True, timeout=600)
+    assert result.returncode == 0, result.stderr[-3000:]
+    config = load_tuned_config(str(out / "best.json"), preset=PRESET)
+
+    # keras-tuner's own record of the trials (independent of the summary code)
+    recorded = {}
+    for path in glob.glob(str(out / "tuner" / PRESET / "trial_*" / "trial.json")):
+        trial = json.load(open(path))
+        recorded[trial["trial_id"]] = trial
+    assert len(recorded) == 3 and all(t["status"] == "COMPLETED" for t in recorded.values())
+    best_id = max(recorded, key=lambda k: recorded[k]["score"])
+    best = recorded[best_id]["hyperparameters"]["values"]
+    assert config["score"] == pytest.approx(recorded[best_id]["score"])
+    assert config["learning_rate"] == pytest.approx(best["learning_rate"])
+    assert config["head_kwargs"] == {"epsilon": pytest.approx(best["epsilon"]), "num_proxies": best["num_proxies"]}
+    assert 0.02 <= config["head_kwargs"]["epsilon"] <= 0.5 and config["head_kwargs"]["num_proxies"] in (1, 2, 4, 8)
+    assert config["search"]["train_examples"] + config["search"]["validation_examples"] == 512
+
+    table = result.stdout[result.stdout.index("otzoo tune"):].splitlines()
+    assert table[0].startswith(f"otzoo tune {PRESET}: 3 trial(s), best first")
+    rows = [line.split() for line in table[2:5]]
+    assert [r[1] for r in rows][0] == best_id
+    assert [float(r[2]) for r in rows] == sorted((round(t["score"], 4) for t in recorded.values()), reverse=True)
+    assert f"best: trial {best_id}" in result.stdout
+
+
+def test_validation_split_is_stratified_and_disjoint():
+    labels = np.repeat(np.arange(4), 10)
+    images = np.arange(40)[:, None]
+    (x_train, y_train), (x_val, y_val) = validation_split(images, labels, 0.2, seed=1)
+    assert sorted(np.concatenate([x_train, x_val]).ravel().tolist()) == list(range(40))
+    assert np.bincount(y_val).tolist() == [2, 2, 2, 2]
+    assert np.array_equal(images[x_val.ravel()].ravel(), x_val.ravel()) and np.array_equal(labels[x_val.ravel()], y_val)
+    with pytest.raises(ValueError, match="`validation_fraction` must lie in"):
+        validation_split(images, labels, 1.0)
+
+
+def test_search_spaces_by_head():
+    names = lambda spec: [p["name"] for p in search_space(spec)]  # noqa: E731
+    assert names(PRESETS[PRESET]) == ["epsilon", "num_proxies", "learning_rate"]
+    assert names(dict(head="hyperspherical", num_classes=10)) == ["dim", "learning_rate"]
+    assert search_space(dict(head="hyperspherical", num_classes=10))[0]["values"] == [9, 16, 32, 64]
+    assert names(dict(pooling="gsp")) == ["transport_ratio", "num_prototypes", "learning_rate"]
+    assert names(dict(head="emd")) == ["scale", "learning_rate"]
+    assert names(dict(head="gap_fc")) == ["learning_rate"]
+
+
+@pytest.mark.parametrize("args, option", [
+    (["tune", PRESET, "--trials", "0"], "argument --trials: must be an integer >= 1"),
+    (["tune", PRESET, "--backbone", "vgg99"], "argument --backbone: unknown backbone 'vgg99'"),
+    (["tune", PRESET, "--validation-fraction", "1.5"], "argument --validation-fraction: must be a number in (0, 1)"),
+    (["tune", "resnet99"], "argument preset: unknown preset 'resnet99'"),
+])
+def test_tune_bad_input_is_one_line_and_exit_2(args, option, capsys):
+    with pytest.raises(SystemExit) as exit_info:
+        raise SystemExit(cli.main(args))
+    assert exit_info.value.code == 2
+    err = capsys.readouterr().err.strip()
+    assert option in err and len(err.splitlines()) == 1
+
+
+def test_load_tuned_config_rejects_bad_files(tmp_path):
+    path = tmp_path / "best.json"
+    path.write_text(json.dumps({"preset": PRESET, "head_kwargs": {"epsilon": 0.1}, "learning_rate": 0.05}))
+    assert load_tuned_config(str(path), preset=PRESET)["head_kwargs"] == {"epsilon": 0.1}
+    with pytest.raises(ValueError, match="was tuned for preset"):
+        load_tuned_config(str(path), preset="resnet20_gap_fashion_mnist")
+    path.write_text(json.dumps({"preset": PRESET, "learning_rate": 0.05}))
+    with pytest.raises(ValueError, match="`config`"):
+        load_tuned_config(str(path))

@@ -1,0 +1,310 @@
+"""Checkpoints with backup-and-restore semantics that survive a kill at any instant.
+
+Two writers share one rule: a checkpoint becomes visible only once it is complete. Each is written into a
+temporary directory, renamed into place (``os.replace``, atomic on one file system), and only then is the small
+``latest`` pointer file replaced (again write-then-rename). A process killed during a write leaves a stray
+temporary directory, never a half-written checkpoint under the name that restore reads; the previous checkpoint
+stays until the next one is complete (``max_to_keep`` complete ones are kept, and restore falls back to an older one
+if the newest cannot be read).
+
+- :class:`TrainingCheckpoint`: for ``training.fit``'s multi-worker loop. A ``tf.train.Checkpoint`` of the model
+  (every layer variable: weights, BatchNorm statistics, prototype assignments, proxies, GSP warm-up flags, a
+  ``CCPState`` attached to the model), the optimizer (iteration count, slots), the epoch and step counters and the
+  Keras variables the callbacks own, plus the Python state of callbacks that keep one (``EarlyStopping``,
+  ``ReduceLROnPlateau``, or any callback with ``get_checkpoint_state`` / ``set_checkpoint_state``). Under
+  ``MultiWorkerMirroredStrategy`` every worker calls :meth:`save` (saving may read variables through collective
+  ops, which need every worker), the chief into the real directory and the other workers into their own temporary
+  directories, deleted right after -- TensorFlow's recommended pattern. The directory must be on storage every
+  worker reads (one host, NFS, GCS) for a restarted cluster to restore from it.
+- :class:`AtomicBackupAndRestore`: ``keras.callbacks.BackupAndRestore`` for ``model.fit`` with the same atomic
+  writes (the stock callback overwrites ``latest.weights.h5`` in place and writes its epoch counter in a second
+  file, so a kill between the two, or during the first, leaves a checkpoint that resumes wrongly or not at all).
+
+Resuming equals an uninterrupted run when the data order of an epoch does not depend on how many epochs this
+process has iterated: pass the data unshuffled, with a shuffle seeded per epoch, or (``training.fit``) as a
+function ``epoch -> dataset``. ``tf.data``'s ``shuffle(seed=s, reshuffle_each_iteration=True)`` restarts its
+sequence of orders in a new process.
+"""
+import json
+import os
+import shutil
+import uuid
+
+import keras
+import tensorflow as tf
+
+from ot_layers.validation import check_positive_int
+from training.strategies import is_chief, tf_config
+
+POINTER_FILE = "latest"
+PREFIX = "ckpt-"
+
+
+def _write_text_atomically(path, text):
+    """Write ``text`` to ``path`` through a temporary file in the same directory and ``os.replace``."""
+    temp = f"{path}.tmp-{os.getpid()}-{uuid.uuid4().hex[:8]}"
+    with open(temp, "w") as handle:
+        handle.write(text)
+        handle.flush()
+        os.fsync(handle.fileno())
+    os.replace(temp, path)
+
+
+def _fsync_directory(path):
+    try:
+        fd = os.open(path, os.O_RDONLY)
+    except OSError:
+        return
+    try:
+        os.fsync(fd)
+    except OSError:
+        pass
+    finally:
+        os.close(fd)
+
+
+def read_pointer(directory):
+    """The ``latest`` pointer of a checkpoint directory as a dict (``checkpoint``: the sub-directory name,
+    ``epoch``, ``step``, ``history``: the names of the complete checkpoints, newest last), or ``None``."""
+    path = os.path.join(directory, POINTER_FILE)
+    if not os.path.isfile(path):
+        return None
+    with open(path) as handle:
+        return json.load(handle)
+
+
+def commit_directory(temp_dir, directory, name, pointer_fields, max_to_keep):
+    """Rename the complete checkpoint ``temp_dir`` to ``directory/name``, point ``latest`` at it (with
+    ``pointer_fields``) and delete all but the newest ``max_to_keep`` checkpoints. Returns the final path."""
+    final = os.path.join(directory, name)
+    if os.path.isdir(final):  # the same step written again (a resumed run re-saving): replace it
+        shutil.rmtree(final)
+    os.replace(temp_dir, final)
+    _fsync_directory(directory)
+    previous = read_pointer(directory) or {}
+    history = [n for n in previous.get("history", []) if n != name and os.path.isdir(os.path.join(directory, n))]
+    history.append(name)
+    keep, drop = history[-max_to_keep:], history[:-max_to_keep]
+    _write_text_atomically(os.path.join(directory, POINTER_FILE),
+                           json.dumps(dict(pointer_fields, checkpoint=name, history=keep), indent=1))
+    _fsync_directory(directory)
+    for old in drop:
+        shutil.rmtree(os.path.join(directory, old), ignore_errors=True)
+    return final
+
+
+def _temporary_dir(directory, tag):
+    path = os.path.join(directory, f".tmp-{tag}-{os.getpid()}-{uuid.uuid4().hex[:8]}")
+    os.makedirs(path)
+    return path
+
+
+# --- state of callbacks ------------------------------------------------------------------------------------------
+
+def _variables_in(value):
+    if isinstance(value, (keras.Variable, tf.Variable)):
+        return [value]
+    if isinstance(value, (list, tuple)):
+        return [v for item in value for v in _variables_in(item)]
+    if isinstance(value, dict):
+        return [v for key in sorted(value, key=str) for v in _variables_in(value[key])]
+    return []
+
+
+def callback_variables(callback):
+    """The Keras (or ``tf``) variables a callback holds in its own attributes (not through its model), in a fixed
+    order; checkpointed with the model so that a callback keeping its state in variables resumes with it."""
+    found = []
+    for key in sorted(vars(callback)):
+        if key in ("model", "_model"):
+            continue
+        found.extend(_variables_in(vars(callback)[key]))
+    return found
+
+
+_PYTHON_STATE = {  # Keras callbacks whose decisions live in Python attributes reset by on_train_begin
+    keras.callbacks.EarlyStopping: ("wait", "best", "best_epoch", "stopped_epoch"),
+    keras.callbacks.ReduceLROnPlateau: ("wait", "best", "cooldown_counter"),
+}
+
+
+def _jsonable(value):
+    if value is None or isinstance(value, (bool, int, str)):
+        return value
+    return float(value)
+
+
+def callback_keys(callbacks):
+    """A stable key per callback: its class name and its rank among the callbacks of that class
+    (``"EarlyStopping-0"``), so that state saved by one run finds its callback in the next even if other
+    callbacks (a progress bar, a crash injector) come and go."""
+    seen, keys = {}, []
+    for callback in callbacks:
+        name = type(callback).__name__
+        keys.append(f"{name}-{seen.get(name, 0)}")
+        seen[name] = seen.get(name, 0) + 1
+    return keys
+
+
+def callback_python_state(callback):
+    """A JSON-able dict of a callback's Python state (``get_checkpoint_state()``, or the counters of
+    ``EarlyStopping`` / ``ReduceLROnPlateau``), or ``None`` when it keeps none."""
+    if hasattr(callback, "get_checkpoint_state"):
+        return callback.get_checkpoint_state()
+    for kind, names in _PYTHON_STATE.items():
+        if isinstance(callback, kind):
+            return {name: _jsonable(getattr(callback, name, None)) for name in names}
+    return None
+
+
+def set_callback_python_state(callback, state):
+    """Inverse of :func:`callback_python_state` (call after ``on_train_begin``, which resets these counters)."""
+    if state is None:
+        return
+    if hasattr(callback, "set_checkpoint_state"):
+        callback.set_checkpoint_state(state)
+        return
+    for name, value in state.items():
+        setattr(callback, name, value)
+
+
+# --- the multi-worker loop's checkpoint --------------------------------------------------------------------------
+
+class TrainingCheckpoint:
+    """Backup and restore of a custom training loop's whole state in ``directory`` (see the module docstring).
+
+    ``model``: a compiled Keras model (its optimizer is saved with it); ``callbacks``: the loop's callbacks (their
+    variables and Python state are saved); ``max_to_keep``: complete checkpoints kept (>= 1).
+
+    Usage in a loop: ``epoch, step = ckpt.restore()`` before training (``(0, 0)`` without a checkpoint; ``step`` is
+    the number of batches of ``epoch`` already done), ``ckpt.save(epoch, step)`` after a batch or
+    ``ckpt.save(epoch + 1, 0)`` after an epoch, ``ckpt.delete()`` when training has finished.
+    """
+
+    def __init__(self, directory, model, callbacks=(), max_to_keep=2):
+        if not directory or not isinstance(directory, (str, os.PathLike)):
+            raise ValueError(f"`directory` must be a non-empty path, got {directory!r}.")
+        self.directory = os.fspath(directory)
+        self.max_to_keep = check_positive_int("max_to_keep", max_to_keep)
+        self.model, self.callbacks = model, list(callbacks)
+        self.epoch = tf.Variable(0, dtype=tf.int64, trainable=False, name="epoch")
+        self.step = tf.Variable(0, dtype=tf.int64, trainable=False, name="step")
+        self.keys = callback_keys(self.callbacks)
+        owned = {key: callback_variables(cb) for key, cb in zip(self.keys, self.callbacks)}
+        objects = dict(model=model, epoch=self.epoch, step=self.step,
+                       callbacks={key: variables for key, variables in owned.items() if variables})
+        if getattr(model, "optimizer", None) is not None:
+            objects["optimizer"] = model.optimizer
+        self.checkpoint = tf.train.Checkpoint(**objects)
+        self.chief = is_chief()
+
+    def _name(self, epoch, step):
+        return f"{PREFIX}{int(epoch):05d}-{int(step):07d}"
+
+    def save(self, epoch, step=0):
+        """Write the state after ``step`` batches of ``epoch`` (``step=0``: at the start of ``epoch``). Every worker
+        must call it; only the chief's copy is kept. Returns the checkpoint's path (the chief's) or ``None``."""
+        self.epoch.assign(int(epoch))
+        self.step.assign(int(step))
+        os.makedirs(self.directory, exist_ok=True)
+        if not self.chief:  # TensorFlow's pattern: the other workers write too (collectives), then delete
+            config = tf_config() or {"task": {"type": "worker", "index": 0}}
+            scratch = os.path.join(self.directory, f".worker-{config['task']['type']}-{config['task']['index']}"
+                                                   f"-{os.getpid()}")
+            self.checkpoint.write(os.path.join(scratch, "state"))
+            shutil.rmtree(scratch, ignore_errors=True)
+            return None
+        name = self._name(epoch, step)
+        temp = _temporary_dir(self.directory, name)
+        self.checkpoint.write(os.path.join(temp, "state"))
+        python_state = {key: callback_python_state(cb) for key, cb in zip(self.keys, self.callbacks)}
+        with open(os.path.join(temp, "progress.json"), "w") as handle:
+            json.dump(dict(epoch=int(epoch), step=int(step), callbacks=python_state), handle)
+        return commit_directory(temp, self.directory, name, dict(epoch=int(epoch), step=int(step)),
+                                self.max_to_keep)
+
+    def restore(self):
+        """Load the newest readable checkpoint; returns ``(epoch, step)`` to continue from (``(0, 0)`` when there
+        is none). The callbacks' Python state is kept for :meth:`restore_callback_state`."""
+        self._python_state = None
+        pointer = read_pointer(self.directory) if os.path.isdir(self.directory) else None
+        if pointer is None:
+            return 0, 0
+        errors = []
+        for name in reversed(pointer.get("history", [pointer["checkpoint"]])):
+            path = os.path.join(self.directory, name)
+            try:
+                with open(os.path.join(path, "progress.json")) as handle:
+                    progress = json.load(handle)
+                self.checkpoint.read(os.path.join(path, "state")).assert_existing_objects_matched()
+            except Exception as error:  # noqa: BLE001 - a damaged file raises anything; the next one is tried
+                errors.append(f"{name}: {type(error).__name__}: {error}")
+                continue
+            self._python_state = progress.get("callbacks")
+            return int(self.epoch.numpy()), int(self.step.numpy())
+        raise ValueError(f"`directory` {self.directory!r}: no readable checkpoint ({'; '.join(errors)}).")
+
+    def restore_callback_state(self):
+        """Give the callbacks their saved Python state (after ``on_train_begin``, which resets it)."""
+        state = getattr(self, "_python_state", None) or {}
+        for key, callback in zip(self.keys, self.callbacks):
+            set_callback_python_state(callback, state.get(key))
+
+    def delete(self):
+        """Remove the directory (chief only), as ``BackupAndRestore`` does when training finishes."""
+        if self.chief:
+            shutil.rmtree(self.directory, ignore_errors=True)
+
+
+# --- model.fit's callback ----------------------------------------------------------------------------------------
+
+class AtomicBackupAndRestore(keras.callbacks.BackupAndRestore):
+    """``keras.callbacks.BackupAndRestore`` whose backups are written atomically (see the module docstring).
+
+    Same arguments and semantics as the Keras callback (``save_freq`` ``"epoch"`` or a number of batches,
+    ``delete_checkpoint``): at ``fit`` start the newest complete backup is loaded and training continues at its
+    epoch (a backup taken mid-epoch re-runs that epoch from its first batch with the backed-up weights, as the
+    Keras callback does). Each backup is a directory ``ckpt-EEEEE-BBBBBBB`` holding ``latest.weights.h5`` and
+    ``training_metadata.json``, renamed into place when complete; ``latest`` names the newest. ``max_to_keep``
+    complete backups are kept (the Keras callback's ``double_checkpoint`` is ``max_to_keep=2``).
+    """
+
+    def __init__(self, backup_dir, save_freq="epoch", delete_checkpoint=True, max_to_keep=2):
+        super().__init__(backup_dir, save_freq=save_freq, delete_checkpoint=delete_checkpoint)
+        self.max_to_keep = check_positive_int("max_to_keep", max_to_keep)
+
+    def on_train_begin(self, logs=None):
+        self._load_model()
+
+    def _load_model(self):
+        if not self.model.built:
+            raise ValueError("`model` must be built before fit() to use AtomicBackupAndRestore (call it on a batch).")
+        pointer = read_pointer(self.backup_dir) if os.path.isdir(self.backup_dir) else None
+        if pointer is None:
+            return
+        if self.model.optimizer is not None and not self.model.optimizer.built:
+            self.model.optimizer.build(self.model.trainable_variables)
+        errors = []
+        for name in reversed(pointer.get("history", [pointer["checkpoint"]])):
+            path = os.path.join(self.backup_dir, name)
+            try:
+                with open(os.path.join(path, "training_metadata.json")) as handle:
+                    metadata = json.load(handle)
+                self.model.load_weights(os.path.join(path, "latest.weights.h5"))
+            except Exception as error:  # noqa: BLE001 - a damaged file raises anything; the next one is tried
+                errors.append(f"{name}: {type(error).__name__}: {error}")
+                continue
+            self._current_epoch = metadata["epoch"]
+            self.model._initial_epoch = metadata["epoch"]  # noqa: SLF001 - how BackupAndRestore tells fit
+            return
+        raise ValueError(f"`backup_dir` {self.backup_dir!r}: no readable backup ({'; '.join(errors)}).")
+
+    def _save_model(self):
+        os.makedirs(self.backup_dir, exist_ok=True)
+        name = f"{PREFIX}{self._current_epoch:05d}-{self._last_batch_seen:07d}"
+        temp = _temporary_dir(self.backup_dir, name)
+        self.model.save_weights(os.path.join(temp, "latest.weights.h5"))
+        with open(os.path.join(temp, "training_metadata.json"), "w") as handle:
+            json.dump({"epoch": self._current_epoch, "batch": self._last_batch_seen}, handle)
+        commit_directory(temp, self.backup_dir, name, {"epoch": self._current_epoch, "batch": self._last_batch_seen},
+                         self.max_to_keep)

@@ -1,0 +1,54 @@
+"""Fine-tuning a pretrained preset with ``model.fit`` (``otzoo fine-tune``): what a user does after ``zoo.load``.
+
+Each task is fitted the way its recipe trains it, from the pretrained weights, with a small SGD step:
+classification by cross-entropy on the training images (the hyperspherical head by its pull loss, with the labels
+as a second input), retrieval by ProxyNCA++ on the seen classes' training images (fresh class proxies), few-shot on
+base-class episodes (``training.episodes.episode_dataset``). The result is written with ``zoo.save_preset`` (Keras
+config, weights, card), a directory that ``zoo.load``, ``otzoo export`` and ``otzoo explain --weights`` read.
+"""
+import keras
+
+from ot_layers.losses import HypersphericalPullLoss, ProxyNCAPlusPlusLoss
+from training.data import fashion_mnist_split, load_fashion_mnist
+from training.episodes import episode_dataset
+from training.pipelines import image_dataset
+from zoo.loading import load, model_card, save_preset
+from zoo.models import hyperspherical_training_model
+from zoo.registry import PRESETS
+from zoo.tasks import proxy_training_model
+
+
+def _fit_target(name, model, limit, seed):
+    """``(model that fit trains, its loss, its training data)`` for preset ``name``."""
+    spec = PRESETS[name]
+    if spec["task"] == "few_shot":
+        images, labels = fashion_mnist_split("few_shot", "base", limit=limit, normalize=False, relabel=True)
+        episodes = max(1, len(images) // 80)  # about one pass over the images (5-way 1-shot, 15 queries)
+        return model, keras.losses.SparseCategoricalCrossentropy(from_logits=True), episode_dataset(
+            images, labels, episodes, ways=spec["ways"], seed=seed)
+    if spec["task"] == "retrieval":
+        images, labels = fashion_mnist_split("retrieval", "train", limit=limit, normalize=False, relabel=True)
+        trained = proxy_training_model(model, len(spec["train_classes"]))
+        return trained, ProxyNCAPlusPlusLoss(temperature=spec["recipe"]["temperature"]), image_dataset(
+            images, labels, 128, training=True, seed=seed)
+    images, labels = load_fashion_mnist("train", limit=limit, normalize=False)
+    data = image_dataset(images, labels, 128, training=True, seed=seed)
+    if spec["head"] == "hyperspherical":
+        return hyperspherical_training_model(model), HypersphericalPullLoss(), data.map(lambda x, y: ((x, y), y))
+    return model, keras.losses.SparseCategoricalCrossentropy(from_logits=True), data
+
+
+def fine_tune_preset(name, out_dir, epochs=1, limit=4096, learning_rate=0.01, seed=0, verbose=2):
+    """Load preset ``name`` pretrained, fit it ``epochs`` times over the first ``limit`` training images (SGD with
+    momentum 0.9 at ``learning_rate``), and save it into ``out_dir`` with ``zoo.save_preset``; returns the card
+    written (the preset's card with ``fine_tuned`` describing this run)."""
+    keras.utils.set_random_seed(seed)
+    model = load(name)
+    trained, loss, data = _fit_target(name, model, limit, seed)
+    trained.compile(optimizer=keras.optimizers.SGD(learning_rate, momentum=0.9), loss=loss)
+    history = trained.fit(data, epochs=epochs, verbose=verbose)
+    card = dict(model_card(name), metrics=None, name=f"{name}_fine_tuned",
+                fine_tuned=dict(base=name, epochs=epochs, limit=limit, learning_rate=learning_rate, seed=seed,
+                                loss=[round(float(v), 4) for v in history.history["loss"]]))
+    save_preset(model, out_dir, card=card)
+    return card

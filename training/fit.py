@@ -1,0 +1,281 @@
+"""``training.fit``: one call that trains a compiled Keras model under any ``tf.distribute`` strategy.
+
+Under the default, ``OneDeviceStrategy``, ``MirroredStrategy`` and ``TPUStrategy`` it is ``model.fit``. Under
+``MultiWorkerMirroredStrategy`` Keras 3.15's ``model.fit`` fails (it cannot reduce the per-replica logs:
+"Attempt to convert a value (PerReplica...)", keras-team/keras#20585), so :func:`fit` runs this module's own loop
+(:func:`distributed_fit`): every step is ``strategy.run(model.train_step, ...)`` on a batch of the distributed
+dataset -- the model's own forward pass, compiled loss (with the layers' and the weight regularizers' losses), its
+Keras optimizer (which all-reduces the gradients across replicas and workers) and compiled metrics -- and the logs
+are the metrics read in cross-replica context (summed over every replica of every worker). The loop drives the
+standard callback hooks (``on_train_begin``, ``on_epoch_begin``, ``on_train_batch_begin/end``, ``on_epoch_end``,
+``on_train_end``) with the same logs ``model.fit`` gives, so the layers' state callbacks, ``EarlyStopping``,
+``TensorBoard``, ``ProgbarLogger``, ``CSVLogger`` and checkpoints work unchanged.
+
+Usage: the model must be built and compiled under the strategy's scope (its variables are placed, mirrored, when
+they are created). Either pass a build function, which :func:`fit` calls under the scope::
+
+    def build():
+        model = zoo.image_classifier("small_convnet", "mpw", 10, input_shape=(28, 28, 1))
+        model.compile(keras.optimizers.SGD(0.05), keras.losses.SparseCategoricalCrossentropy(from_logits=True),
+                      metrics=["accuracy"])
+        return model
+
+    model, history = training.fit(build, dataset, epochs=3, strategy="auto", checkpoint_dir="run/backup")
+
+or build it yourself::
+
+    strategy = training.strategies.make_strategy("multi_worker")   # first thing in the program
+    with strategy.scope():
+        model = build()
+    model, history = training.fit(model, dataset, epochs=3)         # the model's own strategy
+
+Batches: ``data`` yields *global* batches ``(x, y)`` or ``(x, y, sample_weight)``; each of the
+``strategy.num_replicas_in_sync`` replicas gets ``global_batch / num_replicas_in_sync`` examples (so the global
+batch must be divisible by it; batch with ``drop_remainder=True``). With several workers ``tf.data`` auto-sharding
+splits every global batch among the workers, so a run on N workers follows the same data order and the same global
+batches as one process would.
+
+Fault tolerance: ``checkpoint_dir`` backs up the training state (``training.fault_tolerance``, atomic writes) every
+epoch, or every ``save_freq`` batches, restores it when the run starts again and deletes it when training finishes
+(``keras.callbacks.BackupAndRestore`` semantics). A ``keras.callbacks.BackupAndRestore`` in ``callbacks`` is
+replaced by the same mechanism (its ``backup_dir`` and ``save_freq``). The multi-worker loop resumes mid-epoch
+exactly: the batches already done are skipped. Under ``model.fit`` a plain ``BackupAndRestore`` becomes an
+``AtomicBackupAndRestore`` on the same directory.
+"""
+import keras
+import tensorflow as tf
+
+from ot_layers.validation import check_positive_int
+from training.fault_tolerance import AtomicBackupAndRestore, TrainingCheckpoint
+from training.strategies import is_chief, make_strategy, strategy_name
+
+# Callbacks that write files or print: under several workers only the chief runs them (each worker would
+# otherwise write the same files).
+CHIEF_ONLY_CALLBACKS = (keras.callbacks.TensorBoard, keras.callbacks.ModelCheckpoint, keras.callbacks.CSVLogger,
+                        keras.callbacks.ProgbarLogger)
+
+
+def resolve_model(model, strategy="auto"):
+    """``(strategy, model)``: ``model`` is a compiled Keras model built under the strategy it is trained with, or a
+    zero-argument function building and compiling one, called here under ``make_strategy(strategy).scope()``.
+
+    With a model, ``strategy="auto"`` means the model's own strategy; another name must match it (a model's
+    variables cannot move to another strategy), else ``ValueError`` naming ``strategy``.
+    """
+    if not isinstance(model, keras.Model):
+        if not callable(model):
+            raise ValueError(f"`model` must be a compiled keras.Model or a function building one, got {model!r}.")
+        strategy = make_strategy(strategy)
+        with strategy.scope():
+            built = model()
+        if not isinstance(built, keras.Model):
+            raise ValueError(f"`model`: the build function returned {type(built).__name__}, not a keras.Model.")
+        model = built
+        _check_compiled(model)
+        return strategy, model
+    _check_compiled(model)
+    own = model.distribute_strategy
+    if isinstance(strategy, tf.distribute.Strategy):
+        if strategy is not own:
+            raise ValueError("`strategy`: the model was built under another strategy; build and compile it under "
+                             "`strategy.scope()` (or pass a build function).")
+        return own, model
+    if strategy is None or strategy == "auto":
+        return own, model
+    if strategy not in ("one_device", "mirrored", "multi_worker", "tpu"):
+        make_strategy(strategy)  # not a name: raises the ValueError naming `strategy`
+    if strategy_name(own) != strategy:
+        raise ValueError(f"`strategy` is {strategy!r} but the model was built under {strategy_name(own)!r}; build "
+                         f"and compile it under `make_strategy({strategy!r}).scope()` or pass a build function.")
+    return own, model
+
+
+def _check_compiled(model):
+    if not getattr(model, "compiled", False) or model.optimizer is None:
+        raise ValueError("`model` must be compiled with an optimizer and a loss (under the strategy's scope) "
+                         "before training.")
+
+
+def fit(model, data, epochs=1, strategy="auto", callbacks=None, validation_data=None, checkpoint_dir=None,
+        save_freq="epoch", steps_per_epoch=None, validation_steps=None, initial_epoch=0, verbose="auto"):
+    """Train ``model`` on ``data`` for ``epochs`` epochs under ``strategy``; returns ``(model, history)``.
+
+    ``model``: a compiled model built under the strategy, or a function that builds and compiles one (see the
+    module docstring). ``data``: a ``tf.data.Dataset`` of global batches, or (multi-worker loop only, and the way
+    to resume exactly with a shuffled order) a function ``epoch -> Dataset``. ``strategy``: a name for
+    ``training.strategies.make_strategy`` or a strategy. ``validation_data``: a dataset of global batches,
+    evaluated after every epoch (``val_`` logs). ``checkpoint_dir``: back up and restore the training state there
+    (``save_freq``: ``"epoch"`` or a number of batches). ``steps_per_epoch``: needed when the dataset's length is
+    unknown or infinite. ``verbose``: 0 silent, 1 progress bar, 2 one line per epoch (``"auto"``: 1).
+    """
+    epochs = check_positive_int("epochs", epochs)
+    if isinstance(initial_epoch, bool) or not isinstance(initial_epoch, int) or not 0 <= initial_epoch < epochs:
+        raise ValueError(f"`initial_epoch` must be an integer in [0, epochs), got {initial_epoch!r}.")
+    if save_freq != "epoch":
+        save_freq = check_positive_int("save_freq", save_freq)
+    if steps_per_epoch is not None:
+        steps_per_epoch = check_positive_int("steps_per_epoch", steps_per_epoch)
+    if not (isinstance(data, tf.data.Dataset) or callable(data)):
+        raise ValueError(f"`data` must be a tf.data.Dataset of (x, y) batches or a function epoch -> Dataset, got "
+                         f"{type(data).__name__}.")
+    strategy, model = resolve_model(model, strategy)
+    callbacks = list(callbacks or [])
+    if isinstance(strategy, tf.distribute.MultiWorkerMirroredStrategy):
+        history = distributed_fit(model, strategy, data, epochs, callbacks, validation_data, checkpoint_dir,
+                                  save_freq, steps_per_epoch, validation_steps, initial_epoch, verbose)
+        return model, history
+    if not isinstance(data, tf.data.Dataset):
+        raise ValueError("`data` as a function of the epoch is supported by the multi-worker loop only; under "
+                         f"{type(strategy).__name__} pass a tf.data.Dataset.")
+    plain = [cb for cb in callbacks if type(cb) is keras.callbacks.BackupAndRestore]  # made atomic below
+    if plain:
+        callbacks, checkpoint_dir, save_freq = _split_backup_callbacks(callbacks, checkpoint_dir, save_freq,
+                                                                       only_plain=True)
+    if checkpoint_dir is not None:
+        delete = all(cb.delete_checkpoint for cb in plain)
+        callbacks.append(AtomicBackupAndRestore(checkpoint_dir, save_freq=save_freq, delete_checkpoint=delete))
+    history = model.fit(data, epochs=epochs, callbacks=callbacks, validation_data=validation_data,
+                        steps_per_epoch=steps_per_epoch, validation_steps=validation_steps,
+                        initial_epoch=initial_epoch, verbose=verbose)
+    return model, history
+
+
+# --- the multi-worker loop ---------------------------------------------------------------------------------------
+
+def _epoch_dataset(data, epoch):
+    dataset = data(epoch) if not isinstance(data, tf.data.Dataset) else data
+    if not isinstance(dataset, tf.data.Dataset):
+        raise ValueError(f"`data`: the function returned {type(dataset).__name__} for epoch {epoch}, not a "
+                         "tf.data.Dataset.")
+    return dataset
+
+
+def _steps(dataset, steps, name):
+    if steps is not None:
+        return steps
+    cardinality = int(dataset.cardinality())
+    if cardinality < 0:
+        raise ValueError(f"`{name}` is needed: the dataset's length is unknown or infinite.")
+    if cardinality == 0:
+        raise ValueError("`data` is empty: the dataset holds no batch.")
+    return cardinality
+
+
+def _split_backup_callbacks(callbacks, checkpoint_dir, save_freq, only_plain=False):
+    """Take the ``keras.callbacks.BackupAndRestore`` instances (``only_plain``: not its subclasses, such as
+    ``AtomicBackupAndRestore``) out of ``callbacks``; their directory and ``save_freq`` become the checkpoint's."""
+    kept = []
+    for callback in callbacks:
+        take = type(callback) is keras.callbacks.BackupAndRestore if only_plain else \
+            isinstance(callback, keras.callbacks.BackupAndRestore)
+        if take:
+            if checkpoint_dir is not None and checkpoint_dir != callback.backup_dir:
+                raise ValueError("`checkpoint_dir` and a BackupAndRestore callback name different directories.")
+            checkpoint_dir, save_freq = callback.backup_dir, callback.save_freq
+            continue
+        kept.append(callback)
+    return kept, checkpoint_dir, save_freq
+
+
+def distributed_fit(model, strategy, data, epochs, callbacks=(), validation_data=None, checkpoint_dir=None,
+                    save_freq="epoch", steps_per_epoch=None, validation_steps=None, initial_epoch=0,
+                    verbose="auto"):
+    """The loop :func:`fit` runs under ``MultiWorkerMirroredStrategy`` (any strategy works); returns the
+    ``History``. Arguments as :func:`fit`, already validated; ``model`` was built under ``strategy``.
+
+    Every worker runs this with the same arguments, in lockstep: each step and each read of the logs is a
+    collective operation across all of them.
+    """
+    callbacks, checkpoint_dir, save_freq = _split_backup_callbacks(list(callbacks), checkpoint_dir, save_freq)
+    chief = is_chief()
+    if not chief:
+        callbacks = [cb for cb in callbacks if not isinstance(cb, CHIEF_ONLY_CALLBACKS)]
+    verbose = 1 if verbose == "auto" else int(verbose)
+    first = _epoch_dataset(data, initial_epoch)
+    steps = _steps(first, steps_per_epoch, "steps_per_epoch")
+    with strategy.scope():
+        model._symbolic_build(data_batch=next(iter(first)))  # noqa: SLF001 - what model.fit does: create the
+        # optimizer's and the metrics' variables now, under the scope, not while a step is traced
+    callback_list = keras.callbacks.CallbackList(callbacks, add_history=True,
+                                                 add_progbar=bool(verbose) and chief, verbose=verbose,
+                                                 epochs=epochs, steps=steps, model=model)
+    checkpoint = TrainingCheckpoint(checkpoint_dir, model, callbacks) if checkpoint_dir is not None else None
+    start_epoch, start_step = initial_epoch, 0
+    if checkpoint is not None:
+        restored_epoch, restored_step = checkpoint.restore()
+        if (restored_epoch, restored_step) != (0, 0):
+            start_epoch, start_step = restored_epoch, restored_step
+
+    # After ``strategy.run`` the function is in cross-replica context, where reading the metrics' (sync-on-read)
+    # variables sums them over every replica of every worker: the logs are the global ones, on every worker.
+    @tf.function
+    def train_steps(iterator):
+        strategy.run(model.train_step, args=(next(iterator),))
+        return model.get_metrics_result()
+
+    @tf.function
+    def test_steps(iterator):
+        strategy.run(model.test_step, args=(next(iterator),))
+        return model.get_metrics_result()
+
+    def python_logs(logs):
+        return {key: float(value) for key, value in logs.items()}
+
+    model.stop_training = False
+    model.train_function = train_steps  # TensorBoard & co. look for it
+    callback_list.on_train_begin()
+    if checkpoint is not None:
+        checkpoint.restore_callback_state()
+    epoch_logs = {}
+    save_every = None if save_freq == "epoch" else int(save_freq)
+    for epoch in range(start_epoch, epochs):
+        model.reset_metrics()
+        skip = start_step if epoch == start_epoch else 0
+        callback_list.on_epoch_begin(epoch)
+        dataset = _epoch_dataset(data, epoch) if epoch != initial_epoch else first
+        if skip:
+            dataset = dataset.skip(skip)
+        iterator = iter(strategy.experimental_distribute_dataset(dataset))
+        logs = {}
+        for step in range(skip, steps):
+            callback_list.on_train_batch_begin(step)
+            logs = python_logs(train_steps(iterator))
+            callback_list.on_train_batch_end(step, logs)
+            if checkpoint is not None and save_every and (step + 1) % save_every == 0 and step + 1 < steps:
+                checkpoint.save(epoch, step + 1)
+            if model.stop_training:
+                break
+        epoch_logs = dict(logs)
+        if validation_data is not None:
+            model.reset_metrics()
+            val_iterator = iter(strategy.experimental_distribute_dataset(validation_data))
+            for _ in range(_steps(validation_data, validation_steps, "validation_steps")):
+                val_logs = test_steps(val_iterator)
+            epoch_logs.update({f"val_{key}": value for key, value in python_logs(val_logs).items()})
+        callback_list.on_epoch_end(epoch, epoch_logs)
+        if checkpoint is not None:
+            checkpoint.save(epoch + 1, 0)
+        if model.stop_training:
+            break
+    if isinstance(model.optimizer, keras.optimizers.Optimizer):
+        model.optimizer.finalize_variable_values(model.trainable_weights)
+    callback_list.on_train_end(logs=epoch_logs)
+    if checkpoint is not None:
+        checkpoint.delete()
+    return model.history
+
+
+def describe_batches(strategy, global_batch):
+    """A one-line statement of the batch sizes under ``strategy`` (for logs and ``otzoo train``): the global batch,
+    the replicas, the batch per replica and per worker."""
+    global_batch = check_positive_int("global_batch", global_batch)
+    replicas = strategy.num_replicas_in_sync
+    if global_batch % replicas:
+        raise ValueError(f"`global_batch` ({global_batch}) must be divisible by the {replicas} replicas.")
+    workers = 1
+    if isinstance(strategy, tf.distribute.MultiWorkerMirroredStrategy):
+        spec = strategy.cluster_resolver.cluster_spec().as_dict()
+        workers = max(1, sum(len(tasks) for tasks in spec.values()))
+    return (f"global batch {global_batch} = {replicas} replica(s) x {global_batch // replicas} "
+            f"({workers} worker(s) x {global_batch // workers} per worker), strategy {strategy_name(strategy)}")
+

@@ -1,0 +1,180 @@
+"""Launch N local worker processes of a ``MultiWorkerMirroredStrategy`` cluster on 127.0.0.1.
+
+:func:`launch_workers` picks N free ports, writes each worker's ``TF_CONFIG`` (the same cluster, its own task
+index), starts the same command in every process and waits for all of them. It is what ``otzoo train --workers N``
+runs, and what the multi-worker tests use. It behaves like a small cluster manager: when one worker fails (a
+non-zero exit, a kill) the others, which would wait forever in their next collective operation, are stopped after
+``grace`` seconds; relaunching the same command then resumes from the last checkpoint (see
+``training.fault_tolerance``), which :func:`run_cluster` does up to ``max_restarts`` times.
+
+On a real cluster each host runs the command itself with its own ``TF_CONFIG`` (``docs/distributed.md``).
+
+Command line: ``python -m training.launch --workers 2 -- python my_script.py --epochs 3``.
+"""
+import argparse
+import dataclasses
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+
+from ot_layers.validation import check_positive_int
+
+HOST = "127.0.0.1"
+
+
+def free_ports(count):
+    """``count`` distinct TCP ports free on 127.0.0.1 now (held open together while they are chosen)."""
+    count = check_positive_int("count", count)
+    sockets = []
+    try:
+        for _ in range(count):
+            sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            sock.bind((HOST, 0))
+            sockets.append(sock)
+        return [sock.getsockname()[1] for sock in sockets]
+    finally:
+        for sock in sockets:
+            sock.close()
+
+
+def cluster_tf_configs(num_workers, ports=None):
+    """The ``TF_CONFIG`` dict of every worker of a local cluster (``worker`` tasks 0..N-1, worker 0 the chief)."""
+    num_workers = check_positive_int("num_workers", num_workers)
+    ports = free_ports(num_workers) if ports is None else list(ports)
+    if len(ports) != num_workers:
+        raise ValueError(f"`ports` must hold {num_workers} ports, got {len(ports)}.")
+    workers = [f"{HOST}:{port}" for port in ports]
+    return [{"cluster": {"worker": workers}, "task": {"type": "worker", "index": i}} for i in range(num_workers)]
+
+
+@dataclasses.dataclass
+class WorkerResult:
+    """How one worker ended: ``returncode`` (negative: killed by that signal; ``None``: still running when the
+    launcher gave up), ``stopped`` (the launcher stopped it after another worker failed or the time ran out) and
+    the path of its combined stdout/stderr log."""
+
+    index: int
+    returncode: object
+    stopped: bool
+    log_path: str
+
+    def output(self):
+        """The worker's log text."""
+        with open(self.log_path, errors="replace") as handle:
+            return handle.read()
+
+
+def _stop(process):
+    if process.poll() is None:
+        try:
+            os.killpg(process.pid, signal.SIGKILL)
+        except (ProcessLookupError, PermissionError):
+            process.kill()
+        process.wait()
+
+
+def launch_workers(command, num_workers, log_dir, env=None, cpu_only=True, timeout=None, grace=10.0, cwd=None,
+                   worker_env=None):
+    """Run ``command`` (an argv list, e.g. ``[sys.executable, "train.py", "--epochs", "3"]``) in ``num_workers``
+    processes forming one cluster on 127.0.0.1; returns a :class:`WorkerResult` per worker, in task order.
+
+    ``log_dir``: where ``worker-<i>.log`` (stdout and stderr) are written. ``env``: extra environment variables for
+    every worker; ``worker_env``: a function ``index -> dict`` of extra variables for one worker. ``cpu_only``:
+    hide GPUs (``CUDA_VISIBLE_DEVICES=""``; the collectives then use gRPC ring all-reduce). ``timeout``: seconds
+    after which every worker still running is killed (``None``: wait). ``grace``: seconds the other workers may
+    still run after one has failed before they are killed (each worker runs in its own process group, so its
+    children go with it).
+    """
+    if isinstance(command, str) or not list(command):
+        raise ValueError(f"`command` must be a non-empty argv list, got {command!r}.")
+    num_workers = check_positive_int("num_workers", num_workers)
+    if worker_env is not None and not callable(worker_env):
+        raise ValueError(f"`worker_env` must be a function index -> dict, got {worker_env!r}.")
+    os.makedirs(log_dir, exist_ok=True)
+    configs = cluster_tf_configs(num_workers)
+    processes, logs, paths = [], [], []
+    for index, config in enumerate(configs):
+        child_env = dict(os.environ)
+        child_env.update({"TF_CONFIG": json.dumps(config), "TF_CPP_MIN_LOG_LEVEL": "2"})
+        if cpu_only:
+            child_env["CUDA_VISIBLE_DEVICES"] = ""
+        child_env.update({k: str(v) for k, v in (env or {}).items()})
+        if worker_env is not None:
+            child_env.update({k: str(v) for k, v in (worker_env(index) or {}).items()})
+        path = os.path.join(log_dir, f"worker-{index}.log")
+        log = open(path, "w")
+        processes.append(subprocess.Popen(list(command), env=child_env, stdout=log, stderr=subprocess.STDOUT,
+                                          cwd=cwd, start_new_session=True))
+        logs.append(log)
+        paths.append(path)
+    stopped = [False] * num_workers
+    deadline = None if timeout is None else time.monotonic() + float(timeout)
+    failed_at = None
+    try:
+        while any(p.poll() is None for p in processes):
+            now = time.monotonic()
+            if failed_at is None and any(p.poll() not in (None, 0) for p in processes):
+                failed_at = now
+            if (failed_at is not None and now - failed_at > grace) or (deadline is not None and now > deadline):
+                for index, process in enumerate(processes):
+                    if process.poll() is None:
+                        stopped[index] = True
+                        _stop(process)
+                break
+            time.sleep(0.1)
+    finally:
+        for index, process in enumerate(processes):  # an exception here (Ctrl-C) must not leave workers behind
+            if process.poll() is None:
+                stopped[index] = True
+                _stop(process)
+        for log in logs:
+            log.close()
+    return [WorkerResult(i, p.returncode, stopped[i], paths[i]) for i, p in enumerate(processes)]
+
+
+def run_cluster(command, num_workers, log_dir, max_restarts=0, **kwargs):
+    """:func:`launch_workers` again, all workers together, while an attempt fails, at most ``max_restarts`` times
+    -- what a cluster manager does; with checkpoints (``training.fit(..., checkpoint_dir=...)``) every attempt
+    resumes where the last complete checkpoint left off. Returns the results of every attempt, the last one last
+    (``log_dir/attempt-<k>/worker-<i>.log``); the run succeeded when every worker of the last one exited 0."""
+    if isinstance(max_restarts, bool) or not isinstance(max_restarts, int) or max_restarts < 0:
+        raise ValueError(f"`max_restarts` must be an integer >= 0, got {max_restarts!r}.")
+    attempts = []
+    for attempt in range(max_restarts + 1):
+        results = launch_workers(command, num_workers, os.path.join(log_dir, f"attempt-{attempt}"), **kwargs)
+        attempts.append(results)
+        if all(r.returncode == 0 for r in results):
+            break
+    return attempts
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(prog="python -m training.launch", description=__doc__.split("\n\n")[0])
+    parser.add_argument("--workers", type=int, default=2)
+    parser.add_argument("--log-dir", default="otzoo_workers")
+    parser.add_argument("--timeout", type=float, default=None)
+    parser.add_argument("--max-restarts", type=int, default=0, help="relaunch all workers after a failure")
+    parser.add_argument("command", nargs=argparse.REMAINDER, help="-- COMMAND ARGS...")
+    args = parser.parse_args(argv)
+    command = args.command[1:] if args.command[:1] == ["--"] else args.command
+    if not command:
+        parser.error("argument command: give the command to run after --")
+    if args.workers < 1:
+        parser.error(f"argument --workers: must be an integer >= 1, got {args.workers}")
+    if args.max_restarts < 0:
+        parser.error(f"argument --max-restarts: must be an integer >= 0, got {args.max_restarts}")
+    results = run_cluster(command, args.workers, args.log_dir, max_restarts=args.max_restarts,
+                          timeout=args.timeout)[-1]
+    for result in results:
+        print(f"worker {result.index}: exit {result.returncode}{' (stopped)' if result.stopped else ''}, "
+              f"log {result.log_path}")
+    return 0 if all(r.returncode == 0 for r in results) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

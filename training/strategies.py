@@ -1,0 +1,147 @@
+"""``tf.distribute`` strategies by name: ``auto``, ``one_device``, ``mirrored``, ``multi_worker``, ``tpu``.
+
+:func:`make_strategy` is the one place the package turns a name (the ``--strategy`` option of ``otzoo train``) into a
+strategy. Models must be built and compiled under ``strategy.scope()``: the variables are placed (mirrored across
+the replicas) when they are created, so a model built outside the scope cannot be trained by the strategy.
+
+``multi_worker`` reads the cluster from the ``TF_CONFIG`` environment variable (see :func:`tf_config` and
+``docs/distributed.md``). TensorFlow requires ``MultiWorkerMirroredStrategy`` to be created at the start of the
+program, before any other TensorFlow operation runs, in every worker process; create it first, then build the model.
+A process holds at most one: later calls return the same object (a second one would fail).
+"""
+import json
+import os
+
+import tensorflow as tf
+
+STRATEGIES = ("auto", "one_device", "mirrored", "multi_worker", "tpu")
+
+_MULTI_WORKER = []  # the process's MultiWorkerMirroredStrategy, once created
+
+
+def tf_config():
+    """The parsed ``TF_CONFIG`` (``{"cluster": {"worker": [...]}, "task": {"type": ..., "index": ...}}``) or
+    ``None`` when it is unset or empty. Malformed JSON, or a task that is not in the cluster, raises ``ValueError``
+    naming ``TF_CONFIG``."""
+    text = os.environ.get("TF_CONFIG", "").strip()
+    if not text:
+        return None
+    try:
+        config = json.loads(text)
+    except json.JSONDecodeError as error:
+        raise ValueError(f"`TF_CONFIG` is not valid JSON ({error}).") from None
+    cluster, task = config.get("cluster") if isinstance(config, dict) else None, config.get("task", {})
+    if not isinstance(cluster, dict) or not cluster:
+        raise ValueError(f"`TF_CONFIG` must hold a non-empty 'cluster' dict, got {text!r}.")
+    kind, index = task.get("type"), task.get("index", 0)
+    if kind not in cluster or not isinstance(index, int) or not 0 <= index < len(cluster[kind]):
+        raise ValueError(f"`TF_CONFIG`: task {task!r} is not in the cluster {cluster!r}.")
+    return config
+
+
+def cluster_size():
+    """The number of worker processes ``TF_CONFIG`` names (chief and workers), 1 without ``TF_CONFIG``."""
+    config = tf_config()
+    if config is None:
+        return 1
+    return sum(len(config["cluster"].get(kind, [])) for kind in ("chief", "worker"))
+
+
+def is_chief():
+    """Whether this process is the cluster's chief: the ``chief`` task, or worker 0 when there is no chief (and
+    always without ``TF_CONFIG``). Only the chief's checkpoints and logs are kept."""
+    config = tf_config()
+    if config is None:
+        return True
+    kind, index = config["task"]["type"], config["task"].get("index", 0)
+    if "chief" in config["cluster"]:
+        return kind == "chief"
+    return kind == "worker" and index == 0
+
+
+def is_multi_worker(strategy):
+    """Whether ``strategy`` spans more than one process (a ``MultiWorkerMirroredStrategy`` with a cluster)."""
+    if not isinstance(strategy, tf.distribute.MultiWorkerMirroredStrategy):
+        return False
+    spec = strategy.cluster_resolver.cluster_spec().as_dict()
+    return sum(len(tasks) for tasks in spec.values()) > 1
+
+
+def _local_devices():
+    """All local GPUs, else all logical CPU devices (one unless the program split the CPU on purpose)."""
+    gpus = tf.config.list_logical_devices("GPU")
+    return [d.name for d in gpus] if gpus else [d.name for d in tf.config.list_logical_devices("CPU")]
+
+
+def multi_worker_strategy():
+    """The process's ``MultiWorkerMirroredStrategy`` over the ``TF_CONFIG`` cluster (created on the first call;
+    collectives by ring all-reduce on CPUs, NCCL on GPUs when TensorFlow picks it)."""
+    if not _MULTI_WORKER:
+        if tf_config() is None:
+            raise ValueError("`strategy`: 'multi_worker' needs the TF_CONFIG environment variable describing the "
+                             "cluster (see docs/distributed.md), or use `otzoo train --workers N` to launch local "
+                             "workers.")
+        _MULTI_WORKER.append(tf.distribute.MultiWorkerMirroredStrategy())
+    return _MULTI_WORKER[0]
+
+
+def make_strategy(name="auto", devices=None):
+    """A ``tf.distribute.Strategy`` by ``name`` (a strategy object is returned as is).
+
+    - ``"auto"``: ``multi_worker`` when ``TF_CONFIG`` names more than one worker; else ``MirroredStrategy`` over
+      all local GPUs when there are two or more; else the default strategy (one device, no replication).
+    - ``"one_device"``: ``OneDeviceStrategy`` on the first GPU, else the CPU (``devices``: one device name).
+    - ``"mirrored"``: ``MirroredStrategy`` over ``devices`` (default: all local GPUs, else all logical CPU devices;
+      on CPUs the gradients are reduced through one device instead of collective ops).
+    - ``"multi_worker"``: ``MultiWorkerMirroredStrategy`` from ``TF_CONFIG`` (:func:`multi_worker_strategy`).
+    - ``"tpu"``: ``TPUStrategy`` on the TPU the cluster resolver finds (``TPU_NAME`` or a local TPU VM).
+    """
+    if isinstance(name, tf.distribute.Strategy):
+        return name
+    if name not in STRATEGIES:
+        raise ValueError(f"`strategy` must be one of {list(STRATEGIES)} or a tf.distribute.Strategy, got {name!r}.")
+    if devices is not None and (isinstance(devices, str) or not list(devices)):
+        raise ValueError(f"`devices` must be a non-empty list of device names, got {devices!r}.")
+    if name == "auto":
+        if cluster_size() > 1:
+            return multi_worker_strategy()
+        gpus = tf.config.list_logical_devices("GPU")
+        if len(gpus) > 1:
+            return tf.distribute.MirroredStrategy([d.name for d in gpus])
+        return tf.distribute.get_strategy()
+    if name == "one_device":
+        if devices is not None and len(list(devices)) != 1:
+            raise ValueError(f"`devices` must name one device for 'one_device', got {devices!r}.")
+        gpus = tf.config.list_logical_devices("GPU")
+        device = list(devices)[0] if devices is not None else (gpus[0].name if gpus else "/cpu:0")
+        return tf.distribute.OneDeviceStrategy(device)
+    if name == "mirrored":
+        devices = list(devices) if devices is not None else _local_devices()
+        if all("CPU" in device.upper() for device in devices):
+            # On logical CPU devices the collective all-reduce of a second model's training function reuses the
+            # instance keys of an earlier model's in the same process ("Shape mismatch in the collective instance
+            # 100"); reducing through one device avoids collectives (and costs nothing on one host's memory).
+            return tf.distribute.MirroredStrategy(devices, cross_device_ops=tf.distribute.ReductionToOneDevice())
+        return tf.distribute.MirroredStrategy(devices)
+    if name == "multi_worker":
+        return multi_worker_strategy()
+    try:
+        resolver = tf.distribute.cluster_resolver.TPUClusterResolver(tpu=os.environ.get("TPU_NAME", "local"))
+        tf.config.experimental_connect_to_cluster(resolver)
+        tf.tpu.experimental.initialize_tpu_system(resolver)
+    except (ValueError, RuntimeError, tf.errors.OpError) as error:
+        raise ValueError(f"`strategy`: 'tpu' found no TPU ({type(error).__name__}: {error}).") from None
+    return tf.distribute.TPUStrategy(resolver)
+
+
+def strategy_name(strategy):
+    """The short name of a strategy object (the inverse of :func:`make_strategy`, ``"default"`` for none)."""
+    if isinstance(strategy, tf.distribute.MultiWorkerMirroredStrategy):
+        return "multi_worker"
+    if isinstance(strategy, tf.distribute.MirroredStrategy):
+        return "mirrored"
+    if isinstance(strategy, tf.distribute.OneDeviceStrategy):
+        return "one_device"
+    if isinstance(strategy, tf.distribute.TPUStrategy):
+        return "tpu"
+    return "default"

@@ -1,0 +1,58 @@
+"""``otzoo tune PRESET``: keras-tuner random search over the head's parameters and the learning rate
+(``training.tuning``); registered through ``training.cli.EXTRA_COMMANDS``."""
+
+
+def run(args):
+    """Search the head's parameters and the learning rate on a validation part of the training split; print the
+    trials and write OUT/best.json (read by ``otzoo train`` through ``training.tuning.load_tuned_config``)."""
+    from training.tuning import tune
+
+    out = args.out or f"otzoo_tune/{args.preset}"
+    tune(args.preset, args.trials, out, epochs=args.epochs, limit=args.limit, batch_size=args.batch_size,
+         backbone=args.backbone, validation_fraction=args.validation_fraction, seed=args.seed, resume=args.resume,
+         verbose=1)
+    return 0
+
+
+def _fraction(text):
+    import argparse
+
+    try:
+        value = float(text)
+    except ValueError:
+        value = -1.0
+    if not 0.0 < value < 1.0:
+        raise argparse.ArgumentTypeError(f"must be a number in (0, 1), got {text!r}")
+    return value
+
+
+def _backbone(text):
+    import argparse
+
+    from zoo.backbones import BACKBONES
+
+    if text not in BACKBONES:
+        raise argparse.ArgumentTypeError(f"unknown backbone {text!r}; known: {', '.join(BACKBONES)}")
+    return text
+
+
+def register(commands, parser_class):
+    """Add ``tune`` to the ``otzoo`` sub-commands."""
+    from training.cli import _preset_name, positive_int
+
+    sub = commands.add_parser("tune", help="search a preset's head parameters and learning rate (keras-tuner)",
+                              description=run.__doc__)
+    sub.add_argument("preset", type=_preset_name)
+    sub.add_argument("--trials", type=positive_int, default=10, help="configurations to train (default 10)")
+    sub.add_argument("--epochs", type=positive_int, default=1, help="epochs per trial (default 1)")
+    sub.add_argument("--limit", type=positive_int, default=None,
+                     help="use the first N training images (the validation part is carved from them)")
+    sub.add_argument("--batch-size", type=positive_int, default=None, help="default: the recipe's")
+    sub.add_argument("--backbone", type=_backbone, default=None,
+                     help="replace the preset's backbone (e.g. small_convnet for a quick search)")
+    sub.add_argument("--validation-fraction", type=_fraction, default=0.2,
+                     help="part of the training images held out to score trials (default 0.2)")
+    sub.add_argument("--seed", type=int, default=0)
+    sub.add_argument("--resume", action="store_true", help="continue the search in --out instead of restarting")
+    sub.add_argument("--out", default=None, help="output directory (default otzoo_tune/PRESET)")
+    sub.set_defaults(run=run)
