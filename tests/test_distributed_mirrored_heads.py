@@ -20,9 +20,9 @@ the same (checked: the mean of the half-batch gradients equals the whole-batch g
 The proxy models train with :class:`PerExampleProxyNCA`, ProxyNCA++ returning one value per example. The
 package's ``ProxyNCAPlusPlusLoss`` (like every ``ProxyLoss`` and pair loss) returns the batch mean as a scalar, and
 Keras 3.15 divides a loss by the number of replicas only when it reduces a non-scalar
-(``keras/src/losses/loss.py::reduce_values`` returns a scalar untouched), so under N replicas those losses'
-gradients come out N times too large: ``test_scalar_proxy_loss_is_not_divided_by_the_replicas`` documents it
-(strict ``xfail``: it starts failing once the losses return per-example values or divide themselves).
+(``keras/src/losses/loss.py::reduce_values`` returns a scalar untouched); the losses divide their scalar by the
+number of replicas themselves, which ``test_scalar_proxy_loss_is_divided_by_the_replicas`` checks against the
+one-replica run (it failed before that fix: gradients N times too large).
 """
 import keras
 import numpy as np
@@ -133,8 +133,5 @@ def test_head_trains_under_two_replica_mirrored_strategy(head):
     _train_and_compare(head)
 
 
-@pytest.mark.xfail(strict=True, raises=AssertionError,
-                   reason="ot_layers.losses.ProxyLoss returns a scalar, which Keras does not divide by the number of "
-                          "replicas: gradients are summed over the replicas (see the module docstring)")
-def test_scalar_proxy_loss_is_not_divided_by_the_replicas():
+def test_scalar_proxy_loss_is_divided_by_the_replicas():
     _train_and_compare("proxies_scalar_loss")

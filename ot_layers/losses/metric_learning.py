@@ -52,6 +52,18 @@ def log_one_plus_sum_exp(logits, mask, axis):
     return tf.squeeze(shift + tf.math.log(total), axis=axis)
 
 
+def _per_replica(batch_loss):
+    """A batch loss scaled by ``1 / replicas``: Keras sums the replicas' gradients and divides a loss by the number
+    of replicas only when it reduces per-example values itself; these losses return their batch value as a scalar,
+    so each replica's share is divided here (under one replica nothing changes). Each replica's value is computed
+    on its own share of the batch (pairs and proxies' hardest terms within that share)."""
+    if batch_loss.shape.rank != 0:  # per-example values: Keras reduces them over the batch and the replicas
+        return batch_loss
+    context = tf.distribute.get_replica_context()
+    replicas = context.num_replicas_in_sync if context is not None else 1
+    return batch_loss if replicas == 1 else batch_loss / float(replicas)
+
+
 class _MetricLoss(keras.losses.Loss):
     def __init__(self, name, normalize=True, reduction="sum_over_batch_size", **kwargs):
         super().__init__(name=name, reduction=reduction, **kwargs)
@@ -59,7 +71,7 @@ class _MetricLoss(keras.losses.Loss):
 
     def call(self, y_true, y_pred):
         x = _normalized(y_pred) if self.normalize else tf.cast(y_pred, tf.float32)
-        return self.batch_loss(_labels(y_true), x)
+        return _per_replica(self.batch_loss(_labels(y_true), x))
 
     def get_config(self):
         return {**super().get_config(), "normalize": self.normalize}
@@ -157,7 +169,7 @@ class ProxyLoss(keras.losses.Loss):
         if similarity.shape.rank != 3:
             raise ValueError(f"`y_pred` of {type(self).__name__} must be the (B, num_classes, num_proxies) "
                              f"similarities of a ClassProxies layer, got shape {similarity.shape}.")
-        return self.batch_loss(_labels(y_true), similarity)
+        return _per_replica(self.batch_loss(_labels(y_true), similarity))
 
 
 @keras.saving.register_keras_serializable(package="ot_layers")
