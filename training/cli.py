@@ -73,23 +73,74 @@ def list_presets(args):
 
 
 def train(args):
-    """Train a preset by its recipe; writes model.weights.h5, metadata.json and log.csv into --out."""
-    from training.recipes import train_preset
+    """Train a preset by its recipe; writes model.weights.h5, metadata.json and log.csv into --out.
+
+    Runs under a tf.distribute strategy (--strategy; auto: all local GPUs, else the CPU, or the workers TF_CONFIG
+    names). --workers N starts N local worker processes on 127.0.0.1 (each with its TF_CONFIG) running this command
+    with --strategy multi_worker; on a real cluster, start the command on every host with its TF_CONFIG instead.
+    A run killed before it finished resumes from --out/backup with --resume.
+    """
     from zoo.registry import PRESETS
 
+    task = PRESETS[args.preset]["task"]
+    out = args.out or os.path.join("otzoo_runs", args.preset)
+    options = dict(epochs=args.epochs, batch_size=args.batch_size, limit=args.limit, seed=args.seed, verbose=2,
+                   strategy=args.strategy, tensorboard=args.tensorboard)
     few_shot_only = {"episodes": args.episodes, "pretrained": args.pretrained}
-    if PRESETS[args.preset]["task"] != "few_shot":
+    if task == "few_shot":
+        options.update(few_shot_only)
+        if args.config is not None:
+            raise CommandError("--config applies to classification and retrieval presets (few-shot heads are not "
+                               "tuned yet).")
+    else:
         given = [f"--{key}" for key, value in few_shot_only.items() if value is not None]
         if given:
-            raise CommandError(f"{', '.join(given)} apply to few-shot presets only; {args.preset} is a "
-                               f"{PRESETS[args.preset]['task']} preset.")
-        few_shot_only = {}
-    out = args.out or os.path.join("otzoo_runs", args.preset)
-    card = train_preset(args.preset, out, epochs=args.epochs, batch_size=args.batch_size, limit=args.limit,
-                        seed=args.seed, verbose=2, **few_shot_only)
+            raise CommandError(f"{', '.join(given)} apply to few-shot presets only; {args.preset} is a {task} preset.")
+        options["config"] = args.config
+    if os.path.isdir(os.path.join(out, "backup")) and not args.resume:
+        raise CommandError(f"--out {out} holds an unfinished run (its backup/); pass --resume to continue it, or "
+                           "choose another --out.")
+    if args.workers > 1:
+        return _train_on_local_workers(args, out)
+    from training.recipes import train_preset
+
+    card = train_preset(args.preset, out, **options)
     print(f"{args.preset}: {_headline(card['metrics'])}; {card['train_time_s']:.0f} s of training; weights and card "
           f"in {out}")
     return 0
+
+
+def _train_on_local_workers(args, out):
+    """This command again in ``args.workers`` local processes with ``--strategy multi_worker`` (this process does
+    not start TensorFlow); the chief writes the preset."""
+    from training.launch import run_cluster
+
+    argv = list(sys.argv[1:]) if args.argv is None else list(args.argv)
+    command = [sys.executable, "-m", "training.cli"] + _without_options(argv, {"--workers": 1, "--strategy": 1})
+    command += ["--strategy", "multi_worker", "--out", out, "--resume"]
+    results = run_cluster(command, args.workers, os.path.join(out, "workers"), max_restarts=1)[-1]
+    failed = [r for r in results if r.returncode != 0]
+    if failed:
+        raise CommandError(f"worker(s) {', '.join(str(r.index) for r in failed)} failed; see "
+                           f"{', '.join(r.log_path for r in failed)}")
+    print(f"{args.preset}: trained on {args.workers} local workers; weights and card in {out} (logs in "
+          f"{os.path.join(out, 'workers')})")
+    return 0
+
+
+def _without_options(argv, options):
+    """``argv`` without the given ``--option`` flags and their values (``{flag: number of values}``)."""
+    kept, skip = [], 0
+    for item in argv:
+        if skip:
+            skip -= 1
+            continue
+        flag = item.split("=", 1)[0]
+        if flag in options:
+            skip = 0 if "=" in item else options[flag]
+            continue
+        kept.append(item)
+    return kept
 
 
 def evaluate(args):
@@ -178,7 +229,15 @@ def main(argv=None):
                      help="few-shot presets: start from the pre-trained backbone of another run of the same recipe "
                           "(its output directory) instead of pre-training")
     sub.add_argument("--out", default=None, help="output directory (default otzoo_runs/PRESET)")
-    sub.set_defaults(run=train)
+    sub.add_argument("--strategy", choices=["auto", "one_device", "mirrored", "multi_worker"], default="auto",
+                     help="tf.distribute strategy (default auto: all local GPUs, else the CPU; TF_CONFIG's workers)")
+    sub.add_argument("--workers", type=positive_int, default=1,
+                     help="start N local worker processes on 127.0.0.1 (multi-worker training)")
+    sub.add_argument("--resume", action="store_true", help="continue the unfinished run in --out")
+    sub.add_argument("--tensorboard", default=None, help="write TensorBoard logs into this directory")
+    sub.add_argument("--config", default=None,
+                     help="a best.json from `otzoo tune` (the head's parameters and the learning rate)")
+    sub.set_defaults(run=train, argv=None)
 
     sub = commands.add_parser("evaluate", help="recompute a preset's card metrics on the test split",
                               description=evaluate.__doc__)
@@ -210,6 +269,8 @@ def main(argv=None):
         importlib.import_module(module).register(commands, _Parser)
 
     args = parser.parse_args(argv)
+    if getattr(args, "argv", "absent") is None and argv is not None:
+        args.argv = list(argv)
     try:
         args.run(args)
     except (CommandError, ValueError, FileNotFoundError) as error:

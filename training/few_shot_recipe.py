@@ -16,11 +16,12 @@ import os
 import time
 
 import keras
+import tensorflow as tf
 
 from training.data import fashion_mnist_split
 from training.episodes import few_shot_accuracy, meta_train
 from training.pipelines import image_dataset
-from training.recipes import (default_strategy, preset_recipe, reproducing_command, sgd_cosine, standard_callbacks,
+from training.recipes import (preset_recipe, reproducing_command, run_options, sgd_cosine, standard_callbacks,
                               write_preset)
 from zoo.models import image_classifier
 from zoo.registry import PRESETS
@@ -50,7 +51,7 @@ def _pretrained_path(pretrained):
     return path
 
 
-def pretrain_backbone(model, name, recipe, images, labels, out_dir, verbose=2):
+def pretrain_backbone(model, name, recipe, images, labels, out_dir, verbose=2, extra_callbacks=()):
     """Stage 1: train ``model``'s backbone with GAP + Dense on the base classes; returns the seconds it took."""
     spec = PRESETS[name]
     backbone = model.get_layer("backbone")
@@ -63,13 +64,14 @@ def pretrain_backbone(model, name, recipe, images, labels, out_dir, verbose=2):
     train = image_dataset(images, labels, recipe["batch_size"], training=True, pad=recipe["pad"],
                           seed=recipe["seed"])
     start = time.time()
-    classifier.fit(train, epochs=recipe["pretrain_epochs"], callbacks=standard_callbacks(out_dir), verbose=verbose)
+    classifier.fit(train, epochs=recipe["pretrain_epochs"], callbacks=standard_callbacks(out_dir)
+                   + list(extra_callbacks), verbose=verbose)
     backbone.save_weights(os.path.join(out_dir, PRETRAINED_FILE))
     return time.time() - start
 
 
 def train_few_shot_preset(name, out_dir, epochs=None, batch_size=None, limit=None, seed=None, episodes=None,
-                          pretrained=None, verbose=2):
+                          pretrained=None, verbose=2, strategy="auto", tensorboard=None):
     """Train few-shot preset ``name`` by its recipe; returns the card (also in ``out_dir/metadata.json``).
 
     ``epochs``: pre-training epochs; ``episodes``: meta-training episodes; ``batch_size``, ``seed``: the recipe's
@@ -87,7 +89,8 @@ def train_few_shot_preset(name, out_dir, epochs=None, batch_size=None, limit=Non
     if len(images) < recipe["batch_size"]:
         raise ValueError(f"`limit`: {len(images)} base-class training images, fewer than one batch of "
                          f"{recipe['batch_size']}.")
-    strategy = default_strategy()
+    single_replica = "one_device" if strategy == "one_device" else tf.distribute.get_strategy()
+    strategy, _, _, extra_callbacks = run_options(name, single_replica, None, tensorboard)
     with strategy.scope():
         model = build(name, l2=recipe["l2"])
     own_pretrained = os.path.join(out_dir, PRETRAINED_FILE)
@@ -98,7 +101,7 @@ def train_few_shot_preset(name, out_dir, epochs=None, batch_size=None, limit=Non
     elif os.path.isfile(own_pretrained):  # a resumed run: pre-training finished before
         model.get_layer("backbone").load_weights(own_pretrained)
     else:
-        pretrain_time = pretrain_backbone(model, name, recipe, images, labels, out_dir, verbose)
+        pretrain_time = pretrain_backbone(model, name, recipe, images, labels, out_dir, verbose, extra_callbacks)
     start = time.time()
     optimizer = keras.optimizers.SGD(recipe["meta_learning_rate"], momentum=recipe["meta_momentum"])
     history = meta_train(model, images, labels, recipe["meta_episodes"], optimizer, recipe["ways"], recipe["shots"],

@@ -26,18 +26,27 @@ def hardware_description():
         f", {d.name}" for d in tf.config.list_physical_devices("GPU"))
 
 
-def default_strategy():
-    """All local GPUs (``MirroredStrategy``) when there are some, else the default (one-device) strategy."""
-    gpus = tf.config.list_logical_devices("GPU")
-    if len(gpus) > 1:
-        return tf.distribute.MirroredStrategy()
-    return tf.distribute.get_strategy()
+def run_options(name, strategy="auto", config=None, tensorboard=None):
+    """What every recipe's run shares: ``(strategy, head overrides, learning rate or None, extra callbacks)``.
+
+    ``strategy``: a name for ``training.strategies.make_strategy`` (``"auto"``: all local GPUs, else the CPU; a
+    ``TF_CONFIG`` naming several workers: ``multi_worker``). ``config``: a ``best.json`` from ``otzoo tune`` for this
+    preset (its head parameters and learning rate). ``tensorboard``: a log directory for
+    ``keras.callbacks.TensorBoard``.
+    """
+    from training.strategies import make_strategy
+    from training.tuning import load_tuned_config
+
+    tuned = load_tuned_config(config, name) if config is not None else None
+    callbacks = [keras.callbacks.TensorBoard(tensorboard)] if tensorboard else []
+    return (make_strategy(strategy), dict(tuned["head_kwargs"]) if tuned else {},
+            tuned["learning_rate"] if tuned else None, callbacks)
 
 
-def sgd_cosine(recipe, steps, learning_rate=None):
-    """SGD (momentum, Nesterov as the recipe says) with a cosine decay of ``learning_rate`` (default the
-    recipe's) to 0 over ``steps``."""
-    schedule = keras.optimizers.schedules.CosineDecay(learning_rate or recipe["learning_rate"], decay_steps=steps)
+def sgd_cosine(recipe, steps):
+    """SGD (momentum, Nesterov as the recipe says) with a cosine decay of the recipe's learning rate to 0 over
+    ``steps``."""
+    schedule = keras.optimizers.schedules.CosineDecay(recipe["learning_rate"], decay_steps=steps)
     return keras.optimizers.SGD(schedule, momentum=recipe["momentum"], nesterov=recipe["nesterov"])
 
 
@@ -61,15 +70,22 @@ def reproducing_command(name, **options):
 
 
 def write_preset(model, name, out_dir, recipe, metrics, train_time, strategy, command, **extra):
-    """Save ``model``'s weights and the model card into ``out_dir``; returns the card."""
+    """Save ``model``'s weights and the model card into ``out_dir`` (only the chief of several workers writes; the
+    others write into ``out_dir/worker-<i>``); returns the card."""
+    from training.strategies import is_chief, strategy_name, tf_config
+
     spec = PRESETS[name]
+    if not is_chief():
+        out_dir = os.path.join(out_dir, f"worker-{(tf_config() or {}).get('task', {}).get('index', 0)}")
+        os.makedirs(out_dir, exist_ok=True)
     weights = os.path.join(out_dir, WEIGHTS_FILE)
     model.save_weights(weights)
     card = dict(name=name, task=spec["task"], dataset=spec["dataset"], split=spec["split"],
                 description=spec["description"], recipe=recipe, metrics=metrics,
                 parameters=int(model.count_params()), weights_sha256=sha256_of(weights),
                 train_time_s=round(train_time, 1), hardware=hardware_description(),
-                strategy=type(strategy).__name__, command=command, date=datetime.date.today().isoformat(),
+                strategy=f"{type(strategy).__name__} ({strategy_name(strategy)}, "
+                         f"{strategy.num_replicas_in_sync} replica(s))", command=command, date=datetime.date.today().isoformat(),
                 note="train_time_s counts this process only (a resumed run restarts the clock)")
     for key in ("train_classes", "eval_classes"):
         if key in spec:
@@ -93,24 +109,28 @@ def _classification_training(name, model, recipe):
             [PrototypeReassignment(layer_name="hyperspherical_head")], lambda x, y: ((x, y), y))
 
 
-def train_classification_preset(name, out_dir, epochs=None, batch_size=None, limit=None, seed=None, verbose=2):
+def train_classification_preset(name, out_dir, epochs=None, batch_size=None, limit=None, seed=None, verbose=2,
+                                strategy="auto", config=None, tensorboard=None):
     """Train classification preset ``name`` by its recipe; returns the model card (also written to
     ``out_dir/metadata.json``).
 
     ``epochs``, ``batch_size``, ``seed``: override the recipe's (``seed`` sets the initialization and data order);
-    ``limit``: train on the first ``limit`` training images.
+    ``limit``: train on the first ``limit`` training images; ``strategy``, ``config``, ``tensorboard``: see
+    :func:`run_options`. The run trains with ``training.fit.fit`` (``model.fit``, or the multi-worker loop) and
+    resumes from ``out_dir/backup``.
     """
+    from training.fit import fit
     from zoo.loading import build
 
-    recipe = preset_recipe(name, epochs=epochs, batch_size=batch_size, seed=seed)
+    strategy, head_overrides, learning_rate, extra_callbacks = run_options(name, strategy, config, tensorboard)
+    recipe = preset_recipe(name, epochs=epochs, batch_size=batch_size, seed=seed, learning_rate=learning_rate)
     os.makedirs(out_dir, exist_ok=True)
     keras.utils.set_random_seed(recipe["seed"])
     x_train, y_train = load_fashion_mnist("train", limit=limit, normalize=False)
     x_test, y_test = load_fashion_mnist("test", normalize=False)
     steps = len(x_train) // recipe["batch_size"]
-    strategy = default_strategy()
     with strategy.scope():
-        model = build(name, l2=recipe["l2"])
+        model = build(name, l2=recipe["l2"], **head_overrides)
         trained, loss, head_callbacks, feed = _classification_training(name, model, recipe)
         trained.compile(optimizer=sgd_cosine(recipe, steps * recipe["epochs"]), loss=loss, metrics=["accuracy"],
                         jit_compile=recipe["jit_compile"])
@@ -118,12 +138,13 @@ def train_classification_preset(name, out_dir, epochs=None, batch_size=None, lim
                           seed=recipe["seed"]).map(feed)
     test = image_dataset(x_test, y_test, 256).map(feed)
     start = time.time()
-    trained.fit(train, epochs=recipe["epochs"], validation_data=test, callbacks=head_callbacks
-                + standard_callbacks(out_dir), verbose=verbose)
+    fit(trained, train, epochs=recipe["epochs"], validation_data=test, verbose=verbose,
+        callbacks=head_callbacks + standard_callbacks(out_dir) + extra_callbacks)
     train_time = time.time() - start
     accuracy = classification_accuracy(model, x_test, y_test)
     return write_preset(model, name, out_dir, recipe, {"accuracy": round(accuracy, 4)}, train_time, strategy,
-                        reproducing_command(name, epochs=epochs, batch_size=batch_size, limit=limit, seed=seed))
+                        reproducing_command(name, epochs=epochs, batch_size=batch_size, limit=limit, seed=seed,
+                                            config=config))
 
 
 def classification_accuracy(model, images, labels, batch_size=256):

@@ -17,7 +17,8 @@ from ot_layers.losses import ProxyNCAPlusPlusLoss
 from training.data import fashion_mnist_split
 from training.evaluation import retrieval_metrics
 from training.pipelines import image_dataset
-from training.recipes import (default_strategy, preset_recipe, reproducing_command, sgd_cosine, standard_callbacks,
+from training.fit import fit
+from training.recipes import (preset_recipe, reproducing_command, run_options, sgd_cosine, standard_callbacks,
                               write_preset)
 from zoo.registry import PRESETS
 from zoo.tasks import proxy_training_model
@@ -33,16 +34,19 @@ def retrieval_scores(model, images, labels, batch_size=256):
     return {key: round(scores[key], 4) for key in RETRIEVAL_METRICS}
 
 
-def train_retrieval_preset(name, out_dir, epochs=None, batch_size=None, limit=None, seed=None, verbose=2):
+def train_retrieval_preset(name, out_dir, epochs=None, batch_size=None, limit=None, seed=None, verbose=2,
+                           strategy="auto", config=None, tensorboard=None):
     """Train retrieval preset ``name`` by its recipe; returns the card (also in ``out_dir/metadata.json``).
 
     ``epochs``, ``batch_size``, ``seed`` override the recipe's; ``limit`` reads only the first ``limit`` training
-    images (before keeping the seen classes).
+    images (before keeping the seen classes); ``strategy``, ``config``, ``tensorboard``: see
+    ``training.recipes.run_options``.
     """
     from zoo.loading import build
 
     spec = PRESETS[name]
-    recipe = preset_recipe(name, epochs=epochs, batch_size=batch_size, seed=seed)
+    strategy, pooling_overrides, learning_rate, extra_callbacks = run_options(name, strategy, config, tensorboard)
+    recipe = preset_recipe(name, epochs=epochs, batch_size=batch_size, seed=seed, learning_rate=learning_rate)
     os.makedirs(out_dir, exist_ok=True)
     keras.utils.set_random_seed(recipe["seed"])
     x_train, y_train = fashion_mnist_split("retrieval", "train", limit=limit, normalize=False, relabel=True)
@@ -51,9 +55,8 @@ def train_retrieval_preset(name, out_dir, epochs=None, batch_size=None, limit=No
         raise ValueError(f"`limit`: {len(x_train)} training images of the seen classes, fewer than one batch of "
                          f"{recipe['batch_size']}.")
     steps = len(x_train) // recipe["batch_size"]
-    strategy = default_strategy()
     with strategy.scope():
-        model = build(name, l2=recipe["l2"])
+        model = build(name, l2=recipe["l2"], **pooling_overrides)
         trained = proxy_training_model(model, len(spec["train_classes"]), recipe["num_proxies"])
         trained.compile(optimizer=sgd_cosine(recipe, steps * recipe["epochs"]),
                         loss=ProxyNCAPlusPlusLoss(temperature=recipe["temperature"]),
@@ -64,11 +67,13 @@ def train_retrieval_preset(name, out_dir, epochs=None, batch_size=None, limit=No
     train = image_dataset(x_train, y_train, recipe["batch_size"], training=True, pad=recipe["pad"],
                           seed=recipe["seed"])
     start = time.time()
-    trained.fit(train, epochs=recipe["epochs"], callbacks=callbacks + standard_callbacks(out_dir), verbose=verbose)
+    fit(trained, train, epochs=recipe["epochs"], verbose=verbose,
+        callbacks=callbacks + standard_callbacks(out_dir) + extra_callbacks)
     train_time = time.time() - start
     metrics = retrieval_scores(model, x_test, y_test)
     return write_preset(model, name, out_dir, recipe, metrics, train_time, strategy,
-                        reproducing_command(name, epochs=epochs, batch_size=batch_size, limit=limit, seed=seed),
+                        reproducing_command(name, epochs=epochs, batch_size=batch_size, limit=limit, seed=seed,
+                                            config=config),
                         evaluation="cosine retrieval among the 5,000 test images of classes 5-9, each a query "
                                    "against all others")
 
