@@ -143,14 +143,16 @@ def meta_train(model, images, labels, episodes, optimizer, ways=5, shots=1, quer
     return history
 
 
-def few_shot_accuracy(model, images, labels, ways=5, shots=1, queries=15, episodes=1000, seed=0, batch_size=256):
+def few_shot_accuracy(model, images, labels, ways=5, shots=1, queries=15, episodes=1000, seed=0, batch_size=256,
+                      verbose=0):
     """Mean accuracy and 95 % interval of few-shot model ``model`` on ``episodes`` N-way K-shot episodes
     (``EpisodeSampler(labels, ways, shots, queries, seed).episode(i)`` for ``i < episodes``) drawn from ``images``
     (raw pixels).
 
     The backbone runs once over ``images`` (inference mode, so each image's features are those the whole model
     computes for it in any episode); each episode then runs the model's class-mean and head layers
-    (``zoo.tasks.few_shot_parts``). Returns ``{"mean", "ci95", "episodes"}`` (accuracies in [0, 1]).
+    (``zoo.tasks.few_shot_parts``). ``verbose``: a progress bar over the episodes. Returns ``{"mean", "ci95",
+    "episodes"}`` (accuracies in [0, 1]).
     """
     from zoo.tasks import few_shot_parts
 
@@ -161,11 +163,14 @@ def few_shot_accuracy(model, images, labels, ways=5, shots=1, queries=15, episod
     classify = tf.function(classify)
     sampler = EpisodeSampler(labels, ways, shots, queries, seed)
     accuracies = []
+    progress = keras.utils.Progbar(episodes, unit_name="episode") if verbose else None
     for index in range(episodes):
         support, support_label, query, query_label = sampler.episode(index)
         logits = classify(tf.constant(features[query]), tf.constant(features[support]),
                           tf.constant(support_label, tf.int32))
         accuracies.append(float(np.mean(np.argmax(np.asarray(logits), axis=-1) == query_label)))
+        if progress is not None:
+            progress.update(index + 1, [("accuracy", accuracies[-1])])
     mean, ci95 = mean_and_ci95(accuracies)
     return {"mean": mean, "ci95": ci95, "episodes": episodes}
 

@@ -29,7 +29,7 @@ from zoo.registry import PRESETS
 PRETRAINED_FILE = "pretrained_backbone.weights.h5"
 
 
-def few_shot_scores(model, name, recipe, limit=None, episodes=None):
+def few_shot_scores(model, name, recipe, limit=None, episodes=None, verbose=0):
     """The card's metrics: ``{"5way_1shot": {"mean", "ci95", "episodes"}, ...}`` on the novel classes' test images
     (the first ``limit`` test images before the class filter), ``episodes`` (default the recipe's) per setting."""
     images, labels = fashion_mnist_split("few_shot", "novel", limit=limit, normalize=False)
@@ -37,7 +37,7 @@ def few_shot_scores(model, name, recipe, limit=None, episodes=None):
     metrics = {}
     for shots in recipe["eval_shots"]:
         result = few_shot_accuracy(model, images, labels, ways, shots, recipe["eval_queries"],
-                                   episodes or recipe["eval_episodes"], recipe["eval_seed"])
+                                   episodes or recipe["eval_episodes"], recipe["eval_seed"], verbose=verbose)
         metrics[f"{ways}way_{shots}shot"] = {key: round(value, 4) if isinstance(value, float) else value
                                              for key, value in result.items()}
     return metrics
@@ -109,7 +109,7 @@ def train_few_shot_preset(name, out_dir, epochs=None, batch_size=None, limit=Non
                          checkpoint_dir=os.path.join(out_dir, "meta_checkpoints"), jit_compile=recipe["jit_compile"],
                          verbose=verbose)
     train_time = pretrain_time + time.time() - start
-    metrics = few_shot_scores(model, name, recipe)
+    metrics = few_shot_scores(model, name, recipe, verbose=verbose)
     return write_preset(model, name, out_dir, recipe, metrics, train_time, strategy,
                         reproducing_command(name, epochs=epochs, batch_size=batch_size, limit=limit, seed=seed,
                                             episodes=episodes, pretrained=pretrained),
