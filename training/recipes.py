@@ -16,6 +16,7 @@ import numpy as np
 import tensorflow as tf
 
 from training.data import load_fashion_mnist
+from training.layer_signals import LayerSignals
 from training.pipelines import image_dataset
 from zoo.loading import CARD_FILE, WEIGHTS_FILE, sha256_of
 from zoo.registry import PRESETS
@@ -134,12 +135,14 @@ def train_classification_preset(name, out_dir, epochs=None, batch_size=None, lim
         trained, loss, head_callbacks, feed = _classification_training(name, model, recipe)
         trained.compile(optimizer=sgd_cosine(recipe, steps * recipe["epochs"]), loss=loss, metrics=["accuracy"],
                         jit_compile=recipe["jit_compile"])
+    if tensorboard:  # the layers' signals (e.g. Sinkhorn iterations) into the logs TensorBoard writes
+        extra_callbacks.insert(0, LayerSignals(x_train[:64].astype("float32")))
     train = image_dataset(x_train, y_train, recipe["batch_size"], training=True, pad=recipe["pad"],
                           seed=recipe["seed"]).map(feed)
     test = image_dataset(x_test, y_test, 256).map(feed)
     start = time.time()
     fit(trained, train, epochs=recipe["epochs"], validation_data=test, verbose=verbose,
-        callbacks=head_callbacks + standard_callbacks(out_dir) + extra_callbacks)
+        callbacks=head_callbacks + extra_callbacks + standard_callbacks(out_dir))
     train_time = time.time() - start
     accuracy = classification_accuracy(model, x_test, y_test)
     return write_preset(model, name, out_dir, recipe, {"accuracy": round(accuracy, 4)}, train_time, strategy,

@@ -16,6 +16,7 @@ from ot_layers.callbacks import GSPPrototypeInit
 from ot_layers.losses import ProxyNCAPlusPlusLoss
 from training.data import fashion_mnist_split
 from training.evaluation import retrieval_metrics
+from training.layer_signals import LayerSignals
 from training.pipelines import image_dataset
 from training.fit import fit
 from training.recipes import (preset_recipe, reproducing_command, run_options, sgd_cosine, standard_callbacks,
@@ -61,14 +62,14 @@ def train_retrieval_preset(name, out_dir, epochs=None, batch_size=None, limit=No
         trained.compile(optimizer=sgd_cosine(recipe, steps * recipe["epochs"]),
                         loss=ProxyNCAPlusPlusLoss(temperature=recipe["temperature"]),
                         jit_compile=recipe["jit_compile"])
-    callbacks = []
+    callbacks = [LayerSignals(x_train[:64].astype("float32"))] if tensorboard else []
     if spec["pooling"] == "gsp":  # before BackupAndRestore, so an epoch's backup holds its initialization
         callbacks.append(GSPPrototypeInit(x_train[:256].astype("float32"), layer_name="gsp", seed=recipe["seed"]))
     train = image_dataset(x_train, y_train, recipe["batch_size"], training=True, pad=recipe["pad"],
                           seed=recipe["seed"])
     start = time.time()
     fit(trained, train, epochs=recipe["epochs"], verbose=verbose,
-        callbacks=callbacks + standard_callbacks(out_dir) + extra_callbacks)
+        callbacks=callbacks + extra_callbacks + standard_callbacks(out_dir))
     train_time = time.time() - start
     metrics = retrieval_scores(model, x_test, y_test)
     return write_preset(model, name, out_dir, recipe, metrics, train_time, strategy,
