@@ -17,8 +17,11 @@ WEIGHT_FLOOR = 1e-3
 # The head computes in float32 under the float32 and mixed_float16 policies (float64 only for float64 inputs, i.e. a
 # float64 policy). At the small epsilon EMD needs, Sinkhorn amplifies float32 round-off in the costs by ~1 / epsilon:
 # exported graphs (whose kernels round differently) reproduce the logits within EXPORT_PARITY_RTOL of the logits'
-# scale, max |diff| / max |logit|, rather than within 1e-5 absolute (tests/test_emd_head.py measures it).
-EXPORT_PARITY_RTOL = 1e-5
+# scale, max |diff| / max |logit|, rather than within 1e-5 absolute (tests/test_emd_head.py measures it). Each
+# problem stops at its own threshold (ot_layers.solvers.sinkhorn), so a problem whose marginal error lands within
+# round-off of the threshold can take one update more or fewer in a graph than eagerly: 1.5e-5 of the logits' scale
+# was measured in tests/test_emd_safety.py::test_unknown_spatial_size.
+EXPORT_PARITY_RTOL = 5e-5
 
 
 def _mean(x, axis):
