@@ -44,11 +44,11 @@ def _non_negative_int(text):
 
 def register(commands, parser_class):
     """Add ``explain`` to the ``otzoo`` sub-commands (see ``training.cli``)."""
-    from training.cli import _preset_name, positive_int
+    from training.cli import positive_int, preset_name
 
     sub = commands.add_parser("explain", help="draw what a preset's layers do on images (PNG files)",
                               description=DESCRIPTION, formatter_class=argparse.RawDescriptionHelpFormatter)
-    sub.add_argument("preset", type=_preset_name, metavar="PRESET", help="a preset name (see `otzoo list`)")
+    sub.add_argument("preset", type=preset_name, metavar="PRESET", help="a preset name (see `otzoo list`)")
     sub.add_argument("images", nargs="*", metavar="IMAGE", help="image files (PNG, JPEG) to explain")
     sub.add_argument("--test-index", type=_non_negative_int, nargs="+", action="extend", default=[], metavar="N",
                      help="Fashion-MNIST test images to explain, by index (0-9999); repeatable")

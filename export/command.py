@@ -14,22 +14,10 @@ FORMATS = ("saved_model", "onnx", "both")
 BATCH_SIZES = (1, 64)
 
 
-def _fraction(text):
-    import argparse
-
-    try:
-        value = float(text)
-    except ValueError:
-        value = -1.0
-    if not value > 0:
-        raise argparse.ArgumentTypeError(f"must be a number > 0, got {text!r}")
-    return value
-
-
 def register(commands, parser_class):
     """Add the ``export`` sub-command (see ``training.cli.EXTRA_COMMANDS``)."""
     from export.signatures import TASKS
-    from training.cli import positive_int
+    from training.cli import positive_int, positive_number
 
     sub = commands.add_parser("export", help="export a preset or .keras model for TF Serving and ONNX, verified",
                               description=__doc__.split("\n\n")[1])
@@ -41,7 +29,7 @@ def register(commands, parser_class):
     sub.add_argument("--task", choices=TASKS, default=None, help="default: inferred from the model")
     sub.add_argument("--no-verify", action="store_true", help="skip the parity check")
     sub.add_argument("--images", type=positive_int, default=64, help="test images in the parity check (default 64)")
-    sub.add_argument("--atol", type=_fraction, default=1e-5, help="largest accepted max abs difference (1e-5)")
+    sub.add_argument("--atol", type=positive_number, default=1e-5, help="largest accepted max abs difference (1e-5)")
     sub.set_defaults(run=run)
 
 

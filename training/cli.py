@@ -39,7 +39,27 @@ def positive_int(text):
     return value
 
 
-def _preset_name(text):
+def positive_number(text):
+    """An ``argparse`` type: a number > 0."""
+    return _number(text, lambda value: value > 0, "a number > 0")
+
+
+def open_fraction(text):
+    """An ``argparse`` type: a number in (0, 1)."""
+    return _number(text, lambda value: 0.0 < value < 1.0, "a number in (0, 1)")
+
+
+def _number(text, accept, what):
+    try:
+        value = float(text)
+    except ValueError:
+        value = None
+    if value is None or not accept(value):
+        raise argparse.ArgumentTypeError(f"must be {what}, got {text!r}")
+    return value
+
+
+def preset_name(text):
     from zoo.registry import PRESETS
 
     if text not in PRESETS:
@@ -115,8 +135,7 @@ def _train_on_local_workers(args, out):
     not start TensorFlow); the chief writes the preset."""
     from training.launch import run_cluster
 
-    argv = list(sys.argv[1:]) if args.argv is None else list(args.argv)
-    command = [sys.executable, "-m", "training.cli"] + _without_options(argv, {"--workers": 1, "--strategy": 1})
+    command = [sys.executable, "-m", "training.cli"] + _without_options(args.argv, {"--workers": 1, "--strategy": 1})
     command += ["--strategy", "multi_worker", "--out", out, "--resume"]
     results = run_cluster(command, args.workers, os.path.join(out, "workers"), max_restarts=1)[-1]
     failed = [r for r in results if r.returncode != 0]
@@ -216,7 +235,7 @@ def main(argv=None):
     sub.set_defaults(run=list_presets)
 
     sub = commands.add_parser("train", help="train a preset by its recipe", description=train.__doc__)
-    sub.add_argument("preset", type=_preset_name)
+    sub.add_argument("preset", type=preset_name)
     sub.add_argument("--epochs", type=positive_int, default=None,
                      help="default: the recipe's (few-shot presets: the pre-training epochs)")
     sub.add_argument("--batch-size", type=positive_int, default=None, help="default: the recipe's")
@@ -237,18 +256,18 @@ def main(argv=None):
     sub.add_argument("--tensorboard", default=None, help="write TensorBoard logs into this directory")
     sub.add_argument("--config", default=None,
                      help="a best.json from `otzoo tune` (the head's parameters and the learning rate)")
-    sub.set_defaults(run=train, argv=None)
+    sub.set_defaults(run=train)
 
     sub = commands.add_parser("evaluate", help="recompute a preset's card metrics on the test split",
                               description=evaluate.__doc__)
-    sub.add_argument("preset", type=_preset_name)
+    sub.add_argument("preset", type=preset_name)
     sub.add_argument("--weights", default=None, help="a weights file or directory instead of the packaged one")
     sub.add_argument("--limit", type=positive_int, default=None, help="evaluate on the first N test images")
     sub.set_defaults(run=evaluate)
 
     sub = commands.add_parser("fine-tune", help="fit a pretrained preset on a data slice and save it",
                               description=fine_tune.__doc__)
-    sub.add_argument("preset", type=_preset_name)
+    sub.add_argument("preset", type=preset_name)
     sub.add_argument("--out", required=True, help="the preset directory to write")
     sub.add_argument("--epochs", type=positive_int, default=1)
     sub.add_argument("--limit", type=positive_int, default=4096, help="fit on the first N training images")
@@ -269,8 +288,7 @@ def main(argv=None):
         importlib.import_module(module).register(commands, _Parser)
 
     args = parser.parse_args(argv)
-    if getattr(args, "argv", "absent") is None and argv is not None:
-        args.argv = list(argv)
+    args.argv = list(sys.argv[1:] if argv is None else argv)  # what `otzoo train --workers` passes to its workers
     try:
         args.run(args)
     except (CommandError, ValueError, FileNotFoundError) as error:

@@ -8,18 +8,17 @@ config, weights, card), a directory that ``zoo.load``, ``otzoo export`` and ``ot
 """
 import keras
 
-from ot_layers.losses import HypersphericalPullLoss, ProxyNCAPlusPlusLoss
 from training.data import fashion_mnist_split, load_fashion_mnist
 from training.episodes import episode_dataset
 from training.pipelines import image_dataset
+from training.recipes import classification_training
+from training.retrieval_recipe import retrieval_training
 from zoo.loading import load, model_card, save_preset
-from zoo.models import hyperspherical_training_model
 from zoo.registry import PRESETS
-from zoo.tasks import proxy_training_model
 
 
 def _fit_target(name, model, limit, seed):
-    """``(model that fit trains, its loss, its training data)`` for preset ``name``."""
+    """``(model that fit trains, its loss, its training data)`` for preset ``name``, as its recipe trains it."""
     spec = PRESETS[name]
     if spec["task"] == "few_shot":
         images, labels = fashion_mnist_split("few_shot", "base", limit=limit, normalize=False, relabel=True)
@@ -28,14 +27,11 @@ def _fit_target(name, model, limit, seed):
             images, labels, episodes, ways=spec["ways"], seed=seed)
     if spec["task"] == "retrieval":
         images, labels = fashion_mnist_split("retrieval", "train", limit=limit, normalize=False, relabel=True)
-        trained = proxy_training_model(model, len(spec["train_classes"]))
-        return trained, ProxyNCAPlusPlusLoss(temperature=spec["recipe"]["temperature"]), image_dataset(
-            images, labels, 128, training=True, seed=seed)
+        trained, loss = retrieval_training(name, model, spec["recipe"])
+        return trained, loss, image_dataset(images, labels, 128, training=True, seed=seed)
     images, labels = load_fashion_mnist("train", limit=limit, normalize=False)
-    data = image_dataset(images, labels, 128, training=True, seed=seed)
-    if spec["head"] == "hyperspherical":
-        return hyperspherical_training_model(model), HypersphericalPullLoss(), data.map(lambda x, y: ((x, y), y))
-    return model, keras.losses.SparseCategoricalCrossentropy(from_logits=True), data
+    trained, loss, _, feed = classification_training(name, model)  # no re-assignment while fine-tuning
+    return trained, loss, image_dataset(images, labels, 128, training=True, seed=seed).map(feed)
 
 
 def fine_tune_preset(name, out_dir, epochs=1, limit=4096, learning_rate=0.01, seed=0, verbose=2):

@@ -86,7 +86,8 @@ def write_preset(model, name, out_dir, recipe, metrics, train_time, strategy, co
                 parameters=int(model.count_params()), weights_sha256=sha256_of(weights),
                 train_time_s=round(train_time, 1), hardware=hardware_description(),
                 strategy=f"{type(strategy).__name__} ({strategy_name(strategy)}, "
-                         f"{strategy.num_replicas_in_sync} replica(s))", command=command, date=datetime.date.today().isoformat(),
+                         f"{strategy.num_replicas_in_sync} replica(s))",
+                command=command, date=datetime.date.today().isoformat(),
                 note="train_time_s counts this process only (a resumed run restarts the clock)")
     for key in ("train_classes", "eval_classes"):
         if key in spec:
@@ -97,8 +98,10 @@ def write_preset(model, name, out_dir, recipe, metrics, train_time, strategy, co
     return card
 
 
-def _classification_training(name, model, recipe):
-    """The model ``fit`` trains, its loss, the callbacks of the head, and how to feed it ``(x, y)`` batches."""
+def classification_training(name, model):
+    """How classification preset ``name``'s ``model`` is trained: ``(the model fit trains, its loss, the head's
+    state callbacks, how to feed it (x, y) batches)`` (the hyperspherical head trains its ``[images, labels]`` model
+    with the pull loss and per-epoch re-assignment; the others the model itself with cross-entropy)."""
     if PRESETS[name]["head"] != "hyperspherical":
         return model, keras.losses.SparseCategoricalCrossentropy(from_logits=True), [], lambda x, y: (x, y)
     from ot_layers.callbacks import PrototypeReassignment
@@ -132,7 +135,7 @@ def train_classification_preset(name, out_dir, epochs=None, batch_size=None, lim
     steps = len(x_train) // recipe["batch_size"]
     with strategy.scope():
         model = build(name, l2=recipe["l2"], **head_overrides)
-        trained, loss, head_callbacks, feed = _classification_training(name, model, recipe)
+        trained, loss, head_callbacks, feed = classification_training(name, model)
         trained.compile(optimizer=sgd_cosine(recipe, steps * recipe["epochs"]), loss=loss, metrics=["accuracy"],
                         jit_compile=recipe["jit_compile"])
     if tensorboard:  # the layers' signals (e.g. Sinkhorn iterations) into the logs TensorBoard writes

@@ -35,6 +35,13 @@ def retrieval_scores(model, images, labels, batch_size=256):
     return {key: round(scores[key], 4) for key in RETRIEVAL_METRICS}
 
 
+def retrieval_training(name, model, recipe):
+    """``(the model fit trains, its loss)`` for retrieval preset ``name``'s embedding ``model``: fresh
+    ``ClassProxies`` for the seen classes and ProxyNCA++ at the recipe's temperature."""
+    trained = proxy_training_model(model, len(PRESETS[name]["train_classes"]), recipe["num_proxies"])
+    return trained, ProxyNCAPlusPlusLoss(temperature=recipe["temperature"])
+
+
 def train_retrieval_preset(name, out_dir, epochs=None, batch_size=None, limit=None, seed=None, verbose=2,
                            strategy="auto", config=None, tensorboard=None):
     """Train retrieval preset ``name`` by its recipe; returns the card (also in ``out_dir/metadata.json``).
@@ -58,9 +65,8 @@ def train_retrieval_preset(name, out_dir, epochs=None, batch_size=None, limit=No
     steps = len(x_train) // recipe["batch_size"]
     with strategy.scope():
         model = build(name, l2=recipe["l2"], **pooling_overrides)
-        trained = proxy_training_model(model, len(spec["train_classes"]), recipe["num_proxies"])
-        trained.compile(optimizer=sgd_cosine(recipe, steps * recipe["epochs"]),
-                        loss=ProxyNCAPlusPlusLoss(temperature=recipe["temperature"]),
+        trained, loss = retrieval_training(name, model, recipe)
+        trained.compile(optimizer=sgd_cosine(recipe, steps * recipe["epochs"]), loss=loss,
                         jit_compile=recipe["jit_compile"])
     callbacks = [LayerSignals(x_train[:64].astype("float32"))] if tensorboard else []
     if spec["pooling"] == "gsp":  # before BackupAndRestore, so an epoch's backup holds its initialization

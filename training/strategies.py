@@ -59,14 +59,6 @@ def is_chief():
     return kind == "worker" and index == 0
 
 
-def is_multi_worker(strategy):
-    """Whether ``strategy`` spans more than one process (a ``MultiWorkerMirroredStrategy`` with a cluster)."""
-    if not isinstance(strategy, tf.distribute.MultiWorkerMirroredStrategy):
-        return False
-    spec = strategy.cluster_resolver.cluster_spec().as_dict()
-    return sum(len(tasks) for tasks in spec.values()) > 1
-
-
 def _local_devices():
     """All local GPUs, else all logical CPU devices (one unless the program split the CPU on purpose)."""
     gpus = tf.config.list_logical_devices("GPU")

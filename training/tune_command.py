@@ -14,18 +14,6 @@ def run(args):
     return 0
 
 
-def _fraction(text):
-    import argparse
-
-    try:
-        value = float(text)
-    except ValueError:
-        value = -1.0
-    if not 0.0 < value < 1.0:
-        raise argparse.ArgumentTypeError(f"must be a number in (0, 1), got {text!r}")
-    return value
-
-
 def _backbone(text):
     import argparse
 
@@ -38,11 +26,11 @@ def _backbone(text):
 
 def register(commands, parser_class):
     """Add ``tune`` to the ``otzoo`` sub-commands."""
-    from training.cli import _preset_name, positive_int
+    from training.cli import open_fraction, positive_int, preset_name
 
     sub = commands.add_parser("tune", help="search a preset's head parameters and learning rate (keras-tuner)",
                               description=run.__doc__)
-    sub.add_argument("preset", type=_preset_name)
+    sub.add_argument("preset", type=preset_name)
     sub.add_argument("--trials", type=positive_int, default=10, help="configurations to train (default 10)")
     sub.add_argument("--epochs", type=positive_int, default=1, help="epochs per trial (default 1)")
     sub.add_argument("--limit", type=positive_int, default=None,
@@ -50,7 +38,7 @@ def register(commands, parser_class):
     sub.add_argument("--batch-size", type=positive_int, default=None, help="default: the recipe's")
     sub.add_argument("--backbone", type=_backbone, default=None,
                      help="replace the preset's backbone (e.g. small_convnet for a quick search)")
-    sub.add_argument("--validation-fraction", type=_fraction, default=0.2,
+    sub.add_argument("--validation-fraction", type=open_fraction, default=0.2,
                      help="part of the training images held out to score trials (default 0.2)")
     sub.add_argument("--seed", type=int, default=0)
     sub.add_argument("--resume", action="store_true", help="continue the search in --out instead of restarting")

@@ -101,23 +101,12 @@ class _ValidationAccuracy(keras.callbacks.Callback):
             logs[OBJECTIVE] = float(np.mean(np.argmax(logits, axis=-1) == self.labels))
 
 
-def _build_classifier(name, spec, head_kwargs, backbone):
-    import zoo
-
-    if backbone is None:
-        return zoo.build(name, **head_kwargs)
-    return zoo.image_classifier(backbone, spec["head"], spec["num_classes"], spec["pixel_mean"], spec["pixel_std"],
-                                head_kwargs=dict(spec.get("head_kwargs", {}), **head_kwargs),
-                                input_shape=tuple(spec["input_shape"]), name=name)
-
-
 def _classification_hypermodel(name, spec, params, data, epochs, batch_size, backbone):
     import keras_tuner as kt
 
     import zoo
-    from ot_layers.callbacks import PrototypeReassignment
-    from ot_layers.losses import HypersphericalPullLoss
     from training.pipelines import image_dataset
+    from training.recipes import classification_training
 
     recipe = spec.get("recipe", {})
     (x_train, y_train), (x_val, y_val) = data
@@ -127,28 +116,20 @@ def _classification_hypermodel(name, spec, params, data, epochs, batch_size, bac
         def build(self, hp):
             values = {p["name"]: _sample(hp, p) for p in params}
             head_kwargs = {p["name"]: values[p["name"]] for p in params if p["target"] == "head"}
-            classifier = _build_classifier(name, spec, head_kwargs, backbone)
+            classifier = zoo.build(name, **({"backbone": backbone} if backbone else {}), **head_kwargs)
             schedule = keras.optimizers.schedules.CosineDecay(values["learning_rate"], decay_steps=steps)
             optimizer = keras.optimizers.SGD(schedule, momentum=recipe.get("momentum", 0.9),
                                              nesterov=recipe.get("nesterov", False))
-            if spec["head"] == "hyperspherical":
-                model = zoo.hyperspherical_training_model(classifier)
-                model.compile(optimizer, HypersphericalPullLoss())
-            else:
-                model = classifier
-                model.compile(optimizer, keras.losses.SparseCategoricalCrossentropy(from_logits=True))
+            model, loss, self.head_callbacks, self.feed = classification_training(name, classifier)
+            model.compile(optimizer, loss)
             self.classifier = classifier  # the served model of the trial being built, fitted next
             return model
 
         def fit(self, hp, model, *args, callbacks=None, **kwargs):
-            callbacks = [_ValidationAccuracy(self.classifier, x_val, y_val, 256)] + list(callbacks or [])
-            if spec["head"] == "hyperspherical":
-                callbacks.insert(0, PrototypeReassignment())
-                train = image_dataset(x_train, y_train, batch_size, training=True, pad=recipe.get("pad", 2),
-                                      seed=recipe.get("seed", 0)).map(lambda x, y: ((x, y), y))
-            else:
-                train = image_dataset(x_train, y_train, batch_size, training=True, pad=recipe.get("pad", 2),
-                                      seed=recipe.get("seed", 0))
+            callbacks = (self.head_callbacks + [_ValidationAccuracy(self.classifier, x_val, y_val, 256)]
+                         + list(callbacks or []))
+            train = image_dataset(x_train, y_train, batch_size, training=True, pad=recipe.get("pad", 2),
+                                  seed=recipe.get("seed", 0)).map(self.feed)
             return model.fit(train, epochs=epochs, callbacks=callbacks, verbose=kwargs.get("verbose", 0))
 
     return PresetHyperModel()
