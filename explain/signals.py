@@ -5,13 +5,10 @@ weights and the solver call the layer makes, keeping the intermediate quantities
 
 - :func:`mpw_plans`: ``MultiProxyWasserstein``'s transport plans, via the layer's own ``matcher.match`` (its
   public Sinkhorn call); the logits are ``sum_jm T[j, m] <x_j, p_m>`` as the layer sums them.
-- :func:`gsp_weights`: ``GeneralizedSumPooling``'s pooling weights. The layer has no public method returning them
-  (``pool`` returns the pooled vector and pseudo-attributes), so they are computed with the layer's own cost
-  helpers and ``solvers.partial_transport`` under its settings, then mixed with the layer's warm-up flag like
-  ``pool`` does; the pooled vector is ``sum_j w_j f_j``.
-- :func:`emd_flows`: ``EMDHead``'s flows and cross-reference node weights, with the head module's
-  ``cosine_cost`` / ``cross_reference_weights`` and ``solvers.emd`` under the head's settings (the head returns only
-  the similarity); the logits are ``scale * sum_ij (1 - c_ij) T_ij``.
+- :func:`gsp_weights`: ``GeneralizedSumPooling``'s pooling weights (its public ``pooling_weights``, what ``pool``
+  sums the features with); the pooled vector is ``sum_j w_j f_j``.
+- :func:`emd_flows`: ``EMDHead``'s flows and node weights (its public ``transport``, what ``similarity`` reads);
+  the logits are ``scale * sum_ij (1 - c_ij) T_ij``.
 - :func:`prototype_geometry`: ``HypersphericalPrototypes``' prototypes, assignment and class representatives.
 - :func:`image_embeddings` / :func:`nearest_neighbours`: what a retrieval panel ranks.
 - :func:`read_training_log`: a Keras ``CSVLogger`` file as columns.
@@ -27,13 +24,10 @@ import keras
 import numpy as np
 import tensorflow as tf
 
-from ot_layers.layers.emd_head import EMDHead, cosine_cost, cross_reference_weights
-from ot_layers.layers.generalized_sum_pooling import GeneralizedSumPooling, _clip_norm, _euclidean_cost
+from ot_layers.layers.emd_head import EMDHead
+from ot_layers.layers.generalized_sum_pooling import GeneralizedSumPooling
 from ot_layers.layers.hyperspherical_prototypes import HypersphericalPrototypes
 from ot_layers.layers.multi_proxy_wasserstein import MultiProxyWasserstein
-from ot_layers.solvers.emd import emd
-from ot_layers.solvers.partial_transport import partial_transport
-from ot_layers.solvers.sinkhorn import compute_dtype
 from ot_layers.tensor_ops import find_layer, flatten_feature_map, normalize_rows_np
 from ot_layers.validation import check_positive_int
 from explain.images import model_input_shape, prepare_images
@@ -108,27 +102,13 @@ class GSPWeights(NamedTuple):
     grid: tuple
 
 
-def gsp_pooling_weights(layer, features):
-    """``(B, n)`` pooling weights of ``layer`` for flattened features ``(B, n, C)`` (a tensor), as
-    ``GeneralizedSumPooling.pool`` computes them: partial transport of the clipped features to the clipped
-    prototypes, transported mass over ``transport_ratio``, mixed with ``1/n`` by the warm-up flag."""
-    prototypes = tf.cast(layer.prototypes, features.dtype)
-    cost = _euclidean_cost(_clip_norm(prototypes), _clip_norm(features))
-    result = partial_transport(cost, layer.transport_ratio, epsilon=layer.epsilon, max_iter=layer.max_iter,
-                               threshold=layer.threshold, gradient=layer.gradient)
-    weights = tf.reduce_sum(result.plan, axis=1) / layer.transport_ratio
-    n = tf.cast(tf.shape(features)[1], features.dtype)
-    warmup = tf.cast(layer.average_pooling_warmup, features.dtype)
-    return (1.0 - warmup) * weights + warmup / n
-
-
 def gsp_weights(model, images, layer_name=None):
     """The GSP layer's pooling weights over the feature map for ``images`` (see :class:`GSPWeights`)."""
     layer = find_layer(model, GeneralizedSumPooling, layer_name)
     features = layer_inputs(model, layer, _images(model, images))
     dtype = tf.float64 if layer.variable_dtype == "float64" else tf.float32  # as the layer's call
     flat = flatten_feature_map(tf.cast(tf.constant(features), dtype))
-    weights = gsp_pooling_weights(layer, flat).numpy()
+    weights = layer.pooling_weights(flat)[0].numpy()
     flat = flat.numpy()
     return GSPWeights(weights, flat, np.einsum("bn,bnc->bc", weights, flat), _grid(features))
 
@@ -154,7 +134,7 @@ class EMDFlows(NamedTuple):
 def emd_flows(model, query_images, support_images, support_labels, layer_name=None):
     """The EMD head's flows for a few-shot model ``[query_images, support_images, support_labels] -> logits``
     (``zoo.few_shot_model(..., head="emd")``): the node sets the head receives (query maps and class-mean support
-    maps), then the head's cost, node weights and ``solvers.emd`` call under its settings."""
+    maps), then the head's own ``transport`` (cost, node weights, ``solvers.emd`` under its settings)."""
     layer = find_layer(model, EMDHead, layer_name)
     shape = model_input_shape(model)
     labels = np.asarray(support_labels, dtype=np.int32).reshape(-1)
@@ -162,17 +142,8 @@ def emd_flows(model, query_images, support_images, support_labels, layer_name=No
     if len(labels) != len(support):
         raise ValueError(f"`support_labels` has {len(labels)} entries for {len(support)} support images.")
     query_maps, class_maps = layer_inputs(model, layer, [prepare_images(query_images, shape), support, labels])
-    dtype = compute_dtype(tf.as_dtype(query_maps.dtype))
-    query = tf.cast(flatten_feature_map(tf.constant(query_maps)), dtype)
-    classes = tf.cast(flatten_feature_map(tf.constant(class_maps)), dtype)
-    cost = cosine_cost(query, classes, layer.center)
-    if layer.node_weights == "cross_reference":
-        a, b = cross_reference_weights(query, classes, layer.weight_floor)
-    else:
-        a = tf.ones(cost.shape[:-1], dtype) / cost.shape[-2]
-        b = tf.ones(cost.shape[:-2] + cost.shape[-1:], dtype) / cost.shape[-1]
-    result = emd(cost, a, b, method=layer.method, epsilon=layer.epsilon, max_iter=layer.max_iter,
-                 threshold=layer.threshold, domain=layer._domain())  # the head's own solver domain choice
+    cost, a, b, result = layer.transport(flatten_feature_map(tf.constant(query_maps)),
+                                         flatten_feature_map(tf.constant(class_maps)))
     plans, cost = result.plan.numpy(), cost.numpy()
     logits = layer.scale * np.sum((1.0 - cost) * plans, axis=(-2, -1))
     return EMDFlows(plans, cost, a.numpy(), b.numpy(), logits, _grid(query_maps), _grid(class_maps))

@@ -48,6 +48,21 @@ def test_exact_logits_match_pot_reference(weights):
     np.testing.assert_allclose(logits, _reference_logits(query, support, weights), atol=5e-5)
 
 
+def test_transport_uniform_weights_and_plan_match_pot():
+    rng = np.random.default_rng(4)
+    query, support = _features(rng, 2, 6, 5), _features(rng, 3, 4, 5)
+    head = EMDHead(method="exact", node_weights="uniform")
+    cost, a, b, result = head.transport(tf.constant(query), tf.constant(support))
+    assert cost.shape == (2, 3, 6, 4) and a.shape == (2, 3, 6) and b.shape == (2, 3, 4)
+    np.testing.assert_allclose(a.numpy(), 1 / 6, atol=1e-7)
+    np.testing.assert_allclose(b.numpy(), 1 / 4, atol=1e-7)
+    for i in range(2):
+        for k in range(3):
+            value = ot.emd2(np.full(6, 1 / 6), np.full(4, 1 / 4), cost.numpy()[i, k].astype(np.float64))
+            assert float(result.cost[i, k]) == pytest.approx(value, abs=1e-6)
+    np.testing.assert_allclose(head([query, support]), 12.5 * (1 - result.cost.numpy()), rtol=1e-6)
+
+
 def test_sinkhorn_logits_close_to_exact():
     rng = np.random.default_rng(1)
     query, support = _features(rng, 6, 5, 5, 16), _features(rng, 5, 5, 5, 16)

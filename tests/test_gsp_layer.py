@@ -55,6 +55,15 @@ def test_selects_the_elements_closest_to_the_prototypes():
     layer.prototypes.assign(np.array([[1, 0, 0], [0, 0, 1]], np.float32))
     pooled = layer(image[None]).numpy()[0]
     np.testing.assert_allclose(pooled, [0.5, 0.0, 0.5], atol=1e-2)  # GAP would give (0.25, 0.5, 0.25)
+    # The public pooling weights: the 50 red and blue pixels get 1/50 each, the green ones none; the plan sends
+    # the red pixels to the red prototype (row 0) and the blue ones to the blue prototype (row 1).
+    weights, plan = layer.pooling_weights(tf.constant(image.reshape(1, 100, 3)))
+    coloured = (image[..., 1] == 0).reshape(100)
+    np.testing.assert_allclose(weights.numpy()[0][coloured], 1 / 50, atol=2e-4)
+    np.testing.assert_allclose(weights.numpy()[0][~coloured], 0.0, atol=2e-4)
+    red, blue = (image[..., 0] == 1).reshape(100), (image[..., 2] == 1).reshape(100)
+    np.testing.assert_allclose(plan.numpy()[0, 0, red].sum(), 0.25, atol=2e-3)
+    np.testing.assert_allclose(plan.numpy()[0, 1, blue].sum(), 0.25, atol=2e-3)
 
 
 def _layer_gradients(gradient, x, prototypes, ratio, epsilon, max_iter):

@@ -35,11 +35,40 @@ def retrieval_scores(model, images, labels, batch_size=256):
     return {key: round(scores[key], 4) for key in RETRIEVAL_METRICS}
 
 
-def retrieval_training(name, model, recipe):
+def retrieval_training(name, model, recipe, num_classes=None):
     """``(the model fit trains, its loss)`` for retrieval preset ``name``'s embedding ``model``: fresh
-    ``ClassProxies`` for the seen classes and ProxyNCA++ at the recipe's temperature."""
-    trained = proxy_training_model(model, len(PRESETS[name]["train_classes"]), recipe["num_proxies"])
+    ``ClassProxies`` for the seen classes (``num_classes``, default the preset's) and ProxyNCA++ at the recipe's
+    temperature."""
+    num_classes = num_classes or len(PRESETS[name]["train_classes"])
+    trained = proxy_training_model(model, num_classes, recipe["num_proxies"])
     return trained, ProxyNCAPlusPlusLoss(temperature=recipe["temperature"])
+
+
+def fit_embedding(name, images, labels, recipe, strategy, overrides=None, callbacks=(), verbose=2):
+    """Build retrieval preset ``name``'s embedding model (``overrides``: ``zoo.build``'s, e.g. ``epsilon=0.2`` for
+    the GSP pooling) under ``strategy`` and train it by ``recipe`` with ProxyNCA++ on ``images`` (raw pixels) and
+    ``labels`` (``0..C-1``; one proxy set per class present). GSP gets its GAP warm-up and k-center initialization.
+    ``callbacks`` follow the layer's own (``BackupAndRestore`` among them resumes a run). Returns ``(model, seconds
+    of training)``."""
+    from zoo.loading import build
+
+    if len(images) < recipe["batch_size"]:
+        raise ValueError(f"`limit`: {len(images)} training images of the seen classes, fewer than one batch of "
+                         f"{recipe['batch_size']}.")
+    keras.utils.set_random_seed(recipe["seed"])
+    steps = len(images) // recipe["batch_size"]
+    with strategy.scope():
+        model = build(name, l2=recipe["l2"], **(overrides or {}))
+        trained, loss = retrieval_training(name, model, recipe, num_classes=int(labels.max()) + 1)
+        trained.compile(optimizer=sgd_cosine(recipe, steps * recipe["epochs"]), loss=loss,
+                        jit_compile=recipe["jit_compile"])
+    layer_callbacks = []
+    if PRESETS[name]["pooling"] == "gsp":  # before BackupAndRestore, so an epoch's backup holds its initialization
+        layer_callbacks.append(GSPPrototypeInit(images[:256].astype("float32"), layer_name="gsp", seed=recipe["seed"]))
+    train = image_dataset(images, labels, recipe["batch_size"], training=True, pad=recipe["pad"], seed=recipe["seed"])
+    start = time.time()
+    fit(trained, train, epochs=recipe["epochs"], verbose=verbose, callbacks=layer_callbacks + list(callbacks))
+    return model, time.time() - start
 
 
 def train_retrieval_preset(name, out_dir, epochs=None, batch_size=None, limit=None, seed=None, verbose=2,
@@ -50,33 +79,14 @@ def train_retrieval_preset(name, out_dir, epochs=None, batch_size=None, limit=No
     images (before keeping the seen classes); ``strategy``, ``config``, ``tensorboard``: see
     ``training.recipes.run_options``.
     """
-    from zoo.loading import build
-
-    spec = PRESETS[name]
     strategy, pooling_overrides, learning_rate, extra_callbacks = run_options(name, strategy, config, tensorboard)
     recipe = preset_recipe(name, epochs=epochs, batch_size=batch_size, seed=seed, learning_rate=learning_rate)
     os.makedirs(out_dir, exist_ok=True)
-    keras.utils.set_random_seed(recipe["seed"])
     x_train, y_train = fashion_mnist_split("retrieval", "train", limit=limit, normalize=False, relabel=True)
     x_test, y_test = fashion_mnist_split("retrieval", "test", normalize=False)
-    if len(x_train) < recipe["batch_size"]:
-        raise ValueError(f"`limit`: {len(x_train)} training images of the seen classes, fewer than one batch of "
-                         f"{recipe['batch_size']}.")
-    steps = len(x_train) // recipe["batch_size"]
-    with strategy.scope():
-        model = build(name, l2=recipe["l2"], **pooling_overrides)
-        trained, loss = retrieval_training(name, model, recipe)
-        trained.compile(optimizer=sgd_cosine(recipe, steps * recipe["epochs"]), loss=loss,
-                        jit_compile=recipe["jit_compile"])
-    callbacks = [LayerSignals(x_train[:64].astype("float32"))] if tensorboard else []
-    if spec["pooling"] == "gsp":  # before BackupAndRestore, so an epoch's backup holds its initialization
-        callbacks.append(GSPPrototypeInit(x_train[:256].astype("float32"), layer_name="gsp", seed=recipe["seed"]))
-    train = image_dataset(x_train, y_train, recipe["batch_size"], training=True, pad=recipe["pad"],
-                          seed=recipe["seed"])
-    start = time.time()
-    fit(trained, train, epochs=recipe["epochs"], verbose=verbose,
-        callbacks=callbacks + extra_callbacks + standard_callbacks(out_dir))
-    train_time = time.time() - start
+    signals = [LayerSignals(x_train[:64].astype("float32"))] if tensorboard else []
+    model, train_time = fit_embedding(name, x_train, y_train, recipe, strategy, pooling_overrides,
+                                      signals + extra_callbacks + standard_callbacks(out_dir), verbose)
     metrics = retrieval_scores(model, x_test, y_test)
     return write_preset(model, name, out_dir, recipe, metrics, train_time, strategy,
                         reproducing_command(name, epochs=epochs, batch_size=batch_size, limit=limit, seed=seed,

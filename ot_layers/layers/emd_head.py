@@ -108,12 +108,12 @@ class EMDHead(keras.layers.Layer):
                     'ONNX cannot hold; use EMDHead(method="sinkhorn") (pure TensorFlow) for an exportable model.')
         return None
 
-    def _domain(self):
-        return "kernel" if 2.0 / self.epsilon <= COSINE_KERNEL_LIMIT else "log"
-
-    def similarity(self, query, support):
-        """EMD similarities ``sum_ij (1 - c_ij) T_ij`` ``(B, K)`` of node sets ``(B, n, d)`` and ``(K, m, d)``, in
-        float32 (float64 for float64 ``query``)."""
+    def transport(self, query, support):
+        """The optimal flows between node sets ``query`` ``(B, n, d)`` and ``support`` ``(K, m, d)`` under this
+        head's settings (paper 004, Eq. 1-2 and 8): ``(cost (B, K, n, m), a (B, K, n), b (B, K, m), result)``
+        with the cosine cost of Eq. 2, the node weights (cross-reference, Eq. 8, or uniform ``1/n``, ``1/m``) and
+        the ``solvers.emd`` :class:`EMDResult` (``plan``, ``cost``, ``f``, ``g``). Computes in float32 (float64 for
+        float64 ``query``)."""
         dtype = compute_dtype(tf.as_dtype(query.dtype))
         query = tf.cast(query, dtype)
         support = tf.cast(support, dtype)
@@ -121,11 +121,21 @@ class EMDHead(keras.layers.Layer):
         if self.node_weights == "cross_reference":
             a, b = cross_reference_weights(query, support, self.weight_floor)
         else:
-            a = b = None
+            a = b = None  # the solver's uniform 1/n, 1/m
+        # The kernel domain while the cosine kernel exp(-c / epsilon) stays representable, else the log domain.
+        domain = "kernel" if 2.0 / self.epsilon <= COSINE_KERNEL_LIMIT else "log"
         result = emd(cost, a, b, method=self.method, epsilon=self.epsilon, max_iter=self.max_iter,
-                     threshold=self.threshold, domain=self._domain())
+                     threshold=self.threshold, domain=domain)
+        if a is None:
+            a = tf.reduce_sum(tf.ones_like(cost), axis=-1) / tf.cast(tf.shape(cost)[-2] * tf.shape(cost)[-1], dtype)
+            b = tf.reduce_sum(tf.ones_like(cost), axis=-2) / tf.cast(tf.shape(cost)[-2] * tf.shape(cost)[-1], dtype)
+        return cost, a, b, result
+
+    def similarity(self, query, support):
+        """EMD similarities ``sum_ij (1 - c_ij) T_ij`` ``(B, K)`` of node sets ``(B, n, d)`` and ``(K, m, d)``, in
+        float32 (float64 for float64 ``query``)."""
         # Both weight vectors sum to one, so sum (1 - c) T = 1 - <C, T>.
-        return 1.0 - result.cost
+        return 1.0 - self.transport(query, support)[3].cost
 
     def call(self, inputs):
         if not isinstance(inputs, (list, tuple)) or len(inputs) != 2:

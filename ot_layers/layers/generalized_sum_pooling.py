@@ -84,8 +84,11 @@ class GeneralizedSumPooling(keras.layers.Layer):
         self.prototypes_initialized = self.add_weight(name="prototypes_initialized", shape=(), initializer="zeros",
                                                       trainable=False)
 
-    def pool(self, features):
-        """Pooled vectors ``(B, C)`` and pseudo-attributes ``(B, m)`` of features ``(B, n, C)`` (float32/64)."""
+    def pooling_weights(self, features):
+        """Pooling weights ``(B, n)`` and transport plan ``(B, m, n)`` for features ``(B, n, C)`` (float32/64).
+
+        The weights are the transported mass over ``transport_ratio`` (``p_j``, Eq. 5.2.1; they sum to one),
+        mixed with the uniform ``1/n`` by the warm-up flag; the plan is ``pi`` of Prop. 5.2.1 (rows: prototypes)."""
         prototypes = tf.cast(self.prototypes, features.dtype)
         cost = _euclidean_cost(_clip_norm(prototypes), _clip_norm(features))
         result = partial_transport(cost, self.transport_ratio, epsilon=self.epsilon, max_iter=self.max_iter,
@@ -94,9 +97,13 @@ class GeneralizedSumPooling(keras.layers.Layer):
         weights = transported / self.transport_ratio
         n = tf.cast(tf.shape(features)[1], features.dtype)
         warmup = tf.cast(self.average_pooling_warmup, features.dtype)
-        weights = (1.0 - warmup) * weights + warmup / n
+        return (1.0 - warmup) * weights + warmup / n, result.plan
+
+    def pool(self, features):
+        """Pooled vectors ``(B, C)`` and pseudo-attributes ``(B, m)`` (Eq. 5.2.3) of features ``(B, n, C)``."""
+        weights, plan = self.pooling_weights(features)
         pooled = tf.einsum("bn,bnc->bc", weights, features)
-        attributes = tf.reduce_sum(result.plan, axis=-1) / self.transport_ratio
+        attributes = tf.reduce_sum(plan, axis=-1) / self.transport_ratio
         return pooled, attributes
 
     def call(self, inputs):
