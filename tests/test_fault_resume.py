@@ -165,3 +165,21 @@ def test_fault_plain_backup_and_restore_is_made_atomic(tmp_path):
     pointer = read_pointer(str(tmp_path))
     assert pointer["epoch"] == 1
     assert sorted(os.listdir(tmp_path / pointer["checkpoint"])) == ["latest.weights.h5", "training_metadata.json"]
+
+
+def test_fault_resumes_a_backup_of_the_stock_keras_callback(tmp_path):
+    """A run started with Keras' own ``BackupAndRestore`` (plain ``model.fit``) resumes under ``training.fit``
+    (``AtomicBackupAndRestore``): it continues at the stock backup's epoch and equals an uninterrupted run."""
+    images, labels = dm.synthetic_data(32)
+    data = dm.dataset(images, labels, 16)
+    started = dm.mpw_classifier()
+    started.fit(data, epochs=1, verbose=0,
+                callbacks=[keras.callbacks.BackupAndRestore(str(tmp_path), delete_checkpoint=False)])
+    assert sorted(os.listdir(tmp_path)) == ["latest.weights.h5", "training_metadata.json"]  # the stock layout
+
+    reference = dm.mpw_classifier()
+    reference.fit(data, epochs=3, verbose=0)
+    resumed = dm.mpw_classifier()
+    _, history = fit(resumed, data, epochs=3, verbose=0, callbacks=[keras.callbacks.BackupAndRestore(str(tmp_path))])
+    assert len(history.history["loss"]) == 2  # epochs 1 and 2: epoch 0 came from the stock backup
+    assert_close(dm.weights_by_path(resumed), dm.weights_by_path(reference), atol=1e-6)

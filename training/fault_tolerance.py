@@ -38,6 +38,9 @@ from training.strategies import is_chief, tf_config
 
 POINTER_FILE = "latest"
 PREFIX = "ckpt-"
+# What keras.callbacks.BackupAndRestore writes into its directory (read by AtomicBackupAndRestore when no atomic
+# backup is there, so a run started with the stock callback resumes under this one).
+KERAS_BACKUP_FILES = ("latest.weights.h5", "training_metadata.json")
 
 
 def _write_text_atomically(path, text):
@@ -266,7 +269,9 @@ class AtomicBackupAndRestore(keras.callbacks.BackupAndRestore):
     epoch (a backup taken mid-epoch re-runs that epoch from its first batch with the backed-up weights, as the
     Keras callback does). Each backup is a directory ``ckpt-EEEEE-BBBBBBB`` holding ``latest.weights.h5`` and
     ``training_metadata.json``, renamed into place when complete; ``latest`` names the newest. ``max_to_keep``
-    complete backups are kept (the Keras callback's ``double_checkpoint`` is ``max_to_keep=2``).
+    complete backups are kept (the Keras callback's ``double_checkpoint`` is ``max_to_keep=2``). A directory
+    holding only a backup of the stock callback (``latest.weights.h5`` and ``training_metadata.json`` at its top)
+    is resumed from as Keras would.
     """
 
     def __init__(self, backup_dir, save_freq="epoch", delete_checkpoint=True, max_to_keep=2):
@@ -280,12 +285,16 @@ class AtomicBackupAndRestore(keras.callbacks.BackupAndRestore):
         if not self.model.built:
             raise ValueError("`model` must be built before fit() to use AtomicBackupAndRestore (call it on a batch).")
         pointer = read_pointer(self.backup_dir) if os.path.isdir(self.backup_dir) else None
-        if pointer is None:
+        if pointer is not None:
+            names = list(reversed(pointer.get("history", [pointer["checkpoint"]])))
+        elif all(os.path.isfile(os.path.join(self.backup_dir, f)) for f in KERAS_BACKUP_FILES):
+            names = [""]  # a backup written by keras.callbacks.BackupAndRestore itself: read it as Keras would
+        else:
             return
         if self.model.optimizer is not None and not self.model.optimizer.built:
             self.model.optimizer.build(self.model.trainable_variables)
         errors = []
-        for name in reversed(pointer.get("history", [pointer["checkpoint"]])):
+        for name in names:
             path = os.path.join(self.backup_dir, name)
             try:
                 with open(os.path.join(path, "training_metadata.json")) as handle:
