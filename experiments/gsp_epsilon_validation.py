@@ -25,12 +25,11 @@ import sys
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-import numpy as np  # noqa: E402
-
-from training.data import load_fashion_mnist, select_classes  # noqa: E402
+from training.data import fashion_mnist_split  # noqa: E402
 from training.recipes import preset_recipe  # noqa: E402
 from training.retrieval_recipe import fit_embedding, retrieval_scores  # noqa: E402
 from training.strategies import make_strategy  # noqa: E402
+from training.tuning import held_out_classes_split  # noqa: E402
 
 GAP, GSP = "resnet20_gap_retrieval_fashion_mnist", "resnet20_gsp_retrieval_fashion_mnist"
 FIT_CLASSES, VALIDATION_CLASSES = (0, 1, 2), (3, 4)
@@ -38,11 +37,10 @@ OUTPUT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "results", "gs
 
 
 def seen_class_split(val_per_class):
-    """``(fit images, fit labels 0..2), (validation images, labels 3/4)``: training images only."""
-    images, labels = load_fashion_mnist("train", normalize=False)
-    fit_images, fit_labels = select_classes(images, labels, FIT_CLASSES, relabel=True)
-    keep = np.concatenate([np.flatnonzero(labels == c)[:val_per_class] for c in VALIDATION_CLASSES])
-    return (fit_images, fit_labels), (images[keep], labels[keep])
+    """``(fit images, fit labels 0..2), (validation images, labels 3/4)``: training images only (the split of
+    ``otzoo tune`` for retrieval presets, ``training.tuning.held_out_classes_split``)."""
+    images, labels = fashion_mnist_split("retrieval", "train", normalize=False)  # classes 0-4, original labels
+    return held_out_classes_split(images, labels, fraction=len(VALIDATION_CLASSES) / 5, per_class=val_per_class)
 
 
 def run_key(run):

@@ -11,7 +11,7 @@ import pytest
 
 from training import cli
 from training.data import fashion_mnist_dir
-from training.tuning import load_tuned_config, search_space, validation_split
+from training.tuning import held_out_classes_split, load_tuned_config, search_space, validation_split
 from zoo.registry import PRESETS
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -59,6 +59,35 @@ def test_tune_three_trials_from_the_cli_reports_the_best(tmp_path):
     assert f"best: trial {best_id}" in result.stdout
 
 
+@pytest.mark.slow  # two GSP trainings (small ConvNet, 2 epochs) in a subprocess
+@pytest.mark.fashion_mnist
+def test_tune_a_retrieval_preset_scores_map_at_r_on_held_out_seen_classes(tmp_path):
+    preset = "resnet20_gsp_retrieval_fashion_mnist"
+    data = tmp_path / "fashion"
+    data.mkdir()
+    for name in ("train-images-idx3-ubyte.gz", "train-labels-idx1-ubyte.gz"):
+        os.symlink(os.path.join(fashion_mnist_dir(), name), data / name)
+    for name in ("t10k-images-idx3-ubyte.gz", "t10k-labels-idx1-ubyte.gz"):
+        (data / name).write_bytes(b"not the test split")
+    out = tmp_path / "tune"
+    env = dict(os.environ, OTZOO_FASHION_MNIST=str(data), CUDA_VISIBLE_DEVICES="", TF_CPP_MIN_LOG_LEVEL="2")
+    result = subprocess.run([sys.executable, "-m", "training.cli", "tune", preset, "--trials", "2", "--limit",
+                             "1200", "--epochs", "2", "--batch-size", "64", "--backbone", "small_convnet", "--out",
+                             str(out)], env=env, cwd=ROOT, capture_output=True, text=True, timeout=600)
+    assert result.returncode == 0, result.stderr[-3000:]
+    config = load_tuned_config(str(out / "best.json"), preset=preset)
+    recorded = [json.load(open(p)) for p in glob.glob(str(out / "tuner" / preset / "trial_*" / "trial.json"))]
+    assert len(recorded) == 2 and all(t["status"] == "COMPLETED" for t in recorded)
+    best = max(recorded, key=lambda t: t["score"])
+    assert config["objective"] == "val_map_at_r" and config["score"] == pytest.approx(best["score"])
+    assert config["head_kwargs"]["epsilon"] == pytest.approx(best["hyperparameters"]["values"]["epsilon"])
+    assert 0.05 <= config["head_kwargs"]["epsilon"] <= 2.0 and 0.0 < config["score"] <= 1.0
+    # The held-out classes 3 and 4 of the first 1,200 training images; the rest (classes 0-2) trained on.
+    labels = np.frombuffer(__import__("gzip").open(data / "train-labels-idx1-ubyte.gz").read()[8:], np.uint8)[:1200]
+    assert config["search"]["validation_examples"] == int(np.isin(labels, [3, 4]).sum())
+    assert config["search"]["train_examples"] == int(np.isin(labels, [0, 1, 2]).sum())
+
+
 def test_validation_split_is_stratified_and_disjoint():
     labels = np.repeat(np.arange(4), 10)
     images = np.arange(40)[:, None]
@@ -70,12 +99,26 @@ def test_validation_split_is_stratified_and_disjoint():
         validation_split(images, labels, 1.0)
 
 
+def test_held_out_classes_split_is_the_retrieval_protocol_on_the_seen_classes():
+    labels = np.repeat(np.arange(5), 6)  # the retrieval presets' seen classes 0-4
+    images = np.arange(30)[:, None]
+    (x_fit, y_fit), (x_val, y_val) = held_out_classes_split(images, labels, 0.2, per_class=4)
+    assert np.array_equal(labels[x_fit.ravel()], y_fit) and set(y_fit.tolist()) == {0, 1, 2}
+    assert y_val.tolist() == [3] * 4 + [4] * 4  # two classes held out (at least two), the first 4 images of each
+    assert np.array_equal(labels[x_val.ravel()], y_val) and not set(x_fit.ravel()) & set(x_val.ravel())
+    shifted = held_out_classes_split(images, labels + 5, 0.4)[0][1]  # fit labels become 0..C'-1
+    assert set(shifted.tolist()) == {0, 1, 2}
+    with pytest.raises(ValueError, match="`validation_fraction` 0.7: holding out 4 of the 5 seen classes"):
+        held_out_classes_split(images, labels, 0.7)
+
+
 def test_search_spaces_by_head():
     names = lambda spec: [p["name"] for p in search_space(spec)]  # noqa: E731
     assert names(PRESETS[PRESET]) == ["epsilon", "num_proxies", "learning_rate"]
     assert names(dict(head="hyperspherical", num_classes=10)) == ["dim", "learning_rate"]
     assert search_space(dict(head="hyperspherical", num_classes=10))[0]["values"] == [9, 16, 32, 64]
-    assert names(dict(pooling="gsp")) == ["transport_ratio", "num_prototypes", "learning_rate"]
+    assert names(dict(pooling="gsp")) == ["epsilon", "transport_ratio", "num_prototypes", "learning_rate"]
+    assert names(dict(pooling="gap")) == ["learning_rate"]
     assert names(dict(head="emd")) == ["scale", "learning_rate"]
     assert names(dict(head="gap_fc")) == ["learning_rate"]
 

@@ -3,8 +3,9 @@
 
 
 def run(args):
-    """Search the head's parameters and the learning rate on a validation part of the training split; print the
-    trials and write OUT/best.json (read by ``otzoo train`` through ``training.tuning.load_tuned_config``)."""
+    """Search the head's parameters and the learning rate on a validation part of the training split (for a
+    retrieval preset: held-out seen classes, scored by MAP@R); print the trials and write OUT/best.json (read by
+    ``otzoo train --config`` through ``training.tuning.load_tuned_config``)."""
     from training.tuning import tune
 
     out = args.out or f"otzoo_tune/{args.preset}"
@@ -39,7 +40,8 @@ def register(commands, parser_class):
     sub.add_argument("--backbone", type=_backbone, default=None,
                      help="replace the preset's backbone (e.g. small_convnet for a quick search)")
     sub.add_argument("--validation-fraction", type=open_fraction, default=0.2,
-                     help="part of the training images held out to score trials (default 0.2)")
+                     help="part of the training images (retrieval: of the seen classes, at least two) held out to "
+                          "score trials (default 0.2)")
     sub.add_argument("--seed", type=int, default=0)
     sub.add_argument("--resume", action="store_true", help="continue the search in --out instead of restarting")
     sub.add_argument("--out", default=None, help="output directory (default otzoo_tune/PRESET)")

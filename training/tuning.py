@@ -2,23 +2,30 @@
 
 :func:`tune` searches the head's own parameters (:func:`search_space`) and the learning rate by random search:
 each trial builds the preset's architecture with the sampled head arguments, trains it for ``epochs`` epochs on
-the training split minus a validation part carved from it (:func:`validation_split`; the test split is never
-read), and is scored by its accuracy on that validation part. It prints a summary of the trials and writes the best
+the training split minus a validation part carved from it (the test split is never read), and is scored on that
+validation part:
+
+- classification presets: a class-stratified share of the training images (:func:`validation_split`), scored by
+  accuracy (``val_accuracy``);
+- retrieval presets: whole seen classes held out (:func:`held_out_classes_split`, the retrieval protocol one level
+  down: the trial trains on the other seen classes and is scored by cosine-retrieval MAP@R among the held-out
+  classes' training images, ``val_map_at_r``). It prints a summary of the trials and writes the best
 configuration as JSON (:data:`CONFIG_FORMAT`), which :func:`load_tuned_config` reads back for ``otzoo train``.
 
 Search spaces by head (the vocabulary of ``docs/api.md``):
 
 - ``mpw`` (MultiProxyWasserstein): ``epsilon`` (log-uniform 0.02-0.5), ``num_proxies`` (1, 2, 4, 8);
 - ``hyperspherical`` (DL2PA): ``dim`` (``num_classes - 1`` -- the simplex, the default --, 16, 32, 64);
-- ``gsp`` pooling (retrieval): ``transport_ratio`` (0.1-0.9), ``num_prototypes`` (16, 32, 64, 128);
+- ``gsp`` pooling (retrieval): ``epsilon`` (log-uniform 0.05-2.0; the thesis' ``1 / gamma``), ``transport_ratio``
+  (0.1-0.9), ``num_prototypes`` (16, 32, 64, 128);
+- ``gap`` pooling (retrieval): the learning rate only;
 - ``emd`` (few-shot): ``scale`` (log-uniform 2-50; EMDHead's logit multiplier, the "temperature" of DeepEMD);
 - ``gap_fc``: the learning rate only;
 
 always with ``learning_rate`` (log-uniform, a decade either side of the recipe's, capped to 1e-4 .. 1).
 
-Trials run for the classification presets (Fashion-MNIST); the spaces of the retrieval and few-shot heads are
-defined here but their trials need those tasks' training recipes (``training/recipes.py``) and raise a
-``ValueError`` saying so until they are wired.
+Trials run for the classification and retrieval presets (Fashion-MNIST); the few-shot head's space is defined here
+but its trials need the episodic recipe and raise a ``ValueError`` saying so.
 """
 import json
 import math
@@ -34,10 +41,11 @@ CONFIG_FORMAT = "otzoo-tuning/1"
 #   {"format": "otzoo-tuning/1", "preset": NAME, "task": TASK,
 #    "head_kwargs": {...},           # keyword arguments of the head layer (zoo.build(NAME, **head_kwargs))
 #    "learning_rate": FLOAT,         # the recipe's initial learning rate to use instead
-#    "objective": "val_accuracy", "score": FLOAT, "search": {...how it was searched...},
+#    "objective": "val_accuracy" | "val_map_at_r", "score": FLOAT, "search": {...how it was searched...},
 #    "trials": [{"trial_id", "score", "head_kwargs", "learning_rate"}, ...best first]}
 # Only "preset", "head_kwargs" and "learning_rate" are read back (load_tuned_config); the rest documents the search.
-OBJECTIVE = "val_accuracy"
+OBJECTIVES = {"classification": "val_accuracy", "retrieval": "val_map_at_r"}
+VALIDATION_IMAGES_PER_CLASS = 1000  # retrieval: images of each held-out class that score a trial
 
 
 def search_space(spec):
@@ -53,7 +61,8 @@ def search_space(spec):
         simplex = max(2, int(spec["num_classes"]) - 1)
         params += [dict(name="dim", target="head", kind="choice", values=sorted({simplex, 16, 32, 64}))]
     elif head == "gsp":
-        params += [dict(name="transport_ratio", target="head", kind="linear", low=0.1, high=0.9),
+        params += [dict(name="epsilon", target="head", kind="log", low=0.05, high=2.0),
+                   dict(name="transport_ratio", target="head", kind="linear", low=0.1, high=0.9),
                    dict(name="num_prototypes", target="head", kind="choice", values=[16, 32, 64, 128])]
     elif head == "emd":
         params += [dict(name="scale", target="head", kind="log", low=2.0, high=50.0)]
@@ -87,6 +96,43 @@ def validation_split(images, labels, fraction=0.2, seed=0):
     return (images[keep], labels[keep]), (images[held], labels[held])
 
 
+def held_out_classes_split(images, labels, fraction=0.2, per_class=VALIDATION_IMAGES_PER_CLASS):
+    """The retrieval protocol on the seen classes: ``(fit_images, fit_labels), (val_images, val_labels)``.
+
+    The last ``max(2, round(fraction * C))`` of the ``C`` classes in ``labels`` are held out: their first
+    ``per_class`` images (original labels) score the trial by retrieval among unseen classes; the other classes'
+    images train it (labels ``0..C'-1`` in increasing order). At least two classes must remain to train on."""
+    fraction = check_in_range("validation_fraction", fraction, 0.0, 1.0, low_open=True, high_open=True)
+    labels = np.asarray(labels)
+    classes = np.unique(labels)
+    count = max(2, int(round(fraction * len(classes))))
+    if len(classes) - count < 2:
+        raise ValueError(f"`validation_fraction` {fraction}: holding out {count} of the {len(classes)} seen classes "
+                         "leaves fewer than two to train on; use more classes or a smaller fraction.")
+    fit_classes, val_classes = classes[:-count], classes[-count:]
+    fit_mask = np.isin(labels, fit_classes)
+    relabel = np.searchsorted(fit_classes, labels[fit_mask]).astype(np.int32)
+    held = np.concatenate([np.flatnonzero(labels == c)[:per_class] for c in val_classes])
+    return (images[fit_mask], relabel), (images[held], labels[held])
+
+
+class _ValidationRetrieval(keras.callbacks.Callback):
+    """Adds ``val_map_at_r`` of ``embedder`` (images -> embeddings) among the held-out classes' images to each
+    epoch's logs (cosine retrieval, every image a query against all others)."""
+
+    def __init__(self, embedder, images, labels, batch_size):
+        super().__init__()
+        self.embedder, self.images, self.labels, self.batch_size = embedder, images, labels, batch_size
+
+    def on_epoch_end(self, epoch, logs=None):
+        from training.evaluation import retrieval_metrics
+
+        embeddings = self.embedder.predict(self.images, batch_size=self.batch_size, verbose=0)
+        if logs is not None:
+            logs[OBJECTIVES["retrieval"]] = float(
+                retrieval_metrics(embeddings, self.labels, metric="cosine", nmi=False)["map_at_r"])
+
+
 class _ValidationAccuracy(keras.callbacks.Callback):
     """Adds ``val_accuracy`` of ``classifier`` (the served model: images -> logits) on the held-out part to each
     epoch's logs, before the tuner's callbacks read it."""
@@ -98,38 +144,54 @@ class _ValidationAccuracy(keras.callbacks.Callback):
     def on_epoch_end(self, epoch, logs=None):
         logits = self.classifier.predict(self.images, batch_size=self.batch_size, verbose=0)
         if logs is not None:
-            logs[OBJECTIVE] = float(np.mean(np.argmax(logits, axis=-1) == self.labels))
+            logs[OBJECTIVES["classification"]] = float(np.mean(np.argmax(logits, axis=-1) == self.labels))
 
 
-def _classification_hypermodel(name, spec, params, data, epochs, batch_size, backbone):
+def _task_parts(name, spec, served, data, recipe):
+    """``(model fit trains, loss, callbacks before the scorer, batch feed or None, scorer)`` of one trial."""
+    (x_train, y_train), (x_val, y_val) = data
+    if spec["task"] == "retrieval":
+        from ot_layers.callbacks import GSPPrototypeInit
+        from training.retrieval_recipe import retrieval_training
+
+        model, loss = retrieval_training(name, served, recipe, num_classes=int(y_train.max()) + 1)
+        head_callbacks = [GSPPrototypeInit(x_train[:256].astype("float32"), layer_name="gsp",
+                                           seed=recipe.get("seed", 0))] if spec["pooling"] == "gsp" else []
+        return model, loss, head_callbacks, None, _ValidationRetrieval(served, x_val, y_val, 256)
+    from training.recipes import classification_training
+
+    model, loss, head_callbacks, feed = classification_training(name, served)
+    return model, loss, head_callbacks, feed, _ValidationAccuracy(served, x_val, y_val, 256)
+
+
+def _preset_hypermodel(name, spec, params, data, epochs, batch_size, backbone):
     import keras_tuner as kt
 
     import zoo
     from training.pipelines import image_dataset
-    from training.recipes import classification_training
 
     recipe = spec.get("recipe", {})
-    (x_train, y_train), (x_val, y_val) = data
+    x_train, y_train = data[0]
     steps = max(1, len(x_train) // batch_size) * epochs
 
     class PresetHyperModel(kt.HyperModel):
         def build(self, hp):
             values = {p["name"]: _sample(hp, p) for p in params}
             head_kwargs = {p["name"]: values[p["name"]] for p in params if p["target"] == "head"}
-            classifier = zoo.build(name, **({"backbone": backbone} if backbone else {}), **head_kwargs)
+            served = zoo.build(name, **({"backbone": backbone} if backbone else {}), **head_kwargs)
             schedule = keras.optimizers.schedules.CosineDecay(values["learning_rate"], decay_steps=steps)
             optimizer = keras.optimizers.SGD(schedule, momentum=recipe.get("momentum", 0.9),
                                              nesterov=recipe.get("nesterov", False))
-            model, loss, self.head_callbacks, self.feed = classification_training(name, classifier)
+            model, loss, self.head_callbacks, self.feed, self.scorer = _task_parts(name, spec, served, data, recipe)
             model.compile(optimizer, loss)
-            self.classifier = classifier  # the served model of the trial being built, fitted next
             return model
 
         def fit(self, hp, model, *args, callbacks=None, **kwargs):
-            callbacks = (self.head_callbacks + [_ValidationAccuracy(self.classifier, x_val, y_val, 256)]
-                         + list(callbacks or []))
+            callbacks = self.head_callbacks + [self.scorer] + list(callbacks or [])
             train = image_dataset(x_train, y_train, batch_size, training=True, pad=recipe.get("pad", 2),
-                                  seed=recipe.get("seed", 0)).map(self.feed)
+                                  seed=recipe.get("seed", 0))
+            if self.feed is not None:
+                train = train.map(self.feed)
             return model.fit(train, epochs=epochs, callbacks=callbacks, verbose=kwargs.get("verbose", 0))
 
     return PresetHyperModel()
@@ -142,9 +204,9 @@ def _trial_config(trial, params):
                 learning_rate=float(values["learning_rate"]))
 
 
-def format_summary(preset, trials):
-    """The trial table :func:`tune` prints: rank, trial, validation accuracy, learning rate, head arguments."""
-    lines = [f"otzoo tune {preset}: {len(trials)} trial(s), best first (score: {OBJECTIVE})",
+def format_summary(preset, trials, objective=OBJECTIVES["classification"]):
+    """The trial table :func:`tune` prints: rank, trial, validation score, learning rate, head arguments."""
+    lines = [f"otzoo tune {preset}: {len(trials)} trial(s), best first (score: {objective})",
              f"{'rank':>4}  {'trial':>5}  {'score':>7}  {'learning_rate':>13}  head_kwargs"]
     for rank, t in enumerate(trials, 1):
         score = "failed" if t["score"] is None else f"{t['score']:.4f}"
@@ -161,12 +223,15 @@ def tune(preset, trials, out_dir, epochs=1, limit=None, batch_size=None, backbon
     ``trials``: how many configurations are trained; ``epochs`` per trial; ``limit``: use the first ``limit``
     training images (the validation part is carved from them); ``batch_size``: default the recipe's;
     ``backbone``: a ``zoo.BACKBONES`` name replacing the preset's (e.g. ``"small_convnet"`` for quick searches);
-    ``resume``: continue a search in ``out_dir`` instead of starting over; ``verbose``: 1 prints keras-tuner's
-    per-trial progress and the summary, 0 nothing.
+    ``validation_fraction``: the share of the training images (classification) or of the seen classes (retrieval,
+    at least two classes) held out to score trials; ``resume``: continue a search in ``out_dir`` instead of
+    starting over; ``verbose``: 1 prints keras-tuner's per-trial progress and the summary, 0 nothing. A GSP
+    retrieval trial pools like GAP during its first epoch (the warm-up of ``GSPPrototypeInit``): give it
+    ``epochs >= 2``.
     """
     import keras_tuner as kt
 
-    from training.data import load_fashion_mnist
+    from training.data import fashion_mnist_split, load_fashion_mnist
     from zoo.registry import PRESETS
 
     if preset not in PRESETS:
@@ -177,22 +242,30 @@ def tune(preset, trials, out_dir, epochs=1, limit=None, batch_size=None, backbon
         limit = check_positive_int("limit", limit)
     spec = PRESETS[preset]
     batch_size = check_positive_int("batch_size", batch_size or spec.get("recipe", {}).get("batch_size", 128))
-    if spec["task"] != "classification":
+    if spec["task"] not in OBJECTIVES:
         raise ValueError(f"`preset` {preset!r} is a {spec['task']} preset: its search space is defined "
                          f"({[p['name'] for p in search_space(spec)]}) but its trials need the {spec['task']} "
                          "training recipe, not wired into tuning yet.")
+    objective = OBJECTIVES[spec["task"]]
     if spec.get("dataset") != "fashion_mnist":
         raise ValueError(f"`preset` {preset!r}: tuning reads Fashion-MNIST only, not {spec.get('dataset')!r}.")
     keras.utils.set_random_seed(seed)
-    images, labels = load_fashion_mnist("train", limit=limit, normalize=False)  # never the test split
-    train, val = validation_split(images, labels, validation_fraction, seed)
+    if spec["task"] == "retrieval":  # the seen classes' training images, never the test split
+        images, labels = fashion_mnist_split("retrieval", "train", limit=limit, normalize=False)
+        train, val = held_out_classes_split(images, labels, validation_fraction)
+        split = (f"training images of the seen classes: classes {sorted(set(np.unique(val[1]).tolist()))} held "
+                 f"out (first {VALIDATION_IMAGES_PER_CLASS} images each) to score retrieval, the others trained on")
+    else:
+        images, labels = load_fashion_mnist("train", limit=limit, normalize=False)  # never the test split
+        train, val = validation_split(images, labels, validation_fraction, seed)
+        split = "train (validation carved from it)"
     if len(train[0]) < batch_size:
         raise ValueError(f"`batch_size` {batch_size} is larger than the {len(train[0])} training examples left "
                          "after the validation split; lower it or raise `limit`.")
     params = search_space(spec)
-    hypermodel = _classification_hypermodel(preset, spec, params, (train, val), epochs, batch_size, backbone)
+    hypermodel = _preset_hypermodel(preset, spec, params, (train, val), epochs, batch_size, backbone)
     os.makedirs(out_dir, exist_ok=True)
-    tuner = kt.RandomSearch(hypermodel, objective=kt.Objective(OBJECTIVE, direction="max"), max_trials=trials,
+    tuner = kt.RandomSearch(hypermodel, objective=kt.Objective(objective, direction="max"), max_trials=trials,
                             seed=seed, directory=os.path.join(out_dir, "tuner"), project_name=preset,
                             overwrite=not resume)
     tuner.search(verbose=verbose)
@@ -203,10 +276,10 @@ def tune(preset, trials, out_dir, epochs=1, limit=None, batch_size=None, backbon
                     key=lambda t: -math.inf if t["score"] is None else t["score"], reverse=True)
     best = ranked[0]
     config = dict(format=CONFIG_FORMAT, preset=preset, task=spec["task"], head_kwargs=best["head_kwargs"],
-                  learning_rate=best["learning_rate"], objective=OBJECTIVE, score=best["score"],
+                  learning_rate=best["learning_rate"], objective=objective, score=best["score"],
                   search=dict(trials=trials, epochs=epochs, limit=limit, batch_size=batch_size, backbone=backbone,
                               validation_fraction=validation_fraction, seed=seed, train_examples=len(train[0]),
-                              validation_examples=len(val[0]), split="train (validation carved from it)",
+                              validation_examples=len(val[0]), split=split,
                               space=params),
                   trials=ranked)
     path = os.path.join(out_dir, "best.json")
@@ -214,8 +287,8 @@ def tune(preset, trials, out_dir, epochs=1, limit=None, batch_size=None, backbon
         json.dump(config, handle, indent=2)
     os.replace(path + ".tmp", path)
     if verbose:
-        print(format_summary(preset, ranked))
-        print(f"best: trial {best['trial_id']}, {OBJECTIVE} {best['score']:.4f}, learning_rate "
+        print(format_summary(preset, ranked, objective))
+        print(f"best: trial {best['trial_id']}, {objective} {best['score']:.4f}, learning_rate "
               f"{best['learning_rate']:.4g}, head_kwargs {best['head_kwargs']}; written to {path}")
     return config
 
