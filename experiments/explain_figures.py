@@ -9,7 +9,7 @@ once the presets are trained to replace the stand-ins:
 
 Stand-ins (``zoo.small_convnet``, width 16, 32-channel 7x7 feature map, BatchNorm momentum 0.9, Adam 1e-3, seed 0):
 
-- GSP: ``zoo.embedding_model(pooling="gsp")`` (16 prototypes, transport ratio 0.3, epsilon 2.0) + ``ClassProxies``
+- GSP: ``zoo.embedding_model(pooling="gsp")`` (4 prototypes, transport ratio 0.3, epsilon 0.2) + ``ClassProxies``
   trained with ProxyNCA++ on classes 0-4 (one GAP warm-up epoch, then ``GSPPrototypeInit``'s k-center prototypes);
 - EMD: a GAP + Dense classifier pre-trained on classes 0-4, its backbone then shared by
   ``zoo.few_shot_model(head="emd")`` (DeepEMD's pre-training stage without meta-training), shown on an episode of
