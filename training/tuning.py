@@ -116,35 +116,33 @@ def held_out_classes_split(images, labels, fraction=0.2, per_class=VALIDATION_IM
     return (images[fit_mask], relabel), (images[held], labels[held])
 
 
-class _ValidationRetrieval(keras.callbacks.Callback):
-    """Adds ``val_map_at_r`` of ``embedder`` (images -> embeddings) among the held-out classes' images to each
-    epoch's logs (cosine retrieval, every image a query against all others)."""
+def _accuracy(logits, labels):
+    return np.mean(np.argmax(logits, axis=-1) == labels)
 
-    def __init__(self, embedder, images, labels, batch_size):
+
+def _map_at_r(embeddings, labels):
+    from training.evaluation import retrieval_metrics
+
+    return retrieval_metrics(embeddings, labels, metric="cosine", nmi=False)["map_at_r"]
+
+
+# What scores a trial, by task: the served model's outputs on the validation images and their labels -> a number
+# (accuracy of the logits; MAP@R of cosine retrieval among the held-out classes, every image a query).
+SCORES = {"classification": _accuracy, "retrieval": _map_at_r}
+
+
+class _ValidationScore(keras.callbacks.Callback):
+    """Adds the task's objective (``val_accuracy`` or ``val_map_at_r``) of ``served`` (the served model: images ->
+    logits or embeddings) on the validation images to each epoch's logs, before the tuner's callbacks read it."""
+
+    def __init__(self, task, served, images, labels, batch_size=256):
         super().__init__()
-        self.embedder, self.images, self.labels, self.batch_size = embedder, images, labels, batch_size
+        self.task, self.served, self.images, self.labels, self.batch_size = task, served, images, labels, batch_size
 
     def on_epoch_end(self, epoch, logs=None):
-        from training.evaluation import retrieval_metrics
-
-        embeddings = self.embedder.predict(self.images, batch_size=self.batch_size, verbose=0)
+        outputs = self.served.predict(self.images, batch_size=self.batch_size, verbose=0)
         if logs is not None:
-            logs[OBJECTIVES["retrieval"]] = float(
-                retrieval_metrics(embeddings, self.labels, metric="cosine", nmi=False)["map_at_r"])
-
-
-class _ValidationAccuracy(keras.callbacks.Callback):
-    """Adds ``val_accuracy`` of ``classifier`` (the served model: images -> logits) on the held-out part to each
-    epoch's logs, before the tuner's callbacks read it."""
-
-    def __init__(self, classifier, images, labels, batch_size):
-        super().__init__()
-        self.classifier, self.images, self.labels, self.batch_size = classifier, images, labels, batch_size
-
-    def on_epoch_end(self, epoch, logs=None):
-        logits = self.classifier.predict(self.images, batch_size=self.batch_size, verbose=0)
-        if logs is not None:
-            logs[OBJECTIVES["classification"]] = float(np.mean(np.argmax(logits, axis=-1) == self.labels))
+            logs[OBJECTIVES[self.task]] = float(SCORES[self.task](outputs, self.labels))
 
 
 def _task_parts(name, spec, served, data, recipe):
@@ -157,11 +155,11 @@ def _task_parts(name, spec, served, data, recipe):
         model, loss = retrieval_training(name, served, recipe, num_classes=int(y_train.max()) + 1)
         head_callbacks = [GSPPrototypeInit(x_train[:256].astype("float32"), layer_name="gsp",
                                            seed=recipe.get("seed", 0))] if spec["pooling"] == "gsp" else []
-        return model, loss, head_callbacks, None, _ValidationRetrieval(served, x_val, y_val, 256)
+        return model, loss, head_callbacks, None, _ValidationScore("retrieval", served, x_val, y_val)
     from training.recipes import classification_training
 
     model, loss, head_callbacks, feed = classification_training(name, served)
-    return model, loss, head_callbacks, feed, _ValidationAccuracy(served, x_val, y_val, 256)
+    return model, loss, head_callbacks, feed, _ValidationScore("classification", served, x_val, y_val)
 
 
 def _preset_hypermodel(name, spec, params, data, epochs, batch_size, backbone):
