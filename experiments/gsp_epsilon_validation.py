@@ -59,6 +59,7 @@ def main():
     results = json.load(open(args.output)) if os.path.exists(args.output) else dict(runs=[])
     done = {run_key(r) for r in results["runs"]}
     (x_fit, y_fit), (x_val, y_val) = seen_class_split(args.val_per_class)
+    strategy = make_strategy("auto")
     plans = [(GAP, "gap", None)] + [(GSP, "gsp", eps) for eps in args.epsilons]
     for preset, pooling, epsilon in plans:
         run = dict(pooling=pooling, epsilon=epsilon, seed=args.seed)
@@ -66,7 +67,7 @@ def main():
             continue
         recipe = preset_recipe(preset, epochs=args.epochs, seed=args.seed)
         overrides = {} if epsilon is None else dict(epsilon=epsilon)
-        model, seconds = fit_embedding(preset, x_fit, y_fit, recipe, make_strategy("auto"), overrides)
+        model, seconds = fit_embedding(preset, x_fit, y_fit, recipe, strategy, overrides)
         run.update(validation=retrieval_scores(model, x_val, y_val), train_seconds=round(seconds, 1),
                    epochs=recipe["epochs"])
         print(json.dumps(run), flush=True)

@@ -108,12 +108,9 @@ class EMDHead(keras.layers.Layer):
                     'ONNX cannot hold; use EMDHead(method="sinkhorn") (pure TensorFlow) for an exportable model.')
         return None
 
-    def transport(self, query, support):
-        """The optimal flows between node sets ``query`` ``(B, n, d)`` and ``support`` ``(K, m, d)`` under this
-        head's settings (paper 004, Eq. 1-2 and 8): ``(cost (B, K, n, m), a (B, K, n), b (B, K, m), result)``
-        with the cosine cost of Eq. 2, the node weights (cross-reference, Eq. 8, or uniform ``1/n``, ``1/m``) and
-        the ``solvers.emd`` :class:`EMDResult` (``plan``, ``cost``, ``f``, ``g``). Computes in float32 (float64 for
-        float64 ``query``)."""
+    def _solve(self, query, support):
+        """``(cost, a, b, result)`` as :meth:`transport`, with ``a = b = None`` for uniform node weights (the solver
+        builds them), so the forward pass builds nothing it does not use."""
         dtype = compute_dtype(tf.as_dtype(query.dtype))
         query = tf.cast(query, dtype)
         support = tf.cast(support, dtype)
@@ -126,16 +123,25 @@ class EMDHead(keras.layers.Layer):
         domain = "kernel" if 2.0 / self.epsilon <= COSINE_KERNEL_LIMIT else "log"
         result = emd(cost, a, b, method=self.method, epsilon=self.epsilon, max_iter=self.max_iter,
                      threshold=self.threshold, domain=domain)
+        return cost, a, b, result
+
+    def transport(self, query, support):
+        """The optimal flows between node sets ``query`` ``(B, n, d)`` and ``support`` ``(K, m, d)`` under this
+        head's settings (paper 004, Eq. 1-2 and 8): ``(cost (B, K, n, m), a (B, K, n), b (B, K, m), result)``
+        with the cosine cost of Eq. 2, the node weights (cross-reference, Eq. 8, or uniform ``1/n``, ``1/m``) and
+        the ``solvers.emd`` :class:`EMDResult` (``plan``, ``cost``, ``f``, ``g``). Computes in float32 (float64 for
+        float64 ``query``)."""
+        cost, a, b, result = self._solve(query, support)
         if a is None:
-            a = tf.reduce_sum(tf.ones_like(cost), axis=-1) / tf.cast(tf.shape(cost)[-2] * tf.shape(cost)[-1], dtype)
-            b = tf.reduce_sum(tf.ones_like(cost), axis=-2) / tf.cast(tf.shape(cost)[-2] * tf.shape(cost)[-1], dtype)
+            a = tf.ones_like(cost[..., 0]) / tf.cast(tf.shape(cost)[-2], cost.dtype)
+            b = tf.ones_like(cost[..., 0, :]) / tf.cast(tf.shape(cost)[-1], cost.dtype)
         return cost, a, b, result
 
     def similarity(self, query, support):
         """EMD similarities ``sum_ij (1 - c_ij) T_ij`` ``(B, K)`` of node sets ``(B, n, d)`` and ``(K, m, d)``, in
         float32 (float64 for float64 ``query``)."""
         # Both weight vectors sum to one, so sum (1 - c) T = 1 - <C, T>.
-        return 1.0 - self.transport(query, support)[3].cost
+        return 1.0 - self._solve(query, support)[3].cost
 
     def call(self, inputs):
         if not isinstance(inputs, (list, tuple)) or len(inputs) != 2:
