@@ -29,7 +29,7 @@ import tensorflow as tf  # noqa: E402
 
 from ot_layers import GeneralizedSumPooling  # noqa: E402
 from ot_layers.solvers import partial_transport  # noqa: E402
-from training.evaluation import retrieval_metrics  # noqa: E402
+from training.evaluation.retrieval import retrieval_metrics
 
 ITERATIONS = (10, 25, 50, 100, 200)
 TARGET_RATIO = 1.2  # implicit gradient, XLA: time(100 iterations) / time(10 iterations)

@@ -32,7 +32,7 @@ SETUPS = ("mirrored_1", "mirrored_2", "workers_1", "workers_2")
 def _worker(args):
     """One timed run inside this process (``--run SETUP``); prints a JSON line with the steps per second."""
     if args.run.startswith("workers"):
-        from training.strategies import make_strategy
+        from training.distributed.strategies import make_strategy
 
         strategy = make_strategy("multi_worker")  # before any other TensorFlow op
     import tensorflow as tf
@@ -41,15 +41,15 @@ def _worker(args):
         devices = int(args.run[-1])
         cpu = tf.config.list_physical_devices("CPU")[0]
         tf.config.set_logical_device_configuration(cpu, [tf.config.LogicalDeviceConfiguration()] * devices)
-        from training.strategies import make_strategy
+        from training.distributed.strategies import make_strategy
 
         strategy = make_strategy("mirrored", [f"/cpu:{i}" for i in range(devices)])
     import keras
     import numpy as np
 
     import zoo
-    from training.fit import describe_batches, fit
-    from training.strategies import is_chief
+    from training.distributed.fit import describe_batches, fit
+    from training.distributed.strategies import is_chief
 
     class StepClock(keras.callbacks.Callback):
         def __init__(self):
@@ -90,7 +90,7 @@ def _run_setup(setup, args):
             raise RuntimeError(f"{setup} failed:\n{result.stderr[-3000:]}")
         output = result.stdout
     else:
-        from training.launch import launch_workers
+        from training.distributed.launch import launch_workers
 
         with tempfile.TemporaryDirectory() as logs:
             results = launch_workers([sys.executable, __file__, *common], int(setup[-1]), logs, timeout=900,

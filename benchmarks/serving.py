@@ -75,7 +75,7 @@ def _float_inputs(spec, named, rows):
 def benchmark_preset(name, calls, rounds, warmup, folder):
     import export
     import zoo
-    from export.samples import fashion_mnist_inputs
+    from otzoo.samples import fashion_mnist_inputs
     from export.saved_model import directory_size
     from zoo.registry import PRESETS
 

@@ -19,8 +19,8 @@ import keras
 import zoo
 from ot_layers.callbacks import CCPReinitialization
 from ot_layers.losses import ProxyAnchorLoss
-from training.evaluation import retrieval_metrics
-from training.samplers import ClassBalancedBatches
+from training.evaluation.retrieval import retrieval_metrics
+from training.data.samplers import ClassBalancedBatches
 from zero_shot_setup import embedding_network, retrieval, seed_everything, zero_shot_data
 
 

@@ -23,7 +23,7 @@ import numpy as np
 import zoo
 from ot_layers.callbacks import PrototypeReassignment
 from ot_layers.losses import HypersphericalPullLoss
-from training.data import load_fashion_mnist
+from training.data.fashion_mnist import load_fashion_mnist
 from zoo_inputs import small_convnet_options
 
 NUM_CLASSES = 10

@@ -17,7 +17,7 @@ import numpy as np
 import export
 from ot_layers import StructuredFC
 from ot_layers.layers.emd_head import EXPORT_PARITY_RTOL
-from training.data import load_fashion_mnist
+from training.data.fashion_mnist import load_fashion_mnist
 from zoo import small_convnet
 
 

@@ -37,9 +37,11 @@ import tensorflow as tf
 
 import zoo
 from ot_layers import EMDHead
-from training.data import load_fashion_mnist, select_classes
-from training.episodes import evaluate_episodes, meta_train
-from training.structured_fc import class_mean_nodes, fine_tune_nodes
+from training.data.fashion_mnist import load_fashion_mnist
+from training.data.splits import select_classes
+from training.evaluation.few_shot import evaluate_episodes
+from training.recipes.few_shot import meta_train
+from training.evaluation.structured_fc import class_mean_nodes, fine_tune_nodes
 from zoo import small_convnet
 from zoo_inputs import RAW_PIXELS
 

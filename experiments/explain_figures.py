@@ -29,7 +29,8 @@ import zoo
 from explain.signals import FASHION_MNIST_CLASSES
 from ot_layers.callbacks import GSPPrototypeInit, PrototypeReassignment
 from ot_layers.losses import HypersphericalPullLoss, ProxyNCAPlusPlusLoss
-from training.data import load_fashion_mnist, select_classes
+from training.data.fashion_mnist import load_fashion_mnist
+from training.data.splits import select_classes
 from zoo.loading import preset_dir
 
 MPW = "resnet20_mpw_fashion_mnist"

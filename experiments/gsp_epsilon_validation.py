@@ -25,11 +25,11 @@ import sys
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from training.data import fashion_mnist_split  # noqa: E402
-from training.recipes import preset_recipe  # noqa: E402
-from training.retrieval_recipe import fit_embedding, retrieval_scores  # noqa: E402
-from training.strategies import make_strategy  # noqa: E402
-from training.tuning import held_out_classes_split  # noqa: E402
+from training.data.fashion_mnist import fashion_mnist_split
+from training.recipes.common import preset_recipe
+from training.recipes.retrieval import fit_embedding, retrieval_scores
+from training.distributed.strategies import make_strategy
+from training.tuning.search import held_out_classes_split
 
 GAP, GSP = "resnet20_gap_retrieval_fashion_mnist", "resnet20_gsp_retrieval_fashion_mnist"
 FIT_CLASSES, VALIDATION_CLASSES = (0, 1, 2), (3, 4)

@@ -33,9 +33,10 @@ import zoo  # noqa: E402
 from ot_layers import ClassProxies, GeneralizedSumPooling  # noqa: E402
 from ot_layers.callbacks import GSPPrototypeInit  # noqa: E402
 from ot_layers.losses import ZERO_SHOT_WEIGHT, ProxyNCAPlusPlusLoss, ZeroShotPredictionLoss  # noqa: E402
-from training.data import load_fashion_mnist, select_classes  # noqa: E402
-from training.evaluation import retrieval_metrics  # noqa: E402
-from training.samplers import ClassBalancedBatches  # noqa: E402
+from training.data.fashion_mnist import load_fashion_mnist
+from training.data.splits import select_classes
+from training.evaluation.retrieval import retrieval_metrics
+from training.data.samplers import ClassBalancedBatches
 from zoo_inputs import RAW_PIXELS  # noqa: E402
 
 TRAIN_CLASSES, TEST_CLASSES = tuple(range(5)), tuple(range(5, 10))

@@ -30,7 +30,7 @@ import tensorflow as tf  # noqa: E402
 
 from ot_layers import GeneralizedSumPooling  # noqa: E402
 from ot_layers.losses import ContrastiveLoss  # noqa: E402
-from training.evaluation import retrieval_metrics  # noqa: E402
+from training.evaluation.retrieval import retrieval_metrics
 
 NUM_CLASSES, TOKENS_PER_CLASS, BACKGROUND_TOKENS, SAMPLE_LENGTH = 16, 4, 4, 50
 

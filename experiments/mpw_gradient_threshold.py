@@ -79,7 +79,7 @@ def compare(run, reference, labels):
 
 def gradient_study(preset, images, batch):
     import zoo
-    from training.data import load_fashion_mnist
+    from training.data.fashion_mnist import load_fashion_mnist
 
     model = zoo.load(preset)
     head = model.get_layer("mpw_head")
@@ -109,8 +109,8 @@ def gradient_study(preset, images, batch):
 
 
 def training_study(thresholds, epochs, train_limit, seeds):
-    from training.classification import compile_classifier, fit_and_evaluate
-    from training.data import load_fashion_mnist
+    from training.recipes.simple_classifier import compile_classifier, fit_and_evaluate
+    from training.data.fashion_mnist import load_fashion_mnist
     import zoo
     from zoo_inputs import small_convnet_options
 

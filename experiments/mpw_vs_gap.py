@@ -16,8 +16,8 @@ import keras
 import numpy as np
 
 import zoo
-from training.classification import compile_classifier, fit_and_evaluate
-from training.data import load_fashion_mnist
+from training.recipes.simple_classifier import compile_classifier, fit_and_evaluate
+from training.data.fashion_mnist import load_fashion_mnist
 from zoo_inputs import small_convnet_options
 
 ZOO_HEADS = {"gap": "gap_fc", "mpw": "mpw"}  # this experiment's head names -> zoo.image_classifier's

@@ -2,8 +2,9 @@
 import keras
 
 import zoo
-from training.data import load_fashion_mnist, select_classes
-from training.evaluation import retrieval_metrics
+from training.data.fashion_mnist import load_fashion_mnist
+from training.data.splits import select_classes
+from training.evaluation.retrieval import retrieval_metrics
 from zoo_inputs import small_convnet_options
 
 TRAIN_CLASSES, TEST_CLASSES = (0, 1, 2, 3, 4), (5, 6, 7, 8, 9)

@@ -6,11 +6,27 @@ them (matplotlib, Agg, PNG); ``explain.report.explain_model`` writes every pictu
 ``explain.command`` is the ``otzoo explain`` sub-command. See ``docs/explain.md``.
 """
 from explain.images import load_image_file, prepare_images, upsample
-from explain.plots import (figure_pixels, plot_emd_flows, plot_gsp_weights, plot_mpw_plans, plot_prototypes,
-                           plot_retrieval, plot_training_curves)
+from explain.plots import (
+                           figure_pixels,
+                           plot_emd_flows,
+                           plot_gsp_weights,
+                           plot_mpw_plans,
+                           plot_prototypes,
+                           plot_retrieval,
+                           plot_training_curves,
+)
 from explain.report import KINDS, available_kinds, explain_model
-from explain.signals import (FASHION_MNIST_CLASSES, AssignmentHistory, emd_flows, gsp_weights, image_embeddings,
-                             mpw_plans, nearest_neighbours, prototype_geometry, read_training_log)
+from explain.signals import (
+                           FASHION_MNIST_CLASSES,
+                           AssignmentHistory,
+                           emd_flows,
+                           gsp_weights,
+                           image_embeddings,
+                           mpw_plans,
+                           nearest_neighbours,
+                           prototype_geometry,
+                           read_training_log,
+)
 
 __all__ = ["plot_mpw_plans", "plot_gsp_weights", "plot_emd_flows", "plot_prototypes", "plot_retrieval",
            "plot_training_curves", "explain_model", "available_kinds", "KINDS", "figure_pixels", "mpw_plans",

@@ -24,13 +24,13 @@ import keras
 import numpy as np
 import tensorflow as tf
 
+from explain.images import model_input_shape, prepare_images
 from ot_layers.layers.emd_head import EMDHead
 from ot_layers.layers.generalized_sum_pooling import GeneralizedSumPooling
 from ot_layers.layers.hyperspherical_prototypes import HypersphericalPrototypes
 from ot_layers.layers.multi_proxy_wasserstein import MultiProxyWasserstein
 from ot_layers.tensor_ops import find_layer, flatten_feature_map, normalize_rows_np
 from ot_layers.validation import check_positive_int
-from explain.images import model_input_shape, prepare_images
 
 # Fashion-MNIST's label names, in label order (Xiao et al. 2017).
 FASHION_MNIST_CLASSES = ("T-shirt/top", "Trouser", "Pullover", "Dress", "Coat", "Sandal", "Shirt", "Sneaker", "Bag",

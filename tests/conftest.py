@@ -26,7 +26,7 @@ def _reset_policy_and_seed():
 
 
 def pytest_collection_modifyitems(config, items):
-    from training.data import fashion_mnist_dir
+    from training.data.fashion_mnist import fashion_mnist_dir
 
     if fashion_mnist_dir() is None:
         skip = pytest.mark.skip(reason="Fashion-MNIST IDX files not installed (apt-get install dataset-fashion-mnist)")

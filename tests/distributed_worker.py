@@ -17,7 +17,7 @@ import sys
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
-from training.strategies import make_strategy, tf_config  # noqa: E402
+from training.distributed.strategies import make_strategy, tf_config
 
 STRATEGY = "multi_worker" if "--strategy=default" not in sys.argv else "auto"
 strategy = make_strategy(STRATEGY)  # first: before any other TensorFlow operation
@@ -26,7 +26,7 @@ import keras  # noqa: E402
 import numpy as np  # noqa: E402
 
 import distributed_models as dm  # noqa: E402
-from training.fit import fit  # noqa: E402
+from training.distributed.fit import fit
 
 
 class SelfKill(keras.callbacks.Callback):

@@ -6,7 +6,8 @@ import keras
 import numpy as np
 import pytest
 
-from zoo.backbones import BACKBONES, backbone, check_input_shape, resnet12_pooling
+from zoo.backbones import BACKBONES, backbone, resnet12_pooling
+from zoo.inputs import check_input_shape
 
 SHAPES = [(28, 28, 1), (32, 32, 3), (84, 84, 3), (None, None, 3)]
 CHANNELS = {"resnet20": 64, "resnet32": 64, "resnet56": 64, "resnet12": 640, "small_convnet": 64}

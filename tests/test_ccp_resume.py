@@ -7,7 +7,7 @@ import pytest
 from ot_layers import ClassProxies
 from ot_layers.callbacks import CCPReinitialization
 from ot_layers.losses import ProxyAnchorLoss
-from training.evaluation import retrieval_metrics
+from training.evaluation.retrieval import retrieval_metrics
 from tests.resume_checks import assert_same_weights, fit_interrupted_and_resumed, fit_uninterrupted
 
 C, P, DIM, IN = 3, 2, 4, 6

@@ -5,11 +5,11 @@ import sys
 
 import pytest
 
-from training import cli
+from otzoo import cli
 
 
 def _run(*args):
-    return subprocess.run([sys.executable, "-m", "training.cli", *args], capture_output=True, text=True, timeout=300)
+    return subprocess.run([sys.executable, "-m", "otzoo", *args], capture_output=True, text=True, timeout=300)
 
 
 def test_help_lists_every_command():
@@ -60,7 +60,7 @@ def test_fine_tune_writes_a_preset_directory_that_loads_and_exports(tmp_path, ca
     import numpy as np
 
     import zoo
-    from training.data import load_fashion_mnist
+    from training.data.fashion_mnist import load_fashion_mnist
 
     out = str(tmp_path / "tuned")
     assert cli.main(["fine-tune", "resnet20_gap_fashion_mnist", "--limit", "256", "--learning-rate", "0.05",

@@ -1,7 +1,7 @@
 """The demo end to end on real Fashion-MNIST: load the pretrained MPW preset, evaluate, fine-tune, export (slow)."""
 import pytest
 
-from training import cli
+from otzoo import cli
 
 pytestmark = [pytest.mark.slow, pytest.mark.fashion_mnist]
 

@@ -12,9 +12,9 @@ import pytest
 import tensorflow as tf
 
 import distributed_models as dm
-from training import strategies
-from training.fit import distributed_fit, fit
-from training.launch import cluster_tf_configs, free_ports, launch_workers
+from training.distributed import strategies
+from training.distributed.fit import distributed_fit, fit
+from training.distributed.launch import cluster_tf_configs, free_ports, launch_workers
 
 
 def test_loop_equals_model_fit_with_the_standard_callbacks(tmp_path, capsys):
@@ -117,7 +117,7 @@ def test_launcher_gives_each_worker_its_task_and_stops_the_rest_when_one_fails(t
 
 
 def test_run_cluster_relaunches_all_workers_after_a_failure(tmp_path):
-    from training.launch import run_cluster
+    from training.distributed.launch import run_cluster
 
     marker = tmp_path / "failed-once"
     script = ("import json, os, sys; i = json.loads(os.environ['TF_CONFIG'])['task']['index']; "

@@ -33,7 +33,7 @@ import distributed_models as dm
 import zoo
 from ot_layers.callbacks import CCPReinitialization, GSPPrototypeInit, PrototypeReassignment
 from ot_layers.losses import ProxyNCAPlusPlusLoss
-from training.fit import fit
+from training.distributed.fit import fit
 
 EPOCHS, BATCH = 2, 16
 

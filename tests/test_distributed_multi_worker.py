@@ -20,8 +20,8 @@ import tensorflow as tf
 
 import distributed_models as dm
 from ot_layers.callbacks import PrototypeReassignment
-from training.launch import run_cluster
-from training.strategies import make_strategy
+from training.distributed.launch import run_cluster
+from training.distributed.strategies import make_strategy
 
 WORKER = os.path.join(os.path.dirname(__file__), "distributed_worker.py")
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))

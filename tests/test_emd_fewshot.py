@@ -6,8 +6,9 @@ import tensorflow as tf
 import keras_checks
 from ot_layers import EMDHead, PatchExtractor, StructuredFC
 from ot_layers.layers.local_embeddings import local_embedding_model
-from training.episodes import EpisodeSampler, evaluate_episodes, mean_and_ci95
-from training.structured_fc import class_mean_nodes, fine_tune_nodes, fine_tune_structured_fc
+from training.data.episodes import EpisodeSampler
+from training.evaluation.few_shot import evaluate_episodes, mean_and_ci95
+from training.evaluation.structured_fc import class_mean_nodes, fine_tune_nodes, fine_tune_structured_fc
 from zoo import resnet12, small_convnet
 
 

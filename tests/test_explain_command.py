@@ -8,7 +8,7 @@ import pytest
 from PIL import Image
 
 from explain.report import KINDS
-from training import cli
+from otzoo import cli
 
 OPTIONS = ("PRESET", "IMAGE", "--test-index", "--out", "--kinds", "--weights", "--top-k", "--gallery-size", "--seed",
            "--dpi")
@@ -22,7 +22,7 @@ def _main(args, capsys):
 
 
 def test_explain_is_an_otzoo_command():
-    result = subprocess.run([sys.executable, "-m", "training.cli", "--help"], capture_output=True, text=True,
+    result = subprocess.run([sys.executable, "-m", "otzoo", "--help"], capture_output=True, text=True,
                             timeout=300)
     assert result.returncode == 0 and "    explain " in result.stdout
 
@@ -38,7 +38,7 @@ def test_help_documents_every_option_and_kind(capsys):
     import argparse
 
     commands = argparse.ArgumentParser().add_subparsers()
-    from explain.command import register
+    from otzoo.explain_command import register
 
     parser = register(commands, cli._Parser)
     declared = {s for action in parser._actions for s in action.option_strings if s.startswith("--")} - {"--help"}
@@ -74,7 +74,7 @@ def test_out_of_range_index_and_unfitting_kind(tmp_path, capsys):
 
 @pytest.mark.fashion_mnist
 def test_explain_the_mpw_preset_on_a_test_image_and_a_file(tmp_path, capsys):
-    from training.data import load_fashion_mnist
+    from training.data.fashion_mnist import load_fashion_mnist
 
     x, _ = load_fashion_mnist("test", limit=2, normalize=False)
     Image.fromarray(x[1, ..., 0]).save(tmp_path / "pullover.png")

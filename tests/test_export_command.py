@@ -8,7 +8,7 @@ import pytest
 import tensorflow as tf
 
 import zoo
-from training import cli
+from otzoo import cli
 
 SMALL = dict(input_shape=(28, 28, 1), backbone_kwargs={"width": 4, "feature_dim": 8})
 
@@ -85,7 +85,7 @@ def test_export_verifies_on_fashion_mnist_and_prints_the_summary(keras_files, tm
                      "on 8 Fashion-MNIST test images (raw uint8), batch sizes 1, 8", "parity holds"):
         assert expected in text, text
     # The exported model is the file's model: the served logits equal the in-memory classifier's.
-    from training.data import load_fashion_mnist
+    from training.data.fashion_mnist import load_fashion_mnist
 
     images, _ = load_fashion_mnist("test", limit=4, normalize=False)
     served = tf.saved_model.load(version_dir).signatures["serving_uint8"](images=tf.constant(images))

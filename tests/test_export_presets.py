@@ -10,7 +10,7 @@ import pytest
 
 import export
 import zoo
-from export.samples import fashion_mnist_inputs
+from otzoo.samples import fashion_mnist_inputs
 from zoo.loading import WEIGHTS_FILE, preset_dir
 from zoo.registry import PRESETS
 

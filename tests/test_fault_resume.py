@@ -13,9 +13,9 @@ import tensorflow as tf
 
 import distributed_models as dm
 from ot_layers.callbacks import PrototypeReassignment
-from training.fault_tolerance import AtomicBackupAndRestore, TrainingCheckpoint, read_pointer
-from training.fit import distributed_fit, fit
-from training.strategies import make_strategy
+from training.distributed.checkpoints import AtomicBackupAndRestore, TrainingCheckpoint, read_pointer
+from training.distributed.fit import distributed_fit, fit
+from training.distributed.strategies import make_strategy
 
 WORKER = os.path.join(os.path.dirname(__file__), "distributed_worker.py")
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))

@@ -7,9 +7,10 @@ import zoo
 from ot_layers import ClassProxies, GeneralizedSumPooling
 from ot_layers.callbacks import GSPPrototypeInit
 from ot_layers.losses import ProxyNCAPlusPlusLoss
-from training.data import load_fashion_mnist, select_classes
-from training.evaluation import retrieval_metrics
-from training.samplers import ClassBalancedBatches
+from training.data.fashion_mnist import load_fashion_mnist
+from training.data.splits import select_classes
+from training.evaluation.retrieval import retrieval_metrics
+from training.data.samplers import ClassBalancedBatches
 
 
 @pytest.mark.slow

@@ -6,7 +6,7 @@ import pytest
 
 from ot_layers import GeneralizedSumPooling
 from ot_layers.callbacks import GSPPrototypeInit
-from training.samplers import ClassBalancedBatches
+from training.data.samplers import ClassBalancedBatches
 from tests.resume_checks import assert_same_weights, fit_interrupted_and_resumed, fit_uninterrupted
 
 
@@ -96,6 +96,6 @@ def test_class_balanced_batches_are_a_function_of_seed_and_epoch():
     for i in range(4):
         np.testing.assert_array_equal(a[i][0], b[i][0])
     rng = np.random.default_rng([7, 3])
-    from training.samplers import class_balanced_indices
+    from training.data.samplers import class_balanced_indices
     for i in range(4):
         np.testing.assert_array_equal(b.batches[i], class_balanced_indices(LABELS, 2, 3, rng))

@@ -2,7 +2,7 @@
 import numpy as np
 import pytest
 
-from training.evaluation import _ranked_hits, retrieval_metrics
+from training.evaluation.retrieval import _ranked_hits, retrieval_metrics
 
 
 def test_hand_computed_one_dimensional():

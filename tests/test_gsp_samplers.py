@@ -3,7 +3,7 @@ import keras
 import numpy as np
 import pytest
 
-from training.samplers import ClassBalancedBatches, class_balanced_indices
+from training.data.samplers import ClassBalancedBatches, class_balanced_indices
 
 
 def test_batches_hold_p_classes_with_k_samples():

@@ -9,7 +9,7 @@ import tensorflow as tf
 import zoo
 from ot_layers.layers.multi_proxy_wasserstein import MultiProxyWasserstein
 from ot_layers.tensor_ops import find_layer, flatten_feature_map
-from training.layer_signals import LayerSignals
+from ot_layers.callbacks.layer_signals import LayerSignals
 
 
 def _tensorboard_scalars(directory):

@@ -7,13 +7,10 @@ import tensorflow as tf
 
 tfds = pytest.importorskip("tensorflow_datasets")
 
-from training.data import (  # noqa: E402
-    CIFAR100_COARSE, CLASS_SPLITS, FC100_SUPERCLASSES, class_split, fashion_mnist_split, load_fashion_mnist,
-    protocol_split, select_classes,
-)
-from training.pipelines import (  # noqa: E402
-    TFDS_DATASETS, resize_shorter_side, tfds_dataset, tfds_split_dataset,
-)
+from training.data.splits import (CIFAR100_COARSE, CLASS_SPLITS, FC100_SUPERCLASSES, class_split, protocol_split,
+                                  select_classes)
+from training.data.fashion_mnist import fashion_mnist_split, load_fashion_mnist
+from training.data.tfds import TFDS_DATASETS, resize_shorter_side, tfds_dataset, tfds_split_dataset
 
 NAMES = sorted(TFDS_DATASETS)
 NUM_EXAMPLES = 48

@@ -8,7 +8,7 @@ from ot_layers import ClassProxies
 from ot_layers.callbacks import CCPReinitialization
 from ot_layers.callbacks.ccp import k_center_proxies
 from ot_layers.losses import ProxyAnchorLoss
-from training.evaluation import retrieval_metrics
+from training.evaluation.retrieval import retrieval_metrics
 
 C, P, DIM, IN = 3, 2, 4, 6
 

@@ -9,9 +9,10 @@ import sys
 import numpy as np
 import pytest
 
-from training import cli
-from training.data import fashion_mnist_dir
-from training.tuning import held_out_classes_split, load_tuned_config, search_space, validation_split
+from otzoo import cli
+from training.data.fashion_mnist import fashion_mnist_dir
+from training.tuning.search import held_out_classes_split, search_space, validation_split
+from training.recipes.tuned_config import load_tuned_config
 from zoo.registry import PRESETS
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -31,7 +32,7 @@ def test_tune_three_trials_from_the_cli_reports_the_best(tmp_path):
         (data / name).write_bytes(b"not the test split")
     out = tmp_path / "tune"
     env = dict(os.environ, OTZOO_FASHION_MNIST=str(data), CUDA_VISIBLE_DEVICES="", TF_CPP_MIN_LOG_LEVEL="2")
-    result = subprocess.run([sys.executable, "-m", "training.cli", "tune", PRESET, "--trials", "3", "--limit", "512",
+    result = subprocess.run([sys.executable, "-m", "otzoo", "tune", PRESET, "--trials", "3", "--limit", "512",
                              "--epochs", "1", "--batch-size", "64", "--backbone", "small_convnet", "--out", str(out)],
                             env=env, cwd=ROOT, capture_output=True, text=True, timeout=600)
     assert result.returncode == 0, result.stderr[-3000:]
@@ -71,7 +72,7 @@ def test_tune_a_retrieval_preset_scores_map_at_r_on_held_out_seen_classes(tmp_pa
         (data / name).write_bytes(b"not the test split")
     out = tmp_path / "tune"
     env = dict(os.environ, OTZOO_FASHION_MNIST=str(data), CUDA_VISIBLE_DEVICES="", TF_CPP_MIN_LOG_LEVEL="2")
-    result = subprocess.run([sys.executable, "-m", "training.cli", "tune", preset, "--trials", "2", "--limit",
+    result = subprocess.run([sys.executable, "-m", "otzoo", "tune", preset, "--trials", "2", "--limit",
                              "1200", "--epochs", "2", "--batch-size", "64", "--backbone", "small_convnet", "--out",
                              str(out)], env=env, cwd=ROOT, capture_output=True, text=True, timeout=600)
     assert result.returncode == 0, result.stderr[-3000:]

@@ -30,8 +30,8 @@ def test_classification_preset_reproduces_its_card_then_fits(name):
     pretrained weights (the user's first three lines: load, evaluate, fit)."""
     import keras
 
-    from training.data import load_fashion_mnist
-    from training.pipelines import image_dataset
+    from training.data.fashion_mnist import load_fashion_mnist
+    from training.data.pipelines import image_dataset
 
     model = zoo.load(name)
     x, y = load_fashion_mnist("test", normalize=False)
@@ -52,8 +52,8 @@ def test_train_writes_a_card_that_evaluate_reproduces(tmp_path, capsys):
     import json
     import os
 
-    from training import cli
-    from training.recipes import evaluate_classification_preset
+    from otzoo import cli
+    from training.recipes.classification import evaluate_classification_preset
 
     out = str(tmp_path / "run")
     status = cli.main(["train", "resnet20_gap_fashion_mnist", "--epochs", "1", "--limit", "512", "--seed", "3",
@@ -80,9 +80,9 @@ def test_retrieval_preset_reproduces_its_card_then_fits(name):
     import keras
 
     from ot_layers.losses import ProxyNCAPlusPlusLoss
-    from training.data import fashion_mnist_split
-    from training.pipelines import image_dataset
-    from training.retrieval_recipe import evaluate_retrieval_preset
+    from training.data.fashion_mnist import fashion_mnist_split
+    from training.data.pipelines import image_dataset
+    from training.recipes.retrieval import evaluate_retrieval_preset
 
     result = evaluate_retrieval_preset(name)
     card = zoo.model_card(name)["metrics"]
@@ -107,9 +107,9 @@ def test_few_shot_preset_reproduces_its_card_then_fits(name):
     ``model.fit`` on a few base-class episodes, whose query accuracy is well above chance (a pretrained model)."""
     import keras
 
-    from training.data import fashion_mnist_split
-    from training.episodes import episode_dataset
-    from training.few_shot_recipe import evaluate_few_shot_preset
+    from training.data.fashion_mnist import fashion_mnist_split
+    from training.data.episodes import episode_dataset
+    from training.recipes.few_shot import evaluate_few_shot_preset
 
     result = evaluate_few_shot_preset(name)
     card = zoo.model_card(name)["metrics"]

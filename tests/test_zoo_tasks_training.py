@@ -8,7 +8,9 @@ import numpy as np
 import pytest
 
 import zoo
-from training.episodes import EpisodeSampler, episode_dataset, few_shot_accuracy, meta_train
+from training.data.episodes import EpisodeSampler, episode_dataset
+from training.evaluation.few_shot import few_shot_accuracy
+from training.recipes.few_shot import meta_train
 from zoo.tasks import few_shot_parts
 
 SMALL = dict(input_shape=(28, 28, 1), backbone_kwargs={"width": 8, "feature_dim": 8})

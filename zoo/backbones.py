@@ -3,25 +3,13 @@
 :func:`backbone` is the single entry point: a name (``BACKBONES``), a user's Keras model or a ``keras.applications``
 model built with ``include_top=False`` (and ``pooling=None``), checked to output a rank-4 feature map.
 """
-import numbers
 
 import keras
 from keras import layers
 
-
-def check_input_shape(input_shape, name="input_shape"):
-    """``input_shape`` must be ``(H, W, C)``: ``H``, ``W`` positive integers or ``None``, ``C`` a positive
-    integer. Returns it as a tuple."""
-    try:
-        shape = tuple(input_shape)
-    except TypeError:
-        shape = None
-    ok = shape is not None and len(shape) == 3 and all(
-        d is None or (isinstance(d, numbers.Integral) and not isinstance(d, bool) and d >= 1) for d in shape)
-    if not ok or shape[2] is None:
-        raise ValueError(f"`{name}` must be (height, width, channels) with positive sizes (height and width may be "
-                         f"None, channels may not), got {input_shape!r}.")
-    return tuple(None if d is None else int(d) for d in shape)
+from zoo.inputs import check_input_shape
+from zoo.resnet import resnet20, resnet32, resnet56
+from zoo.resnet12 import resnet12
 
 
 def small_convnet(input_shape=(28, 28, 1), width=32, feature_dim=64, bn_momentum=0.99,
@@ -60,8 +48,6 @@ def resnet12_pooling(input_shape, min_size=5):
 
 
 def _builders():
-    from zoo.resnet import resnet20, resnet32, resnet56  # noqa: PLC0415 - zoo.resnet imports this module
-    from zoo.resnet12 import resnet12  # noqa: PLC0415
 
     def _resnet12(input_shape=(84, 84, 3), **kwargs):
         kwargs.setdefault("pool", resnet12_pooling(check_input_shape(input_shape)))

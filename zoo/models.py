@@ -24,7 +24,8 @@ from ot_layers.layers.hyperspherical_prototypes import HypersphericalPrototypes
 from ot_layers.layers.multi_proxy_wasserstein import MultiProxyWasserstein
 from ot_layers.tensor_ops import find_layer
 from ot_layers.validation import check_choice, check_positive, check_positive_int
-from zoo.backbones import backbone as resolve_backbone, check_input_shape
+from zoo.backbones import backbone as resolve_backbone
+from zoo.inputs import check_input_shape
 
 CLASSIFICATION_HEADS = ("gap_fc", "mpw", "hyperspherical")
 

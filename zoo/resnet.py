@@ -10,7 +10,7 @@ import keras
 from keras import layers
 
 from ot_layers.validation import check_positive, check_positive_int
-from zoo.backbones import check_input_shape
+from zoo.inputs import check_input_shape
 
 WIDTHS = (16, 32, 64)
 DEPTHS = (20, 32, 56, 110)

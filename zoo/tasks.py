@@ -10,136 +10,17 @@ Few-shot (``FEW_SHOT_HEADS``): :func:`few_shot_model` gives ``[query_images, sup
 logits (B, ways)`` for N-way K-shot episodes, trained by cross-entropy on the query labels and served as is.
 """
 import keras
-import tensorflow as tf
 
 from ot_layers.layers.class_proxies import ClassProxies
-from ot_layers.layers.emd_head import SCALE as EMD_SCALE, EMDHead
+from ot_layers.layers.emd_head import SCALE as EMD_SCALE
+from ot_layers.layers.emd_head import EMDHead
 from ot_layers.layers.generalized_sum_pooling import GeneralizedSumPooling
-from ot_layers.tensor_ops import normalize_rows
-from ot_layers.validation import check_choice, check_positive, check_positive_int, check_rank, check_same_dim
+from ot_layers.layers.task_layers import L2Normalization, PrototypeLogits, SplitEpisode, SupportClassMeans
+from ot_layers.validation import check_choice, check_positive_int
 from zoo.models import _check_pixel_statistics, check_kwargs, image_input, pixel_preprocessing
 
 RETRIEVAL_POOLINGS = ("gap", "gsp")
 FEW_SHOT_HEADS = ("emd", "protonet")
-PROTONET_METRICS = ("euclidean", "cosine")
-
-
-def _float32(x):
-    return tf.cast(x, tf.float64 if x.dtype == tf.float64 else tf.float32)
-
-
-@keras.saving.register_keras_serializable(package="zoo")
-class L2Normalization(keras.layers.Layer):
-    """Rows divided by their L2 norm, computed in float32 (``ot_layers.tensor_ops.normalize_rows``): an all-zero
-    row stays zero with a finite gradient (also under ``mixed_float16``), NaN stays in its row."""
-
-    @property
-    def export_blocker(self):
-        """``None``: the layer exports (SavedModel, ONNX)."""
-        return None
-
-    def call(self, inputs):
-        return tf.cast(normalize_rows(_float32(inputs)), self.compute_dtype)
-
-    def compute_output_shape(self, input_shape):
-        return tuple(input_shape)
-
-
-@keras.saving.register_keras_serializable(package="zoo")
-class SplitEpisode(keras.layers.Layer):
-    """``[features, query_images] -> [features[:B], features[B:]]`` with ``B`` the number of query images: splits
-    the backbone output of the concatenated ``[query; support]`` batch (one batch, as episodic training runs it,
-    so BatchNorm's training statistics cover the whole episode)."""
-
-    @property
-    def export_blocker(self):
-        """``None``: the layer exports (SavedModel, ONNX)."""
-        return None
-
-    def call(self, inputs):
-        features, query = inputs
-        count = tf.shape(query)[0]
-        return features[:count], features[count:]
-
-    def compute_output_shape(self, input_shape):
-        shape = (None,) + tuple(input_shape[0][1:])
-        return shape, shape
-
-
-@keras.saving.register_keras_serializable(package="zoo")
-class SupportClassMeans(keras.layers.Layer):
-    """``[support (S, ...), support_labels (S,)] -> (ways, ...)``: the mean of each class's support samples
-    (feature maps or vectors), classes ``0..ways-1``. Labels outside that range are ignored; a class without
-    support samples gets zeros. Computed in float32 as a one-hot product (XLA-compilable, exportable)."""
-
-    def __init__(self, ways, **kwargs):
-        super().__init__(**kwargs)
-        self.ways = check_positive_int("ways", ways)
-
-    @property
-    def export_blocker(self):
-        """``None``: the layer exports (SavedModel, ONNX)."""
-        return None
-
-    def call(self, inputs):
-        support, labels = inputs
-        support = _float32(support)
-        one_hot = tf.one_hot(tf.reshape(tf.cast(labels, tf.int32), [-1]), self.ways, dtype=support.dtype)
-        flat = tf.reshape(support, [tf.shape(support)[0], -1])
-        counts = tf.reduce_sum(one_hot, axis=0)[:, None]
-        means = tf.matmul(one_hot, flat, transpose_a=True) / tf.maximum(counts, 1.0)
-        shape = tf.concat([[self.ways], tf.shape(support)[1:]], axis=0)
-        means = tf.reshape(means, shape)
-        means.set_shape((self.ways,) + tuple(support.shape[1:]))
-        return tf.cast(means, self.compute_dtype)
-
-    def compute_output_shape(self, input_shape):
-        return (self.ways,) + tuple(input_shape[0][1:])
-
-    def get_config(self):
-        config = super().get_config()
-        config.update(ways=self.ways)
-        return config
-
-
-@keras.saving.register_keras_serializable(package="zoo")
-class PrototypeLogits(keras.layers.Layer):
-    """ProtoNet's logits (Snell et al. 2017, Eq. 1-2): ``[query (B, D), prototypes (N, D)] -> (B, N)``.
-
-    ``metric="euclidean"``: ``-scale * ||q - c_k||^2`` (the paper's squared Euclidean distance); ``"cosine"``:
-    ``scale * cos(q, c_k)`` (the cosine variant used next to DeepEMD, whose ``scale`` is 12.5). Computed in
-    float32; an all-zero vector has cosine 0 with finite gradients.
-    """
-
-    def __init__(self, metric="euclidean", scale=1.0, **kwargs):
-        super().__init__(**kwargs)
-        self.metric = check_choice("metric", metric, PROTONET_METRICS)
-        self.scale = float(check_positive("scale", scale))
-
-    @property
-    def export_blocker(self):
-        """``None``: the layer exports (SavedModel, ONNX)."""
-        return None
-
-    def call(self, inputs):
-        query, prototypes = inputs
-        check_rank("query", query.shape, (2,))
-        check_rank("prototypes", prototypes.shape, (2,))
-        check_same_dim("query", query.shape[-1], "prototypes", prototypes.shape[-1])
-        query, prototypes = _float32(query), _float32(prototypes)
-        if self.metric == "cosine":
-            logits = tf.matmul(normalize_rows(query), normalize_rows(prototypes), transpose_b=True)
-        else:
-            logits = -tf.reduce_sum(tf.square(query[:, None, :] - prototypes[None, :, :]), axis=-1)
-        return tf.cast(self.scale * logits, self.compute_dtype)
-
-    def compute_output_shape(self, input_shape):
-        return (input_shape[0][0], input_shape[1][0])
-
-    def get_config(self):
-        config = super().get_config()
-        config.update(metric=self.metric, scale=self.scale)
-        return config
 
 
 def embedding_model(backbone, pooling="gap", embedding_dim=128, pixel_mean=0.5, pixel_std=0.25,

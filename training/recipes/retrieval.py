@@ -13,14 +13,21 @@ import time
 import keras
 
 from ot_layers.callbacks import GSPPrototypeInit
+from ot_layers.callbacks.layer_signals import LayerSignals
 from ot_layers.losses import ProxyNCAPlusPlusLoss
-from training.data import fashion_mnist_split
-from training.evaluation import retrieval_metrics
-from training.layer_signals import LayerSignals
-from training.pipelines import image_dataset
-from training.fit import fit
-from training.recipes import (preset_recipe, reproducing_command, run_options, sgd_cosine, standard_callbacks,
-                              write_preset)
+from training.data.fashion_mnist import fashion_mnist_split
+from training.data.pipelines import image_dataset
+from training.distributed.fit import fit
+from training.evaluation.retrieval import retrieval_metrics
+from training.recipes.common import (
+    preset_recipe,
+    reproducing_command,
+    run_options,
+    sgd_cosine,
+    standard_callbacks,
+    write_preset,
+)
+from zoo.loading import build, load, model_card
 from zoo.registry import PRESETS
 from zoo.tasks import proxy_training_model
 
@@ -50,7 +57,6 @@ def fit_embedding(name, images, labels, recipe, strategy, overrides=None, callba
     ``labels`` (``0..C-1``; one proxy set per class present). GSP gets its GAP warm-up and k-center initialization.
     ``callbacks`` follow the layer's own (``BackupAndRestore`` among them resumes a run). Returns ``(model, seconds
     of training)``."""
-    from zoo.loading import build
 
     if len(images) < recipe["batch_size"]:
         raise ValueError(f"`limit`: {len(images)} training images of the seen classes, fewer than one batch of "
@@ -98,9 +104,12 @@ def train_retrieval_preset(name, out_dir, epochs=None, batch_size=None, limit=No
 def evaluate_retrieval_preset(name, weights=None, limit=None):
     """Retrieval metrics of preset ``name`` (pretrained, or ``weights``) on the unseen classes' test images (the
     first ``limit`` test images before the class filter), next to the card's."""
-    from zoo.loading import load, model_card
 
     model = load(name, weights=weights)
     x_test, y_test = fashion_mnist_split("retrieval", "test", limit=limit, normalize=False)
     return dict(metrics=retrieval_scores(model, x_test, y_test), card_metrics=model_card(name).get("metrics"),
                 examples=len(y_test))
+
+
+train = train_retrieval_preset
+evaluate = evaluate_retrieval_preset

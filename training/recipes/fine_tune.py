@@ -8,11 +8,11 @@ config, weights, card), a directory that ``zoo.load``, ``otzoo export`` and ``ot
 """
 import keras
 
-from training.data import fashion_mnist_split, load_fashion_mnist
-from training.episodes import episode_dataset
-from training.pipelines import image_dataset
-from training.recipes import classification_training
-from training.retrieval_recipe import retrieval_training
+from training.data.episodes import episode_dataset
+from training.data.fashion_mnist import fashion_mnist_split, load_fashion_mnist
+from training.data.pipelines import image_dataset
+from training.recipes.classification import classification_training
+from training.recipes.retrieval import retrieval_training
 from zoo.loading import load, model_card, save_preset
 from zoo.registry import PRESETS
 

@@ -34,7 +34,7 @@ import keras
 import tensorflow as tf
 
 from ot_layers.validation import check_positive_int
-from training.strategies import is_chief, tf_config
+from training.distributed.strategies import is_chief, tf_config
 
 POINTER_FILE = "latest"
 PREFIX = "ckpt-"

@@ -8,7 +8,18 @@ import argparse
 import os
 import re
 
-from explain.report import KINDS
+import numpy as np
+
+import zoo
+from explain.images import load_image_file, model_input_shape, prepare_images
+from explain.report import KINDS, available_kinds, explain_model, why_not
+from explain.signals import FASHION_MNIST_CLASSES
+from ot_layers.layers.task_layers import SupportClassMeans
+from ot_layers.tensor_ops import find_layer
+from otzoo.arguments import positive_int, preset_name
+from training.data.fashion_mnist import load_fashion_mnist
+from zoo.loading import preset_dir
+from zoo.registry import PRESETS
 
 DESCRIPTION = """\
 Draw what the layers of a preset do on images and write the pictures as PNG files into --out, printing each path.
@@ -44,7 +55,6 @@ def _non_negative_int(text):
 
 def register(commands, parser_class):
     """Add ``explain`` to the ``otzoo`` sub-commands (see ``training.cli``)."""
-    from training.cli import positive_int, preset_name
 
     sub = commands.add_parser("explain", help="draw what a preset's layers do on images (PNG files)",
                               description=DESCRIPTION, formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -73,7 +83,6 @@ def _stem(path):
 
 def _inputs(args, input_shape, x_test, y_test):
     """Images, labels, file-name stems and test indices (-1 for files) of the command line."""
-    from explain.images import load_image_file, prepare_images
 
     images, labels, names, indices = [], [], [], []
     for path in args.images:
@@ -96,10 +105,7 @@ def _episode(model, label, query_index, y_test, seed, pool=None):
 
     Returns the episode's classes (sorted), the support images' test indices, their episode labels and the
     query's episode label (``None`` when unknown)."""
-    import numpy as np
 
-    from ot_layers.tensor_ops import find_layer
-    from zoo.tasks import SupportClassMeans
 
     ways = find_layer(model, SupportClassMeans).ways
     everything = sorted(int(c) for c in np.unique(y_test))
@@ -120,7 +126,6 @@ def _episode(model, label, query_index, y_test, seed, pool=None):
 def _gallery(y_test, size, pool=None):
     """Test indices of the retrieval gallery: the first ``size`` test images (of the ``pool`` classes, the
     preset's evaluation classes, when given)."""
-    import numpy as np
 
     candidates = np.flatnonzero(np.isin(y_test, pool)) if pool else np.arange(len(y_test))
     return candidates[:size]
@@ -128,14 +133,7 @@ def _gallery(y_test, size, pool=None):
 
 def run(args):
     """Validate the input, load the preset and write its pictures."""
-    import numpy as np
 
-    import zoo
-    from explain.images import model_input_shape, prepare_images
-    from explain.report import available_kinds, explain_model, why_not
-    from explain.signals import FASHION_MNIST_CLASSES
-    from training.data import load_fashion_mnist
-    from zoo.loading import preset_dir
 
     for path in args.images:
         if not os.path.isfile(path):
@@ -192,7 +190,6 @@ def run(args):
 def _evaluation_classes(name, card):
     """The classes a retrieval or few-shot preset is evaluated on (its card's or registry entry's
     ``eval_classes``), or ``None``."""
-    from zoo.registry import PRESETS
 
     return card.get("eval_classes") or PRESETS[name].get("eval_classes")
 

@@ -46,8 +46,8 @@ import keras
 import tensorflow as tf
 
 from ot_layers.validation import check_positive_int
-from training.fault_tolerance import AtomicBackupAndRestore, TrainingCheckpoint
-from training.strategies import is_chief, make_strategy, strategy_name
+from training.distributed.checkpoints import AtomicBackupAndRestore, TrainingCheckpoint
+from training.distributed.strategies import is_chief, make_strategy, strategy_name
 
 # Callbacks that write files or print: under several workers only the chief runs them (each worker would
 # otherwise write the same files).

@@ -1,65 +1,5 @@
-"""Data sets: Fashion-MNIST from the local IDX files (Debian's ``dataset-fashion-mnist``) and class splits."""
-import gzip
-import os
-
+"""Class splits: which classes train and which evaluate, by data set and protocol (retrieval, few-shot)."""
 import numpy as np
-
-FASHION_MNIST_DIRS = (
-    os.environ.get("OTZOO_FASHION_MNIST", ""),
-    "/usr/share/datasets/fashion-mnist",
-    os.path.join(os.environ.get("KERAS_HOME", os.path.expanduser("~/.keras")), "datasets", "fashion-mnist"),
-)
-_FILES = {
-    "train": ("train-images-idx3-ubyte.gz", "train-labels-idx1-ubyte.gz"),
-    "test": ("t10k-images-idx3-ubyte.gz", "t10k-labels-idx1-ubyte.gz"),
-}
-
-
-def fashion_mnist_dir():
-    """The first folder holding the four Fashion-MNIST IDX files, or ``None``."""
-    for folder in FASHION_MNIST_DIRS:
-        if folder and all(os.path.isfile(os.path.join(folder, f)) for pair in _FILES.values() for f in pair):
-            return folder
-    return None
-
-
-def _read_idx(path):
-    with gzip.open(path, "rb") as handle:
-        data = handle.read()
-    magic = int.from_bytes(data[:4], "big")
-    ndim = magic & 0xFF
-    if magic >> 8 != 0x08:
-        raise ValueError(f"{path} is not an unsigned-byte IDX file (magic {magic:#x}).")
-    dims = [int.from_bytes(data[4 + 4 * i: 8 + 4 * i], "big") for i in range(ndim)]
-    array = np.frombuffer(data, dtype=np.uint8, offset=4 + 4 * ndim)
-    if array.size != int(np.prod(dims)):
-        raise ValueError(f"{path} is truncated: expected {int(np.prod(dims))} values, found {array.size}.")
-    return array.reshape(dims)
-
-
-def load_fashion_mnist(split="train", limit=None, normalize=True):
-    """Fashion-MNIST images ``(N, 28, 28, 1)`` (float32 in [0, 1] when ``normalize``) and int32 labels.
-
-    Reads the original IDX files; raises ``FileNotFoundError`` with the install command when they are missing.
-    ``limit`` keeps the first ``limit`` examples (for quick runs).
-    """
-    if split not in _FILES:
-        raise ValueError(f"`split` must be one of {sorted(_FILES)}, got {split!r}.")
-    folder = fashion_mnist_dir()
-    if folder is None:
-        raise FileNotFoundError(
-            "Fashion-MNIST IDX files not found in any of "
-            f"{[d for d in FASHION_MNIST_DIRS if d]}; install them with "
-            "`apt-get install -y dataset-fashion-mnist` or set OTZOO_FASHION_MNIST."
-        )
-    images = _read_idx(os.path.join(folder, _FILES[split][0]))
-    labels = _read_idx(os.path.join(folder, _FILES[split][1])).astype(np.int32)
-    if limit is not None:
-        images, labels = images[:limit], labels[:limit]
-    images = images[..., None]
-    if normalize:
-        images = images.astype(np.float32) / 255.0
-    return images, labels
 
 
 def select_classes(images, labels, classes, relabel=True):
@@ -73,11 +13,6 @@ def select_classes(images, labels, classes, relabel=True):
     return images[mask], kept_labels
 
 
-# --- Class-split protocols -------------------------------------------------------------------------------------------
-# Labels below are the 0-based labels of the TFDS builders (cars196, caltech_birds2011 and stanford_online_products
-# subtract 1 from the 1-based indices of the original annotation files), so e.g. Cars196 classes 0-97 are the
-# original classes 1-98.
-
 # CIFAR-100 fine label -> coarse label (superclass), the mapping shipped with CIFAR-100 (``coarse_label`` in TFDS).
 CIFAR100_COARSE = (
     4, 1, 14, 8, 0, 6, 7, 7, 18, 3, 3, 14, 9, 18, 7, 11, 3, 9, 7, 11, 6, 11, 5, 10, 7, 6, 13, 15, 3, 15,
@@ -85,6 +20,8 @@ CIFAR100_COARSE = (
     10, 3, 2, 12, 12, 16, 12, 1, 9, 19, 2, 10, 0, 1, 16, 12, 9, 13, 15, 13, 16, 19, 2, 4, 6, 19, 5, 5, 8, 19,
     18, 1, 2, 15, 6, 0, 17, 8, 14, 13,
 )
+
+
 # FC100 (Oreshkin et al. 2018, TADAM): 12 / 4 / 4 superclasses for base / validation / novel classes.
 FC100_SUPERCLASSES = {"base": (1, 2, 3, 4, 5, 6, 9, 10, 15, 17, 18, 19), "val": (8, 11, 13, 16),
                       "novel": (0, 7, 12, 14)}
@@ -135,6 +72,8 @@ CLASS_SPLITS = {
         "few_shot": {"base": (tuple(range(11318)), "train"), "novel": (tuple(range(11318, 22634)), "test")},
     },
 }
+
+
 PROTOCOLS = ("retrieval", "few_shot")
 
 
@@ -159,17 +98,3 @@ def class_split(dataset, protocol, part):
     """The sorted class ids of one part of a class-split protocol, e.g. ``class_split("cars196", "retrieval",
     "test") == (98, ..., 195)``."""
     return protocol_split(dataset, protocol, part)[0]
-
-
-def fashion_mnist_split(protocol, part, limit=None, normalize=True, relabel=False):
-    """Fashion-MNIST images and labels of one part of a class-split protocol.
-
-    Retrieval: ``"train"`` = the training images of classes 0-4, ``"test"`` = the test images of classes 5-9;
-    few-shot: ``"base"`` = the training images of classes 0-4, ``"novel"`` = the test images of classes 5-9.
-    ``limit`` reads only the first ``limit`` images of the source split (before the class filter). Labels keep their
-    original values (retrieval evaluation wants them); ``relabel=True`` maps the part's classes to
-    ``0..len(classes)-1`` in increasing order.
-    """
-    classes, source = protocol_split("fashion_mnist", protocol, part)
-    images, labels = load_fashion_mnist(source, limit=limit, normalize=normalize)
-    return select_classes(images, labels, classes, relabel=relabel)

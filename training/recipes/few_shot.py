@@ -16,13 +16,23 @@ import os
 import time
 
 import keras
+import numpy as np
 import tensorflow as tf
 
-from training.data import fashion_mnist_split
-from training.episodes import few_shot_accuracy, meta_train
-from training.pipelines import image_dataset
-from training.recipes import (preset_recipe, reproducing_command, run_options, sgd_cosine, standard_callbacks,
-                              write_preset)
+from ot_layers.validation import check_positive_int
+from training.data.episodes import EpisodeSampler
+from training.data.fashion_mnist import fashion_mnist_split
+from training.data.pipelines import image_dataset
+from training.evaluation.few_shot import few_shot_accuracy
+from training.recipes.common import (
+    preset_recipe,
+    reproducing_command,
+    run_options,
+    sgd_cosine,
+    standard_callbacks,
+    write_preset,
+)
+from zoo.loading import build, load, model_card
 from zoo.models import image_classifier
 from zoo.registry import PRESETS
 
@@ -79,7 +89,6 @@ def train_few_shot_preset(name, out_dir, epochs=None, batch_size=None, limit=Non
     ``pretrained``: skip pre-training and start from the backbone another run of this recipe pre-trained (its run
     directory or its ``pretrained_backbone.weights.h5``).
     """
-    from zoo.loading import build
 
     recipe = preset_recipe(name, pretrain_epochs=epochs, batch_size=batch_size, seed=seed, meta_episodes=episodes)
     pretrained_file = _pretrained_path(pretrained) if pretrained is not None else None
@@ -122,10 +131,66 @@ def train_few_shot_preset(name, out_dir, epochs=None, batch_size=None, limit=Non
 def evaluate_few_shot_preset(name, weights=None, limit=None, episodes=None):
     """Few-shot accuracies of preset ``name`` (pretrained, or ``weights``) on the card's novel-class episodes,
     next to the card's."""
-    from zoo.loading import load, model_card
 
     model = load(name, weights=weights)
     recipe = preset_recipe(name)
     metrics = few_shot_scores(model, name, recipe, limit=limit, episodes=episodes)
     images, _ = fashion_mnist_split("few_shot", "novel", limit=limit, normalize=False)
     return dict(metrics=metrics, card_metrics=model_card(name).get("metrics"), examples=len(images))
+
+
+def meta_train(model, images, labels, episodes, optimizer, ways=5, shots=1, queries=15, seed=0, checkpoint_dir=None,
+               checkpoint_every=100, jit_compile=True, log_every=50, verbose=1):
+    """Episodic meta-training of a few-shot model (``zoo.few_shot_model``: inputs ``[query_images, support_images,
+    support_labels]``, logits ``(queries * ways, ways)``) by cross-entropy on the query labels, one episode a step.
+
+    Episode ``i`` is ``EpisodeSampler(labels, ways, shots, queries, seed).episode(i)`` drawn from ``images`` (raw
+    pixels, as the model takes them). With ``checkpoint_dir`` the model, the optimizer and the episode counter are
+    saved every ``checkpoint_every`` episodes (``tf.train.CheckpointManager``: written to a temporary file, then
+    renamed) and a new call resumes after the last saved episode, drawing the same episodes an uninterrupted run
+    would. Returns ``{"episode": [...], "loss": [...], "accuracy": [...]}``: means over each ``log_every`` episodes.
+    """
+    episodes = check_positive_int("episodes", episodes)
+    sampler = EpisodeSampler(labels, ways, shots, queries, seed)
+    loss_fn = keras.losses.SparseCategoricalCrossentropy(from_logits=True)
+    done = tf.Variable(0, dtype=tf.int64, trainable=False)
+    manager = None
+    if checkpoint_dir is not None:
+        checkpoint = tf.train.Checkpoint(model=model, optimizer=optimizer, episodes_done=done)
+        manager = tf.train.CheckpointManager(checkpoint, checkpoint_dir, max_to_keep=1)
+        if manager.latest_checkpoint:
+            checkpoint.restore(manager.latest_checkpoint)
+
+    @tf.function(jit_compile=jit_compile)
+    def step(query, support, support_labels, query_labels):
+        with tf.GradientTape() as tape:
+            logits = model([query, support, support_labels], training=True)
+            loss = loss_fn(query_labels, logits)
+        gradients = tape.gradient(loss, model.trainable_variables)
+        optimizer.apply_gradients(zip(gradients, model.trainable_variables))
+        correct = tf.cast(tf.equal(tf.argmax(logits, axis=-1, output_type=tf.int32), query_labels), tf.float32)
+        return loss, tf.reduce_mean(correct)
+
+    history, window = {"episode": [], "loss": [], "accuracy": []}, []
+    for index in range(int(done.numpy()), episodes):
+        support, support_label, query, query_label = sampler.episode(index)
+        loss, accuracy = step(tf.constant(images[query], tf.float32), tf.constant(images[support], tf.float32),
+                              tf.constant(support_label, tf.int32), tf.constant(query_label, tf.int32))
+        window.append((float(loss), float(accuracy)))
+        done.assign(index + 1)
+        if manager is not None and ((index + 1) % checkpoint_every == 0 or index + 1 == episodes):
+            manager.save(checkpoint_number=index + 1)
+        if (index + 1) % log_every == 0 or index + 1 == episodes:
+            mean_loss, mean_accuracy = np.mean(window, axis=0)
+            history["episode"].append(index + 1)
+            history["loss"].append(float(mean_loss))
+            history["accuracy"].append(float(mean_accuracy))
+            window = []
+            if verbose:
+                print(f"episode {index + 1}/{episodes}: loss {mean_loss:.4f}, query accuracy {mean_accuracy:.4f}",
+                      flush=True)
+    return history
+
+
+train = train_few_shot_preset
+evaluate = evaluate_few_shot_preset

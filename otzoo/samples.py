@@ -5,7 +5,7 @@ signature and ONNX get the same values as float32).
 """
 import numpy as np
 
-from training.data import load_fashion_mnist
+from training.data.fashion_mnist import load_fashion_mnist
 
 FASHION_MNIST_SHAPE = (28, 28, 1)
 

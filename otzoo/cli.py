@@ -1,70 +1,28 @@
-"""The ``otzoo`` command line: ``list``, ``train``, ``evaluate``, ``demo`` and the commands other packages add.
+"""The ``otzoo`` command line: ``list``, ``train``, ``evaluate``, ``fine-tune``, ``demo``, and ``explain``,
+``export``, ``tune`` from their own modules (each defines ``register(commands, parser_class)`` and sets ``run`` on
+its sub-parser).
 
-A package adds a command with a module listed in ``EXTRA_COMMANDS`` that defines ``register(commands, parser_class)``
-(``commands``: the ``argparse`` sub-parsers; ``parser_class``: the parser class whose errors are one line) and sets
-``run`` on its sub-parser to a function of the parsed arguments.
-
-Bad input (an unknown preset, a non-positive count, an empty data slice, a missing file) ends with a one-line
-error naming the option and exit status 2, never a traceback.
+:func:`main` returns the exit status. Bad input (an unknown preset, a non-positive count, an empty data slice, a
+missing file) ends in one line naming the option and exit status 2 (:class:`otzoo.arguments.CommandError`); any
+other error is a bug and keeps its traceback (exit status 1).
 """
-import argparse
-import importlib
 import os
 import sys
 import time
 
-os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+import keras
+import numpy as np
 
-
-# Modules that add a sub-command each (see the module docstring).
-EXTRA_COMMANDS = ("explain.command", "export.command", "training.tune_command")
-
-
-class CommandError(Exception):
-    """An error in the user's input, printed as one line."""
-
-
-class _Parser(argparse.ArgumentParser):
-    def error(self, message):
-        self.exit(2, f"{self.prog}: error: {message}\n")
-
-
-def positive_int(text):
-    try:
-        value = int(text)
-    except ValueError:
-        value = 0
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"must be an integer >= 1, got {text!r}")
-    return value
-
-
-def positive_number(text):
-    """An ``argparse`` type: a number > 0."""
-    return _number(text, lambda value: value > 0, "a number > 0")
-
-
-def open_fraction(text):
-    """An ``argparse`` type: a number in (0, 1)."""
-    return _number(text, lambda value: 0.0 < value < 1.0, "a number in (0, 1)")
-
-
-def _number(text, accept, what):
-    try:
-        value = float(text)
-    except ValueError:
-        value = None
-    if value is None or not accept(value):
-        raise argparse.ArgumentTypeError(f"must be {what}, got {text!r}")
-    return value
-
-
-def preset_name(text):
-    from zoo.registry import PRESETS
-
-    if text not in PRESETS:
-        raise argparse.ArgumentTypeError(f"unknown preset {text!r}; known presets: {', '.join(sorted(PRESETS))}")
-    return text
+import export
+import zoo
+from otzoo import explain_command, export_command, tune_command
+from otzoo.arguments import ArgumentParser, CommandError, positive_int, preset_name
+from training.data.fashion_mnist import load_fashion_mnist
+from training.data.pipelines import image_dataset
+from training.distributed.launch import run_cluster
+from training.recipes import evaluate_preset, train_preset
+from training.recipes.fine_tune import fine_tune_preset
+from zoo.registry import PRESETS
 
 
 def _format_metric(value):
@@ -82,7 +40,6 @@ def _headline(metrics, keys=2):
 
 def list_presets(args):
     """Print the presets with their task and headline metric."""
-    import zoo
 
     names = zoo.list_models(args.task)
     width = max(len(n) for n in names) if names else 10
@@ -100,7 +57,6 @@ def train(args):
     with --strategy multi_worker; on a real cluster, start the command on every host with its TF_CONFIG instead.
     A run killed before it finished resumes from --out/backup with --resume.
     """
-    from zoo.registry import PRESETS
 
     task = PRESETS[args.preset]["task"]
     out = args.out or os.path.join("otzoo_runs", args.preset)
@@ -122,7 +78,6 @@ def train(args):
                            "choose another --out.")
     if args.workers > 1:
         return _train_on_local_workers(args, out)
-    from training.recipes import train_preset
 
     card = train_preset(args.preset, out, **options)
     print(f"{args.preset}: {_headline(card['metrics'])}; {card['train_time_s']:.0f} s of training; weights and card "
@@ -133,9 +88,8 @@ def train(args):
 def _train_on_local_workers(args, out):
     """This command again in ``args.workers`` local processes with ``--strategy multi_worker`` (this process does
     not start TensorFlow); the chief writes the preset."""
-    from training.launch import run_cluster
 
-    command = [sys.executable, "-m", "training.cli"] + _without_options(args.argv, {"--workers": 1, "--strategy": 1})
+    command = [sys.executable, "-m", "otzoo"] + _without_options(args.argv, {"--workers": 1, "--strategy": 1})
     command += ["--strategy", "multi_worker", "--out", out, "--resume"]
     results = run_cluster(command, args.workers, os.path.join(out, "workers"), max_restarts=1)[-1]
     failed = [r for r in results if r.returncode != 0]
@@ -165,7 +119,6 @@ def _without_options(argv, options):
 def evaluate(args):
     """Recompute a preset's card metrics on the real test split (the unseen or novel classes' test images for
     retrieval and few-shot presets) and compare them with the card."""
-    from training.recipes import evaluate_preset
 
     result = evaluate_preset(args.preset, weights=args.weights, limit=args.limit)
     card = result["card_metrics"] or {}
@@ -179,7 +132,6 @@ def fine_tune(args):
     """Load a pretrained preset, fit it with model.fit on a slice of its training data, and save the result as a
     preset directory (config.json, model.weights.h5, metadata.json) that zoo.load, otzoo export and
     otzoo explain --weights read."""
-    from training.fine_tune import fine_tune_preset
 
     card = fine_tune_preset(args.preset, args.out, epochs=args.epochs, limit=args.limit,
                             learning_rate=args.learning_rate, seed=args.seed)
@@ -191,13 +143,7 @@ def fine_tune(args):
 
 def demo(args):
     """Load the pretrained resnet20_mpw_fashion_mnist, evaluate it, fine-tune it for one epoch, export it."""
-    import keras
-    import numpy as np
 
-    import export
-    import zoo
-    from training.data import load_fashion_mnist
-    from training.pipelines import image_dataset
 
     name = "resnet20_mpw_fashion_mnist"
     keras.utils.set_random_seed(args.seed)
@@ -226,8 +172,8 @@ def demo(args):
 
 
 def main(argv=None):
-    parser = _Parser(prog="otzoo", description="Optimal-transport and prototype layers for Keras: the model zoo.")
-    commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND", parser_class=_Parser)
+    parser = ArgumentParser(prog="otzoo", description="Optimal-transport and prototype layers for Keras: the model zoo.")
+    commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND", parser_class=ArgumentParser)
 
     sub = commands.add_parser("list", help="list the presets with task and headline metric",
                               description=list_presets.__doc__)
@@ -284,8 +230,8 @@ def main(argv=None):
     sub.add_argument("--out", default="otzoo_demo", help="where the SavedModel is written")
     sub.set_defaults(run=demo)
 
-    for module in EXTRA_COMMANDS:
-        importlib.import_module(module).register(commands, _Parser)
+    for command in (explain_command, export_command, tune_command):
+        command.register(commands, ArgumentParser)
 
     args = parser.parse_args(argv)
     args.argv = list(sys.argv[1:] if argv is None else argv)  # what `otzoo train --workers` passes to its workers

@@ -34,9 +34,17 @@ import os
 import keras
 import numpy as np
 
+import zoo
+from ot_layers.callbacks import GSPPrototypeInit
 from ot_layers.validation import check_in_range, check_positive_int
+from training.data.fashion_mnist import fashion_mnist_split, load_fashion_mnist
+from training.data.pipelines import image_dataset
+from training.evaluation.retrieval import retrieval_metrics
+from training.recipes.classification import classification_training
+from training.recipes.retrieval import retrieval_training
+from training.recipes.tuned_config import CONFIG_FORMAT
+from zoo.registry import PRESETS
 
-CONFIG_FORMAT = "otzoo-tuning/1"
 # The JSON written by ``tune`` (``OUT/best.json``):
 #   {"format": "otzoo-tuning/1", "preset": NAME, "task": TASK,
 #    "head_kwargs": {...},           # keyword arguments of the head layer (zoo.build(NAME, **head_kwargs))
@@ -121,7 +129,6 @@ def _accuracy(logits, labels):
 
 
 def _map_at_r(embeddings, labels):
-    from training.evaluation import retrieval_metrics
 
     return retrieval_metrics(embeddings, labels, metric="cosine", nmi=False)["map_at_r"]
 
@@ -149,14 +156,11 @@ def _task_parts(name, spec, served, data, recipe):
     """``(model fit trains, loss, callbacks before the scorer, batch feed or None, scorer)`` of one trial."""
     (x_train, y_train), (x_val, y_val) = data
     if spec["task"] == "retrieval":
-        from ot_layers.callbacks import GSPPrototypeInit
-        from training.retrieval_recipe import retrieval_training
 
         model, loss = retrieval_training(name, served, recipe, num_classes=int(y_train.max()) + 1)
         head_callbacks = [GSPPrototypeInit(x_train[:256].astype("float32"), layer_name="gsp",
                                            seed=recipe.get("seed", 0))] if spec["pooling"] == "gsp" else []
         return model, loss, head_callbacks, None, _ValidationScore("retrieval", served, x_val, y_val)
-    from training.recipes import classification_training
 
     model, loss, head_callbacks, feed = classification_training(name, served)
     return model, loss, head_callbacks, feed, _ValidationScore("classification", served, x_val, y_val)
@@ -165,8 +169,6 @@ def _task_parts(name, spec, served, data, recipe):
 def _preset_hypermodel(name, spec, params, data, epochs, batch_size, backbone):
     import keras_tuner as kt
 
-    import zoo
-    from training.pipelines import image_dataset
 
     recipe = spec.get("recipe", {})
     x_train, y_train = data[0]
@@ -229,8 +231,6 @@ def tune(preset, trials, out_dir, epochs=1, limit=None, batch_size=None, backbon
     """
     import keras_tuner as kt
 
-    from training.data import fashion_mnist_split, load_fashion_mnist
-    from zoo.registry import PRESETS
 
     if preset not in PRESETS:
         raise ValueError(f"`preset` {preset!r} is unknown; known presets: {', '.join(sorted(PRESETS))}.")
@@ -291,24 +291,3 @@ def tune(preset, trials, out_dir, epochs=1, limit=None, batch_size=None, backbon
     return config
 
 
-def load_tuned_config(path, preset=None):
-    """Read a configuration written by :func:`tune`: ``{"preset", "head_kwargs", "learning_rate", ...}``.
-
-    ``preset``: when given, the file must be for that preset. Bad files raise ``ValueError`` naming ``config``.
-    """
-    if not os.path.isfile(path):
-        raise FileNotFoundError(f"`config`: no tuning result at {path!r} (run `otzoo tune PRESET --out DIR`).")
-    try:
-        with open(path) as handle:
-            config = json.load(handle)
-    except json.JSONDecodeError as error:
-        raise ValueError(f"`config` {path!r} is not valid JSON ({error}).") from None
-    ok = isinstance(config, dict) and isinstance(config.get("preset"), str) \
-        and isinstance(config.get("head_kwargs"), dict) and isinstance(config.get("learning_rate"), (int, float)) \
-        and config["learning_rate"] > 0
-    if not ok:
-        raise ValueError(f"`config` {path!r} must hold 'preset' (str), 'head_kwargs' (dict) and 'learning_rate' "
-                         "(> 0), as written by `otzoo tune`.")
-    if preset is not None and config["preset"] != preset:
-        raise ValueError(f"`config` {path!r} was tuned for preset {config['preset']!r}, not {preset!r}.")
-    return config

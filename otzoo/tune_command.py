@@ -1,12 +1,16 @@
 """``otzoo tune PRESET``: keras-tuner random search over the head's parameters and the learning rate
 (``training.tuning``); registered through ``training.cli.EXTRA_COMMANDS``."""
+import argparse
+
+from otzoo.arguments import open_fraction, positive_int, preset_name
+from training.tuning.search import tune
+from zoo.backbones import BACKBONES
 
 
 def run(args):
     """Search the head's parameters and the learning rate on a validation part of the training split (for a
     retrieval preset: held-out seen classes, scored by MAP@R); print the trials and write OUT/best.json (read by
     ``otzoo train --config`` through ``training.tuning.load_tuned_config``)."""
-    from training.tuning import tune
 
     out = args.out or f"otzoo_tune/{args.preset}"
     tune(args.preset, args.trials, out, epochs=args.epochs, limit=args.limit, batch_size=args.batch_size,
@@ -16,9 +20,7 @@ def run(args):
 
 
 def _backbone(text):
-    import argparse
 
-    from zoo.backbones import BACKBONES
 
     if text not in BACKBONES:
         raise argparse.ArgumentTypeError(f"unknown backbone {text!r}; known: {', '.join(BACKBONES)}")
@@ -27,7 +29,6 @@ def _backbone(text):
 
 def register(commands, parser_class):
     """Add ``tune`` to the ``otzoo`` sub-commands."""
-    from training.cli import open_fraction, positive_int, preset_name
 
     sub = commands.add_parser("tune", help="search a preset's head parameters and learning rate (keras-tuner)",
                               description=run.__doc__)

@@ -10,14 +10,23 @@ the sizes on disk and the parity table.
 import os
 import re
 
+import keras
+
+import export
+import zoo
+from export.saved_model import directory_size
+from export.signatures import TASKS, UINT8_SIGNATURE, serving_spec
+from export.warmup import WARMUP_DIR, WARMUP_FILE
+from otzoo.arguments import CommandError, positive_int, positive_number
+from otzoo.samples import fashion_mnist_inputs
+from zoo.registry import PRESETS
+
 FORMATS = ("saved_model", "onnx", "both")
 BATCH_SIZES = (1, 64)
 
 
 def register(commands, parser_class):
     """Add the ``export`` sub-command (see ``training.cli.EXTRA_COMMANDS``)."""
-    from export.signatures import TASKS
-    from training.cli import positive_int, positive_number
 
     sub = commands.add_parser("export", help="export a preset or .keras model for TF Serving and ONNX, verified",
                               description=__doc__.split("\n\n")[1])
@@ -35,12 +44,7 @@ def register(commands, parser_class):
 
 def _load(target):
     """``(model, name, preset spec or None)`` for a preset name, a ``.keras`` file or a preset directory."""
-    import keras
 
-    import ot_layers  # noqa: F401  (registers the layers a .keras file names)
-    import zoo
-    from training.cli import CommandError
-    from zoo.registry import PRESETS
 
     if target in PRESETS:
         return zoo.load(target), target, PRESETS[target]
@@ -60,7 +64,6 @@ def _load(target):
 
 
 def _size(path):
-    from export.saved_model import directory_size
 
     total = directory_size(path) if os.path.isdir(path) else os.path.getsize(path)
     return f"{total / 1e6:.2f} MB"
@@ -68,11 +71,6 @@ def _size(path):
 
 def run(args):
     """Export, verify and print the summary (see the module docstring)."""
-    import export
-    from export.samples import fashion_mnist_inputs
-    from export.signatures import UINT8_SIGNATURE, serving_spec
-    from export.warmup import WARMUP_DIR, WARMUP_FILE
-    from training.cli import CommandError
 
     if args.version is not None and args.format == "onnx":
         raise CommandError("--version applies to the SavedModel; --format onnx writes no version.")

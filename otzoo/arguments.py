@@ -1,0 +1,58 @@
+"""What the command line accepts: ``argparse`` types that name the bad value, and the error of a user's input.
+
+Every sub-command's bad input (an unknown preset, a non-positive count, an empty data slice, a missing file) ends
+in one line naming the option and exit status 2 (:class:`CommandError`, or ``argparse``'s own error); anything
+else is a bug and keeps its traceback.
+"""
+import argparse
+
+from zoo.registry import PRESETS
+
+
+class CommandError(Exception):
+    """An error in the user's input, printed as one line with exit status 2."""
+
+
+class ArgumentParser(argparse.ArgumentParser):
+    """``argparse`` whose errors are one line and exit status 2."""
+
+    def error(self, message):
+        self.exit(2, f"{self.prog}: error: {message}\n")
+
+
+def positive_int(text):
+    """An ``argparse`` type: an integer >= 1."""
+    try:
+        value = int(text)
+    except ValueError:
+        value = 0
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be an integer >= 1, got {text!r}")
+    return value
+
+
+def positive_number(text):
+    """An ``argparse`` type: a number > 0."""
+    return _number(text, lambda value: value > 0, "a number > 0")
+
+
+def open_fraction(text):
+    """An ``argparse`` type: a number in (0, 1)."""
+    return _number(text, lambda value: 0.0 < value < 1.0, "a number in (0, 1)")
+
+
+def _number(text, accept, what):
+    try:
+        value = float(text)
+    except ValueError:
+        value = None
+    if value is None or not accept(value):
+        raise argparse.ArgumentTypeError(f"must be {what}, got {text!r}")
+    return value
+
+
+def preset_name(text):
+    """An ``argparse`` type: the name of a built-in preset."""
+    if text not in PRESETS:
+        raise argparse.ArgumentTypeError(f"unknown preset {text!r}; known presets: {', '.join(sorted(PRESETS))}")
+    return text

@@ -1,0 +1,78 @@
+"""N-way K-shot episodes: the sampler and a ``tf.data`` pipeline of episodes for ``model.fit``."""
+import numpy as np
+import tensorflow as tf
+
+from ot_layers.validation import check_positive_int
+
+
+class EpisodeSampler:
+    """Draws N-way K-shot episodes with ``queries`` query samples per class from integer ``labels``.
+
+    Each episode picks ``ways`` classes at random, then ``shots + queries`` distinct samples of each. ``sample()``
+    returns ``(support_index, support_label, query_index, query_label)`` with labels relabelled to
+    ``0..ways-1`` in the order the classes were drawn; the support set is grouped by class.
+    """
+
+    def __init__(self, labels, ways=5, shots=1, queries=15, seed=0):
+        self.ways = check_positive_int("ways", ways)
+        self.shots = check_positive_int("shots", shots)
+        self.queries = check_positive_int("queries", queries)
+        labels = np.asarray(labels)
+        if labels.ndim != 1:
+            raise ValueError(f"`labels` must be one-dimensional, got shape {labels.shape}.")
+        classes, counts = np.unique(labels, return_counts=True)
+        usable = classes[counts >= self.shots + self.queries]
+        if len(usable) < self.ways:
+            raise ValueError(f"`labels` has {len(usable)} classes with at least shots + queries = "
+                             f"{self.shots + self.queries} samples; {self.ways}-way episodes need {self.ways}.")
+        self.classes = usable
+        self.members = {c: np.flatnonzero(labels == c) for c in usable}
+        self.seed = seed
+        self.rng = np.random.default_rng(seed)
+
+    def sample(self):
+        """The next episode of this sampler's random stream."""
+        return self._draw(self.rng)
+
+    def episode(self, index):
+        """Episode number ``index`` of the seed's fixed sequence: the same episode whatever was drawn before, so a
+        resumed meta-training run and an evaluation see the same episodes."""
+        return self._draw(np.random.default_rng([int(self.seed), int(index)]))
+
+    def _draw(self, rng):
+        chosen = rng.choice(self.classes, self.ways, replace=False)
+        support, query = [], []
+        for c in chosen:
+            picked = rng.choice(self.members[c], self.shots + self.queries, replace=False)
+            support.append(picked[:self.shots])
+            query.append(picked[self.shots:])
+        support_label = np.repeat(np.arange(self.ways), self.shots)
+        query_label = np.repeat(np.arange(self.ways), self.queries)
+        return np.concatenate(support), support_label, np.concatenate(query), query_label
+
+    def __iter__(self):
+        while True:
+            yield self.sample()
+
+
+def episode_dataset(images, labels, episodes, ways=5, shots=1, queries=15, seed=0):
+    """A ``tf.data.Dataset`` of ``episodes`` episodes as ``((query_images, support_images, support_labels),
+    query_labels)``, episode ``i`` being ``EpisodeSampler(labels, ways, shots, queries, seed).episode(i)`` drawn from
+    ``images`` (raw pixels): what ``model.fit`` takes to train a few-shot model (``zoo.few_shot_model``), one episode
+    a step."""
+    episodes = check_positive_int("episodes", episodes)
+    sampler = EpisodeSampler(labels, ways, shots, queries, seed)
+    images = np.asarray(images)
+
+    def generate():
+        for index in range(episodes):
+            support, support_label, query, query_label = sampler.episode(index)
+            yield ((images[query].astype(np.float32), images[support].astype(np.float32),
+                    support_label.astype(np.int32)), query_label.astype(np.int32))
+
+    shape = tuple(images.shape[1:])
+    signature = ((tf.TensorSpec((ways * queries,) + shape, tf.float32),
+                  tf.TensorSpec((ways * shots,) + shape, tf.float32), tf.TensorSpec((ways * shots,), tf.int32)),
+                 tf.TensorSpec((ways * queries,), tf.int32))
+    dataset = tf.data.Dataset.from_generator(generate, output_signature=signature)
+    return dataset.apply(tf.data.experimental.assert_cardinality(episodes))

@@ -1,0 +1,80 @@
+"""Fashion-MNIST from the local IDX files (Debian's ``dataset-fashion-mnist``)."""
+import gzip
+import os
+
+import numpy as np
+
+from training.data.splits import protocol_split, select_classes
+
+FASHION_MNIST_DIRS = (
+    os.environ.get("OTZOO_FASHION_MNIST", ""),
+    "/usr/share/datasets/fashion-mnist",
+    os.path.join(os.environ.get("KERAS_HOME", os.path.expanduser("~/.keras")), "datasets", "fashion-mnist"),
+)
+
+
+_FILES = {
+    "train": ("train-images-idx3-ubyte.gz", "train-labels-idx1-ubyte.gz"),
+    "test": ("t10k-images-idx3-ubyte.gz", "t10k-labels-idx1-ubyte.gz"),
+}
+
+
+def fashion_mnist_dir():
+    """The first folder holding the four Fashion-MNIST IDX files, or ``None``."""
+    for folder in FASHION_MNIST_DIRS:
+        if folder and all(os.path.isfile(os.path.join(folder, f)) for pair in _FILES.values() for f in pair):
+            return folder
+    return None
+
+
+def _read_idx(path):
+    with gzip.open(path, "rb") as handle:
+        data = handle.read()
+    magic = int.from_bytes(data[:4], "big")
+    ndim = magic & 0xFF
+    if magic >> 8 != 0x08:
+        raise ValueError(f"{path} is not an unsigned-byte IDX file (magic {magic:#x}).")
+    dims = [int.from_bytes(data[4 + 4 * i: 8 + 4 * i], "big") for i in range(ndim)]
+    array = np.frombuffer(data, dtype=np.uint8, offset=4 + 4 * ndim)
+    if array.size != int(np.prod(dims)):
+        raise ValueError(f"{path} is truncated: expected {int(np.prod(dims))} values, found {array.size}.")
+    return array.reshape(dims)
+
+
+def load_fashion_mnist(split="train", limit=None, normalize=True):
+    """Fashion-MNIST images ``(N, 28, 28, 1)`` (float32 in [0, 1] when ``normalize``) and int32 labels.
+
+    Reads the original IDX files; raises ``FileNotFoundError`` with the install command when they are missing.
+    ``limit`` keeps the first ``limit`` examples (for quick runs).
+    """
+    if split not in _FILES:
+        raise ValueError(f"`split` must be one of {sorted(_FILES)}, got {split!r}.")
+    folder = fashion_mnist_dir()
+    if folder is None:
+        raise FileNotFoundError(
+            "Fashion-MNIST IDX files not found in any of "
+            f"{[d for d in FASHION_MNIST_DIRS if d]}; install them with "
+            "`apt-get install -y dataset-fashion-mnist` or set OTZOO_FASHION_MNIST."
+        )
+    images = _read_idx(os.path.join(folder, _FILES[split][0]))
+    labels = _read_idx(os.path.join(folder, _FILES[split][1])).astype(np.int32)
+    if limit is not None:
+        images, labels = images[:limit], labels[:limit]
+    images = images[..., None]
+    if normalize:
+        images = images.astype(np.float32) / 255.0
+    return images, labels
+
+
+def fashion_mnist_split(protocol, part, limit=None, normalize=True, relabel=False):
+    """Fashion-MNIST images and labels of one part of a class-split protocol.
+
+    Retrieval: ``"train"`` = the training images of classes 0-4, ``"test"`` = the test images of classes 5-9;
+    few-shot: ``"base"`` = the training images of classes 0-4, ``"novel"`` = the test images of classes 5-9.
+    ``limit`` reads only the first ``limit`` images of the source split (before the class filter). Labels keep their
+    original values (retrieval evaluation wants them); ``relabel=True`` maps the part's classes to
+    ``0..len(classes)-1`` in increasing order.
+    """
+    classes, source = protocol_split("fashion_mnist", protocol, part)
+    images, labels = load_fashion_mnist(source, limit=limit, normalize=normalize)
+    return select_classes(images, labels, classes, relabel=relabel)

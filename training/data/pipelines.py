@@ -1,0 +1,40 @@
+"""``tf.data`` pipelines of in-memory image arrays, with the pad-crop-flip augmentation."""
+import tensorflow as tf
+
+from ot_layers.validation import check_non_negative, check_positive_int
+
+
+def pad_crop_flip(image, pad, seed):
+    """Zero-pad ``pad`` pixels on each side, crop back to the original size at a random place, flip left-right
+    with probability 1/2 (the CIFAR augmentation of He et al. 2016). ``seed``: a stateless seed ``(2,)``."""
+    height, width = image.shape[0], image.shape[1]
+    padded = tf.pad(image, [[pad, pad], [pad, pad], [0, 0]])
+    crop_seed, flip_seed = tf.unstack(tf.random.experimental.stateless_split(seed, 2))
+    cropped = tf.image.stateless_random_crop(padded, [height, width, image.shape[2]], seed=crop_seed)
+    return tf.image.stateless_random_flip_left_right(cropped, seed=flip_seed)
+
+
+def image_dataset(images, labels, batch_size, training=False, pad=2, seed=0, drop_remainder=None):
+    """Batches of ``(float32 pixels in 0-255, int32 labels)`` from arrays ``(N, H, W, C)``, ``(N,)``.
+
+    With ``training``: shuffled every epoch (seeded) and augmented by :func:`pad_crop_flip` (``pad=0``: flips only),
+    the last incomplete batch dropped unless ``drop_remainder=False``. Pixels stay in 0-255: zoo models normalize
+    them inside.
+    """
+    batch_size = check_positive_int("batch_size", batch_size)
+    pad = int(check_non_negative("pad", pad))
+    if len(images) != len(labels):
+        raise ValueError(f"`images` has {len(images)} samples but `labels` has {len(labels)}.")
+    if len(images) == 0:
+        raise ValueError("`images` is empty: the data slice holds no samples.")
+    data = tf.data.Dataset.from_tensor_slices((images, labels))
+    cast = lambda x, y: (tf.cast(x, tf.float32), tf.cast(y, tf.int32))  # noqa: E731
+    if not training:
+        return data.batch(batch_size, drop_remainder=bool(drop_remainder)).map(cast).prefetch(tf.data.AUTOTUNE)
+    data = data.shuffle(len(images), seed=seed, reshuffle_each_iteration=True)
+    counter = tf.data.Dataset.random(seed=seed + 1).map(lambda s: tf.stack([s, s // 7 + 1]))
+    data = tf.data.Dataset.zip((data, counter))
+    augment = lambda xy, s: (pad_crop_flip(tf.cast(xy[0], tf.float32), pad, s), tf.cast(xy[1], tf.int32))  # noqa
+    data = data.map(augment, num_parallel_calls=tf.data.AUTOTUNE)
+    drop = True if drop_remainder is None else bool(drop_remainder)
+    return data.batch(batch_size, drop_remainder=drop).prefetch(tf.data.AUTOTUNE)

@@ -1,0 +1,70 @@
+"""Few-shot evaluation: mean accuracy over N-way K-shot episodes with its 95 % confidence interval."""
+import keras
+import numpy as np
+import tensorflow as tf
+
+from ot_layers.validation import check_positive_int
+from training.data.episodes import EpisodeSampler
+from zoo.tasks import few_shot_parts
+
+Z_95 = 1.96
+
+
+def mean_and_ci95(accuracies):
+    """``(mean, 1.96 * std / sqrt(episodes))`` of per-episode accuracies."""
+    accuracies = np.asarray(accuracies, dtype=np.float64)
+    if accuracies.size == 0:
+        raise ValueError("`accuracies` is empty.")
+    return float(accuracies.mean()), float(Z_95 * accuracies.std() / np.sqrt(accuracies.size))
+
+
+def evaluate_episodes(features, labels, classifiers, ways=5, shots=1, queries=15, episodes=1000, seed=0):
+    """Few-shot accuracy of each classifier on the same episodes drawn from precomputed ``features``.
+
+    ``classifiers``: ``{name: fn(support_features, support_label, query_features) -> scores (Q, ways)}``.
+    Returns ``{name: {"mean": ..., "ci95": ..., "episodes": ...}}`` (accuracies in [0, 1]).
+    """
+    episodes = check_positive_int("episodes", episodes)
+    sampler = EpisodeSampler(labels, ways, shots, queries, seed)
+    accuracies = {name: [] for name in classifiers}
+    for _ in range(episodes):
+        support, support_label, query, query_label = sampler.sample()
+        for name, classify in classifiers.items():
+            scores = np.asarray(classify(features[support], support_label, features[query]))
+            accuracies[name].append(float(np.mean(np.argmax(scores, axis=1) == query_label)))
+    report = {}
+    for name, values in accuracies.items():
+        mean, ci95 = mean_and_ci95(values)
+        report[name] = {"mean": mean, "ci95": ci95, "episodes": episodes}
+    return report
+
+
+def few_shot_accuracy(model, images, labels, ways=5, shots=1, queries=15, episodes=1000, seed=0, batch_size=256,
+                      verbose=0):
+    """Mean accuracy and 95 % interval of few-shot model ``model`` on ``episodes`` N-way K-shot episodes
+    (``EpisodeSampler(labels, ways, shots, queries, seed).episode(i)`` for ``i < episodes``) drawn from ``images``
+    (raw pixels).
+
+    The backbone runs once over ``images`` (inference mode, so each image's features are those the whole model
+    computes for it in any episode); each episode then runs the model's class-mean and head layers
+    (``zoo.tasks.few_shot_parts``). ``verbose``: a progress bar over the episodes. Returns ``{"mean", "ci95",
+    "episodes"}`` (accuracies in [0, 1]).
+    """
+
+    episodes = check_positive_int("episodes", episodes)
+    embed, classify = few_shot_parts(model)
+    features = np.concatenate([np.asarray(embed(tf.constant(images[i:i + batch_size], tf.float32)))
+                               for i in range(0, len(images), batch_size)])
+    classify = tf.function(classify)
+    sampler = EpisodeSampler(labels, ways, shots, queries, seed)
+    accuracies = []
+    progress = keras.utils.Progbar(episodes, unit_name="episode") if verbose else None
+    for index in range(episodes):
+        support, support_label, query, query_label = sampler.episode(index)
+        logits = classify(tf.constant(features[query]), tf.constant(features[support]),
+                          tf.constant(support_label, tf.int32))
+        accuracies.append(float(np.mean(np.argmax(np.asarray(logits), axis=-1) == query_label)))
+        if progress is not None:
+            progress.update(index + 1, [("accuracy", accuracies[-1])])
+    mean, ci95 = mean_and_ci95(accuracies)
+    return {"mean": mean, "ci95": ci95, "episodes": episodes}
