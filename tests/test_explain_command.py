@@ -9,6 +9,7 @@ from PIL import Image
 
 from explain.report import KINDS
 from otzoo import cli
+from otzoo.arguments import ArgumentParser
 
 OPTIONS = ("PRESET", "IMAGE", "--test-index", "--out", "--kinds", "--weights", "--top-k", "--gallery-size", "--seed",
            "--dpi")
@@ -40,7 +41,7 @@ def test_help_documents_every_option_and_kind(capsys):
     commands = argparse.ArgumentParser().add_subparsers()
     from otzoo.explain_command import register
 
-    parser = register(commands, cli._Parser)
+    parser = register(commands, ArgumentParser)
     declared = {s for action in parser._actions for s in action.option_strings if s.startswith("--")} - {"--help"}
     assert declared == {o for o in OPTIONS if o.startswith("--")}
 

@@ -13,13 +13,6 @@ from otzoo import cli
 SMALL = dict(input_shape=(28, 28, 1), backbone_kwargs={"width": 4, "feature_dim": 8})
 
 
-@pytest.fixture(autouse=True)
-def _only_the_export_command(monkeypatch):
-    """Run ``otzoo`` with the export command alone (the other packages' commands are tested by their owners)."""
-    assert "export.command" in cli.EXTRA_COMMANDS
-    monkeypatch.setattr(cli, "EXTRA_COMMANDS", ("export.command",))
-
-
 def _fails_with(args, message, capsys):
     with pytest.raises(SystemExit) as exit_info:
         raise SystemExit(cli.main(args))
