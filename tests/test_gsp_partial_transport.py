@@ -162,7 +162,7 @@ def test_threshold_zero_runs_exactly_max_iter_and_threshold_stops_early():
     cost = _cost(12)
     n = cost.shape[-1]
     exact = partial_transport(cost, 0.3, epsilon=0.2, max_iter=7, threshold=0)
-    assert int(exact.iterations) == 7
+    np.testing.assert_array_equal(exact.iterations.numpy(), [7, 7])
     # Prop. 5.2.1 by hand, 7 iterations
     k = np.exp(-cost.numpy() / 0.2)
     s = k.sum(axis=1)
@@ -175,11 +175,16 @@ def test_threshold_zero_runs_exactly_max_iter_and_threshold_stops_early():
     np.testing.assert_allclose(exact.plan.numpy(), t[:, :, None] * (k / s.max(axis=-1)[:, None, None]) * rho[:, None],
                                rtol=1e-12)
     early = partial_transport(cost, 0.3, epsilon=0.2, max_iter=1000, threshold=1e-4)
-    assert 1 <= int(early.iterations) < 1000 and float(tf.reduce_max(early.error)) <= 1e-4
+    assert early.iterations.shape == (2,) and early.iterations.dtype == tf.int32
+    assert np.all(early.iterations.numpy() >= 1) and np.all(early.iterations.numpy() < 1000)
+    assert float(tf.reduce_max(early.error)) <= 1e-4
     marginal = np.abs(early.residual.numpy() + early.plan.numpy().sum(1) - 1.0 / n).sum(-1)
     np.testing.assert_allclose(early.error.numpy(), marginal, atol=1e-12)
-    same = partial_transport(cost, 0.3, epsilon=0.2, max_iter=int(early.iterations), threshold=0)
-    np.testing.assert_array_equal(same.plan.numpy(), early.plan.numpy())
+    for p in range(2):  # each problem stopped after its own count: that many plain iterations give its solution
+        same = partial_transport(cost[p], 0.3, epsilon=0.2, max_iter=int(early.iterations[p]), threshold=0)
+        assert int(same.iterations) == int(early.iterations[p])
+        np.testing.assert_allclose(same.plan.numpy(), early.plan.numpy()[p], rtol=1e-13, atol=0)
+        np.testing.assert_allclose(same.residual.numpy(), early.residual.numpy()[p], rtol=1e-13, atol=0)
 
 
 def test_nan_stays_in_its_problem():
@@ -193,12 +198,15 @@ def test_nan_stays_in_its_problem():
                           transport_ratio=0.3, epsilon=0.2, max_iter=100)
         mixed = _gradient(tf.constant(bad), tf.constant(w_plan), tf.constant(w_res), mode, transport_ratio=0.3,
                           epsilon=0.2, max_iter=100)
-        np.testing.assert_array_equal(mixed[[0, 2]], clean)
+        # equal up to the last bit of float64 (batched kernels may round a batch of 3 and one of 2 differently)
+        np.testing.assert_allclose(mixed[[0, 2]], clean, rtol=1e-14, atol=0)
         assert np.all(np.isnan(mixed[1]))
     result = partial_transport(tf.constant(bad), 0.3, epsilon=0.2)
     reference = partial_transport(tf.constant(cost[[0, 2]]), 0.3, epsilon=0.2)
     np.testing.assert_array_equal(result.plan.numpy()[[0, 2]], reference.plan.numpy())
-    assert int(result.iterations) == int(reference.iterations)
+    np.testing.assert_array_equal(result.iterations.numpy()[[0, 2]], reference.iterations.numpy())
+    # the NaN problem never converges: it runs as long as the batch's loop, without holding it
+    assert int(result.iterations[1]) == int(tf.reduce_max(reference.iterations))
 
 
 def test_half_precision_cost_is_solved_in_float32():

@@ -1,4 +1,4 @@
-"""Zero-shot prediction loss (Eq. 5.2.4) and the GSP prototype-initialization callback."""
+"""Zero-shot prediction loss (Gurbuz 2022 thesis, Eq. 5.2.4) and the GSP prototype-initialization callback."""
 import keras
 import numpy as np
 import pytest
@@ -63,9 +63,9 @@ def test_rejects_bad_arguments():
         ClassProxies(3, num_proxies=0)
 
 
-def _gsp_model(num_classes=4, attributes_dim=6):
+def _gsp_model(num_classes=4, attributes_dim=6, activation="relu"):
     inputs = keras.Input((6, 6, 3))
-    features = keras.layers.Conv2D(8, 1, activation="relu", name="conv")(inputs)
+    features = keras.layers.Conv2D(8, 1, activation=activation, name="conv")(inputs)
     pooled, z = GeneralizedSumPooling(num_prototypes=5, epsilon=2.0, max_iter=20, return_attributes=True,
                                       name="gsp")(features)
     proxies = ClassProxies(num_classes, name="proxies")
@@ -148,10 +148,25 @@ def test_prototype_init_finds_the_only_gsp_layer_and_rejects_bad_arguments():
         bad.on_epoch_begin(0)
     with pytest.raises(ValueError, match="warmup_epochs"):
         GSPPrototypeInit(x, warmup_epochs=-1)
+
+def test_prototype_init_rejects_non_finite_features():
+    """A NaN pixel reaches the features through a linear 1x1 convolution (NaN times any weight, plus anything, is
+    NaN in every kernel). Not through ReLU: whether ReLU(NaN) is NaN or 0 depends on the CPU kernel (oneDNN,
+    ``TF_ENABLE_ONEDNN_OPTS``), so a ReLU backbone may hide it."""
+    x = np.random.default_rng(3).uniform(size=(8, 6, 6, 3)).astype(np.float32)
     nan_images = x.copy()
-    nan_images[0, 0, 0, 0] = np.nan
+    nan_images[0, 0, 0, :] = np.nan
+    model, _, _ = _gsp_model(activation=None)
+    features = keras.Model(model.inputs, model.get_layer("gsp").input).predict(nan_images, verbose=0)
+    assert np.all(np.isnan(features[0, 0, 0])) and np.all(np.isfinite(features[1:]))  # NaN by construction
     nan_init = GSPPrototypeInit(nan_images, warmup_epochs=0)
-    model2, _, _ = _gsp_model()
-    nan_init.set_model(model2)
-    with pytest.raises(ValueError, match="images"):
+    nan_init.set_model(model)
+    with pytest.raises(ValueError, match="images.*NaN or Inf"):
         nan_init.on_epoch_begin(0)
+    assert not nan_init.initialized
+    inf_images = x.copy()
+    inf_images[1, 2, 3, :] = np.inf
+    inf_init = GSPPrototypeInit(inf_images, warmup_epochs=0)
+    inf_init.set_model(model)
+    with pytest.raises(ValueError, match="images.*NaN or Inf"):
+        inf_init.on_epoch_begin(0)

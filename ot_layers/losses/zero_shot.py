@@ -1,4 +1,4 @@
-"""GSP's cross-batch zero-shot prediction loss ``L_ZS`` (paper 003, Sec. 5.2.3, Eq. 5.2.4; SPEC S3).
+"""GSP's cross-batch zero-shot prediction loss ``L_ZS`` (Gurbuz 2022 thesis, Sec. 5.2.3, Eq. 5.2.4).
 
 Given pseudo-attributes ``z_i`` (``GeneralizedSumPooling(return_attributes=True)``) and learnable class
 embeddings ``Upsilon = [v_c]``, the batch is split into halves ``b1``, ``b2`` with disjoint classes. On each half a
@@ -11,10 +11,15 @@ classified over all classes with logits ``scale * v_j^T A z_i``:
 Combine with a metric-learning loss as ``(1 - lambda) L_DML + lambda L_ZS`` (Eq. 5.2.5, ``lambda = 0.1``):
 ``model.compile(loss=[dml_loss, zero_shot_loss], loss_weights=[1 - lambda, lambda])`` for a model whose outputs
 are ``[ClassProxies(...)(embedding), ClassProxies(num_classes, dim=dv, output="packed")(z)]``.
+
+Under a distribution strategy each replica computes ``L_ZS`` on its own share of the batch (halves, ridge maps and
+predictions within that share), and the loss divides that scalar by the number of replicas (as the metric-learning
+losses do), so the summed replica gradients are the mean of the per-replica ``L_ZS`` gradients.
 """
 import keras
 import tensorflow as tf
 
+from ot_layers.losses.metric_learning import _per_replica
 from ot_layers.validation import check_positive
 
 ZERO_SHOT_WEIGHT = 0.1  # lambda of Eq. 5.2.5
@@ -71,7 +76,8 @@ class ZeroShotPredictionLoss(keras.losses.Loss):
             ce = tf.nn.sparse_softmax_cross_entropy_with_logits(labels=labels, logits=logits)
             weight = tf.cast(evaluate_on, ce.dtype)
             total += tf.reduce_sum(ce * weight) / tf.maximum(tf.reduce_sum(weight), 1.0)
-        return total
+        # A scalar batch loss: Keras sums the replicas' gradients without dividing a scalar by the replicas.
+        return _per_replica(total)
 
     def get_config(self):
         return {**super().get_config(), "ridge": self.ridge, "scale": self.scale}

@@ -1,7 +1,9 @@
-"""Entropic partial transport with a residual, GSP's selection problem (paper 003, ch. 5, Prop. 5.2.1-5.2.2; SPEC S3).
+"""Entropic partial transport with a residual, GSP's selection problem (Gurbuz 2022 thesis, ch. 5, problem (P2),
+Prop. 5.2.1-5.2.2).
 
 For a cost ``c`` ``(m, n)`` between ``m`` prototypes and ``n`` feature-map elements, transport ratio ``mu`` and
-entropic regularization ``epsilon`` (``1 / gamma`` in SPEC S3; the kernel is ``exp(-c / epsilon)``), problem (P2):
+entropic regularization ``epsilon`` (``1 / gamma`` for the inverse temperature ``gamma`` of the kernel
+``exp(-gamma c) = exp(-c / epsilon)``), problem (P2):
 
     min_{pi, rho >= 0}  <c, pi> + epsilon (sum pi log pi + sum rho log rho)
     s.t.  rho_j + sum_k pi_kj = 1/n,   sum_kj pi_kj = mu.
@@ -10,10 +12,12 @@ Its solution is the fixed point of Prop. 5.2.1: with ``K = exp(-c / epsilon)`` a
 starting from ``t = 1`` (relative to the largest column sum), iterate ``rho <- (1/n) / (1 + t s)`` and
 ``t <- mu / (s^T rho)``; the plan is ``pi = t K diag(rho)``. Only the scalar ``t`` is iterated; everything runs in
 the log domain (``log s_j`` by a log-sum-exp over the prototypes, ``log rho_j = -log n - softplus(log t + log s_j)``),
-so no ``exp`` over- or underflows even for ``epsilon = 1e-3`` in float32. The loop stops after ``max_iter``
-iterations or once the column-marginal error of the returned solution, ``sum_j |rho_j + sum_k pi_kj - 1/n|``
-(which equals ``mu |1 - t_prev / t|``; the total mass is 1), is at most ``threshold`` for every problem of the
-batch (non-finite problems are ignored, so a NaN sample neither stops nor prolongs the others' loop).
+so no ``exp`` over- or underflows even for ``epsilon = 1e-3`` in float32. Each problem of a batch stops after
+``max_iter`` iterations or once the column-marginal error of its returned solution, ``sum_j |rho_j + sum_k pi_kj -
+1/n|`` (which equals ``mu |1 - t_prev / t|``; the total mass is 1), is at most ``threshold``: a converged problem is
+frozen while the others iterate (the loop Sinkhorn uses, ``sinkhorn.per_problem_loop``), so a batch's results equal
+each problem's solved alone and a GSP embedding does not depend on the rest of its batch. A non-finite problem
+never converges and never holds the loop for the others.
 
 Gradient (Prop. 5.2.2), exact at the fixed point and independent of the iteration count: stack ``X = [rho; pi]``,
 ``G = X * dL/dX``, ``sigma_j = sum_rows G_.j``, ``kappa = 1 / (1 - mu - n ||rho||^2)``,
@@ -36,6 +40,7 @@ import math
 
 import tensorflow as tf
 
+from ot_layers.solvers.sinkhorn import per_problem_loop
 from ot_layers.validation import check_choice, check_in_range, check_non_negative, check_positive, check_positive_int
 
 PartialTransportResult = collections.namedtuple("PartialTransportResult",
@@ -45,7 +50,8 @@ PartialTransportResult.__doc__ = """Solution of (P2) (float32, or float64 for fl
 residual: ``rho`` ``(B, n)``, the mass of each element left untransported.
 plan: ``pi`` ``(B, m, n)``, the mass each element sends to each prototype (sums to ``mu`` exactly).
 scale: ``t`` ``(B,)``, the scaling of Prop. 5.2.1 relative to the column sums divided by their maximum.
-iterations: scalar int32, the iterations run (0 for ``mu = 1``).
+iterations: ``(B,)`` int32, the iterations each problem ran before it met ``threshold`` (or ``max_iter``; 0 for
+  ``mu = 1``). A non-finite problem runs as long as the batch's loop.
 error: ``(B,)`` column-marginal error ``sum_j |rho_j + sum_k pi_kj - 1/n|`` of the returned solution.
 """
 
@@ -62,32 +68,32 @@ def _log_residual(log_t, log_s, log_n):
 
 
 def _fixed_point(cost, transport_ratio, epsilon, max_iter, threshold):
-    """Prop. 5.2.1 on a batched cost ``(B, m, n)`` in the log domain.
+    """Prop. 5.2.1 on a batched cost ``(B, m, n)`` in the log domain, each problem stopping at its own threshold.
 
-    Returns ``(iterations, log_t_prev, log_t, shift)``: ``log rho`` is computed from ``log t_prev`` (``(B, 1)``),
-    the plan from the last scaling ``log t``; ``shift = max_j log s_j`` is what ``scale`` is reported relative to.
+    Returns ``(iterations, log_t_prev, log_t, shift)``: ``iterations`` ``(B,)`` counts the updates each problem
+    ran, ``log rho`` is computed from ``log t_prev`` (``(B, 1)``), the plan from the last scaling ``log t``;
+    ``shift = max_j log s_j`` is what ``scale`` is reported relative to. The loop is Sinkhorn's
+    (``per_problem_loop``): a problem whose error is at most ``threshold`` is frozen while the others iterate, so it
+    ends exactly where it would end solved alone.
     """
     log_s = tf.reduce_logsumexp(-cost / epsilon, axis=1)  # (B, n)
     shift = tf.stop_gradient(tf.reduce_max(log_s, axis=-1, keepdims=True))  # (B, 1)
     log_n = tf.math.log(tf.cast(tf.shape(cost)[-1], cost.dtype))
     log_mu = tf.constant(math.log(transport_ratio), cost.dtype)
 
-    def step(i, log_t_prev, log_t, error):
+    def step(i, error, log_t_prev, log_t, count):
+        """One update of ``t``; ``error`` is that of the updated state ``(log_t, new)``."""
         new = log_mu - tf.reduce_logsumexp(log_s + _log_residual(log_t, log_s, log_n), axis=-1, keepdims=True)
-        error = transport_ratio * tf.abs(tf.exp(log_t - new) - 1.0)  # (no Expm1 in ONNX)
-        error = tf.where(tf.math.is_finite(error), error, tf.zeros_like(error))  # a NaN problem does not vote
-        return i + 1, log_t, new, error
-
-    def keep_going(i, log_t_prev, log_t, error):
-        if threshold == 0:
-            return i < max_iter
-        return tf.logical_and(i < max_iter, tf.reduce_max(error) > threshold)
+        error = transport_ratio * tf.abs(tf.exp(log_t - new) - 1.0)[:, 0]  # (no Expm1 in ONNX)
+        return i + 1, error, log_t, new, count + 1
 
     log_t0 = -shift  # t = 1 for the column sums divided by their maximum
-    error0 = tf.fill(tf.shape(shift), tf.constant(float("inf"), cost.dtype))
-    iterations, log_t_prev, log_t, _ = tf.while_loop(keep_going, step, (tf.constant(0), log_t0, log_t0, error0),
-                                                     maximum_iterations=max_iter)
-    return iterations, log_t_prev, log_t, shift
+    # Finite (the largest float), so that the stopping test, which ignores non-finite errors, enters the loop.
+    error0 = tf.fill(tf.shape(shift)[:1], tf.constant(cost.dtype.max, cost.dtype))
+    count0 = tf.zeros(tf.shape(shift), tf.int32)
+    _, _, log_t_prev, log_t, count = per_problem_loop(step, (tf.constant(0), error0, log_t0, log_t0, count0),
+                                                      max_iter, threshold)
+    return count[:, 0], log_t_prev, log_t, shift
 
 
 def _solution(cost, epsilon, log_t_prev, log_t):
@@ -143,7 +149,7 @@ def _average_pooling_limit(cost, epsilon):
     plan = tf.nn.softmax(-cost / epsilon, axis=1) / n
     batch = tf.shape(cost)[0]
     return PartialTransportResult(tf.zeros_like(plan[:, 0, :]), plan,
-                                  tf.fill([batch], tf.constant(float("inf"), cost.dtype)), tf.constant(0),
+                                  tf.fill([batch], tf.constant(float("inf"), cost.dtype)), tf.zeros([batch], tf.int32),
                                   tf.zeros([batch], cost.dtype))
 
 
@@ -155,10 +161,11 @@ def partial_transport(cost, transport_ratio=0.3, *, epsilon=0.2, max_iter=100, t
       cost: ``(m, n)`` or ``(B, m, n)`` floating costs (prototypes x elements). Computed in float32 (float64 for
         float64 input); float16/bfloat16 input is promoted.
       transport_ratio: ``mu`` in (0, 1], the share of the mass transported (Python float, layer configuration).
-      epsilon: entropic regularization ``> 0`` (``1 / gamma`` of SPEC S3; 0.2 is the thesis' pair-loss setting
+      epsilon: entropic regularization ``> 0`` (``1 / gamma``; 0.2 is the thesis' pair-loss setting
         ``gamma = 5``, 2.0 its proxy-loss setting ``gamma = 0.5``). Smaller is a sharper, top-k-like selection.
       max_iter: bound on the iterations of Prop. 5.2.1 (also XLA's ``maximum_iterations``).
-      threshold: stop once every problem's column-marginal error is at most this; ``0`` runs exactly ``max_iter``.
+      threshold: each problem stops once its own column-marginal error is at most this (frozen while the rest of
+        the batch iterates); ``0`` runs exactly ``max_iter``.
       gradient: ``"implicit"`` (Prop. 5.2.2, memory and time independent of the iteration count) or
         ``"unrolled"`` (autodiff through the iterations). No gradient flows to ``scale``.
 
@@ -190,5 +197,5 @@ def partial_transport(cost, transport_ratio=0.3, *, epsilon=0.2, max_iter=100, t
         result = PartialTransportResult(rho, plan, tf.exp(log_t + shift)[:, 0], iterations, error)
     if not batched:
         result = result._replace(residual=result.residual[0], plan=result.plan[0], scale=result.scale[0],
-                                 error=result.error[0])
+                                 iterations=result.iterations[0], error=result.error[0])
     return result

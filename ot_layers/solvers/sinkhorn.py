@@ -1,4 +1,4 @@
-"""Batched entropic optimal transport (Sinkhorn), SPEC S1.
+"""Batched entropic optimal transport (Sinkhorn iterations, Cuturi 2013).
 
 Solves, independently for every leading index of ``cost`` ``(..., n, m)``::
 
@@ -96,7 +96,7 @@ def _initial_error(a):
     return tf.fill(tf.shape(a)[:-1], tf.constant(np.finfo(a.dtype.as_numpy_dtype).max, a.dtype))
 
 
-def _loop(body, state, max_iter, threshold):
+def per_problem_loop(body, state, max_iter, threshold):
     """Runs ``body`` until every problem's marginal error is <= ``threshold`` or ``max_iter`` updates were made.
 
     ``state`` = (iteration, error, *variables), ``body`` measures the error of the variables it receives, then updates
@@ -105,6 +105,8 @@ def _loop(body, state, max_iter, threshold):
     input does not depend on the rest of its batch. ``maximum_iterations`` makes the loop differentiable under XLA.
     A problem whose error is NaN or Inf (NaN/Inf input) never converges; it does not hold the loop for the others, and
     a NaN never decides the test for the batch (``max`` over a batch holding a NaN would be NaN, ``NaN > t`` False).
+    ``error`` has the batch shape ``(...)``, every variable one more axis ``(..., k)`` (the mask is broadcast over it).
+    Shared with ``partial_transport`` (GSP's solver), whose scaling stops per problem the same way.
     """
     if threshold is None or threshold == 0:
         return tf.while_loop(lambda i, *_: i < max_iter, body, state, maximum_iterations=max_iter)
@@ -142,7 +144,7 @@ def _solve_log(cost, a, b, epsilon, max_iter, threshold):
         g = epsilon * (log_b - tf.reduce_logsumexp((f[..., :, None] - cost) / epsilon, axis=-2))
         return i + 1, error, f, g
 
-    i, _, f, g = _loop(body, (tf.constant(0), _initial_error(a), f, g), max_iter, threshold)
+    i, _, f, g = per_problem_loop(body, (tf.constant(0), _initial_error(a), f, g), max_iter, threshold)
     return f, g, i
 
 
@@ -182,7 +184,7 @@ def _solve_kernel(cost, a, b, epsilon, max_iter, threshold):
         v = b / _matvec(kernel, u, transpose=True)
         return i + 1, error, u, v
 
-    i, _, u, v = _loop(body, (tf.constant(0), _initial_error(a), u, v), max_iter, threshold)
+    i, _, u, v = per_problem_loop(body, (tf.constant(0), _initial_error(a), u, v), max_iter, threshold)
     # Zero-mass entries have u_i = 0 (v_j = 0): their potentials are filled in later (_fill_zero_mass).
     f = epsilon * _masked_log(u, tf.not_equal(a, 0)) + shift[..., None]
     g = epsilon * _masked_log(v, tf.not_equal(b, 0))
@@ -416,7 +418,7 @@ def sinkhorn(
     domain="auto",
     gradient="implicit",
 ):
-    """Batched entropic OT between the rows and columns of ``cost`` (SPEC S1).
+    """Batched entropic OT between the rows and columns of ``cost`` (Cuturi 2013).
 
     Args:
       cost: ``(..., n, m)`` cost matrices; any leading dimensions are a batch.
