@@ -10,6 +10,7 @@ from ot_layers.layers.emd_head import EMDHead
 from ot_layers.layers.generalized_sum_pooling import GeneralizedSumPooling
 from ot_layers.layers.hyperspherical_prototypes import HypersphericalPrototypes
 from ot_layers.layers.multi_proxy_wasserstein import MultiProxyWasserstein
+from ot_layers.tensor_ops import walk_layers
 
 KINDS = ("mpw", "gsp", "emd", "prototypes", "retrieval", "curves")
 _LAYERS = {"mpw": MultiProxyWasserstein, "gsp": GeneralizedSumPooling, "emd": EMDHead,
@@ -17,16 +18,7 @@ _LAYERS = {"mpw": MultiProxyWasserstein, "gsp": GeneralizedSumPooling, "emd": EM
 
 
 def _has(model, layer_class):
-    found = []
-
-    def visit(layer):
-        if isinstance(layer, layer_class):
-            found.append(layer)
-        for child in getattr(layer, "layers", []):
-            visit(child)
-
-    visit(model)
-    return bool(found)
+    return any(isinstance(layer, layer_class) for layer in walk_layers(model, include_self=True))
 
 
 def available_kinds(model, logs=None):

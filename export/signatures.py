@@ -14,14 +14,12 @@ Tasks and their signatures (``TASKS``):
 Pixel inputs (``images``, ``query_images``, ``support_images``) are float32 in the default signature and uint8 in
 a second one (:data:`UINT8_SIGNATURE`); both carry raw 0-255 values, as zoo models normalize pixels themselves.
 
-How the task is found when ``task=None`` (the zoo's models carry their names; see :func:`infer_task`):
-
-1. three inputs named ``query_images``, ``support_images``, ``support_labels`` -> ``"few_shot"``;
-2. one input and one ``(B, D)`` output made by a layer named ``l2_normalize`` -> ``"retrieval"``;
-3. one input and one ``(B, C)`` output made by a layer named ``dense_head``, ``mpw_head`` or
-   ``hyperspherical_head`` -> ``"classification"``;
-4. anything else -> ``"generic"``. A model of one input and one ``(B, D)`` output is not classified by its shape
-   alone (logits and unit embeddings look alike): pass ``task="classification"`` or ``"retrieval"``.
+How the task is found when ``task=None``: the task the model states (:func:`infer_task`). The zoo's builders and
+``zoo.load`` return an ``ot_layers.TaskModel``, whose config carries its task (``config.json``, ``.keras``); a
+preset directory's card names it too (``otzoo export`` reads it). A model that states no task is exported as
+``"generic"`` (its Keras input names, ``output_0``, ...): nothing is guessed from layer names or shapes (logits and
+unit embeddings look alike), so a new head needs no edit here. Pass ``task=`` to serve such a model as
+``"classification"``, ``"retrieval"`` or ``"few_shot"``; ``task=`` also overrides the stated task.
 """
 import re
 from dataclasses import dataclass
@@ -29,14 +27,15 @@ from dataclasses import dataclass
 import numpy as np
 import tensorflow as tf
 
+from ot_layers.task_model import model_task
+from ot_layers.tensor_ops import walk_layers
+
 TASKS = ("classification", "retrieval", "few_shot", "generic")
 DEFAULT_SIGNATURE = "serving_default"
 UINT8_SIGNATURE = "serving_uint8"
 TOP_K = 5
 
-# The layer and input names the zoo's builders give (zoo/models.py, zoo/tasks.py).
-CLASSIFICATION_HEAD_LAYERS = ("dense_head", "mpw_head", "hyperspherical_head")
-RETRIEVAL_OUTPUT_LAYER = "l2_normalize"
+# The input names of the few-shot signature (those zoo.few_shot_model gives).
 FEW_SHOT_INPUTS = ("query_images", "support_images", "support_labels")
 
 _OUTPUTS = {
@@ -49,15 +48,10 @@ _OUTPUTS = {
 def refuse_unexportable(model):
     """Raise ``ValueError`` with the reason of the first layer whose ``export_blocker`` is set (the reason names
     the exportable alternative, docs/api.md)."""
-    for layer in model._flatten_layers(include_self=False, recursive=True):
+    for layer in walk_layers(model):
         reason = getattr(layer, "export_blocker", None)
         if reason:
             raise ValueError(f"Layer {layer.name!r} cannot be exported: {reason}")
-
-
-def _output_layer_name(model):
-    history = getattr(model.outputs[0], "_keras_history", None)
-    return getattr(getattr(history, "operation", None), "name", None)
 
 
 def _input_names(model):
@@ -70,15 +64,9 @@ def _input_names(model):
 
 
 def infer_task(model):
-    """The serving task of ``model`` by the rule in the module docstring."""
-    single_matrix = len(model.inputs) == 1 and len(model.outputs) == 1 and len(model.outputs[0].shape) == 2
-    if _input_names(model) == FEW_SHOT_INPUTS and len(model.outputs) == 1:
-        return "few_shot"
-    if single_matrix and _output_layer_name(model) == RETRIEVAL_OUTPUT_LAYER:
-        return "retrieval"
-    if single_matrix and _output_layer_name(model) in CLASSIFICATION_HEAD_LAYERS:
-        return "classification"
-    return "generic"
+    """The serving task ``model`` states (``ot_layers.task_model.model_task``), or ``"generic"`` when it states
+    none (see the module docstring)."""
+    return model_task(model) or "generic"
 
 
 def _check_task_fits(model, task):
@@ -199,7 +187,8 @@ class ServingSpec:
 
 
 def serving_spec(model, task=None):
-    """The :class:`ServingSpec` of ``model`` for ``task`` (one of ``TASKS``; ``None``: :func:`infer_task`).
+    """The :class:`ServingSpec` of ``model`` for ``task`` (one of ``TASKS``; ``None``: the task the model states,
+    :func:`infer_task`).
 
     Raises ``ValueError`` naming the layer and the exportable alternative when a layer has an ``export_blocker``,
     and naming ``task`` when the model does not fit it.

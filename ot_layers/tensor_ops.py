@@ -50,18 +50,20 @@ def squared_distances_np(points, centers):
     return np.maximum(sq, 0.0)
 
 
+def walk_layers(model, include_self=False):
+    """Every layer of ``model`` once, depth first: the layers of nested models and the sub-layers a layer holds
+    (e.g. ``StructuredFC``'s ``EMDHead``) included; ``model`` itself first with ``include_self``. The one walk the
+    project uses (export checks, callbacks, explain); it relies on Keras' tracked sub-layers
+    (``Layer._flatten_layers``), so a layer is found wherever Keras would save its weights."""
+    yield from model._flatten_layers(include_self=include_self, recursive=True)
+
+
 def find_layer(model, layer_class, layer_name=None):
     """The layer named ``layer_name`` (or, with ``None``, the only ``layer_class`` instance) in ``model``,
-    searched through nested models. Raises ``ValueError`` naming ``layer_name`` when none or several match."""
-    found = []
-
-    def visit(layer):
-        if isinstance(layer, layer_class) and (layer_name is None or layer.name == layer_name):
-            found.append(layer)
-        for child in getattr(layer, "layers", []):
-            visit(child)
-
-    visit(model)
+    searched by :func:`walk_layers` (``model`` itself included). Raises ``ValueError`` naming ``layer_name`` when
+    none or several match."""
+    found = [layer for layer in walk_layers(model, include_self=True)
+             if isinstance(layer, layer_class) and (layer_name is None or layer.name == layer_name)]
     if len(found) != 1:
         what = f"named {layer_name!r}" if layer_name else "(pass `layer_name` to choose one)"
         raise ValueError(f"`layer_name`: expected exactly one {layer_class.__name__} layer {what} in the model, "

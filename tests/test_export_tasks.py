@@ -62,12 +62,13 @@ def exported(request, tmp_path_factory):
                 report=report)
 
 
-def test_task_is_inferred_from_the_zoo_names(exported):
+def test_task_is_the_one_the_zoo_model_states(exported):
+    assert exported["model"].task == exported["task"]  # an ot_layers.TaskModel
     assert export.infer_task(exported["model"]) == exported["task"]
 
 
 def test_other_models_are_generic_and_task_must_fit():
-    """A model without the zoo's names exports as ``generic`` (inputs by their Keras names, ``output_i``); an
+    """A model that states no task exports as ``generic`` (inputs by their Keras names, ``output_i``); an
     explicit task the model's structure cannot serve is refused naming ``task``."""
     model = _two_outputs()
     spec = export.serving_spec(model)

@@ -69,10 +69,12 @@ def test_load_from_a_weights_file_and_hash_mismatch(tmp_path, monkeypatch):
     trained = zoo.build(name)
     path = str(tmp_path / "model.weights.h5")
     trained.save_weights(path)
-    restored = zoo.load(name, weights=path)
+    with pytest.warns(UserWarning, match="not checked"):  # no card accompanies the file
+        restored = zoo.load(name, weights=path)
     x = np.random.default_rng(0).uniform(0, 255, (2, 28, 28, 1)).astype(np.float32)
     np.testing.assert_allclose(np.asarray(restored(x)), np.asarray(trained(x)), atol=0)
-    restored = zoo.load(name, weights=str(tmp_path))  # a directory holding model.weights.h5
+    with pytest.warns(UserWarning, match="not checked"):
+        restored = zoo.load(name, weights=str(tmp_path))  # a directory holding model.weights.h5, without a card
     np.testing.assert_allclose(np.asarray(restored(x)), np.asarray(trained(x)), atol=0)
     # A packaged weights file whose hash differs from the card's is refused, naming both hashes.
     os.makedirs(tmp_path / "presets" / name)

@@ -1,37 +1,31 @@
 """The zoo's user API: ``list_models``, ``model_card``, ``build``, ``load`` and ``save_preset``.
 
-A preset is a directory in keras-hub's layout: ``model.weights.h5`` (the weights), ``metadata.json`` (the model
-card) and, for a user's own saved model, ``config.json`` (the Keras model config). The built-in presets' directories
-are package data (``zoo/presets/<name>/``); their architectures come from ``zoo.registry``.
+Every preset, built-in or a user's, is a directory in one format (:mod:`zoo.preset_format`): ``config.json`` (the
+Keras model config), ``model.weights.h5`` and ``metadata.json`` (the model card). The built-in presets' directories
+are package data (``zoo/presets/<name>/``, their ``config.json`` written from :func:`build` by
+``scripts/write_preset_configs.py``); ``zoo.load(name)`` resolves the name to that directory and loads it exactly as
+``zoo.load(directory)`` loads a copy. Their architectures come from ``zoo.registry`` (``build``).
 """
-import hashlib
-import json
 import os
 
 import keras
 
 from zoo.backbones import backbone as resolve_backbone
 from zoo.models import image_classifier
+from zoo.preset_format import (CARD_FILE, CONFIG_FILE, WEIGHTS_FILE, WeightsIntegrityError, check_sha256,
+                               load_preset, load_weights, read_card, sha256_of, weights_with_card,
+                               write_preset)
 from zoo.registry import PRESETS
 from zoo.resnet import cifar_resnet
+from zoo.spec import PresetSpec, published_recipe
 from zoo.tasks import embedding_model, few_shot_model
 
 PRESETS_DIR = os.path.join(os.path.dirname(__file__), "presets")
-WEIGHTS_FILE = "model.weights.h5"
-CARD_FILE = "metadata.json"
-CONFIG_FILE = "config.json"
+__all__ = ["list_models", "model_card", "preset_dir", "build", "load", "save_preset", "sha256_of",
+           "WeightsIntegrityError", "WEIGHTS_FILE", "CARD_FILE", "CONFIG_FILE"]
 TASKS = ("classification", "retrieval", "few_shot")
 _ARCHITECTURE_KEYS = ("backbone", "head", "num_classes", "input_shape", "pixel_mean", "pixel_std", "pooling",
                       "embedding_dim", "ways")
-
-
-def sha256_of(path):
-    """The hex sha256 of a file."""
-    digest = hashlib.sha256()
-    with open(path, "rb") as handle:
-        for block in iter(lambda: handle.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
 
 
 def _spec(name):
@@ -44,7 +38,7 @@ def list_models(task=None):
     """The preset names, sorted; only those of ``task`` (one of ``TASKS``) when given."""
     if task is not None and task not in TASKS:
         raise ValueError(f"`task` must be one of {list(TASKS)} or None, got {task!r}.")
-    return sorted(name for name, spec in PRESETS.items() if task is None or spec["task"] == task)
+    return sorted(name for name, spec in PRESETS.items() if task is None or spec.task == task)
 
 
 def preset_dir(name):
@@ -58,132 +52,125 @@ def model_card(name):
     the weights, training time and hardware, the reproducing command, date). A preset whose weights have not been
     trained yet has ``metrics=None`` and ``weights_sha256=None``."""
     spec = _spec(name)
-    path = os.path.join(preset_dir(name), CARD_FILE)
-    if os.path.isfile(path):
-        with open(path) as handle:
-            return json.load(handle)
-    return dict(name=name, task=spec["task"], dataset=spec["dataset"], split=spec["split"],
-                description=spec["description"], recipe=dict(spec["recipe"]), metrics=None, weights_sha256=None,
+    card = read_card(preset_dir(name))
+    if card is not None:
+        return card
+    return dict(name=name, task=spec.task, dataset=spec.data.dataset, split=spec.data.split,
+                description=spec.description, recipe=published_recipe(spec.recipe), metrics=None, weights_sha256=None,
                 command=f"otzoo train {name}")
 
 
-def _backbone(spec, l2):
-    """The preset's feature extractor, named ``backbone``; ``l2`` applies to the CIFAR-style ResNets."""
-    name = spec["backbone"]
-    input_shape = tuple(spec["input_shape"])
-    if name in ("resnet20", "resnet32", "resnet56"):
-        return cifar_resnet(int(name[len("resnet"):]), input_shape, l2=l2, name="backbone")
+def _backbone(backbone, input_shape, l2):
+    """The feature extractor ``backbone`` (a name) for ``input_shape``, named ``backbone``; ``l2`` applies to the
+    CIFAR-style ResNets."""
+    input_shape = tuple(input_shape)
+    if backbone in ("resnet20", "resnet32", "resnet56"):
+        return cifar_resnet(int(backbone[len("resnet"):]), input_shape, l2=l2, name="backbone")
     if l2:
-        raise ValueError(f"`l2` applies to the CIFAR-style ResNet backbones only, not to {name!r}.")
-    return resolve_backbone(name, input_shape)
+        raise ValueError(f"`l2` applies to the CIFAR-style ResNet backbones only, not to {backbone!r}.")
+    return resolve_backbone(backbone, input_shape)
 
 
 def build(name, l2=0.0, **overrides):
     """The untrained architecture of preset ``name`` (a classifier, an embedding model or a few-shot model, by the
     preset's task; see :mod:`zoo.models` and :mod:`zoo.tasks`).
 
-    ``overrides`` change the architecture (``num_classes``, ``input_shape``, ``head``, ``backbone``, ``pooling``,
-    ``embedding_dim``, ``ways``, ``pixel_mean``, ``pixel_std``) or, for any other key, the head layer's arguments
-    (the pooling layer's for retrieval presets; e.g. ``epsilon=0.05``). ``backbone`` may be any name in
-    ``zoo.BACKBONES``. ``l2``: an L2 penalty on the ResNet backbone's convolution kernels (the recipes' weight decay).
+    ``name``: a preset name or a :class:`zoo.spec.PresetSpec` (e.g. a preset re-targeted at another data set with
+    ``spec.with_data``). ``overrides`` change the architecture (``num_classes``, ``input_shape``, ``head``,
+    ``backbone``, ``pooling``, ``embedding_dim``, ``ways``, ``pixel_mean``, ``pixel_std``) or, for any other key, the
+    head layer's arguments (the pooling layer's for retrieval presets; e.g. ``epsilon=0.05``). ``backbone`` may be
+    any name in ``zoo.BACKBONES``. ``l2``: an L2 penalty on the ResNet backbone's convolution kernels (the recipes'
+    weight decay).
     """
-    spec = dict(_spec(name))
-    layer_kwargs = dict(spec.get("pooling_kwargs" if spec["task"] == "retrieval" else "head_kwargs", {}))
+    spec = name if isinstance(name, PresetSpec) else _spec(name)
+    task, arch, data = spec.task, spec.architecture, spec.data
+    values = dict(backbone=arch.backbone, head=arch.head, pooling=arch.pooling, embedding_dim=arch.embedding_dim,
+                  ways=arch.ways, num_classes=data.num_classes, input_shape=data.input_shape,
+                  pixel_mean=data.pixel_mean, pixel_std=data.pixel_std)
+    layer_kwargs = dict(arch.pooling_kwargs if task == "retrieval" else arch.head_kwargs)
     for key, value in overrides.items():
         if key in _ARCHITECTURE_KEYS:
-            spec[key] = value
+            values[key] = value
         else:
             layer_kwargs[key] = value
-    if spec["task"] == "retrieval" and spec["pooling"] != "gsp":
+    if task == "retrieval" and values["pooling"] != "gsp":
         layer_kwargs = None
-    backbone = _backbone(spec, l2)
-    statistics = dict(pixel_mean=spec["pixel_mean"], pixel_std=spec["pixel_std"])
-    if spec["task"] == "classification":
-        return image_classifier(backbone, spec["head"], spec["num_classes"], head_kwargs=layer_kwargs, name=name,
-                                **statistics)
-    if spec["task"] == "retrieval":
-        return embedding_model(backbone, spec["pooling"], spec["embedding_dim"], pooling_kwargs=layer_kwargs,
-                               name=name, **statistics)
-    return few_shot_model(backbone, spec["head"], spec["ways"], head_kwargs=layer_kwargs, name=name, **statistics)
+    backbone = _backbone(values["backbone"], values["input_shape"], l2)
+    statistics = dict(pixel_mean=values["pixel_mean"], pixel_std=values["pixel_std"])
+    if task == "classification":
+        return image_classifier(backbone, values["head"], values["num_classes"], head_kwargs=layer_kwargs,
+                                name=spec.name, **statistics)
+    if task == "retrieval":
+        return embedding_model(backbone, values["pooling"], values["embedding_dim"], pooling_kwargs=layer_kwargs,
+                               name=spec.name, **statistics)
+    return few_shot_model(backbone, values["head"], values["ways"], head_kwargs=layer_kwargs, name=spec.name,
+                          **statistics)
 
 
-def _check_hash(path, expected):
-    found = sha256_of(path)
-    if expected and found != expected:
-        raise ValueError(f"The weights file {path} does not match the preset: expected sha256 {expected}, found "
-                         f"{found}. The file is corrupted or belongs to another model.")
+def _url_weights(name, url, expected_sha256):
+    """The local copy of weights at ``url`` (fetched once into ``$KERAS_HOME``), checked against the card."""
+    if not expected_sha256:
+        raise ValueError(f"`weights`: a URL needs the preset's sha256 in its card to check the download; "
+                         f"preset {name!r} has none.")
+    fname = f"{name}-{expected_sha256[:12]}.weights.h5"
+    path = keras.utils.get_file(fname, origin=url, cache_subdir=os.path.join("otzoo", name))
+    try:
+        check_sha256(path, expected_sha256)
+    except WeightsIntegrityError:
+        os.remove(path)  # fetched again next time
+        raise
+    return path
 
 
-def _weights_path(name, weights, expected_sha256):
-    """A local weights file from ``weights``: None (the package's), a file, a preset directory or a URL."""
-    if weights is None:
-        path = os.path.join(preset_dir(name), WEIGHTS_FILE)
-        if not os.path.isfile(path):
-            raise FileNotFoundError(f"Preset {name!r} has no pretrained weights in this installation ({path}); "
-                                    f"train them with `otzoo train {name}`, or pass `weights=` a file or URL.")
-        _check_hash(path, expected_sha256)
-        return path
-    weights = str(weights)
-    if weights.startswith(("http://", "https://")):
-        if not expected_sha256:
-            raise ValueError(f"`weights`: a URL needs the preset's sha256 in its card to check the download; "
-                             f"preset {name!r} has none.")
-        fname = f"{name}-{expected_sha256[:12]}.weights.h5"
-        return keras.utils.get_file(fname, origin=weights, file_hash=expected_sha256, hash_algorithm="sha256",
-                                    cache_subdir=os.path.join("otzoo", name))
-    path = os.path.join(weights, WEIGHTS_FILE) if os.path.isdir(weights) else weights
+def _package_weights(name):
+    path = os.path.join(preset_dir(name), WEIGHTS_FILE)
     if not os.path.isfile(path):
-        raise FileNotFoundError(f"`weights`: no weights file at {path!r} (give a .weights.h5 file, a preset "
-                                "directory holding model.weights.h5, or an http(s) URL).")
+        raise FileNotFoundError(f"Preset {name!r} has no pretrained weights in this installation ({path}); "
+                                f"train them with `otzoo train {name}`, or pass `weights=` a file or URL.")
     return path
 
 
 def load(name, pretrained=True, weights=None, **overrides):
-    """Preset ``name`` built and, with ``pretrained``, loaded with its weights (no network needed for the built-in
-    presets: their weights are package data, checked against the card's sha256).
+    """A preset's model: ``name`` is a built-in preset's name or a preset directory (see the module docstring).
 
-    ``weights``: a local ``.weights.h5`` file, a directory holding ``model.weights.h5``, or an http(s) URL fetched
-    with ``keras.utils.get_file`` into ``$KERAS_HOME`` and checked against the card's sha256. ``overrides`` go to
-    :func:`build` (weights then load only if the shapes still match). A directory written by :func:`save_preset`
-    (with a ``config.json``) loads as ``load(directory)``.
+    ``zoo.load(name)`` loads the built-in preset's package directory as ``zoo.load(directory)`` loads any preset
+    directory: its ``config.json``, its ``model.weights.h5`` checked against the card's sha256 before loading (no
+    network needed). The model states its task (``ot_layers.TaskModel``), the card's ``task``.
+
+    For a built-in ``name`` only: ``pretrained=False`` gives :func:`build`'s untrained model; ``overrides`` go to
+    :func:`build` (the weights then load only if the shapes still match); ``weights``: a ``.weights.h5`` file, a
+    preset directory (its ``model.weights.h5``) or an http(s) URL (fetched with ``keras.utils.get_file`` into
+    ``$KERAS_HOME``) instead of the packaged weights. Weights are checked before they load against the card that
+    accompanies them: the directory's ``metadata.json``, the one beside a ``model.weights.h5`` file, the preset's
+    card for a URL or the packaged weights; a mismatch raises :class:`WeightsIntegrityError` (a ``ValueError``)
+    naming the file and both hashes. A weights file no card accompanies loads with a warning that it is unchecked.
     """
-    if name not in PRESETS and os.path.isdir(str(name)):
-        return _load_directory(str(name))
+    if name not in PRESETS:
+        if os.path.isdir(str(name)):
+            if not pretrained or weights is not None or overrides:
+                raise ValueError("`pretrained`, `weights` and overrides apply to built-in preset names; a preset "
+                                 f"directory ({name!r}) loads as it is: zoo.load(directory).")
+            return load_preset(str(name))
+        _spec(name)  # the unknown-preset error
+    if not pretrained and weights is None:
+        return build(name, **overrides)
+    if weights is None and not overrides:
+        _package_weights(name)
+        return load_preset(preset_dir(name))
     model = build(name, **overrides)
-    if pretrained or weights is not None:
+    if weights is None:
+        path, card = _package_weights(name), model_card(name)
+    elif str(weights).startswith(("http://", "https://")):
         card = model_card(name)
-        model.load_weights(_weights_path(name, weights, card.get("weights_sha256")))
-    return model
+        path = _url_weights(name, str(weights), card.get("weights_sha256"))
+    else:
+        path, card = weights_with_card(weights)
+    return load_weights(model, path, card)
 
 
 def save_preset(model, directory, card=None):
     """Write ``model`` as a preset directory (``config.json``, ``model.weights.h5``, ``metadata.json``) that
-    :func:`load` reads back; ``card``: extra model-card fields (the weights' sha256 is added)."""
-    os.makedirs(directory, exist_ok=True)
-    with open(os.path.join(directory, CONFIG_FILE), "w") as handle:
-        handle.write(model.to_json())
-    weights = os.path.join(directory, WEIGHTS_FILE)
-    model.save_weights(weights)
-    card = dict(card or {}, weights_sha256=sha256_of(weights), parameters=int(model.count_params()))
-    with open(os.path.join(directory, CARD_FILE), "w") as handle:
-        json.dump(card, handle, indent=2)
-    return directory
-
-
-def _load_directory(directory):
-    config = os.path.join(directory, CONFIG_FILE)
-    if not os.path.isfile(config):
-        raise FileNotFoundError(f"{directory!r} is not a preset directory: it has no {CONFIG_FILE}.")
-    with open(config) as handle:
-        model = keras.models.model_from_json(handle.read())
-    expected = None
-    card_path = os.path.join(directory, CARD_FILE)
-    if os.path.isfile(card_path):
-        with open(card_path) as handle:
-            expected = json.load(handle).get("weights_sha256")
-    weights = os.path.join(directory, WEIGHTS_FILE)
-    if not os.path.isfile(weights):
-        raise FileNotFoundError(f"{directory!r} has no {WEIGHTS_FILE}.")
-    _check_hash(weights, expected)
-    model.load_weights(weights)
-    return model
+    :func:`load` reads back (:func:`zoo.preset_format.write_preset`). ``card``: the model card's fields; its
+    ``task`` is required unless ``model`` states one (``ot_layers.TaskModel``, as the zoo's builders give); the
+    weights' sha256 and the parameter count are added."""
+    return write_preset(model, directory, card)

@@ -13,7 +13,8 @@ Heads by name (``CLASSIFICATION_HEADS``):
   ``callbacks.PrototypeReassignment``): train :func:`hyperspherical_training_model` (inputs ``[images, labels]``,
   same layers, same weights) and serve the classifier itself (inputs ``images``).
 
-Retrieval and few-shot models are in :mod:`zoo.tasks`.
+Retrieval and few-shot models are in :mod:`zoo.tasks`. The served models are ``ot_layers.TaskModel``s that state
+their task (here ``"classification"``), which the exporters read.
 """
 import math
 import numbers
@@ -22,6 +23,7 @@ import keras
 
 from ot_layers.layers.hyperspherical_prototypes import HypersphericalPrototypes
 from ot_layers.layers.multi_proxy_wasserstein import MultiProxyWasserstein
+from ot_layers.task_model import TaskModel
 from ot_layers.tensor_ops import find_layer
 from ot_layers.validation import check_choice, check_positive, check_positive_int
 from zoo.backbones import backbone as resolve_backbone
@@ -97,7 +99,7 @@ def image_classifier(backbone, head="gap_fc", num_classes=10, pixel_mean=0.5, pi
         pooled = keras.layers.GlobalAveragePooling2D(name="gap")(features)
         embedded = keras.layers.Dense(dim, name="embedding")(pooled)
         logits = HypersphericalPrototypes(num_classes, dim, name="hyperspherical_head", **head_kwargs)(embedded)
-    return keras.Model(inputs, logits, name=name or f"{extractor.name}_{head}")
+    return TaskModel(inputs, logits, name=name or f"{extractor.name}_{head}", task="classification")
 
 
 def hyperspherical_training_model(model, name=None):
@@ -141,4 +143,5 @@ def hyperspherical_inference_model(train, name=None):
         features = train.get_layer("embedding").output
     except ValueError as error:
         raise ValueError(f"`train` must be a hyperspherical training model: {error}") from None
-    return keras.Model(train.inputs[0], head(features), name=name or train.name.removesuffix("_training"))
+    return TaskModel(train.inputs[0], head(features), name=name or train.name.removesuffix("_training"),
+                     task="classification")

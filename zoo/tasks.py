@@ -16,6 +16,7 @@ from ot_layers.layers.emd_head import SCALE as EMD_SCALE
 from ot_layers.layers.emd_head import EMDHead
 from ot_layers.layers.generalized_sum_pooling import GeneralizedSumPooling
 from ot_layers.layers.task_layers import L2Normalization, PrototypeLogits, SplitEpisode, SupportClassMeans
+from ot_layers.task_model import TaskModel
 from ot_layers.validation import check_choice, check_positive_int
 from zoo.models import _check_pixel_statistics, check_kwargs, image_input, pixel_preprocessing
 
@@ -52,7 +53,7 @@ def embedding_model(backbone, pooling="gap", embedding_dim=128, pixel_mean=0.5, 
     if embedding_dim is not None:
         pooled = keras.layers.Dense(embedding_dim, name="embedding")(pooled)
     embeddings = L2Normalization(name="l2_normalize")(pooled)
-    return keras.Model(inputs, embeddings, name=name or f"{extractor.name}_{pooling}_embedding")
+    return TaskModel(inputs, embeddings, name=name or f"{extractor.name}_{pooling}_embedding", task="retrieval")
 
 
 def proxy_training_model(model, num_classes, num_proxies=1, initializer="random_normal", name=None):
@@ -118,7 +119,8 @@ def few_shot_model(backbone, head="emd", ways=5, pixel_mean=0.5, pixel_std=0.25,
         logits = EMDHead(name="emd_head", **head_kwargs)([query_features, class_features])
     else:
         logits = PrototypeLogits(name="protonet_head", **head_kwargs)([query_features, class_features])
-    return keras.Model([query, support, support_labels], logits, name=name or f"{extractor.name}_{head}_{ways}way")
+    return TaskModel([query, support, support_labels], logits, name=name or f"{extractor.name}_{head}_{ways}way",
+                     task="few_shot")
 
 
 def few_shot_parts(model):

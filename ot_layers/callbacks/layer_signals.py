@@ -19,11 +19,7 @@ import tensorflow as tf
 
 from ot_layers.layers.generalized_sum_pooling import GeneralizedSumPooling
 from ot_layers.layers.multi_proxy_wasserstein import MultiProxyWasserstein
-from ot_layers.tensor_ops import flatten_feature_map
-
-
-def _all_layers(model):
-    return list(model._flatten_layers(include_self=False, recursive=True))
+from ot_layers.tensor_ops import flatten_feature_map, walk_layers
 
 
 class LayerSignals(keras.callbacks.Callback):
@@ -40,7 +36,7 @@ class LayerSignals(keras.callbacks.Callback):
     def signals(self):
         """``{name: float}`` for the model's layers now."""
         found = {}
-        for layer in _all_layers(self.model):
+        for layer in walk_layers(self.model):
             if isinstance(layer, MultiProxyWasserstein):
                 features = keras.Model(self.model.inputs[0], layer.input)(self.probe, training=False)
                 _, _, result = layer.matcher.match(flatten_feature_map(tf.convert_to_tensor(features)),

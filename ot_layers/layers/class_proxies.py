@@ -3,6 +3,7 @@ output the proxy losses read (thesis 003, ch. 3 and 5; SPEC S3, S4)."""
 import keras
 import tensorflow as tf
 
+from ot_layers.layers.base import ExportableLayer
 from ot_layers.tensor_ops import normalize_rows
 from ot_layers.validation import check_choice, check_positive_int
 
@@ -10,7 +11,7 @@ OUTPUTS = ("similarities", "packed")
 
 
 @keras.saving.register_keras_serializable(package="ot_layers")
-class ClassProxies(keras.layers.Layer):
+class ClassProxies(ExportableLayer):
     """Owns the weight ``proxies`` ``(num_classes, num_proxies, dim)`` and outputs what a proxy loss needs.
 
     Losses cannot own trainable weights in ``model.fit``; placing this layer in the model makes its weight part of
@@ -39,11 +40,6 @@ class ClassProxies(keras.layers.Layer):
         self.dim = None if dim is None else check_positive_int("dim", dim)
         self.initializer = keras.initializers.get(initializer)
         self.output_mode = check_choice("output", output, OUTPUTS)
-
-    @property
-    def export_blocker(self):
-        """``None``: the layer exports (SavedModel, ONNX)."""
-        return None
 
     def build(self, input_shape):
         dim = self.dim if self.dim is not None else input_shape[-1]

@@ -2,6 +2,7 @@
 import keras
 import tensorflow as tf
 
+from ot_layers.layers.base import ExportableLayer
 from ot_layers.tensor_ops import flatten_feature_map
 from ot_layers.solvers.emd import (
     COSINE_KERNEL_LIMIT, METHODS, SINKHORN_EPSILON, SINKHORN_MAX_ITER, SINKHORN_THRESHOLD, emd,
@@ -58,7 +59,7 @@ def cosine_cost(query, support, center=True):
 
 
 @keras.saving.register_keras_serializable(package="ot_layers")
-class EMDHead(keras.layers.Layer):
+class EMDHead(ExportableLayer):
     """Logits from the Earth Mover's Distance between query node sets and class node sets (paper 004).
 
     Call on ``[query, support]``: ``query`` ``(B, H, W, d)`` feature maps or ``(B, n, d)`` node sets; ``support``
@@ -100,8 +101,7 @@ class EMDHead(keras.layers.Layer):
         # Keras' jit_compile="auto" leaves XLA off for a model holding a layer that cannot be compiled.
         self.supports_jit = self.method != "exact"
 
-    @property
-    def export_blocker(self):
+    def _export_blocker_reason(self):
         """``None`` for ``method="sinkhorn"``; for ``"exact"`` the reason and the exportable alternative."""
         if self.method == "exact":
             return ('EMDHead(method="exact") runs POT\'s network simplex in a Python function, which SavedModel and '

@@ -1,11 +1,19 @@
-"""GeneralizedSumPooling: learned partial-transport selection of feature-map elements (paper 003, ch. 5, SPEC S3)."""
+"""GeneralizedSumPooling: learned partial-transport selection of feature-map elements (Gurbuz 2022 thesis,
+ch. 5, Eq. 5.2.1-5.2.3)."""
 import keras
 import tensorflow as tf
 
+from ot_layers.layers.base import ExportableLayer
 from ot_layers.solvers.partial_transport import GRADIENTS, partial_transport
 from ot_layers.tensor_ops import flatten_feature_map
-from ot_layers.validation import (check_choice, check_in_range, check_non_negative, check_positive,
-                                  check_positive_int, check_rank)
+from ot_layers.validation import (
+    check_choice,
+    check_in_range,
+    check_non_negative,
+    check_positive,
+    check_positive_int,
+    check_rank,
+)
 
 
 def _clip_norm(x):
@@ -24,7 +32,7 @@ def _euclidean_cost(prototypes, features):
 
 
 @keras.saving.register_keras_serializable(package="ot_layers")
-class GeneralizedSumPooling(keras.layers.Layer):
+class GeneralizedSumPooling(ExportableLayer):
     """Generalized sum pooling: a feature map ``(B, H, W, C)`` (or ``(B, n, C)``) -> pooled vector ``(B, C)``.
 
     With learnable prototypes ``w_k`` (``k <= m``) and cost ``c_kj = ||w̄_k - f̄_j||`` (``ū = u / max(1, ||u||)``),
@@ -38,10 +46,11 @@ class GeneralizedSumPooling(keras.layers.Layer):
     Args:
       num_prototypes: ``m``, the number of prototypes (64 small data, 128 large data in the thesis).
       transport_ratio: ``mu`` in (0, 1] (0.3).
-      epsilon: entropic regularization, ``1 / gamma`` of SPEC S3 (the kernel is ``exp(-c / epsilon)``): 0.2 (the
+      epsilon: entropic regularization, ``1 / gamma`` (the kernel is ``exp(-c / epsilon)``): 0.2 (the
         thesis' ``gamma = 5``, used with pair losses) by default; use 2.0 (``gamma = 0.5``) with proxy losses.
       max_iter, threshold: bound on the iterations of Prop. 5.2.1 and the stopping tolerance on the marginal error
-        (``threshold=0`` runs exactly ``max_iter``, as the thesis' 100 iterations).
+        (``threshold=0`` runs exactly ``max_iter``, as the thesis' 100 iterations). Each sample's transport stops at
+        its own tolerance, so a sample's output does not depend on the rest of its batch.
       gradient: ``"implicit"`` (Prop. 5.2.2, guarded for sharp selections) or ``"unrolled"``.
       return_attributes: also return ``z``.
       initializer: initializer of the prototypes ``(m, C)``.
@@ -64,11 +73,6 @@ class GeneralizedSumPooling(keras.layers.Layer):
         self.gradient = check_choice("gradient", gradient, GRADIENTS)
         self.return_attributes = bool(return_attributes)
         self.initializer = keras.initializers.get(initializer)
-
-    @property
-    def export_blocker(self):
-        """``None``: the layer exports (SavedModel, ONNX)."""
-        return None
 
     def build(self, input_shape):
         check_rank("inputs", input_shape, (3, 4))

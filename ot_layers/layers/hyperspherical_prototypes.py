@@ -4,6 +4,7 @@ import keras
 import numpy as np
 import tensorflow as tf
 
+from ot_layers.layers.base import ExportableLayer
 from ot_layers.solvers import prototypes as prototype_solver
 from ot_layers.tensor_ops import normalize_rows
 from ot_layers.validation import check_in_range, check_positive_int, check_rank, check_same_dim
@@ -20,7 +21,7 @@ except ImportError:  # pragma: no cover - other Keras versions
 
 
 @keras.saving.register_keras_serializable(package="ot_layers")
-class HypersphericalPrototypes(keras.layers.Layer):
+class HypersphericalPrototypes(ExportableLayer):
     """Logits ``s_k = cos(z, p_{sigma(k)})`` for a feature ``z`` ``(B, dim)`` (paper 001, Sec. 3.3, inference rule).
 
     State (all Keras variables, so ``.keras`` files, checkpoints and exported graphs carry it):
@@ -66,11 +67,6 @@ class HypersphericalPrototypes(keras.layers.Layer):
                 raise ValueError("`prototypes` must be finite with non-zero rows.")
             self._given_prototypes = (p / norms).astype(np.float32)
         self._from_config = False  # set by from_config: the prototypes come with the loaded weights
-
-    @property
-    def export_blocker(self):
-        """``None``: the layer exports (SavedModel and ONNX)."""
-        return None
 
     @classmethod
     def from_config(cls, config):

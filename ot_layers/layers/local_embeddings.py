@@ -2,13 +2,14 @@
 import keras
 import tensorflow as tf
 
+from ot_layers.layers.base import ExportableLayer
 from ot_layers.validation import check_choice, check_in_range, check_positive_int
 
 MODES = ("grid", "sampling")
 
 
 @keras.saving.register_keras_serializable(package="ot_layers")
-class PatchExtractor(keras.layers.Layer):
+class PatchExtractor(ExportableLayer):
     """Cuts images ``(B, H, W, C)`` into patches ``(B, P, patch_size, patch_size, C)`` for a backbone to embed.
 
     - ``"grid"``: the ``grid x grid`` cells of the image (``P = grid^2``), each resized (bilinear) to
@@ -35,8 +36,7 @@ class PatchExtractor(keras.layers.Layer):
         self.seed = seed
         self.seed_generator = keras.random.SeedGenerator(seed)
 
-    @property
-    def export_blocker(self):
+    def _export_blocker_reason(self):
         """A reason for ``mode="sampling"`` (random crops), ``None`` for ``mode="grid"``."""
         return 'PatchExtractor(mode="sampling") draws random crops; export with mode="grid".' \
             if self.mode == "sampling" else None

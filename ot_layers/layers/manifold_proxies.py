@@ -3,6 +3,7 @@ paper 002, SPEC S7)."""
 import keras
 import tensorflow as tf
 
+from ot_layers.layers.base import ExportableLayer
 from ot_layers.solvers.random_walk import random_walk_similarity_and_mask
 from ot_layers.tensor_ops import normalize_rows
 from ot_layers.validation import (check_choice, check_in_range, check_positive, check_positive_int, check_rank,
@@ -12,7 +13,7 @@ MODES = ("contextual", "intrinsic", "direct")
 
 
 @keras.saving.register_keras_serializable(package="ot_layers")
-class ManifoldProxies(keras.layers.Layer):
+class ManifoldProxies(ExportableLayer):
     """Similarities ``(B, K)`` of normalized embeddings ``x_n`` ``(B, dim)`` to the proxies ``p_k`` of the
     ``K = num_classes`` meta-classes (one proxy per meta-class).
 
@@ -36,6 +37,9 @@ class ManifoldProxies(keras.layers.Layer):
     the other samples' outputs equal a run without it.
     """
 
+    EXPORT_BLOCKER = ("ManifoldProxies is a training head (its output depends on the whole batch and it solves a "
+                      "linear system, which ONNX lacks); export the embedding model instead.")
+
     def __init__(self, num_classes, dim, mode="contextual", alpha=0.8, temperature=0.5, **kwargs):
         super().__init__(**kwargs)
         self.num_classes = check_positive_int("num_classes", num_classes)
@@ -43,12 +47,6 @@ class ManifoldProxies(keras.layers.Layer):
         self.mode = check_choice("mode", mode, MODES)
         self.alpha = float(check_in_range("alpha", alpha, 0.0, 1.0, low_open=True, high_open=True))
         self.temperature = float(check_positive("temperature", temperature))
-
-    @property
-    def export_blocker(self):
-        """Why the layer does not export, naming the exportable alternative."""
-        return ("ManifoldProxies is a training head (its output depends on the whole batch and it solves a linear "
-                "system, which ONNX lacks); export the embedding model instead.")
 
     def build(self, input_shape):
         check_rank("inputs", input_shape, (2,))

@@ -2,13 +2,14 @@
 import keras
 import tensorflow as tf
 
+from ot_layers.layers.base import ExportableLayer
 from ot_layers.layers.sinkhorn_match import SinkhornMatch
 from ot_layers.tensor_ops import flatten_feature_map
 from ot_layers.validation import check_positive_int, check_rank
 
 
 @keras.saving.register_keras_serializable(package="ot_layers")
-class MultiProxyWasserstein(keras.layers.Layer):
+class MultiProxyWasserstein(ExportableLayer):
     """Classifier head matching a feature map to ``num_proxies`` learnable proxies per class by Sinkhorn.
 
     For feature-map elements ``X_j`` (``j <= n``, no pooling) and class ``i``'s proxies ``P_im``:
@@ -39,11 +40,6 @@ class MultiProxyWasserstein(keras.layers.Layer):
         self.initializer = keras.initializers.get(initializer)
         self.matcher = SinkhornMatch(cost="cosine", p=p, epsilon=epsilon, max_iter=max_iter, threshold=threshold,
                                      gradient=gradient, pairing="class", dtype=self.dtype_policy, name="matcher")
-
-    @property
-    def export_blocker(self):
-        """``None``: the head is pure TensorFlow and exports to SavedModel and ONNX."""
-        return None
 
     def build(self, input_shape):
         check_rank("inputs", input_shape, (3, 4))

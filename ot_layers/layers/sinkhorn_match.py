@@ -3,6 +3,7 @@ import keras
 import numpy as np
 import tensorflow as tf
 
+from ot_layers.layers.base import ExportableLayer
 from ot_layers.solvers.sinkhorn import DOMAINS, GRADIENTS, KERNEL_DOMAIN_LIMIT, compute_dtype, sinkhorn
 from ot_layers.tensor_ops import flatten_feature_map
 from ot_layers.validation import (
@@ -65,7 +66,7 @@ def pairwise_cost(features, targets, cost="cosine", p=1.0, pairing="class"):
 
 
 @keras.saving.register_keras_serializable(package="ot_layers")
-class SinkhornMatch(keras.layers.Layer):
+class SinkhornMatch(ExportableLayer):
     """Entropic OT plans between a set / feature map and target sets (Sinkhorn, SPEC S1).
 
     Call on ``[features, targets]``: ``features`` ``(B, n, d)`` or a feature map ``(B, H, W, d)``; ``targets``
@@ -93,11 +94,6 @@ class SinkhornMatch(keras.layers.Layer):
         self.gradient = check_choice("gradient", gradient, GRADIENTS)
         self.pairing = check_choice("pairing", pairing, PAIRINGS)
         self.return_cost = bool(return_cost)
-
-    @property
-    def export_blocker(self):
-        """``None``: the layer is pure TensorFlow and exports to SavedModel and ONNX."""
-        return None
 
     def _solver_domain(self):
         if self.domain == "auto" and self.cost == "cosine":

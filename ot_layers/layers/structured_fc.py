@@ -3,13 +3,14 @@ import keras
 import numpy as np
 import tensorflow as tf
 
+from ot_layers.layers.base import ExportableLayer
 from ot_layers.layers.emd_head import EMDHead
 from ot_layers.tensor_ops import flatten_feature_map
 from ot_layers.validation import check_positive_int, check_rank
 
 
 @keras.saving.register_keras_serializable(package="ot_layers")
-class StructuredFC(keras.layers.Layer):
+class StructuredFC(ExportableLayer):
     """A learnable node set per class, compared to the query's local features by EMD (paper 004, Sec. 3.4).
 
     Class ``k`` owns nodes ``Phi_k`` of shape ``(num_nodes, d)`` (the shape of one flattened feature map); the logit
@@ -31,8 +32,7 @@ class StructuredFC(keras.layers.Layer):
         self.head = EMDHead(**self.head_config, dtype=self.dtype_policy, name="emd")
         self.supports_jit = self.head.supports_jit
 
-    @property
-    def export_blocker(self):
+    def _export_blocker_reason(self):
         """The inner :class:`EMDHead`'s: ``None`` for ``method="sinkhorn"``, a reason for ``"exact"``."""
         return self.head.export_blocker
 

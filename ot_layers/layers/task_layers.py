@@ -2,6 +2,7 @@
 import keras
 import tensorflow as tf
 
+from ot_layers.layers.base import ExportableLayer
 from ot_layers.tensor_ops import normalize_rows
 from ot_layers.validation import check_choice, check_positive, check_positive_int, check_rank, check_same_dim
 
@@ -13,14 +14,9 @@ def _float32(x):
 
 
 @keras.saving.register_keras_serializable(package="ot_layers")
-class L2Normalization(keras.layers.Layer):
+class L2Normalization(ExportableLayer):
     """Rows divided by their L2 norm, computed in float32 (``ot_layers.tensor_ops.normalize_rows``): an all-zero
     row stays zero with a finite gradient (also under ``mixed_float16``), NaN stays in its row."""
-
-    @property
-    def export_blocker(self):
-        """``None``: the layer exports (SavedModel, ONNX)."""
-        return None
 
     def call(self, inputs):
         return tf.cast(normalize_rows(_float32(inputs)), self.compute_dtype)
@@ -30,15 +26,10 @@ class L2Normalization(keras.layers.Layer):
 
 
 @keras.saving.register_keras_serializable(package="ot_layers")
-class SplitEpisode(keras.layers.Layer):
+class SplitEpisode(ExportableLayer):
     """``[features, query_images] -> [features[:B], features[B:]]`` with ``B`` the number of query images: splits
     the backbone output of the concatenated ``[query; support]`` batch (one batch, as episodic training runs it,
     so BatchNorm's training statistics cover the whole episode)."""
-
-    @property
-    def export_blocker(self):
-        """``None``: the layer exports (SavedModel, ONNX)."""
-        return None
 
     def call(self, inputs):
         features, query = inputs
@@ -51,7 +42,7 @@ class SplitEpisode(keras.layers.Layer):
 
 
 @keras.saving.register_keras_serializable(package="ot_layers")
-class SupportClassMeans(keras.layers.Layer):
+class SupportClassMeans(ExportableLayer):
     """``[support (S, ...), support_labels (S,)] -> (ways, ...)``: the mean of each class's support samples
     (feature maps or vectors), classes ``0..ways-1``. Labels outside that range are ignored; a class without
     support samples gets zeros. Computed in float32 as a one-hot product (XLA-compilable, exportable)."""
@@ -59,11 +50,6 @@ class SupportClassMeans(keras.layers.Layer):
     def __init__(self, ways, **kwargs):
         super().__init__(**kwargs)
         self.ways = check_positive_int("ways", ways)
-
-    @property
-    def export_blocker(self):
-        """``None``: the layer exports (SavedModel, ONNX)."""
-        return None
 
     def call(self, inputs):
         support, labels = inputs
@@ -87,7 +73,7 @@ class SupportClassMeans(keras.layers.Layer):
 
 
 @keras.saving.register_keras_serializable(package="ot_layers")
-class PrototypeLogits(keras.layers.Layer):
+class PrototypeLogits(ExportableLayer):
     """ProtoNet's logits (Snell et al. 2017, Eq. 1-2): ``[query (B, D), prototypes (N, D)] -> (B, N)``.
 
     ``metric="euclidean"``: ``-scale * ||q - c_k||^2`` (the paper's squared Euclidean distance); ``"cosine"``:
@@ -99,11 +85,6 @@ class PrototypeLogits(keras.layers.Layer):
         super().__init__(**kwargs)
         self.metric = check_choice("metric", metric, PROTONET_METRICS)
         self.scale = float(check_positive("scale", scale))
-
-    @property
-    def export_blocker(self):
-        """``None``: the layer exports (SavedModel, ONNX)."""
-        return None
 
     def call(self, inputs):
         query, prototypes = inputs

@@ -1,0 +1,59 @@
+"""A model that states its task: :class:`TaskModel`, and :func:`model_task` to read it.
+
+Why a functional-model subclass and not the layer names or the card: the task is part of what the model *is* (the
+exporters choose the served signatures by it), so it travels with the model's own config. ``model.to_json()``
+(a preset's ``config.json``), ``model.save("x.keras")``, ``keras.models.model_from_json`` and
+``keras.saving.load_model`` all keep it, with nothing but ``import ot_layers`` needed to read it back (the class is
+registered as ``ot_layers>TaskModel``). The exporters then never guess the task from layer names, so a new head
+needs no edit in ``export/``; a preset's card also names the task (``metadata.json``'s ``task``), and
+``zoo.load`` checks the two agree.
+
+A ``TaskModel`` is an ordinary Keras functional model (same layers, weights, ``fit``/``predict``/``save``); only
+its config gains ``"task"``. A model that is not a ``TaskModel`` states no task (:func:`model_task` gives
+``None``).
+"""
+import keras
+
+TASKS = ("classification", "retrieval", "few_shot", "generic")
+
+
+def check_task(task):
+    """``task`` if it is one of :data:`TASKS`, else ``ValueError`` naming it."""
+    if task not in TASKS:
+        raise ValueError(f"`task` must be one of {list(TASKS)}, got {task!r}.")
+    return task
+
+
+@keras.saving.register_keras_serializable(package="ot_layers")
+class TaskModel(keras.Model):
+    """``TaskModel(inputs, outputs, name=None, task=...)``: a functional model whose config carries its ``task``
+    (one of :data:`TASKS`; see the module docstring for why)."""
+
+    def __init__(self, inputs, outputs, name=None, **kwargs):
+        # `task` is a keyword in **kwargs, not a named argument: Keras revives a functional subclass from its config
+        # only when the constructor's named arguments are exactly Functional's (inputs, outputs, name).
+        task = check_task(kwargs.pop("task", "generic"))
+        super().__init__(inputs, outputs, name=name, **kwargs)
+        self.task = task
+
+    def get_config(self):
+        config = super().get_config()
+        config["task"] = self.task
+        return config
+
+
+def model_task(model):
+    """The task ``model`` states (a :class:`TaskModel`'s ``task``), or ``None``."""
+    return model.task if isinstance(model, TaskModel) else None
+
+
+def with_task(model, task):
+    """``model`` as a :class:`TaskModel` stating ``task``: the model itself when it already states ``task``, else
+    a ``TaskModel`` over the same graph (the same layers and weights, no copy)."""
+    check_task(task)
+    if model_task(model) == task:
+        return model
+    if model_task(model) is not None:
+        raise ValueError(f"`task`: the model states task {model_task(model)!r}, not {task!r}.")
+    return TaskModel(model.inputs if len(model.inputs) > 1 else model.inputs[0],
+                     model.outputs if len(model.outputs) > 1 else model.outputs[0], name=model.name, task=task)

@@ -1,0 +1,192 @@
+"""One preset format (config.json, model.weights.h5, metadata.json) for built-in and saved presets, weights checked
+against their card before they load, models that state their task, and the one layer walk."""
+import json
+import os
+import shutil
+import sys
+
+import keras
+import numpy as np
+import pytest
+
+import export
+import ot_layers
+import zoo
+from ot_layers.layers.base import ExportableLayer
+from ot_layers.task_model import TaskModel, model_task, with_task
+from ot_layers.tensor_ops import find_layer, walk_layers
+from otzoo import cli, export_command
+from zoo import loading, preset_format
+from zoo.preset_format import CONFIG_FILE, WEIGHTS_FILE, WeightsIntegrityError
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "scripts"))
+from write_preset_configs import preset_config  # noqa: E402
+
+NAME = "resnet20_mpw_fashion_mnist"
+X = np.random.default_rng(0).uniform(0, 255, (2, 28, 28, 1)).astype(np.float32)
+TINY = dict(input_shape=(16, 16, 1), backbone_kwargs={"width": 4, "feature_dim": 8})
+
+
+@pytest.fixture
+def copied(tmp_path):
+    """A copy of a built-in preset directory."""
+    return shutil.copytree(loading.preset_dir(NAME), str(tmp_path / "copy"))
+
+
+def _flip_one_byte(path):
+    with open(path, "r+b") as handle:
+        handle.seek(os.path.getsize(path) // 2)
+        byte = handle.read(1)
+        handle.seek(-1, os.SEEK_CUR)
+        handle.write(bytes([byte[0] ^ 0x01]))
+
+
+@pytest.mark.parametrize("name", zoo.list_models())
+def test_shipped_config_json_is_what_build_gives(name):
+    path = os.path.join(loading.preset_dir(name), CONFIG_FILE)
+    with open(path) as handle:
+        shipped = json.load(handle)
+    assert shipped == json.loads(zoo.build(name).to_json()), f"stale {path}: run scripts/write_preset_configs.py"
+    assert shipped["class_name"] == "TaskModel" and shipped["config"]["task"] == zoo.model_card(name)["task"]
+    with open(path) as handle:
+        assert handle.read() == preset_config(name)
+
+
+def test_a_copied_builtin_preset_loads_like_the_builtin_one(copied):
+    builtin, copy = zoo.load(NAME), zoo.load(copied)
+    assert model_task(builtin) == model_task(copy) == "classification"
+    np.testing.assert_array_equal(np.asarray(copy(X)), np.asarray(builtin(X)))
+    # one path: the built-in name is its package directory, read by the same reader
+    assert type(builtin) is type(copy) is TaskModel
+    np.testing.assert_array_equal(np.asarray(preset_format.load_preset(loading.preset_dir(NAME))(X)),
+                                  np.asarray(builtin(X)))
+
+
+def test_one_flipped_byte_is_refused_by_every_path(copied, tmp_path, capsys):
+    weights = os.path.join(copied, WEIGHTS_FILE)
+    _flip_one_byte(weights)
+    expected = zoo.model_card(NAME)["weights_sha256"]
+    message = f"{weights} does not match its card: expected sha256 {expected}, found [0-9a-f]{{64}}"
+    for call in (lambda: zoo.load(copied), lambda: zoo.load(NAME, weights=copied),
+                 lambda: zoo.load(NAME, weights=weights)):
+        with pytest.raises(WeightsIntegrityError, match=message):
+            call()
+    assert issubclass(WeightsIntegrityError, ValueError)
+    out = str(tmp_path / "exported")
+    for argv in (["export", copied, "--out", out], ["evaluate", copied]):
+        assert cli.main(argv) == 2
+        err = capsys.readouterr().err.strip()
+        assert "sha256" in err and expected in err and len(err.splitlines()) == 1, err
+    assert not os.path.exists(out)
+
+
+def test_packaged_weights_are_checked_before_loading(tmp_path, monkeypatch):
+    presets = tmp_path / "presets"
+    shutil.copytree(loading.preset_dir(NAME), str(presets / NAME))
+    _flip_one_byte(str(presets / NAME / WEIGHTS_FILE))
+    monkeypatch.setattr(loading, "PRESETS_DIR", str(presets))
+    for kwargs in ({}, {"num_classes": 10}):  # the directory path and the rebuild-then-load path
+        with pytest.raises(WeightsIntegrityError, match="sha256"):
+            zoo.load(NAME, **kwargs)
+
+
+def test_a_url_download_is_checked_and_a_bad_one_dropped(tmp_path, monkeypatch):
+    bad = str(tmp_path / "download.weights.h5")
+    shutil.copy(os.path.join(loading.preset_dir("resnet20_gap_fashion_mnist"), WEIGHTS_FILE), bad)
+    monkeypatch.setattr(keras.utils, "get_file", lambda *args, **kwargs: bad)
+    with pytest.raises(WeightsIntegrityError, match=f"expected sha256 {zoo.model_card(NAME)['weights_sha256']}"):
+        zoo.load(NAME, weights="https://example.invalid/model.weights.h5")
+    assert not os.path.exists(bad)
+
+
+def test_a_bare_weights_file_loads_with_a_warning(tmp_path):
+    model = zoo.build("resnet20_gap_fashion_mnist")
+    path = str(tmp_path / "mine.weights.h5")
+    model.save_weights(path)
+    with pytest.warns(UserWarning, match="not checked"):
+        restored = zoo.load("resnet20_gap_fashion_mnist", weights=path)
+    np.testing.assert_array_equal(np.asarray(restored(X)), np.asarray(model(X)))
+
+
+def test_save_preset_writes_the_format_and_requires_a_task(tmp_path):
+    model = zoo.image_classifier("small_convnet", "gap_fc", 3, **TINY)
+    directory = zoo.save_preset(model, str(tmp_path / "mine"), card={"name": "mine"})
+    assert sorted(os.listdir(directory)) == ["config.json", "metadata.json", "model.weights.h5"]
+    card = preset_format.read_card(directory)
+    assert card["task"] == "classification" and card["weights_sha256"] == preset_format.sha256_of(
+        os.path.join(directory, WEIGHTS_FILE))
+    pixels = np.random.default_rng(1).uniform(0, 255, (2, 16, 16, 1)).astype(np.float32)
+    restored = zoo.load(directory)
+    assert model_task(restored) == "classification"
+    np.testing.assert_allclose(np.asarray(restored(pixels)), np.asarray(model(pixels)), atol=1e-6)
+    plain = keras.Model(model.inputs, model.outputs)  # states no task
+    with pytest.raises(ValueError, match="task"):
+        zoo.save_preset(plain, str(tmp_path / "untasked"), card={"name": "untasked"})
+    directory = zoo.save_preset(plain, str(tmp_path / "tasked"), card={"task": "retrieval"})
+    assert model_task(zoo.load(directory)) == "retrieval"
+    with pytest.raises(ValueError, match="states task 'classification'"):
+        zoo.save_preset(model, str(tmp_path / "clash"), card={"task": "retrieval"})
+
+
+def test_a_card_whose_task_contradicts_the_config_is_refused(copied):
+    card = preset_format.read_card(copied)
+    card["task"] = "retrieval"
+    with open(os.path.join(copied, "metadata.json"), "w") as handle:
+        json.dump(card, handle)
+    with pytest.raises(ValueError, match="states task 'classification', not 'retrieval'"):
+        zoo.load(copied)
+
+
+def test_the_task_survives_keras_files_and_json(tmp_path):
+    model = zoo.embedding_model("small_convnet", "gap", 4, **TINY)
+    assert model_task(model) == "retrieval"
+    assert model_task(keras.models.model_from_json(model.to_json())) == "retrieval"
+    path = str(tmp_path / "embedding.keras")
+    model.save(path)
+    assert model_task(keras.saving.load_model(path)) == "retrieval"
+    assert model_task(zoo.few_shot_model("small_convnet", "protonet", 3, **TINY)) == "few_shot"
+
+
+def test_export_reads_the_stated_task_not_the_layer_names():
+    model = zoo.image_classifier("small_convnet", "mpw", 3, head_kwargs={"num_proxies": 2}, **TINY)
+    assert export.infer_task(model) == "classification"
+    same_layers = keras.Model(model.inputs, model.outputs)  # the zoo's layer names, no stated task
+    assert export.infer_task(same_layers) == "generic"
+    assert export.serving_spec(same_layers).output_names == ("output_0",)
+    assert export.serving_spec(with_task(same_layers, "retrieval")).output_names == ("embeddings",)
+    assert export.serving_spec(model, task="retrieval").task == "retrieval"  # task= overrides
+
+
+def test_export_command_takes_the_task_from_the_card(copied):
+    _, name, task, preset = export_command._load(copied)
+    assert (name, task) == ("copy", "classification") and preset is zoo.registry.PRESETS[NAME]
+
+
+def test_walk_layers_reaches_nested_models_and_sub_layers():
+    structured = ot_layers.StructuredFC(3, 4, head={"method": "sinkhorn"})
+    inputs = keras.Input((2, 2, 5))
+    inner = keras.Model(inputs, structured(inputs), name="inner")
+    outer = keras.Model(inputs, inner(inputs))
+    layers = list(walk_layers(outer))
+    assert inner in layers and structured in layers and structured.head in layers and outer not in layers
+    assert len(layers) == len({id(layer) for layer in layers})
+    assert find_layer(outer, ot_layers.StructuredFC) is structured
+
+
+@pytest.mark.parametrize("layer, reason", [
+    (lambda: ot_layers.EMDHead(method="exact"), 'method="sinkhorn"'),
+    (lambda: ot_layers.StructuredFC(2, 4, head={"method": "exact"}), 'method="sinkhorn"'),
+    (lambda: ot_layers.ManifoldProxies(3, 4), "export the embedding model instead"),
+    (lambda: ot_layers.PatchExtractor(mode="sampling"), 'export with mode="grid"'),
+    (lambda: ot_layers.EMDHead(method="sinkhorn"), None),
+    (lambda: ot_layers.GeneralizedSumPooling(4), None),
+    (lambda: zoo.L2Normalization(), None),
+])
+def test_layers_share_one_export_blocker(layer, reason):
+    layer = layer()
+    assert isinstance(layer, ExportableLayer)
+    assert type(layer).export_blocker is ExportableLayer.export_blocker  # one property, no per-layer copy
+    if reason is None:
+        assert layer.export_blocker is None
+    else:
+        assert reason in layer.export_blocker

@@ -1,0 +1,142 @@
+"""The preset format, read and written in one place.
+
+A preset -- built-in (package data, ``zoo/presets/<name>/``) or saved by a user (:func:`write_preset`,
+``zoo.save_preset``) -- is a directory holding:
+
+- ``config.json``: the Keras model config (``model.to_json()``; an ``ot_layers.TaskModel``, so it states the task);
+- ``model.weights.h5``: the weights;
+- ``metadata.json``: the model card, with at least ``task`` and ``weights_sha256``.
+
+Wherever a card names a sha256 the weights file is hashed *before* it is loaded; a mismatch is one
+:class:`WeightsIntegrityError` (a ``ValueError``) naming the file and both hashes. Weights that no card accompanies
+load with a warning that they are unchecked (:func:`load_weights`). Deserializing ``config.json`` needs the
+``ot_layers`` layers registered, which importing this module (through ``ot_layers``) does.
+"""
+import hashlib
+import json
+import os
+import warnings
+
+import keras
+
+import ot_layers  # noqa: F401  (registers the layers and TaskModel that config.json names)
+from ot_layers.task_model import check_task, model_task, with_task
+
+WEIGHTS_FILE = "model.weights.h5"
+CARD_FILE = "metadata.json"
+CONFIG_FILE = "config.json"
+
+
+class WeightsIntegrityError(ValueError):
+    """A weights file whose sha256 is not the one its card names (corrupted, or another model's)."""
+
+
+def sha256_of(path):
+    """The hex sha256 of a file."""
+    digest = hashlib.sha256()
+    with open(path, "rb") as handle:
+        for block in iter(lambda: handle.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def check_sha256(path, expected):
+    """Raise :class:`WeightsIntegrityError` unless the sha256 of file ``path`` is ``expected``."""
+    found = sha256_of(path)
+    if found != expected:
+        raise WeightsIntegrityError(f"The weights file {path} does not match its card: expected sha256 {expected}, "
+                                    f"found {found}. The file is corrupted or belongs to another model.")
+
+
+def is_preset_dir(path):
+    """Whether ``path`` is a directory holding a ``config.json`` (a preset directory)."""
+    return os.path.isdir(str(path)) and os.path.isfile(os.path.join(str(path), CONFIG_FILE))
+
+
+def read_card(directory):
+    """The card (``metadata.json``) of ``directory`` as a dict, or ``None`` when it has none."""
+    path = os.path.join(str(directory), CARD_FILE)
+    if not os.path.isfile(path):
+        return None
+    with open(path) as handle:
+        return json.load(handle)
+
+
+def read_config(directory):
+    """The (untrained) model ``config.json`` of ``directory`` describes."""
+    path = os.path.join(str(directory), CONFIG_FILE)
+    if not os.path.isfile(path):
+        raise FileNotFoundError(f"{directory!r} is not a preset directory: it has no {CONFIG_FILE} (a preset directory "
+                                f"holds {CONFIG_FILE}, {WEIGHTS_FILE} and {CARD_FILE}).")
+    with open(path) as handle:
+        return keras.models.model_from_json(handle.read())
+
+
+def weights_with_card(weights):
+    """``(weights file, card or None)`` for ``weights``: a ``.weights.h5`` file (its card: the ``metadata.json``
+    beside it when the file is a preset's ``model.weights.h5``) or a directory holding ``model.weights.h5`` (its
+    card: the directory's ``metadata.json``)."""
+    weights = str(weights)
+    if os.path.isdir(weights):
+        directory, path = weights, os.path.join(weights, WEIGHTS_FILE)
+    else:
+        directory, path = os.path.dirname(weights) or ".", weights
+    if not os.path.isfile(path):
+        raise FileNotFoundError(f"`weights`: no weights file at {path!r} (give a .weights.h5 file, a preset "
+                                f"directory holding {WEIGHTS_FILE}, or an http(s) URL).")
+    card = read_card(directory) if os.path.basename(path) == WEIGHTS_FILE else None
+    return path, card
+
+
+def load_weights(model, path, card):
+    """Load the weights file ``path`` into ``model`` after checking it against ``card``'s ``weights_sha256``;
+    with no card (or a card naming no sha256) the weights load with a warning that they are unchecked."""
+    expected = (card or {}).get("weights_sha256")
+    if expected:
+        check_sha256(path, expected)
+    else:
+        warnings.warn(f"Loading weights {path} without a card naming their sha256: they are not checked for "
+                      "corruption or for belonging to this model.", stacklevel=3)
+    model.load_weights(path)
+    return model
+
+
+def load_preset(directory):
+    """The model of preset directory ``directory``: ``config.json`` deserialized, stating the card's ``task``,
+    with ``model.weights.h5`` checked against the card's sha256 and loaded."""
+    directory = str(directory)
+    card = read_card(directory)
+    if card is None:
+        raise FileNotFoundError(f"{directory!r} is not a preset directory: it has no {CARD_FILE} (the model card "
+                                "naming the task and the weights' sha256).")
+    path = os.path.join(directory, WEIGHTS_FILE)
+    if not os.path.isfile(path):
+        raise FileNotFoundError(f"{directory!r} has no {WEIGHTS_FILE}.")
+    expected = card.get("weights_sha256")
+    if expected:
+        check_sha256(path, expected)  # before anything is deserialized
+    model = read_config(directory)
+    if card.get("task") is not None:
+        model = with_task(model, card["task"])
+    return load_weights(model, path, card)
+
+
+def write_preset(model, directory, card):
+    """Write ``model`` as preset directory ``directory`` (``config.json``, ``model.weights.h5``, ``metadata.json``);
+    returns ``directory``. ``card``: the model card's fields; its ``task`` (or the task ``model`` states) is
+    required. The card written adds ``task``, ``weights_sha256`` and ``parameters``."""
+    card = dict(card or {})
+    task = card.get("task") or model_task(model)
+    if task is None:
+        raise ValueError("`card`: a preset states its task: give card={'task': ...} (one of classification, "
+                         "retrieval, few_shot, generic) or a model that states one (ot_layers.TaskModel).")
+    model = with_task(model, check_task(task))
+    os.makedirs(directory, exist_ok=True)
+    with open(os.path.join(directory, CONFIG_FILE), "w") as handle:
+        handle.write(model.to_json())
+    weights = os.path.join(directory, WEIGHTS_FILE)
+    model.save_weights(weights)
+    card.update(task=task, weights_sha256=sha256_of(weights), parameters=int(model.count_params()))
+    with open(os.path.join(directory, CARD_FILE), "w") as handle:
+        json.dump(card, handle, indent=2)
+    return directory
