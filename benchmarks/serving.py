@@ -81,7 +81,7 @@ def benchmark_preset(name, calls, rounds, warmup, folder):
 
     model = zoo.load(name)
     spec = export.serving_spec(model)
-    classes = PRESETS[name].get("eval_classes") if spec.task == "few_shot" else None
+    classes = PRESETS[name].data.eval_classes if spec.task == "few_shot" else None
     images = fashion_mnist_inputs(spec, THROUGHPUT_BATCH, classes=classes)
     version_dir = export.to_saved_model(model, os.path.join(folder, name))
     onnx_path = export.to_onnx(model, os.path.join(folder, f"{name}.onnx"))

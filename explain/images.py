@@ -9,6 +9,8 @@ import keras
 import numpy as np
 import tensorflow as tf
 
+from ot_layers.optional import require
+
 
 def model_input_shape(model):
     """``(H, W, C)`` of ``model``'s (first) image input; ``H``/``W`` may be ``None`` (any size)."""
@@ -60,6 +62,7 @@ def load_image_file(path, input_shape):
         raise FileNotFoundError(f"IMAGE: no image file at {path!r}.")
     height, width, channels = input_shape
     target = None if height is None or width is None else (height, width)
+    require("PIL.Image", "explain", "reading image files")  # what keras.utils.load_img reads with
     try:
         image = keras.utils.load_img(path, color_mode="grayscale" if channels == 1 else "rgb", target_size=target,
                                      interpolation="bilinear")

@@ -7,18 +7,18 @@ of square panels of ``PANEL_INCHES`` (``2 * PANEL_INCHES`` for the matrix and cu
 pixels (:func:`figure_pixels`); each docstring gives its ``cols`` and ``rows``. Heat maps over an image are the
 layer's per-cell quantities on its ``h x w`` feature map, upsampled bilinearly to the image size.
 
-The drawing uses ``matplotlib.figure.Figure`` directly (no ``pyplot`` state), which renders with Agg.
+The drawing uses ``matplotlib.figure.Figure`` directly (no ``pyplot`` state), which renders with Agg. Matplotlib
+comes with the ``explain`` extra and is imported when a picture is drawn (``import explain`` works without it).
 """
 import os
 
 import numpy as np
-from matplotlib.colors import TwoSlopeNorm
-from matplotlib.figure import Figure
 
 from explain import signals
 from explain.images import model_input_shape, prepare_images, upsample
 from ot_layers.layers.generalized_sum_pooling import GeneralizedSumPooling
 from ot_layers.layers.multi_proxy_wasserstein import MultiProxyWasserstein
+from ot_layers.optional import require
 from ot_layers.tensor_ops import find_layer
 from ot_layers.validation import check_positive_int
 
@@ -36,11 +36,16 @@ def figure_pixels(cols, rows, panel=PANEL_INCHES, dpi=100):
     return int(round(cols * panel * dpi)), int(round((rows * panel + HEADER_INCHES) * dpi))
 
 
+def _matplotlib(module):
+    """``matplotlib.<module>``, or one line naming ``otzoo[explain]`` when matplotlib is not installed."""
+    return require(f"matplotlib.{module}", "explain", "drawing explain pictures")
+
+
 def _figure(cols, rows, panel=PANEL_INCHES, margin=0.0):
     """A figure of ``cols x rows`` panels; ``margin`` (inches) is kept free left of and below the panels for tick
     labels (inside the panels' area: the figure's size does not change)."""
     width, height = cols * panel, rows * panel + HEADER_INCHES
-    figure = Figure(figsize=(width, height))
+    figure = _matplotlib("figure").Figure(figsize=(width, height))
     top = 1.0 - (HEADER_INCHES + 0.1) / height
     figure.subplots_adjust(left=(0.07 + margin) / width, right=1.0 - 0.07 / width, bottom=(0.07 + margin) / height,
                            top=top, wspace=0.3 + 0.5 * margin, hspace=0.45)
@@ -153,7 +158,7 @@ def plot_gsp_weights(model, images, path, labels=None, class_names=None, layer_n
     _need_grid(result.grid, "GeneralizedSumPooling layer")
     n = result.weights.shape[1]
     scaled = result.weights * n
-    norm = TwoSlopeNorm(vmin=0.0, vcenter=1.0, vmax=max(2.0, float(scaled.max())))
+    norm = _matplotlib("colors").TwoSlopeNorm(vmin=0.0, vcenter=1.0, vmax=max(2.0, float(scaled.max())))
     count = batch.shape[0]
     figure = _figure(count, 2)
     axes = figure.subplots(2, count, squeeze=False)

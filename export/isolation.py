@@ -1,20 +1,22 @@
 """Run Python code in a child process where otzoo's packages cannot be imported: how TF Serving sees an export.
 
 The child is the same interpreter (same TensorFlow, onnxruntime, NumPy) started with ``-I`` (no ``PYTHON*``
-variables, no user site, no script or working directory on ``sys.path``), whose first statements put a finder at
-the front of ``sys.meta_path`` that refuses every module of :data:`BLOCKED_PACKAGES` and drop the repository root
-from ``sys.path``. The finder also defeats the editable install's own finder, which ``-I`` alone would keep.
+variables, no user site, no script or working directory on ``sys.path``), whose first statement puts a finder at
+the front of ``sys.meta_path`` that refuses every module of :data:`BLOCKED_PACKAGES` by name. That alone keeps the
+project out, wherever it lives: the finder runs before the path finder and the editable install's own finder
+(which ``-I`` alone would keep). ``sys.path`` is left as it is: in a regular install the directory holding the
+project's packages is ``site-packages``, which also holds NumPy and TensorFlow.
 """
 import os
 import subprocess
 import sys
 import tempfile
 
-BLOCKED_PACKAGES = ("ot_layers", "zoo", "training", "export", "explain")
+BLOCKED_PACKAGES = ("ot_layers", "zoo", "training", "export", "explain", "otzoo")
 REPOSITORY_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 _PRELUDE = r'''
-import os as _os, sys as _sys
+import sys as _sys
 
 
 class _BlockProject:
@@ -28,14 +30,13 @@ class _BlockProject:
 
 
 _sys.meta_path.insert(0, _BlockProject())
-_sys.path[:] = [p for p in _sys.path if _os.path.realpath(p or ".") != %(root)r]
-del _os, _sys, _BlockProject
+del _sys, _BlockProject
 '''
 
 
 def isolated_command(code):
     """The ``argv`` prefix that runs ``code`` in an isolated child (append the script's arguments)."""
-    prelude = _PRELUDE % {"blocked": tuple(BLOCKED_PACKAGES), "root": os.path.realpath(REPOSITORY_ROOT)}
+    prelude = _PRELUDE % {"blocked": tuple(BLOCKED_PACKAGES)}
     return [sys.executable, "-I", "-c", prelude + code]
 
 

@@ -11,6 +11,7 @@ import warnings
 import tensorflow as tf
 
 from export.signatures import serving_spec
+from ot_layers.optional import require
 
 
 def _check_opset(opset):
@@ -40,9 +41,9 @@ def to_onnx(model, path, opset=None, task=None):
     spec = serving_spec(model, task)
     opset = _check_opset(opset)
     path = os.fspath(path)
-    import onnx
-    import tf2onnx
-    from keras.src.export.tf2onnx_lib import patch_tf2onnx
+    tf2onnx = require("tf2onnx", "export", "ONNX export")
+    onnx = require("onnx", "export", "ONNX export")
+    from keras.src.export.tf2onnx_lib import patch_tf2onnx  # private Keras API (setup.cfg bounds keras)
 
     with warnings.catch_warnings():  # the patch probes the removed ``np.object``
         warnings.simplefilter("ignore", FutureWarning)

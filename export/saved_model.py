@@ -9,11 +9,14 @@ import os
 import re
 import shutil
 import tempfile
+import warnings
 
 import keras
+from google.protobuf import text_encoding  # protobuf comes with TensorFlow
 
 from export.signatures import DEFAULT_SIGNATURE, UINT8_SIGNATURE, serving_spec
-from export.warmup import write_warmup_requests
+from export.warmup import serving_apis, write_warmup_requests
+from ot_layers.optional import MissingExtraError
 
 MODEL_CONFIG_FILE = "models.config"
 _TEMP_PREFIX = ".tmp-export-"
@@ -35,13 +38,16 @@ def existing_versions(base_dir):
 
 def model_config_text(name, base_path):
     """A ``models.config`` with one entry (TF Serving's ``ModelServerConfig`` text format, for
-    ``tensorflow_model_server --model_config_file=...``), written from the proto so paths are escaped."""
-    from google.protobuf import text_format
-    from tensorflow_serving.config import model_server_config_pb2
+    ``tensorflow_model_server --model_config_file=...``), escaped as protobuf's ``text_format`` writes it with
+    ``as_utf8=False`` (ASCII; no tensorflow-serving-api needed: ``tests/test_optional_extras.py`` checks it
+    against the proto)."""
 
-    config = model_server_config_pb2.ModelServerConfig()
-    config.model_config_list.config.add(name=name, base_path=base_path, model_platform="tensorflow")
-    return text_format.MessageToString(config)
+    def quoted(value):
+        return '"' + text_encoding.CEscape(value.encode("utf-8"), as_utf8=False) + '"'
+
+    return ("model_config_list {\n  config {\n"
+            f"    name: {quoted(name)}\n    base_path: {quoted(base_path)}\n"
+            f"    model_platform: {quoted('tensorflow')}\n  }}\n}}\n")
 
 
 def _model_name(name, base_dir):
@@ -62,14 +68,16 @@ def _write_signatures(model, spec, directory):
     archive.write_out(directory, verbose=False)
 
 
-def to_saved_model(model, base_dir, version=None, task=None, warmup=True, name=None):
+def to_saved_model(model, base_dir, version=None, task=None, warmup=None, name=None):
     """Export ``model`` for TF Serving into ``<base_dir>/<version>`` and return that path.
 
     ``version``: an integer >= 1 that must not exist yet, or ``None`` for the next free one (1 in an empty
     directory). ``task``: see :mod:`export.signatures` (``None``: inferred from the model). Signatures:
     ``serving_default`` (float32 pixels) and, for image models, ``serving_uint8`` (uint8 pixels), both with the
     task's named inputs and outputs. ``warmup``: also write TF Serving warm-up requests
-    (``assets.extra/tf_serving_warmup_requests``, :mod:`export.warmup`). ``name``: the served model's name in
+    (``assets.extra/tf_serving_warmup_requests``, :mod:`export.warmup`); they need tensorflow-serving-api
+    (``otzoo[export]``): ``True`` requires it, ``None`` (default) writes them where it is installed and otherwise
+    warns and skips them (TF Serving then starts cold), ``False`` skips them. ``name``: the served model's name in
     ``models.config`` and the warm-up requests (default: ``base_dir``'s name). ``<base_dir>/models.config`` gets
     the entry that serves ``base_dir`` under ``name``.
 
@@ -77,6 +85,16 @@ def to_saved_model(model, base_dir, version=None, task=None, warmup=True, name=N
     ``EMDHead(method="exact")``), before writing anything.
     """
     spec = serving_spec(model, task)
+    if warmup is None:
+        try:
+            serving_apis()
+            warmup = True
+        except MissingExtraError as error:
+            warnings.warn(f"{error}; the SavedModel is written without them (TF Serving starts cold).",
+                          stacklevel=2)
+            warmup = False
+    elif warmup:
+        serving_apis()  # before writing anything
     base_dir = os.path.abspath(os.fspath(base_dir))
     name = _model_name(name, base_dir)
     if version is not None:

@@ -18,6 +18,7 @@ import numpy as np
 
 from export.isolation import BLOCKED_PACKAGES, run_isolated
 from export.signatures import DEFAULT_SIGNATURE, UINT8_SIGNATURE, serving_spec
+from ot_layers.optional import check_installed
 
 PYTHON_OPS = ("PyFunc", "PyFuncStateless", "EagerPyFunc", "NumpyFunction")
 
@@ -244,6 +245,8 @@ def verify(model, inputs, saved_model_dir=None, onnx_path=None, task=None, batch
     named output or its shape.
     """
     spec = serving_spec(model, task)
+    if onnx_path is not None:  # the isolated child imports it
+        check_installed("onnxruntime", "export", "verifying an ONNX file")
     named = _named_inputs(spec, inputs)
     sizes = _check_batch_sizes(batch_sizes)
     uint8 = bool(spec.pixel_inputs) and all(named[n].dtype == np.uint8 for n in spec.pixel_inputs)

@@ -9,11 +9,21 @@ import os
 
 import numpy as np
 import tensorflow as tf
-from tensorflow_serving.apis import model_pb2, predict_pb2, prediction_log_pb2
+
+from ot_layers.optional import require
 
 WARMUP_DIR = "assets.extra"
 WARMUP_FILE = "tf_serving_warmup_requests"
 BATCH_SIZES = (1, 8)
+FEATURE = "writing TF Serving warm-up requests"
+
+
+def serving_apis():
+    """``tensorflow_serving.apis`` (the ``export`` extra's tensorflow-serving-api), with ``model_pb2``,
+    ``predict_pb2`` and ``prediction_log_pb2`` loaded."""
+    for name in ("model_pb2", "predict_pb2", "prediction_log_pb2"):
+        require(f"tensorflow_serving.apis.{name}", "export", FEATURE)
+    return require("tensorflow_serving.apis", "export", FEATURE)
 
 
 def example_inputs(spec, batch_size, uint8=False, seed=0, support_size=None):
@@ -61,6 +71,8 @@ def warmup_requests(spec):
 def write_warmup_requests(version_dir, spec, model_name):
     """Write the warm-up file into ``version_dir/assets.extra`` and return its path and record count; returns
     ``(None, 0)`` and writes nothing when the spec has inputs of unknown size (TF Serving then starts cold)."""
+    apis = serving_apis()
+    model_pb2, predict_pb2, prediction_log_pb2 = apis.model_pb2, apis.predict_pb2, apis.prediction_log_pb2
     requests = warmup_requests(spec)
     if not requests:
         return None, 0
@@ -80,6 +92,7 @@ def write_warmup_requests(version_dir, spec, model_name):
 def read_warmup_requests(path):
     """The requests of a warm-up file as ``[(model name, signature name, {input name: array})]``, parsed with
     ``prediction_log_pb2`` (what TF Serving reads)."""
+    prediction_log_pb2 = serving_apis().prediction_log_pb2
     requests = []
     for record in tf.data.TFRecordDataset(path):
         log = prediction_log_pb2.PredictionLog.FromString(record.numpy())

@@ -5,7 +5,9 @@ in one line naming the option and exit status 2 (:class:`CommandError`, or ``arg
 else is a bug and keeps its traceback.
 """
 import argparse
+import os
 
+from zoo.preset_format import CARD_FILE, WEIGHTS_FILE
 from zoo.registry import PRESETS
 
 
@@ -55,4 +57,24 @@ def preset_name(text):
     """An ``argparse`` type: the name of a built-in preset."""
     if text not in PRESETS:
         raise argparse.ArgumentTypeError(f"unknown preset {text!r}; known presets: {', '.join(sorted(PRESETS))}")
+    return text
+
+
+def preset_or_directory(text):
+    """An ``argparse`` type: the name of a built-in preset or a preset directory (one holding ``metadata.json``)."""
+    if text in PRESETS or os.path.isfile(os.path.join(text, CARD_FILE)):
+        return text
+    raise argparse.ArgumentTypeError(f"{text!r} is neither a preset ({', '.join(sorted(PRESETS))}) nor a preset "
+                                     f"directory (one holding {CARD_FILE})")
+
+
+def weights_location(text):
+    """An ``argparse`` type: a weights file, a preset directory holding ``model.weights.h5``, or an http(s) URL
+    (what ``zoo.load(..., weights=)`` reads)."""
+    if text.startswith(("http://", "https://")):
+        return text
+    path = os.path.join(text, WEIGHTS_FILE) if os.path.isdir(text) else text
+    if not os.path.isfile(path):
+        raise argparse.ArgumentTypeError(f"no weights file at {path!r} (give a .weights.h5 file, a preset directory "
+                                         f"holding {WEIGHTS_FILE}, or an http(s) URL)")
     return text

@@ -6,8 +6,11 @@ its sub-parser).
 missing file) ends in one line naming the option and exit status 2 (:class:`otzoo.arguments.CommandError`); any
 other error is a bug and keeps its traceback (exit status 1).
 """
+import json
 import os
+import shutil
 import sys
+import tempfile
 import time
 
 import keras
@@ -16,12 +19,25 @@ import numpy as np
 import export
 import zoo
 from otzoo import explain_command, export_command, tune_command
-from otzoo.arguments import ArgumentParser, CommandError, positive_int, preset_name
-from training.data.fashion_mnist import load_fashion_mnist
+from ot_layers.optional import MissingExtraError
+from otzoo.arguments import (
+    ArgumentParser,
+    CommandError,
+    positive_int,
+    preset_name,
+    preset_or_directory,
+    weights_location,
+)
+from training.data.datasets import DATASETS
+from training.data.errors import DataUnavailableError, EmptySliceError
+from training.data.fashion_mnist import fashion_mnist_split, load_fashion_mnist
 from training.data.pipelines import image_dataset
-from training.distributed.launch import run_cluster
+from training.distributed.launch import SCRATCH_ENV, run_cluster
 from training.recipes import evaluate_preset, train_preset
-from training.recipes.fine_tune import fine_tune_preset
+from training.recipes.common import preset_spec
+from training.recipes.few_shot import pretrained_backbone_path
+from training.recipes.fine_tune import BATCH_SIZE as FINE_TUNE_BATCH, fine_tune_preset
+from zoo.preset_format import WeightsIntegrityError, read_card
 from zoo.registry import PRESETS
 
 
@@ -50,7 +66,12 @@ def list_presets(args):
 
 
 def train(args):
-    """Train a preset by its recipe; writes model.weights.h5, metadata.json and log.csv into --out.
+    """Train a preset by its recipe; writes a preset directory into --out (config.json, model.weights.h5,
+    metadata.json: the card with the task, data set, split, the recipe that ran, metrics, sha256 of the weights)
+    and log.csv. --dataset trains the preset's architecture and recipe on another data set (fashion_mnist from its
+    IDX files, the others through TFDS, prepared on this machine): its input shape, classes and, for retrieval and
+    few-shot presets, its class split; --image-size sets the TFDS images' side. --recipe FIELD=VALUE overrides any
+    recipe field (VALUE in JSON, e.g. --recipe optimizer=adam --recipe 'callbacks=[]').
 
     Runs under a tf.distribute strategy (--strategy; auto: all local GPUs, else the CPU, or the workers TF_CONFIG
     names). --workers N starts N local worker processes on 127.0.0.1 (each with its TF_CONFIG) running this command
@@ -58,10 +79,16 @@ def train(args):
     A run killed before it finished resumes from --out/backup with --resume.
     """
 
-    task = PRESETS[args.preset]["task"]
+    task = PRESETS[args.preset].task
     out = args.out or os.path.join("otzoo_runs", args.preset)
+    overrides = _recipe_overrides(args.recipe)
+    try:  # every recipe field and name checked before anything is read or built
+        preset_spec(args.preset, dataset=args.dataset, image_size=args.image_size, **overrides)
+    except ValueError as error:
+        raise CommandError(f"--dataset/--image-size/--recipe: {error}") from None
     options = dict(epochs=args.epochs, batch_size=args.batch_size, limit=args.limit, seed=args.seed, verbose=2,
-                   strategy=args.strategy, tensorboard=args.tensorboard)
+                   strategy=args.strategy, tensorboard=args.tensorboard, dataset=args.dataset,
+                   image_size=args.image_size, data_dir=args.data_dir, recipe_overrides=overrides)
     few_shot_only = {"episodes": args.episodes, "pretrained": args.pretrained}
     if task == "few_shot":
         options.update(few_shot_only)
@@ -73,6 +100,11 @@ def train(args):
         if given:
             raise CommandError(f"{', '.join(given)} apply to few-shot presets only; {args.preset} is a {task} preset.")
         options["config"] = args.config
+    if args.pretrained is not None and task == "few_shot":
+        try:
+            pretrained_backbone_path(args.pretrained)
+        except FileNotFoundError as error:
+            raise CommandError(f"--pretrained: {error}") from None
     if os.path.isdir(os.path.join(out, "backup")) and not args.resume:
         raise CommandError(f"--out {out} holds an unfinished run (its backup/); pass --resume to continue it, or "
                            "choose another --out.")
@@ -85,20 +117,57 @@ def train(args):
     return 0
 
 
+def _recipe_overrides(items):
+    """``{field: value}`` from ``--recipe FIELD=VALUE`` options (VALUE read as JSON, else as a string)."""
+    overrides = {}
+    for item in items or ():
+        field, sep, text = item.partition("=")
+        if not sep or not field:
+            raise CommandError(f"--recipe: expected FIELD=VALUE, got {item!r}")
+        try:
+            value = json.loads(text)
+        except json.JSONDecodeError:
+            value = text
+        overrides[field.strip()] = tuple(value) if isinstance(value, list) else value
+    return overrides
+
+
 def _train_on_local_workers(args, out):
     """This command again in ``args.workers`` local processes with ``--strategy multi_worker`` (this process does
-    not start TensorFlow); the chief writes the preset."""
+    not start TensorFlow).
+
+    The chief (worker 0) writes the preset into ``out`` and its output is shown here as it trains; the other
+    workers, which must save too, write into a temporary folder (``$OTZOO_WORKER_SCRATCH``) removed at the end, so
+    ``out`` holds the chief's files only. Every worker's full log stays in ``out/workers/attempt-<k>/``. Workers that
+    failed on bad input (exit status 2) end in their one-line error; any other failure in exit status 1 naming
+    the logs."""
 
     command = [sys.executable, "-m", "otzoo"] + _without_options(args.argv, {"--workers": 1, "--strategy": 1})
     command += ["--strategy", "multi_worker", "--out", out, "--resume"]
-    results = run_cluster(command, args.workers, os.path.join(out, "workers"), max_restarts=1)[-1]
+    logs = os.path.join(out, "workers")
+    scratch = tempfile.mkdtemp(prefix="otzoo-workers-")
+    print(f"{args.preset}: training on {args.workers} local workers; the chief's output follows (every worker's log "
+          f"in {logs})", flush=True)
+    try:
+        results = run_cluster(command, args.workers, logs, max_restarts=1, env={SCRATCH_ENV: scratch}, echo=0)[-1]
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)
     failed = [r for r in results if r.returncode != 0]
     if failed:
-        raise CommandError(f"worker(s) {', '.join(str(r.index) for r in failed)} failed; see "
-                           f"{', '.join(r.log_path for r in failed)}")
-    print(f"{args.preset}: trained on {args.workers} local workers; weights and card in {out} (logs in "
-          f"{os.path.join(out, 'workers')})")
+        where = ", ".join(r.log_path for r in failed)
+        if all(r.returncode == 2 for r in failed):  # the workers refused the input: their one line
+            raise CommandError(f"{_error_line(failed[0])} (worker log(s): {where})")
+        print(f"otzoo {args.command}: worker(s) {', '.join(str(r.index) for r in failed)} failed (exit status "
+              f"{', '.join(str(r.returncode) for r in failed)}); see {where}", file=sys.stderr)
+        return 1
+    print(f"{args.preset}: trained on {args.workers} local workers; weights and card in {out} (logs in {logs})")
     return 0
+
+
+def _error_line(result):
+    """The ``error:`` line a worker printed (what follows ``error: ``), or a pointer to its log."""
+    lines = [line for line in result.output().splitlines() if ": error: " in line]
+    return lines[-1].split(": error: ", 1)[1] if lines else f"worker {result.index} refused its input"
 
 
 def _without_options(argv, options):
@@ -118,14 +187,69 @@ def _without_options(argv, options):
 
 def evaluate(args):
     """Recompute a preset's card metrics on the real test split (the unseen or novel classes' test images for
-    retrieval and few-shot presets) and compare them with the card."""
+    retrieval and few-shot presets) and compare them with the card. PRESET: a preset name, or a preset directory
+    (evaluated by the recipe of the preset its card names, with its own weights checked against its card)."""
 
-    result = evaluate_preset(args.preset, weights=args.weights, limit=args.limit)
+    name, weights = args.preset, args.weights
+    task = PRESETS[name].task if name in PRESETS else (read_card(name) or {}).get("task")
+    options = dict(data_dir=args.data_dir)
+    if args.episodes is not None:
+        if task != "few_shot":
+            raise CommandError(f"--episodes applies to few-shot presets only; {name} is a {task} preset.")
+        options["episodes"] = args.episodes
+    if name not in PRESETS:  # a preset directory: evaluated on its card's data set, class split and recipe
+        if weights is not None:
+            raise CommandError("--weights: a preset directory is evaluated with its own weights; give a preset "
+                               "name with --weights, or the directory alone.")
+        _preset_of_directory(name)
+    else:
+        _check_evaluation_limit(name, args.limit)
+    result = evaluate_preset(name, weights=weights, limit=args.limit, **options)
     card = result["card_metrics"] or {}
     for key, value in result["metrics"].items():
         stated = f" (card: {_format_metric(card[key])})" if key in card else ""
         print(f"{args.preset}: {key} {_format_metric(value)}{stated} on {result['examples']:,} test images")
     return 0
+
+
+def _check_evaluation_limit(name, limit):
+    """``otzoo evaluate --limit``: a retrieval or few-shot preset is evaluated on its evaluation classes among the
+    first ``limit`` test images, which must hold what its metrics need (retrieval: two images or more of each class
+    there; few-shot: ``ways`` classes with the largest shot count plus the queries each). Raises
+    :class:`CommandError`."""
+    spec = PRESETS[name]
+    if limit is None or spec.task == "classification" or spec.data.dataset != "fashion_mnist":
+        return
+    protocol, part = ("retrieval", "test") if spec.task == "retrieval" else ("few_shot", "novel")
+    _, labels = fashion_mnist_split(protocol, part, limit=limit, normalize=False)
+    classes, counts = np.unique(labels, return_counts=True)
+    per_class = dict(zip(classes.tolist(), counts.tolist()))
+    held = f"the first {limit:,} test images hold {len(labels):,} of the evaluation classes (per class: {per_class})"
+    if spec.task == "retrieval":
+        if len(labels) < 2 or counts.min() < 2:
+            raise CommandError(f"--limit {limit}: {held}; retrieval metrics need two images or more of each class "
+                               "(every image is a query against the others); give more test images")
+        return
+    recipe, ways = spec.recipe, spec.architecture.ways
+    needed = max(recipe.eval_shots) + recipe.eval_queries
+    if np.sum(counts >= needed) < ways:
+        raise CommandError(f"--limit {limit}: {held}; {ways}-way {max(recipe.eval_shots)}-shot episodes with "
+                           f"{recipe.eval_queries} queries need {ways} classes of {needed} images or more; give more "
+                           "test images")
+
+
+def _preset_of_directory(directory):
+    """The built-in preset a preset directory's card names (``fine_tuned.base`` or ``name``), whose recipe
+    evaluates it; its task must be the card's."""
+    card = read_card(directory) or {}
+    name = (card.get("fine_tuned") or {}).get("base") or card.get("name")
+    if name not in PRESETS:
+        raise CommandError(f"PRESET: the card of {directory!r} names no built-in preset (name {name!r}); only copies "
+                           "and fine-tuned runs of a preset are evaluated by its recipe.")
+    if card.get("task") != PRESETS[name].task:
+        raise CommandError(f"PRESET: the card of {directory!r} states task {card.get('task')!r}, preset {name} is "
+                           f"{PRESETS[name].task}.")
+    return name
 
 
 def fine_tune(args):
@@ -145,6 +269,9 @@ def demo(args):
     """Load the pretrained resnet20_mpw_fashion_mnist, evaluate it, fine-tune it for one epoch, export it."""
 
 
+    if args.limit < FINE_TUNE_BATCH:  # one batch of training images at least (an incomplete one is dropped)
+        raise CommandError(f"--limit {args.limit}: fewer than one batch of {FINE_TUNE_BATCH} training images to "
+                           f"fine-tune on (an incomplete batch is dropped); give {FINE_TUNE_BATCH} or more")
     name = "resnet20_mpw_fashion_mnist"
     keras.utils.set_random_seed(args.seed)
     start = time.time()
@@ -160,7 +287,8 @@ def demo(args):
     _, before = model.evaluate(image_dataset(x_test, y_test, 256), verbose=0)
     print(f"2. model.evaluate on {len(x_test):,} Fashion-MNIST test images (raw 0-255 pixels): accuracy {before:.4f}")
     x_train, y_train = load_fashion_mnist("train", limit=args.limit, normalize=False)
-    history = model.fit(image_dataset(x_train, y_train, 128, training=True, seed=args.seed), epochs=1, verbose=0)
+    history = model.fit(image_dataset(x_train, y_train, FINE_TUNE_BATCH, training=True, seed=args.seed), epochs=1,
+                        verbose=0)
     _, after = model.evaluate(image_dataset(x_test, y_test, 256), verbose=0)
     print(f"3. model.fit, 1 epoch on {len(x_train):,} training images (loss {history.history['loss'][-1]:.4f}): "
           f"test accuracy {after:.4f}")
@@ -168,7 +296,13 @@ def demo(args):
     report = export.verify(model, x_test[:8].astype(np.float32), saved_model_dir=export_dir)
     print(f"4. export.to_saved_model -> {export_dir}; max |SavedModel - Keras| in a fresh process: "
           f"{report['saved_model']:.2e}")
-    return after
+    return 0
+
+
+# The errors of the user's input that end in one line and exit status 2 (argparse's own exit 2 before a command
+# runs). Nothing else is caught: a plain ValueError, FileNotFoundError or any other exception is a bug (or an
+# unforeseen failure) and keeps its traceback, exit status 1.
+USER_ERRORS = (CommandError, EmptySliceError, DataUnavailableError, WeightsIntegrityError, MissingExtraError)
 
 
 def main(argv=None):
@@ -202,13 +336,25 @@ def main(argv=None):
     sub.add_argument("--tensorboard", default=None, help="write TensorBoard logs into this directory")
     sub.add_argument("--config", default=None,
                      help="a best.json from `otzoo tune` (the head's parameters and the learning rate)")
+    sub.add_argument("--dataset", choices=sorted(DATASETS), default=None,
+                     help="train the preset's architecture and recipe on this data set (default: the preset's)")
+    sub.add_argument("--image-size", type=positive_int, default=None,
+                     help="TFDS data sets: the images' side (default: 32 for CIFAR, 224 otherwise)")
+    sub.add_argument("--data-dir", default=None, help="TFDS data sets: the folder holding them (default: TFDS's)")
+    sub.add_argument("--recipe", action="append", default=None, metavar="FIELD=VALUE",
+                     help="override a recipe field (VALUE in JSON; repeatable), e.g. --recipe optimizer=adam")
     sub.set_defaults(run=train)
 
     sub = commands.add_parser("evaluate", help="recompute a preset's card metrics on the test split",
                               description=evaluate.__doc__)
-    sub.add_argument("preset", type=preset_name)
-    sub.add_argument("--weights", default=None, help="a weights file or directory instead of the packaged one")
+    sub.add_argument("preset", metavar="PRESET", type=preset_or_directory,
+                     help="a preset name or a preset directory (a copy, a fine-tuned run)")
+    sub.add_argument("--weights", type=weights_location, default=None,
+                     help="a weights file or directory instead of the packaged one")
     sub.add_argument("--limit", type=positive_int, default=None, help="evaluate on the first N test images")
+    sub.add_argument("--episodes", type=positive_int, default=None,
+                     help="few-shot presets: evaluation episodes per setting (default: the recipe's)")
+    sub.add_argument("--data-dir", default=None, help="TFDS data sets: the folder holding them (default: TFDS's)")
     sub.set_defaults(run=evaluate)
 
     sub = commands.add_parser("fine-tune", help="fit a pretrained preset on a data slice and save it",
@@ -236,11 +382,14 @@ def main(argv=None):
     args = parser.parse_args(argv)
     args.argv = list(sys.argv[1:] if argv is None else argv)  # what `otzoo train --workers` passes to its workers
     try:
-        args.run(args)
-    except (CommandError, ValueError, FileNotFoundError) as error:
+        status = args.run(args)
+    except EmptySliceError as error:
+        print(f"otzoo {args.command}: error: {error.option_message()}", file=sys.stderr)
+        return 2
+    except USER_ERRORS as error:
         print(f"otzoo {args.command}: error: {error}", file=sys.stderr)
         return 2
-    return 0
+    return status if isinstance(status, int) else 0
 
 
 if __name__ == "__main__":

@@ -1,6 +1,6 @@
 """The ``otzoo explain`` sub-command: the pictures that fit a preset, for image files or Fashion-MNIST test images.
 
-Registered through ``training.cli.EXTRA_COMMANDS``. The work is :func:`explain.report.explain_model`; this module
+Registered by ``otzoo.cli``. The work is :func:`explain.report.explain_model`; this module
 turns the command line into its inputs (images fitted to the model's input, labels, a retrieval gallery, a
 few-shot episode per query, the preset's training log) and prints what was written.
 """
@@ -16,7 +16,7 @@ from explain.report import KINDS, available_kinds, explain_model, why_not
 from explain.signals import FASHION_MNIST_CLASSES
 from ot_layers.layers.task_layers import SupportClassMeans
 from ot_layers.tensor_ops import find_layer
-from otzoo.arguments import positive_int, preset_name
+from otzoo.arguments import CommandError, positive_int, preset_name, weights_location
 from training.data.fashion_mnist import load_fashion_mnist
 from zoo.loading import preset_dir
 from zoo.registry import PRESETS
@@ -54,7 +54,7 @@ def _non_negative_int(text):
 
 
 def register(commands, parser_class):
-    """Add ``explain`` to the ``otzoo`` sub-commands (see ``training.cli``)."""
+    """Add ``explain`` to the ``otzoo`` sub-commands (see ``otzoo.cli``)."""
 
     sub = commands.add_parser("explain", help="draw what a preset's layers do on images (PNG files)",
                               description=DESCRIPTION, formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -65,7 +65,7 @@ def register(commands, parser_class):
     sub.add_argument("--out", required=True, help="folder the PNG files are written into (created if needed)")
     sub.add_argument("--kinds", nargs="+", choices=KINDS, default=None, metavar="KIND",
                      help=f"draw only these kinds ({', '.join(KINDS)}); default: every kind that fits the preset")
-    sub.add_argument("--weights", default=None,
+    sub.add_argument("--weights", type=weights_location, default=None,
                      help="a weights file or preset directory instead of the packaged weights")
     sub.add_argument("--top-k", type=positive_int, default=5, help="neighbours in the retrieval panel (default 5)")
     sub.add_argument("--gallery-size", type=positive_int, default=1000,
@@ -86,7 +86,10 @@ def _inputs(args, input_shape, x_test, y_test):
 
     images, labels, names, indices = [], [], [], []
     for path in args.images:
-        images.append(load_image_file(path, input_shape))
+        try:  # a file that is no image, or one the model's input cannot take: the user's input
+            images.append(load_image_file(path, input_shape))
+        except (ValueError, FileNotFoundError) as error:
+            raise CommandError(str(error)) from None
         labels.append(None)
         names.append(_stem(path))
         indices.append(-1)
@@ -111,7 +114,7 @@ def _episode(model, label, query_index, y_test, seed, pool=None):
     everything = sorted(int(c) for c in np.unique(y_test))
     pool = sorted(int(c) for c in pool) if pool and (label is None or label in pool) else everything
     if ways > len(pool):
-        raise ValueError(f"preset: a {ways}-way model needs {ways} classes, the test split offers {len(pool)}.")
+        raise CommandError(f"preset: a {ways}-way model needs {ways} classes, the test split offers {len(pool)}.")
     start = 0 if label is None else pool.index(label)
     classes = sorted(pool[(start + i) % len(pool)] for i in range(ways))
     rng = np.random.default_rng(seed)
@@ -137,14 +140,14 @@ def run(args):
 
     for path in args.images:
         if not os.path.isfile(path):
-            raise FileNotFoundError(f"IMAGE: no image file at {path!r}")
+            raise CommandError(f"IMAGE: no image file at {path!r}")
     if not args.images and not args.test_index:
         args.test_index = [0]
     x_test, y_test = load_fashion_mnist("test", normalize=False)
     for index in args.test_index:
         if index >= len(x_test):
-            raise ValueError(f"--test-index: {index} is out of range; the Fashion-MNIST test split has "
-                             f"{len(x_test):,} images (0-{len(x_test) - 1})")
+            raise CommandError(f"--test-index: {index} is out of range; the Fashion-MNIST test split has "
+                               f"{len(x_test):,} images (0-{len(x_test) - 1})")
     card = zoo.model_card(args.preset)
     log = os.path.join(preset_dir(args.preset), "train_log.csv")
     logs = {args.preset: log} if os.path.isfile(log) else None
@@ -153,8 +156,8 @@ def run(args):
     kinds = args.kinds or fitting
     for kind in kinds:
         if kind not in fitting:
-            raise ValueError(f"--kinds: {kind!r} does not fit preset {args.preset} ({why_not(kind, model)}); it fits: "
-                             f"{', '.join(fitting)}")
+            raise CommandError(f"--kinds: {kind!r} does not fit preset {args.preset} ({why_not(kind, model)}); it "
+                               f"fits: {', '.join(fitting)}")
     shape = model_input_shape(model)
     images, labels, names, indices = _inputs(args, shape, x_test, y_test)
     class_names = FASHION_MNIST_CLASSES if card.get("dataset") == "fashion_mnist" else None
@@ -191,7 +194,7 @@ def _evaluation_classes(name, card):
     """The classes a retrieval or few-shot preset is evaluated on (its card's or registry entry's
     ``eval_classes``), or ``None``."""
 
-    return card.get("eval_classes") or PRESETS[name].get("eval_classes")
+    return card.get("eval_classes") or PRESETS[name].data.eval_classes
 
 
 def _has_column(path, column):

@@ -1,11 +1,14 @@
 """``otzoo export NAME_OR_PATH --format saved_model|onnx|both --out DIR [--version N] [--no-verify]``.
 
-Exports a preset (by name, with its packaged weights), a ``.keras`` file or a preset directory written by
-``zoo.save_preset``: the SavedModel goes to ``DIR/<name>/<version>/`` (with ``DIR/<name>/models.config``), the
-ONNX file to ``DIR/<name>.onnx``. Unless ``--no-verify``, both are checked against Keras on real Fashion-MNIST test
-images given as raw uint8 pixels (``--images``, default 64), at batch sizes 1 and 64 (at most the image count), in a
-process that cannot import otzoo; a difference above ``--atol`` is an error. Prints the signatures, their shapes,
-the sizes on disk and the parity table.
+Exports a preset (by name, with its packaged weights), a ``.keras`` file or a preset directory (``zoo.save_preset``,
+``otzoo fine-tune``, a copy of a built-in preset; its weights are checked against its card's sha256 before they
+load): the SavedModel goes to ``DIR/<name>/<version>/`` (with ``DIR/<name>/models.config``), the ONNX file to
+``DIR/<name>.onnx``. The served task is ``--task``, else the card's ``task`` (a preset name or directory), else the
+one a ``.keras`` model states (``ot_layers.TaskModel``); a model stating none is exported as ``generic``. Unless
+``--no-verify``, both are checked against Keras on real Fashion-MNIST test images given as raw uint8 pixels
+(``--images``, default 64), at batch sizes 1 and 64 (at most the image count), in a process that cannot import
+otzoo; a difference above ``--atol`` is an error. Prints the signatures, their shapes, the sizes on disk and the
+parity table.
 """
 import os
 import re
@@ -17,8 +20,11 @@ import zoo
 from export.saved_model import directory_size
 from export.signatures import TASKS, UINT8_SIGNATURE, serving_spec
 from export.warmup import WARMUP_DIR, WARMUP_FILE
+from ot_layers.optional import check_installed
 from otzoo.arguments import CommandError, positive_int, positive_number
 from otzoo.samples import fashion_mnist_inputs
+from ot_layers.task_model import model_task
+from zoo.preset_format import read_card
 from zoo.registry import PRESETS
 
 FORMATS = ("saved_model", "onnx", "both")
@@ -26,7 +32,7 @@ BATCH_SIZES = (1, 64)
 
 
 def register(commands, parser_class):
-    """Add the ``export`` sub-command (see ``training.cli.EXTRA_COMMANDS``)."""
+    """Add the ``export`` sub-command (called by ``otzoo.cli.main``)."""
 
     sub = commands.add_parser("export", help="export a preset or .keras model for TF Serving and ONNX, verified",
                               description=__doc__.split("\n\n")[1])
@@ -35,7 +41,8 @@ def register(commands, parser_class):
     sub.add_argument("--out", required=True, help="output directory")
     sub.add_argument("--version", type=positive_int, default=None,
                      help="the SavedModel version (default: the next free one)")
-    sub.add_argument("--task", choices=TASKS, default=None, help="default: inferred from the model")
+    sub.add_argument("--task", choices=TASKS, default=None,
+                     help="default: the preset card's task, or the one the model states (else generic)")
     sub.add_argument("--no-verify", action="store_true", help="skip the parity check")
     sub.add_argument("--images", type=positive_int, default=64, help="test images in the parity check (default 64)")
     sub.add_argument("--atol", type=positive_number, default=1e-5, help="largest accepted max abs difference (1e-5)")
@@ -43,22 +50,25 @@ def register(commands, parser_class):
 
 
 def _load(target):
-    """``(model, name, preset spec or None)`` for a preset name, a ``.keras`` file or a preset directory."""
-
-
+    """``(model, name, task, preset spec or None)`` for a preset name, a ``.keras`` file or a preset directory; the
+    task: the preset's card's (a name or a directory) or the one a ``.keras`` model states (``None``: generic)."""
     if target in PRESETS:
-        return zoo.load(target), target, PRESETS[target]
+        return zoo.load(target), target, zoo.model_card(target)["task"], PRESETS[target]
     if target.endswith(".keras"):
         if not os.path.isfile(target):
-            raise FileNotFoundError(f"NAME_OR_PATH: no .keras file at {target!r}.")
+            raise CommandError(f"NAME_OR_PATH: no .keras file at {target!r}.")
         name = os.path.splitext(os.path.basename(target))[0]
         try:
-            return keras.saving.load_model(target), name, None
+            model = keras.saving.load_model(target)
         except Exception as error:  # a file Keras cannot read: one line, not a traceback
             message = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
             raise CommandError(f"NAME_OR_PATH: cannot load {target!r}: {message}") from None
+        return model, name, model_task(model), None
     if os.path.isdir(target):
-        return zoo.load(target), os.path.basename(os.path.normpath(target)), None
+        card = read_card(target) or {}
+        model = zoo.load(target)  # checks the weights against the card's sha256 before loading
+        base = (card.get("fine_tuned") or {}).get("base") or card.get("name")
+        return model, os.path.basename(os.path.normpath(target)), card.get("task"), PRESETS.get(base)
     raise CommandError(f"NAME_OR_PATH: {target!r} is neither a preset ({', '.join(sorted(PRESETS))}) nor a .keras "
                        "file nor a preset directory.")
 
@@ -69,30 +79,51 @@ def _size(path):
     return f"{total / 1e6:.2f} MB"
 
 
+def _check_extra(args):
+    """Raise ``MissingExtraError`` (one line naming ``otzoo[export]``, exit status 2) before writing anything when
+    a package the export needs is not installed."""
+    if args.format in ("saved_model", "both"):  # its warm-up requests
+        check_installed("tensorflow_serving.apis.prediction_log_pb2", "export", "the TF Serving export")
+    if args.format in ("onnx", "both"):
+        for module in ("tf2onnx", "onnx") + (() if args.no_verify else ("onnxruntime",)):
+            check_installed(module, "export", "the ONNX export")
+
+
 def run(args):
     """Export, verify and print the summary (see the module docstring)."""
 
     if args.version is not None and args.format == "onnx":
         raise CommandError("--version applies to the SavedModel; --format onnx writes no version.")
-    model, name, preset = _load(args.model)
+    _check_extra(args)
+    model, name, task, preset = _load(args.model)
     name = re.sub(r"[^A-Za-z0-9_.\-]", "_", name)
-    spec = serving_spec(model, args.task)
+    task = args.task or task  # --task overrides the card's
+    try:  # a model that cannot be served (a layer with no exportable form, outputs the task does not fit)
+        spec = serving_spec(model, task)
+    except ValueError as error:
+        raise CommandError(f"NAME_OR_PATH: {error}") from None
+    if args.version is not None and os.path.exists(os.path.join(args.out, name, str(args.version))):
+        raise CommandError(f"--version: {args.version} already exists in {os.path.join(args.out, name)}; versions "
+                           "are never replaced (give another, or leave --version out for the next free one).")
     inputs = None
     if not args.no_verify:
-        classes = (preset or {}).get("eval_classes") if spec.task == "few_shot" else None
-        inputs = fashion_mnist_inputs(spec, args.images, classes=classes)
+        classes = (preset.data.eval_classes if preset else None) if spec.task == "few_shot" else None
+        try:  # the parity check feeds Fashion-MNIST test images, which the model's inputs must take
+            inputs = fashion_mnist_inputs(spec, args.images, classes=classes)
+        except ValueError as error:
+            raise CommandError(f"NAME_OR_PATH: {error} (--no-verify exports without the check)") from None
     os.makedirs(args.out, exist_ok=True)
     saved = onnx_path = None
     print(f"{name}: task {spec.task}")
     if args.format in ("saved_model", "both"):
-        saved = export.to_saved_model(model, os.path.join(args.out, name), version=args.version, task=args.task)
+        saved = export.to_saved_model(model, os.path.join(args.out, name), version=args.version, task=task)
         warmup = os.path.join(saved, WARMUP_DIR, WARMUP_FILE)
         print(f"SavedModel {saved} ({_size(saved)}); {os.path.join(os.path.dirname(saved), 'models.config')}"
               f"{'; warm-up requests in ' + WARMUP_DIR + '/' + WARMUP_FILE if os.path.isfile(warmup) else ''}")
         for signature in spec.signature_names:
             print(f"  {signature}: {spec.describe(uint8=signature == UINT8_SIGNATURE)}")
     if args.format in ("onnx", "both"):
-        onnx_path = export.to_onnx(model, os.path.join(args.out, f"{name}.onnx"), task=args.task)
+        onnx_path = export.to_onnx(model, os.path.join(args.out, f"{name}.onnx"), task=task)
         print(f"ONNX {onnx_path} ({_size(onnx_path)}); axis 0 dynamic")
         print(f"  {spec.describe()}")
     if inputs is None:
@@ -101,7 +132,7 @@ def run(args):
     count = len(inputs[spec.batched_inputs[0]])
     sizes = tuple(sorted({min(b, count) for b in BATCH_SIZES}))
     try:
-        report = export.verify(model, inputs, saved_model_dir=saved, onnx_path=onnx_path, task=args.task,
+        report = export.verify(model, inputs, saved_model_dir=saved, onnx_path=onnx_path, task=task,
                                batch_sizes=sizes)
     except export.VerificationError as error:
         raise CommandError(f"verification: {str(error).splitlines()[0]}") from None

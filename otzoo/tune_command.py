@@ -1,10 +1,14 @@
 """``otzoo tune PRESET``: keras-tuner random search over the head's parameters and the learning rate
-(``training.tuning``); registered through ``training.cli.EXTRA_COMMANDS``."""
+(``training.tuning.search``); registered by ``otzoo.cli``.
+
+A preset whose trials cannot run (a few-shot preset, a data set other than Fashion-MNIST) and a ``--limit`` too
+small to carve a validation part and one batch from are one-line errors (exit status 2)."""
 import argparse
 
-from otzoo.arguments import open_fraction, positive_int, preset_name
-from training.tuning.search import tune
+from otzoo.arguments import CommandError, open_fraction, positive_int, preset_name
+from training.tuning.search import OBJECTIVES, tune
 from zoo.backbones import BACKBONES
+from zoo.registry import PRESETS
 
 
 def run(args):
@@ -12,6 +16,12 @@ def run(args):
     retrieval preset: held-out seen classes, scored by MAP@R); print the trials and write OUT/best.json (read by
     ``otzoo train --config`` through ``training.tuning.load_tuned_config``)."""
 
+    spec = PRESETS[args.preset]
+    if spec.task not in OBJECTIVES:
+        raise CommandError(f"preset: {args.preset} is a {spec.task} preset; tuning runs the trials of "
+                           f"{' and '.join(OBJECTIVES)} presets only.")
+    if spec.data.dataset != "fashion_mnist":
+        raise CommandError(f"preset: {args.preset} trains on {spec.data.dataset}; tuning reads Fashion-MNIST only.")
     out = args.out or f"otzoo_tune/{args.preset}"
     tune(args.preset, args.trials, out, epochs=args.epochs, limit=args.limit, batch_size=args.batch_size,
          backbone=args.backbone, validation_fraction=args.validation_fraction, seed=args.seed, resume=args.resume,

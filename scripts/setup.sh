@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Idempotent set-up: a virtual environment in .venv with otzoo (+ test tools) installed,
+# Idempotent set-up: a virtual environment in .venv with otzoo (editable, all extras, test tools) installed,
 # and Fashion-MNIST from Debian's package where apt-get exists and the files are missing.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -15,7 +15,9 @@ fi
 if .venv/bin/python -m pip show -q tensorflow-cpu >/dev/null 2>&1; then
   .venv/bin/python -m pip uninstall -y -q tensorflow-cpu
 fi
-.venv/bin/python -m pip install -q -e ".[dev]"
+# Development: the editable checkout with every feature's extra and the test tools (scripts/check_wheel.sh checks
+# what a user gets from the wheel, core alone and with an extra).
+.venv/bin/python -m pip install -q -e ".[all,dev]"
 # Reference implementations some tests compare against (pytorch-metric-learning needs torch); the tests that use
 # them are skipped where they cannot be installed.
-.venv/bin/python -m pip install -q -e ".[dev,reference]" || echo "warning: reference packages not installed" >&2
+.venv/bin/python -m pip install -q -e ".[all,dev,reference]" || echo "warning: reference packages not installed" >&2

@@ -85,17 +85,30 @@ def test_train_refuses_an_unfinished_run_without_resume(tmp_path, capsys):
 
 @pytest.mark.slow
 @pytest.mark.fashion_mnist
-def test_train_multi_worker_on_two_local_workers(tmp_path, capsys):
-    """`otzoo train --workers 2`: two processes train with MultiWorkerMirroredStrategy; the chief writes the preset,
-    the other worker's copy of the weights is identical, and the card records the strategy."""
+def test_train_multi_worker_on_two_local_workers(tmp_path, capsys, monkeypatch):
+    """`otzoo train --workers 2`: two processes train with MultiWorkerMirroredStrategy; the chief's epochs show up
+    on this process's stdout while it trains; the chief writes the preset into --out and nothing else of a worker
+    stays there (the other worker's copy goes to a temporary folder, removed at the end, whose weights are the
+    chief's); the card records the strategy."""
     import json
+    import os
+    import types
 
     import h5py
     import numpy as np
 
+    scratch, removed = tmp_path / "scratch", []
+    scratch.mkdir()
+    monkeypatch.setattr(cli, "tempfile", types.SimpleNamespace(mkdtemp=lambda prefix: str(scratch)), raising=False)
+    monkeypatch.setattr(cli, "shutil", types.SimpleNamespace(rmtree=lambda path, **kwargs: removed.append(path)), raising=False)
     out = tmp_path / "run"
     assert cli.main(["train", "resnet20_gap_fashion_mnist", "--limit", "256", "--epochs", "1", "--batch-size", "64",
                      "--workers", "2", "--out", str(out)]) == 0, capsys.readouterr().err
+    printed = capsys.readouterr().out
+    assert re.search(r"\d+/\d+ - .*loss: \d", printed), printed  # the chief's epoch progress, streamed
+    assert "trained on 2 local workers" in printed
+    assert "worker-1" not in os.listdir(out) and not any(name.startswith("worker-") for name in os.listdir(out))
+    assert removed == [str(scratch)]  # the non-chief's scratch folder, outside --out, removed at the end
     card = json.loads((out / "metadata.json").read_text())
     assert "multi_worker, 2 replica(s)" in card["strategy"]
 
@@ -106,7 +119,7 @@ def test_train_multi_worker_on_two_local_workers(tmp_path, capsys):
                               if isinstance(item, h5py.Dataset) else None)
         return found
 
-    chief, other = arrays(out / "model.weights.h5"), arrays(out / "worker-1" / "model.weights.h5")
+    chief, other = arrays(out / "model.weights.h5"), arrays(scratch / "worker-1" / "model.weights.h5")
     assert sorted(chief) == sorted(other) and len(chief) > 10
     for key in chief:
         if "batch_normalization" in key and key.endswith(("vars/2", "vars/3")):

@@ -16,7 +16,6 @@ import sys
 
 import numpy as np
 import pytest
-import tensorflow as tf
 
 import distributed_models as dm
 from ot_layers.callbacks import PrototypeReassignment

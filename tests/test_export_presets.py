@@ -24,7 +24,7 @@ def test_preset_exports_match_keras_on_real_images(name, tmp_path):
     model = zoo.load(name)
     spec = export.serving_spec(model)
     assert spec.task == zoo.model_card(name)["task"]
-    classes = PRESETS[name].get("eval_classes") if spec.task == "few_shot" else None
+    classes = PRESETS[name].data.eval_classes if spec.task == "few_shot" else None
     inputs = fashion_mnist_inputs(spec, 64, classes=classes)
     assert all(inputs[n].dtype.name == "uint8" for n in spec.pixel_inputs)
     assert len(inputs[spec.batched_inputs[0]]) == 64

@@ -12,6 +12,7 @@ import tensorflow as tf
 
 import export
 import zoo
+from export import isolation
 from export import saved_model as saved_model_module
 from export.isolation import BLOCKED_PACKAGES, REPOSITORY_ROOT, run_isolated
 
@@ -47,9 +48,24 @@ def test_isolated_child_cannot_import_the_project_while_a_plain_child_can():
         child = run_isolated(f"import {name}")
         assert child.returncode != 0
         assert f"ModuleNotFoundError: {name!r} is blocked" in child.stderr
-    child = run_isolated("import sys, numpy, onnxruntime; print(all(p != sys.argv[1] for p in sys.path))",
-                         [REPOSITORY_ROOT])
-    assert child.returncode == 0 and child.stdout.strip() == "True", child.stderr[-2000:]
+    child = run_isolated("import numpy, onnxruntime; print('imported')")
+    assert child.returncode == 0 and child.stdout.strip() == "imported", child.stderr[-2000:]
+
+
+def test_isolated_child_of_a_regular_install_still_imports_numpy_and_tensorflow(monkeypatch):
+    """In a regular (non-editable) install the project's packages live in ``site-packages`` beside NumPy and
+    TensorFlow: the child must keep that directory on ``sys.path`` and refuse the project by name only."""
+    site_packages = os.path.dirname(os.path.dirname(os.path.abspath(np.__file__)))
+    monkeypatch.setattr(isolation, "REPOSITORY_ROOT", site_packages)
+    child = run_isolated("import sys, numpy, tensorflow; print(sys.argv[1] in sys.path)", [site_packages])
+    assert child.returncode == 0 and child.stdout.strip().splitlines()[-1] == "True", child.stderr[-2000:]
+    code = ("import importlib, sys\nfor name in sys.argv[1:]:\n    try:\n        importlib.import_module(name)\n"
+            "        print(name, 'imported')\n    except ModuleNotFoundError as error:\n        print(name, 'blocked' if "
+            "'is blocked' in str(error) else error)\n")
+    child = run_isolated(code, list(BLOCKED_PACKAGES))
+    assert child.returncode == 0, child.stderr[-2000:]
+    assert child.stdout.split("\n")[:-1] == [f"{name} blocked" for name in BLOCKED_PACKAGES]
+    assert "otzoo" in BLOCKED_PACKAGES
 
 
 def test_exact_emd_is_refused_naming_sinkhorn_and_writes_nothing(tmp_path):

@@ -9,7 +9,6 @@ import sys
 import keras
 import numpy as np
 import pytest
-import tensorflow as tf
 
 import distributed_models as dm
 from ot_layers.callbacks import PrototypeReassignment

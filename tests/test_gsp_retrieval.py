@@ -1,8 +1,8 @@
-"""Retrieval metrics: hand-computed cases and pytorch-metric-learning's AccuracyCalculator."""
+"""Retrieval metrics: hand-computed cases, pytorch-metric-learning's AccuracyCalculator and scikit-learn's NMI."""
 import numpy as np
 import pytest
 
-from training.evaluation.retrieval import _ranked_hits, retrieval_metrics
+from training.evaluation.retrieval import _ranked_hits, kmeans_labels, normalized_mutual_info, retrieval_metrics
 
 
 def test_hand_computed_one_dimensional():
@@ -30,6 +30,26 @@ def test_perfect_and_nmi():
     m = retrieval_metrics(x, y)
     assert m["precision_at_1"] == 1.0 and m["map_at_r"] == 1.0 and m["recall_at_8"] == 1.0
     np.testing.assert_allclose(m["nmi"], 1.0)
+
+
+def test_nmi_matches_scikit_learn_on_random_labelings():
+    metrics = pytest.importorskip("sklearn.metrics")
+    rng = np.random.default_rng(0)
+    for _ in range(200):
+        n = int(rng.integers(1, 120))
+        a = rng.integers(0, int(rng.integers(1, 10)), n)
+        b = rng.integers(0, int(rng.integers(1, 10)), n) + int(rng.integers(-3, 3))  # any label values
+        assert abs(normalized_mutual_info(a, b) - metrics.normalized_mutual_info_score(a, b)) < 1e-10
+    for a, b in (([0, 0, 0], [5, 5, 5]), ([0, 1, 2], [1, 1, 1]), ([0, 1, 2], [2, 0, 1]), ([], [])):
+        assert abs(normalized_mutual_info(a, b) - metrics.normalized_mutual_info_score(a, b)) < 1e-10
+
+
+def test_kmeans_nmi_of_well_separated_clusters_is_one():
+    rng = np.random.default_rng(1)
+    y = np.repeat(np.arange(6), 40)
+    x = rng.normal(size=(6, 16))[y] * 50 + rng.normal(size=(240, 16))
+    assert normalized_mutual_info(y, kmeans_labels(x, 6, seed=3)) == pytest.approx(1.0, abs=1e-12)
+    np.testing.assert_array_equal(kmeans_labels(x, 6, seed=3), kmeans_labels(x, 6, seed=3))  # seeded
 
 
 def test_rejects_bad_input():

@@ -1,4 +1,5 @@
 """EDMS: random-walk manifold similarity, manifold proxy head and loss, hard proxies, partitions, ensemble."""
+import inspect
 import os
 
 import keras
@@ -264,7 +265,7 @@ def test_head_vocabulary():
     assert config["num_classes"] == K and "num_proxies" not in config and config["temperature"] == 0.25
     with pytest.raises(TypeError):
         ManifoldProxies(num_proxies=K, dim=DIM)
-    assert isinstance(type(layer).__dict__["export_blocker"], property)
+    assert isinstance(inspect.getattr_static(layer, "export_blocker"), property)
     assert "embedding model" in layer.export_blocker
     with pytest.raises(AttributeError):
         layer.export_blocker = None

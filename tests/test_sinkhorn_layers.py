@@ -2,7 +2,6 @@
 import keras
 import numpy as np
 import pytest
-import tensorflow as tf
 
 import keras_checks
 from ot_layers import MultiProxyWasserstein, SinkhornMatch

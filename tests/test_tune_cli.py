@@ -116,12 +116,12 @@ def test_held_out_classes_split_is_the_retrieval_protocol_on_the_seen_classes():
 def test_search_spaces_by_head():
     names = lambda spec: [p["name"] for p in search_space(spec)]  # noqa: E731
     assert names(PRESETS[PRESET]) == ["epsilon", "num_proxies", "learning_rate"]
-    assert names(dict(head="hyperspherical", num_classes=10)) == ["dim", "learning_rate"]
-    assert search_space(dict(head="hyperspherical", num_classes=10))[0]["values"] == [9, 16, 32, 64]
-    assert names(dict(pooling="gsp")) == ["epsilon", "transport_ratio", "num_prototypes", "learning_rate"]
-    assert names(dict(pooling="gap")) == ["learning_rate"]
-    assert names(dict(head="emd")) == ["scale", "learning_rate"]
-    assert names(dict(head="gap_fc")) == ["learning_rate"]
+    assert names(PRESETS["resnet20_hyperspherical_fashion_mnist"]) == ["dim", "learning_rate"]
+    assert search_space(PRESETS["resnet20_hyperspherical_fashion_mnist"])[0]["values"] == [9, 16, 32, 64]
+    assert names(PRESETS["resnet20_gsp_retrieval_fashion_mnist"]) == ["epsilon", "transport_ratio", "num_prototypes", "learning_rate"]
+    assert names(PRESETS["resnet20_gap_retrieval_fashion_mnist"]) == ["learning_rate"]
+    assert names(PRESETS["resnet20_emd_fewshot_fashion_mnist"]) == ["scale", "learning_rate"]
+    assert names(PRESETS["resnet20_gap_fashion_mnist"]) == ["learning_rate"]
 
 
 @pytest.mark.parametrize("args, option", [

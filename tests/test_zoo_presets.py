@@ -53,7 +53,7 @@ def test_train_writes_a_card_that_evaluate_reproduces(tmp_path, capsys):
     import os
 
     from otzoo import cli
-    from training.recipes.classification import evaluate_classification_preset
+    from training.recipes.classification import evaluate as evaluate_classification_preset
 
     out = str(tmp_path / "run")
     status = cli.main(["train", "resnet20_gap_fashion_mnist", "--epochs", "1", "--limit", "512", "--seed", "3",
@@ -82,7 +82,7 @@ def test_retrieval_preset_reproduces_its_card_then_fits(name):
     from ot_layers.losses import ProxyNCAPlusPlusLoss
     from training.data.fashion_mnist import fashion_mnist_split
     from training.data.pipelines import image_dataset
-    from training.recipes.retrieval import evaluate_retrieval_preset
+    from training.recipes.retrieval import evaluate as evaluate_retrieval_preset
 
     result = evaluate_retrieval_preset(name)
     card = zoo.model_card(name)["metrics"]
@@ -109,7 +109,7 @@ def test_few_shot_preset_reproduces_its_card_then_fits(name):
 
     from training.data.fashion_mnist import fashion_mnist_split
     from training.data.episodes import episode_dataset
-    from training.recipes.few_shot import evaluate_few_shot_preset
+    from training.recipes.few_shot import evaluate as evaluate_few_shot_preset
 
     result = evaluate_few_shot_preset(name)
     card = zoo.model_card(name)["metrics"]

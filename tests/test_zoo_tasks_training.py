@@ -102,14 +102,14 @@ def test_build_with_a_small_backbone_matches_the_builders_of_its_task(name):
     from zoo.registry import PRESETS
 
     spec = PRESETS[name]
-    stats = dict(pixel_mean=spec["pixel_mean"], pixel_std=spec["pixel_std"], input_shape=(28, 28, 1))
+    stats = dict(pixel_mean=spec.data.pixel_mean, pixel_std=spec.data.pixel_std, input_shape=(28, 28, 1))
     if card_task == "classification":
-        expected = zoo.image_classifier("small_convnet", spec["head"], 10, head_kwargs=spec["head_kwargs"], **stats)
+        expected = zoo.image_classifier("small_convnet", spec.architecture.head, 10, head_kwargs=spec.architecture.head_kwargs, **stats)
     elif card_task == "retrieval":
-        expected = zoo.embedding_model("small_convnet", spec["pooling"], spec["embedding_dim"],
-                                       pooling_kwargs=spec["pooling_kwargs"] or None, **stats)
+        expected = zoo.embedding_model("small_convnet", spec.architecture.pooling, spec.architecture.embedding_dim,
+                                       pooling_kwargs=spec.architecture.pooling_kwargs or None, **stats)
     else:
-        expected = zoo.few_shot_model("small_convnet", spec["head"], spec["ways"], head_kwargs=spec["head_kwargs"],
+        expected = zoo.few_shot_model("small_convnet", spec.architecture.head, spec.architecture.ways, head_kwargs=spec.architecture.head_kwargs,
                                       **stats)
     assert model.count_params() == expected.count_params()
     assert [w.shape for w in model.weights] == [w.shape for w in expected.weights]

@@ -4,6 +4,7 @@ import os
 
 import numpy as np
 
+from training.data.errors import DataUnavailableError
 from training.data.splits import protocol_split, select_classes
 
 FASHION_MNIST_DIRS = (
@@ -44,14 +45,15 @@ def _read_idx(path):
 def load_fashion_mnist(split="train", limit=None, normalize=True):
     """Fashion-MNIST images ``(N, 28, 28, 1)`` (float32 in [0, 1] when ``normalize``) and int32 labels.
 
-    Reads the original IDX files; raises ``FileNotFoundError`` with the install command when they are missing.
+    Reads the original IDX files; raises ``DataUnavailableError`` (a ``FileNotFoundError``) with the install command
+    when they are missing.
     ``limit`` keeps the first ``limit`` examples (for quick runs).
     """
     if split not in _FILES:
         raise ValueError(f"`split` must be one of {sorted(_FILES)}, got {split!r}.")
     folder = fashion_mnist_dir()
     if folder is None:
-        raise FileNotFoundError(
+        raise DataUnavailableError(
             "Fashion-MNIST IDX files not found in any of "
             f"{[d for d in FASHION_MNIST_DIRS if d]}; install them with "
             "`apt-get install -y dataset-fashion-mnist` or set OTZOO_FASHION_MNIST."

@@ -1,4 +1,4 @@
-"""``tf.data`` pipelines of in-memory image arrays, with the pad-crop-flip augmentation."""
+"""``tf.data`` pipelines of in-memory image arrays, with the pad-crop-flip augmentation (or none)."""
 import tensorflow as tf
 
 from ot_layers.validation import check_non_negative, check_positive_int
@@ -14,14 +14,28 @@ def pad_crop_flip(image, pad, seed):
     return tf.image.stateless_random_flip_left_right(cropped, seed=flip_seed)
 
 
-def image_dataset(images, labels, batch_size, training=False, pad=2, seed=0, drop_remainder=None):
+# The training augmentations of in-memory arrays, by the name a recipe's ``augment`` gives.
+AUGMENTATIONS = ("pad_crop_flip", "none")
+
+
+def check_augmentation(augment, accepted=AUGMENTATIONS, where="in-memory image arrays"):
+    """``augment`` if it is one of ``accepted``, else a ``ValueError`` naming the recipe field."""
+    if augment not in accepted:
+        raise ValueError(f"recipe field `augment` must be one of {list(accepted)} for {where}, got {augment!r}.")
+    return augment
+
+
+def image_dataset(images, labels, batch_size, training=False, pad=2, seed=0, drop_remainder=None,
+                  augment="pad_crop_flip"):
     """Batches of ``(float32 pixels in 0-255, int32 labels)`` from arrays ``(N, H, W, C)``, ``(N,)``.
 
-    With ``training``: shuffled every epoch (seeded) and augmented by :func:`pad_crop_flip` (``pad=0``: flips only),
-    the last incomplete batch dropped unless ``drop_remainder=False``. Pixels stay in 0-255: zoo models normalize
-    them inside.
+    With ``training``: shuffled every epoch (seeded) and augmented by ``augment`` (one of :data:`AUGMENTATIONS`:
+    :func:`pad_crop_flip` with ``pad`` pixels (``pad=0``: flips only), or ``"none"``: the images as they are), the
+    last incomplete batch dropped unless ``drop_remainder=False``. Pixels stay in 0-255: zoo models normalize them
+    inside.
     """
     batch_size = check_positive_int("batch_size", batch_size)
+    augment = check_augmentation(augment)
     pad = int(check_non_negative("pad", pad))
     if len(images) != len(labels):
         raise ValueError(f"`images` has {len(images)} samples but `labels` has {len(labels)}.")
@@ -34,7 +48,10 @@ def image_dataset(images, labels, batch_size, training=False, pad=2, seed=0, dro
     data = data.shuffle(len(images), seed=seed, reshuffle_each_iteration=True)
     counter = tf.data.Dataset.random(seed=seed + 1).map(lambda s: tf.stack([s, s // 7 + 1]))
     data = tf.data.Dataset.zip((data, counter))
-    augment = lambda xy, s: (pad_crop_flip(tf.cast(xy[0], tf.float32), pad, s), tf.cast(xy[1], tf.int32))  # noqa
-    data = data.map(augment, num_parallel_calls=tf.data.AUTOTUNE)
+    if augment == "pad_crop_flip":
+        transform = lambda xy, s: (pad_crop_flip(tf.cast(xy[0], tf.float32), pad, s), tf.cast(xy[1], tf.int32))  # noqa
+    else:
+        transform = lambda xy, s: (tf.cast(xy[0], tf.float32), tf.cast(xy[1], tf.int32))  # noqa: E731
+    data = data.map(transform, num_parallel_calls=tf.data.AUTOTUNE)
     drop = True if drop_remainder is None else bool(drop_remainder)
     return data.batch(batch_size, drop_remainder=drop).prefetch(tf.data.AUTOTUNE)

@@ -1,8 +1,10 @@
 """The TFDS data sets by name (CIFAR-10/100, CUB-200-2011, Cars196, Stanford Online Products): their pipelines, augmentations and class-split protocols."""
 import tensorflow as tf
 
+from ot_layers.optional import require
 from ot_layers.validation import check_non_negative, check_positive_int
-from training.data.pipelines import pad_crop_flip
+from training.data.errors import DataUnavailableError
+from training.data.pipelines import check_augmentation, pad_crop_flip
 from training.data.splits import protocol_split
 
 
@@ -25,6 +27,9 @@ TFDS_DATASETS = {
 
 
 IMAGE_KEY = "image"
+# The training augmentations of the TFDS pipelines, by the name a recipe's ``augment`` gives (``None``: the data set's
+# own family, ``TFDS_DATASETS[name].augmentation``).
+TFDS_AUGMENTATIONS = ("pad_crop_flip", "resize_crop_flip", "none")
 
 
 def resize_shorter_side(image, size):
@@ -87,7 +92,7 @@ def _missing_message(name, data_dir, error):
 
 def tfds_dataset(name, split, batch_size, training=False, image_size=None, classes=None, relabel=False, seed=0,
                  data_dir=None, label_key=None, pad=4, resize_size=None, shuffle_buffer=None,
-                 drop_remainder=None, download=False):
+                 drop_remainder=None, download=False, augment=None, limit=None):
     """Batches of ``(float32 pixels in 0-255 (B, S, S, 3), int32 labels (B,))`` from a TFDS data set.
 
     ``name``: one of ``TFDS_DATASETS`` (cifar10, cifar100, caltech_birds2011, cars196, stanford_online_products);
@@ -96,26 +101,33 @@ def tfds_dataset(name, split, batch_size, training=False, image_size=None, class
     ``"super_class_id"`` or cifar100's ``"coarse_label"``.
 
     ``classes`` keeps only the examples of these class ids; their labels stay the original ids unless ``relabel``,
-    which maps ``classes[i]`` to ``i``. Augmentation with ``training`` (stateless, determined by ``seed``, like the
-    shuffle): CIFAR: :func:`pad_crop_flip` with ``pad`` pixels (He et al. 2016); the fine-grained sets:
-    :func:`resize_crop_flip`. Evaluation: CIFAR unchanged, the others :func:`resize_center_crop`. ``image_size``
+    which maps ``classes[i]`` to ``i``. ``limit`` reads only the first ``limit`` examples of ``split`` (before the
+    class filter; the files are then read in order). Augmentation with ``training`` (stateless, determined by
+    ``seed``, like the shuffle), ``augment`` (one of :data:`TFDS_AUGMENTATIONS`; default the data set's own family):
+    ``pad_crop_flip``: the evaluation image, then :func:`pad_crop_flip` with ``pad`` pixels (He et al. 2016; CIFAR's
+    family); ``resize_crop_flip``: :func:`resize_crop_flip` (the fine-grained sets' family); ``none``: the evaluation
+    image. Evaluation: CIFAR unchanged, the others :func:`resize_center_crop`. ``image_size``
     (default 32 for CIFAR, 224 otherwise) is the output side; ``resize_size`` the shorter side after resizing
     (default ``round(image_size * 256 / 224)``, 256 for 224); CIFAR is resized to ``image_size`` when it differs
     from 32. With ``training`` the files and the examples are shuffled (a ``shuffle_buffer``-long buffer of decoded
     images, reshuffled each epoch; default 10,000 for CIFAR, 1,000 for the fine-grained sets, whose full-size
     images take about 0.5 MB each) and the last incomplete batch dropped unless ``drop_remainder=False``.
 
-    A data set not prepared in ``data_dir`` raises ``FileNotFoundError`` saying how to get it (``download=True``
-    lets TFDS download and prepare it, which needs network).
+    A data set not prepared in ``data_dir`` raises ``DataUnavailableError`` (a ``FileNotFoundError``) saying how to
+    get it (``download=True`` lets TFDS download and prepare it, which needs network).
     """
-    import tensorflow_datasets as tfds  # noqa: PLC0415 - heavy import, only needed here
+    tfds = require("tensorflow_datasets", "data", "reading TFDS data sets")  # heavy import, only needed here
 
     if name not in TFDS_DATASETS:
         raise ValueError(f"`name` must be one of {sorted(TFDS_DATASETS)}, got {name!r}.")
     if not isinstance(split, str) or not split:
         raise ValueError(f"`split` must be a TFDS split expression such as 'train' or 'test', got {split!r}.")
     spec = TFDS_DATASETS[name]
+    augment = check_augmentation(spec.augmentation if augment is None else augment, TFDS_AUGMENTATIONS,
+                                 f"the TFDS data set {name}")
     batch_size = check_positive_int("batch_size", batch_size)
+    if limit is not None:
+        limit = check_positive_int("limit", limit)
     image_size = spec.image_size if image_size is None else check_positive_int("image_size", image_size)
     if resize_size is None:
         resize_size = image_size if spec.augmentation == "pad_crop_flip" else int(round(image_size * 256 / 224))
@@ -144,10 +156,12 @@ def tfds_dataset(name, split, batch_size, training=False, image_size=None, class
         # Images are decoded before the class filter: with ``decoders={"image": tfds.decode.SkipDecoding()}``
         # tfds.testing.mock_data switches to encoding whole random examples, whose random bounding boxes
         # (caltech_birds2011, cars196) fail ("BBox coordinates should have min <= max").
-        data = builder.as_dataset(split=split, shuffle_files=bool(training), read_config=read_config)
+        data = builder.as_dataset(split=split, shuffle_files=bool(training) and limit is None,
+                                  read_config=read_config)
     except AssertionError as error:  # TFDS's way of saying "not prepared"
-        raise FileNotFoundError(_missing_message(name, data_dir, error)) from None
-
+        raise DataUnavailableError(_missing_message(name, data_dir, error)) from None
+    if limit is not None:
+        data = data.take(limit)
     data = data.map(lambda ex: (ex[IMAGE_KEY], tf.cast(ex[label_key], tf.int32)))
     if classes is not None:
         keep = tf.constant(_class_table(classes, num_classes))
@@ -159,18 +173,21 @@ def tfds_dataset(name, split, batch_size, training=False, image_size=None, class
             lookup = tf.constant(lookup, tf.int32)
             data = data.map(lambda image, label: (image, tf.gather(lookup, label)))
 
-    def transform(image, label, item_seed=None):
-        image = tf.ensure_shape(tf.cast(image, tf.float32), [None, None, 3])
-        if spec.augmentation == "pad_crop_flip":
+    def evaluation_image(image):
+        if spec.augmentation == "pad_crop_flip":  # CIFAR: the whole image, resized when image_size is not 32
             if image_size != 32:
                 image = tf.image.resize(image, [image_size, image_size], method="bilinear", antialias=True)
-            image = tf.ensure_shape(image, [image_size, image_size, 3])
-            if item_seed is not None:
-                image = pad_crop_flip(image, pad, item_seed)
-        elif item_seed is not None:
+            return tf.ensure_shape(image, [image_size, image_size, 3])
+        return resize_center_crop(image, image_size, resize_size)
+
+    def transform(image, label, item_seed=None):
+        image = tf.ensure_shape(tf.cast(image, tf.float32), [None, None, 3])
+        if item_seed is not None and augment == "resize_crop_flip":
             image = resize_crop_flip(image, image_size, resize_size, item_seed)
         else:
-            image = resize_center_crop(image, image_size, resize_size)
+            image = evaluation_image(image)
+            if item_seed is not None and augment == "pad_crop_flip":
+                image = pad_crop_flip(tf.ensure_shape(image, [image_size, image_size, 3]), pad, item_seed)
         image = tf.clip_by_value(tf.ensure_shape(image, [image_size, image_size, 3]), 0.0, 255.0)
         return image, label
 

@@ -5,11 +5,17 @@ index), starts the same command in every process and waits for all of them. It i
 runs, and what the multi-worker tests use. It behaves like a small cluster manager: when one worker fails (a
 non-zero exit, a kill) the others, which would wait forever in their next collective operation, are stopped after
 ``grace`` seconds; relaunching the same command then resumes from the last checkpoint (see
-``training.fault_tolerance``), which :func:`run_cluster` does up to ``max_restarts`` times.
+``training.distributed.checkpoints``), which :func:`run_cluster` does up to ``max_restarts`` times.
+
+Every worker's stdout and stderr go to ``log_dir/worker-<i>.log``; ``echo=0`` also copies the chief's output, as
+it comes, to this process's stdout (so ``otzoo train --workers N`` shows the chief's epochs while it trains).
+:data:`SCRATCH_ENV` names the variable through which ``otzoo train --workers`` gives the non-chief workers a
+temporary folder for the files every worker must write but only the chief's are kept
+(``training.recipes.common.write_preset``).
 
 On a real cluster each host runs the command itself with its own ``TF_CONFIG`` (``docs/distributed.md``).
 
-Command line: ``python -m training.launch --workers 2 -- python my_script.py --epochs 3``.
+Command line: ``python -m training.distributed.launch --workers 2 -- python my_script.py --epochs 3``.
 """
 import argparse
 import dataclasses
@@ -17,13 +23,17 @@ import json
 import os
 import signal
 import socket
+import codecs
 import subprocess
 import sys
+import threading
 import time
 
 from ot_layers.validation import check_positive_int
 
 HOST = "127.0.0.1"
+# A folder outside the run's output directory where the non-chief workers write their copy of the results.
+SCRATCH_ENV = "OTZOO_WORKER_SCRATCH"
 
 
 def free_ports(count):
@@ -78,8 +88,25 @@ def _stop(process):
         process.wait()
 
 
+def _tee(pipe, log, stream):
+    """Copy ``pipe`` (bytes) into ``log`` (a binary file) and ``stream`` (text) as it comes, until end of file."""
+    decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
+    while True:
+        chunk = os.read(pipe.fileno(), 65536)  # what is there now, not a full line: progress bars show up live
+        if not chunk:
+            break
+        log.write(chunk)
+        log.flush()
+        try:
+            stream.write(decoder.decode(chunk))
+            stream.flush()
+        except (OSError, ValueError):  # the terminal went away or the stream was closed: keep the log going
+            pass
+    pipe.close()
+
+
 def launch_workers(command, num_workers, log_dir, env=None, cpu_only=True, timeout=None, grace=10.0, cwd=None,
-                   worker_env=None):
+                   worker_env=None, echo=None, stream=None):
     """Run ``command`` (an argv list, e.g. ``[sys.executable, "train.py", "--epochs", "3"]``) in ``num_workers``
     processes forming one cluster on 127.0.0.1; returns a :class:`WorkerResult` per worker, in task order.
 
@@ -88,28 +115,37 @@ def launch_workers(command, num_workers, log_dir, env=None, cpu_only=True, timeo
     hide GPUs (``CUDA_VISIBLE_DEVICES=""``; the collectives then use gRPC ring all-reduce). ``timeout``: seconds
     after which every worker still running is killed (``None``: wait). ``grace``: seconds the other workers may
     still run after one has failed before they are killed (each worker runs in its own process group, so its
-    children go with it).
+    children go with it). ``echo``: the index of a worker (0, the chief) whose output is also copied, as it
+    comes, to ``stream`` (default ``sys.stdout``); its log file gets it all the same. Workers run with
+    ``PYTHONUNBUFFERED=1`` so their logs and the echo follow the run.
     """
     if isinstance(command, str) or not list(command):
         raise ValueError(f"`command` must be a non-empty argv list, got {command!r}.")
     num_workers = check_positive_int("num_workers", num_workers)
     if worker_env is not None and not callable(worker_env):
         raise ValueError(f"`worker_env` must be a function index -> dict, got {worker_env!r}.")
+    if echo is not None and (isinstance(echo, bool) or not isinstance(echo, int) or not 0 <= echo < num_workers):
+        raise ValueError(f"`echo` must be a worker index in 0..{num_workers - 1} or None, got {echo!r}.")
+    stream = sys.stdout if stream is None else stream
     os.makedirs(log_dir, exist_ok=True)
     configs = cluster_tf_configs(num_workers)
-    processes, logs, paths = [], [], []
+    processes, logs, paths, readers = [], [], [], []
     for index, config in enumerate(configs):
         child_env = dict(os.environ)
-        child_env.update({"TF_CONFIG": json.dumps(config), "TF_CPP_MIN_LOG_LEVEL": "2"})
+        child_env.update({"TF_CONFIG": json.dumps(config), "TF_CPP_MIN_LOG_LEVEL": "2", "PYTHONUNBUFFERED": "1"})
         if cpu_only:
             child_env["CUDA_VISIBLE_DEVICES"] = ""
         child_env.update({k: str(v) for k, v in (env or {}).items()})
         if worker_env is not None:
             child_env.update({k: str(v) for k, v in (worker_env(index) or {}).items()})
         path = os.path.join(log_dir, f"worker-{index}.log")
-        log = open(path, "w")
-        processes.append(subprocess.Popen(list(command), env=child_env, stdout=log, stderr=subprocess.STDOUT,
-                                          cwd=cwd, start_new_session=True))
+        log = open(path, "wb")
+        echoed = index == echo
+        processes.append(subprocess.Popen(list(command), env=child_env, stdout=subprocess.PIPE if echoed else log,
+                                          stderr=subprocess.STDOUT, cwd=cwd, start_new_session=True))
+        if echoed:
+            readers.append(threading.Thread(target=_tee, args=(processes[-1].stdout, log, stream), daemon=True))
+            readers[-1].start()
         logs.append(log)
         paths.append(path)
     stopped = [False] * num_workers
@@ -132,6 +168,8 @@ def launch_workers(command, num_workers, log_dir, env=None, cpu_only=True, timeo
             if process.poll() is None:
                 stopped[index] = True
                 _stop(process)
+        for reader in readers:  # the rest of the echoed output (its process group is gone, so the pipe ends)
+            reader.join(timeout=30)
         for log in logs:
             log.close()
     return [WorkerResult(i, p.returncode, stopped[i], paths[i]) for i, p in enumerate(processes)]
@@ -139,9 +177,10 @@ def launch_workers(command, num_workers, log_dir, env=None, cpu_only=True, timeo
 
 def run_cluster(command, num_workers, log_dir, max_restarts=0, **kwargs):
     """:func:`launch_workers` again, all workers together, while an attempt fails, at most ``max_restarts`` times
-    -- what a cluster manager does; with checkpoints (``training.fit(..., checkpoint_dir=...)``) every attempt
-    resumes where the last complete checkpoint left off. Returns the results of every attempt, the last one last
-    (``log_dir/attempt-<k>/worker-<i>.log``); the run succeeded when every worker of the last one exited 0."""
+    -- what a cluster manager does; with checkpoints (``training.distributed.fit.fit(..., checkpoint_dir=...)``)
+    every attempt resumes where the last complete checkpoint left off. Returns the results of every attempt, the
+    last one last (``log_dir/attempt-<k>/worker-<i>.log``); the run succeeded when every worker of the last one
+    exited 0."""
     if isinstance(max_restarts, bool) or not isinstance(max_restarts, int) or max_restarts < 0:
         raise ValueError(f"`max_restarts` must be an integer >= 0, got {max_restarts!r}.")
     attempts = []
@@ -154,7 +193,8 @@ def run_cluster(command, num_workers, log_dir, max_restarts=0, **kwargs):
 
 
 def main(argv=None):
-    parser = argparse.ArgumentParser(prog="python -m training.launch", description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(prog="python -m training.distributed.launch",
+                                     description=__doc__.split("\n\n")[0])
     parser.add_argument("--workers", type=int, default=2)
     parser.add_argument("--log-dir", default="otzoo_workers")
     parser.add_argument("--timeout", type=float, default=None)

@@ -1,7 +1,8 @@
 """Evaluation: retrieval metrics on held-out classes (SPEC S8)."""
+import warnings
+
 import numpy as np
-from sklearn.cluster import KMeans
-from sklearn.metrics import normalized_mutual_info_score
+from scipy.cluster.vq import kmeans2, vq
 
 from ot_layers.tensor_ops import normalize_rows_np
 
@@ -30,6 +31,53 @@ def _ranked_hits(embeddings, labels, k, metric, chunk_size=1024):
         neighbours = np.take_along_axis(part, order, axis=1)
         hits[start:stop] = labels[neighbours] == labels[start:stop, None]
     return hits
+
+
+def normalized_mutual_info(labels_true, labels_pred):
+    """Normalized mutual information of two labelings, from their contingency table, normalized by the arithmetic
+    mean of the two entropies (scikit-learn's ``normalized_mutual_info_score`` with its default
+    ``average_method="arithmetic"``, including its limit cases: 1 when neither labeling splits the data)."""
+    labels_true, labels_pred = np.asarray(labels_true).reshape(-1), np.asarray(labels_pred).reshape(-1)
+    if labels_true.shape != labels_pred.shape:
+        raise ValueError(f"the labelings have {labels_true.size} and {labels_pred.size} entries.")
+    _, rows = np.unique(labels_true, return_inverse=True)
+    _, cols = np.unique(labels_pred, return_inverse=True)
+    n_rows, n_cols = int(rows.max(initial=-1)) + 1, int(cols.max(initial=-1)) + 1
+    if n_rows == n_cols and n_rows <= 1:
+        return 1.0
+    contingency = np.bincount(rows * n_cols + cols, minlength=n_rows * n_cols).reshape(n_rows, n_cols)
+    contingency = contingency.astype(np.float64)
+    total = contingency.sum()
+    p_rows, p_cols = contingency.sum(axis=1) / total, contingency.sum(axis=0) / total
+    nz = contingency > 0
+    joint = contingency[nz] / total
+    outer = np.outer(p_rows, p_cols)[nz]
+    mi = max(float(np.sum(joint * (np.log(joint) - np.log(outer)))), 0.0)
+    if mi == 0.0:
+        return 0.0
+
+    def entropy(p):
+        p = p[p > 0]
+        return float(-np.sum(p * np.log(p)))
+
+    return mi / ((entropy(p_rows) + entropy(p_cols)) / 2.0)
+
+
+def kmeans_labels(x, clusters, seed=0, restarts=4, iterations=50):
+    """k-means cluster indices of the rows of ``x``: ``restarts`` runs of SciPy's ``kmeans2`` (k-means++ seeding,
+    ``iterations`` Lloyd steps) from seeds drawn from ``seed``; the run with the lowest inertia wins."""
+    x = np.asarray(x, dtype=np.float64)
+    best, best_inertia = None, np.inf
+    for restart in range(restarts):
+        with warnings.catch_warnings():  # an emptied cluster is kept empty (fewer clusters)
+            warnings.simplefilter("ignore")
+            centroids, _ = kmeans2(x, clusters, iter=iterations, minit="++",
+                                   seed=np.random.default_rng([seed, restart]))
+        labels, distances = vq(x, centroids, check_finite=False)
+        inertia = float(np.sum(distances ** 2))
+        if inertia < best_inertia:
+            best, best_inertia = labels, inertia
+    return best
 
 
 def retrieval_metrics(embeddings, labels, ks=(1, 2, 4, 8), metric="cosine", nmi=True, seed=0):
@@ -68,6 +116,6 @@ def retrieval_metrics(embeddings, labels, ks=(1, 2, 4, 8), metric="cosine", nmi=
         result[f"recall_at_{k}"] = float(np.mean(np.any(hits[:, :k], axis=1)))
     if nmi:
         x = normalize_rows_np(embeddings, axis=1) if metric == "cosine" else embeddings
-        clusters = KMeans(n_clusters=len(counts), n_init=4, random_state=seed).fit_predict(x)
-        result["nmi"] = float(normalized_mutual_info_score(labels, clusters))
+        clusters = kmeans_labels(x, len(counts), seed=seed)
+        result["nmi"] = normalized_mutual_info(labels, clusters)
     return result

@@ -1,94 +1,138 @@
-"""The classification presets' recipe: train on the training split by cross-entropy (or a head's own loss), report test accuracy."""
+"""The classification presets' recipe: train on the training split by the recipe's loss (cross-entropy, or a head's
+own loss), report test accuracy.
+
+:func:`training_setup` assembles everything a run trains with from the preset's spec (the model, the compiled
+optimizer and loss, the layer callbacks, the data pipelines) without training; :func:`train` runs it.
+"""
 import os
 import time
+from dataclasses import dataclass
+from typing import Any, Callable, List
 
 import keras
 import numpy as np
+import tensorflow as tf
 
-from ot_layers.callbacks import PrototypeReassignment
 from ot_layers.callbacks.layer_signals import LayerSignals
-from ot_layers.losses import HypersphericalPullLoss
-from training.data.fashion_mnist import load_fashion_mnist
+from training.data.datasets import Batches, image_batches
+from training.data.errors import EmptySliceError
 from training.data.pipelines import image_dataset
 from training.distributed.fit import fit
 from training.recipes.common import (
-    preset_recipe,
+    evaluation_target,
+    merged_overrides,
+    preset_spec,
     reproducing_command,
     run_options,
-    sgd_cosine,
     standard_callbacks,
     write_preset,
 )
-from zoo.loading import build, load, model_card
-from zoo.models import hyperspherical_training_model
-from zoo.registry import PRESETS
+from training.recipes.components import make_callbacks, make_loss, make_optimizer
+from zoo.loading import build
 
 
-def classification_training(name, model):
-    """How classification preset ``name``'s ``model`` is trained: ``(the model fit trains, its loss, the head's
-    state callbacks, how to feed it (x, y) batches)`` (the hyperspherical head trains its ``[images, labels]`` model
-    with the pull loss and per-epoch re-assignment; the others the model itself with cross-entropy)."""
-    if PRESETS[name]["head"] != "hyperspherical":
-        return model, keras.losses.SparseCategoricalCrossentropy(from_logits=True), [], lambda x, y: (x, y)
+@dataclass
+class TrainingSetup:
+    """What a classification or retrieval run trains with: the preset's ``spec`` (recipe included), the served
+    ``model``, the model ``fit`` trains (``trained``, compiled with ``optimizer`` and ``loss``), the recipe's layer
+    ``callbacks``, the ``train`` and ``test`` :class:`training.data.datasets.Batches` (``test`` is ``None`` for
+    retrieval runs, whose evaluation is retrieval among the unseen classes), the batch ``feed`` applied to them, and
+    the optimizer ``steps`` of the whole run."""
+    spec: Any
+    model: keras.Model
+    trained: keras.Model
+    optimizer: Any
+    loss: Any
+    callbacks: List[keras.callbacks.Callback]
+    train: Batches
+    test: Any
+    feed: Callable
+    steps: int
 
-    # Put the re-assignment before BackupAndRestore so an epoch's backup holds that epoch's assignment.
-    return (hyperspherical_training_model(model), HypersphericalPullLoss(),
-            [PrototypeReassignment(layer_name="hyperspherical_head")], lambda x, y: ((x, y), y))
+
+def training_setup(spec, limit=None, strategy=None, head_overrides=None, data_dir=None):
+    """The set-up of a run of classification preset ``spec`` (a ``zoo.spec.PresetSpec`` or a name), built and
+    compiled under ``strategy`` (default the current one) without training: every recipe field is read here
+    (optimizer, schedule, augment, loss, callbacks, ...). ``limit``: the first ``limit`` training images;
+    ``head_overrides``: ``zoo.build``'s (a tuned configuration's head parameters)."""
+    spec = preset_spec(spec)
+    recipe, data = spec.recipe, spec.data
+    keras.utils.set_random_seed(recipe.seed)
+    image_size = data.input_shape[0]
+    train = image_batches(data.dataset, "train", recipe.batch_size, training=True, augment=recipe.augment,
+                          pad=recipe.pad, seed=recipe.seed, limit=limit, image_size=image_size, data_dir=data_dir)
+    test = image_batches(data.dataset, "test", 256, image_size=image_size, data_dir=data_dir)
+    if train.examples < recipe.batch_size:
+        raise EmptySliceError(f"{train.examples} training images, fewer than one batch of {recipe.batch_size}.",
+                              "limit", limit)
+    steps = train.examples // recipe.batch_size * recipe.epochs
+    strategy = strategy or tf.distribute.get_strategy()
+    with strategy.scope():
+        model = build(spec, l2=recipe.l2, **(head_overrides or {}))
+        trained, loss, feed = make_loss(recipe, spec.task, model, data.num_classes)
+        optimizer = make_optimizer(recipe, steps)
+        trained.compile(optimizer=optimizer, loss=loss, metrics=["accuracy"], jit_compile=recipe.jit_compile)
+    # Layer-state callbacks go before BackupAndRestore so that an epoch's backup holds that epoch's state.
+    callbacks = make_callbacks(recipe, model, train.sample)
+    return TrainingSetup(spec, model, trained, optimizer, loss, callbacks, train, test, feed, steps)
 
 
-def train_classification_preset(name, out_dir, epochs=None, batch_size=None, limit=None, seed=None, verbose=2,
-                                strategy="auto", config=None, tensorboard=None):
-    """Train classification preset ``name`` by its recipe; returns the model card (also written to
-    ``out_dir/metadata.json``).
+def classification_training(spec, model, recipe=None):
+    """How classification preset ``spec`` (a spec or a name) trains ``model`` by ``recipe`` (default the preset's):
+    ``(the model fit trains, its loss, the recipe's layer callbacks, how to feed it (x, y) batches)`` (the
+    hyperspherical pull loss trains the ``[images, labels]`` model, with per-epoch re-assignment)."""
+    spec = preset_spec(spec)
+    recipe = recipe or spec.recipe
+    trained, loss, feed = make_loss(recipe, "classification", model, spec.data.num_classes)
+    return trained, loss, make_callbacks(recipe, model, None), feed
+
+
+def train(name, out_dir, epochs=None, batch_size=None, limit=None, seed=None, verbose=2, strategy="auto",
+          config=None, tensorboard=None, dataset=None, image_size=None, data_dir=None, recipe_overrides=None):
+    """Train classification preset ``name`` by its recipe; returns the model card (also written, with
+    ``config.json`` and ``model.weights.h5``, into ``out_dir``).
 
     ``epochs``, ``batch_size``, ``seed``: override the recipe's (``seed`` sets the initialization and data order);
-    ``limit``: train on the first ``limit`` training images; ``strategy``, ``config``, ``tensorboard``: see
-    :func:`run_options`. The run trains with ``training.fit.fit`` (``model.fit``, or the multi-worker loop) and
-    resumes from ``out_dir/backup``.
+    ``limit``: train on the first ``limit`` training images; ``dataset``: a ``training.data.DATASETS`` name instead
+    of the preset's (``image_size``: the TFDS images' side; ``data_dir``: the TFDS folder); ``strategy``,
+    ``config``, ``tensorboard``: see :func:`run_options`. The run trains with ``training.distributed.fit.fit``
+    (``model.fit``, or the multi-worker loop) and resumes from ``out_dir/backup``.
     """
-
     strategy, head_overrides, learning_rate, extra_callbacks = run_options(name, strategy, config, tensorboard)
-    recipe = preset_recipe(name, epochs=epochs, batch_size=batch_size, seed=seed, learning_rate=learning_rate)
+    spec = preset_spec(name, dataset=dataset, image_size=image_size, **merged_overrides(
+        recipe_overrides, epochs=epochs, batch_size=batch_size, seed=seed, learning_rate=learning_rate))
     os.makedirs(out_dir, exist_ok=True)
-    keras.utils.set_random_seed(recipe["seed"])
-    x_train, y_train = load_fashion_mnist("train", limit=limit, normalize=False)
-    x_test, y_test = load_fashion_mnist("test", normalize=False)
-    steps = len(x_train) // recipe["batch_size"]
-    with strategy.scope():
-        model = build(name, l2=recipe["l2"], **head_overrides)
-        trained, loss, head_callbacks, feed = classification_training(name, model)
-        trained.compile(optimizer=sgd_cosine(recipe, steps * recipe["epochs"]), loss=loss, metrics=["accuracy"],
-                        jit_compile=recipe["jit_compile"])
+    setup = training_setup(spec, limit=limit, strategy=strategy, head_overrides=head_overrides, data_dir=data_dir)
     if tensorboard:  # the layers' signals (e.g. Sinkhorn iterations) into the logs TensorBoard writes
-        extra_callbacks.insert(0, LayerSignals(x_train[:64].astype("float32")))
-    train = image_dataset(x_train, y_train, recipe["batch_size"], training=True, pad=recipe["pad"],
-                          seed=recipe["seed"]).map(feed)
-    test = image_dataset(x_test, y_test, 256).map(feed)
+        extra_callbacks.insert(0, LayerSignals(setup.train.sample[:64]))
     start = time.time()
-    fit(trained, train, epochs=recipe["epochs"], validation_data=test, verbose=verbose,
-        callbacks=head_callbacks + extra_callbacks + standard_callbacks(out_dir))
+    fit(setup.trained, setup.train.dataset.map(setup.feed), epochs=spec.recipe.epochs,
+        validation_data=setup.test.dataset.map(setup.feed), verbose=verbose,
+        callbacks=setup.callbacks + extra_callbacks + standard_callbacks(out_dir))
     train_time = time.time() - start
-    accuracy = classification_accuracy(model, x_test, y_test)
-    return write_preset(model, name, out_dir, recipe, {"accuracy": round(accuracy, 4)}, train_time, strategy,
-                        reproducing_command(name, epochs=epochs, batch_size=batch_size, limit=limit, seed=seed,
-                                            config=config))
+    accuracy = classification_accuracy(setup.model, setup.test.dataset)
+    return write_preset(setup.model, spec, out_dir, spec.recipe, {"accuracy": round(accuracy, 4)}, train_time,
+                        strategy, reproducing_command(name, recipe_overrides, dataset=dataset, image_size=image_size,
+                                                      epochs=epochs,
+                                                      batch_size=batch_size, limit=limit, seed=seed, config=config))
 
 
-def classification_accuracy(model, images, labels, batch_size=256):
-    """The share of ``images`` (raw pixels) whose largest logit is at their label."""
-    logits = model.predict(image_dataset(images, labels, batch_size), verbose=0)
+def classification_accuracy(model, images, labels=None, batch_size=256):
+    """The share of images whose largest logit is at their label: ``images`` (raw pixels) with ``labels``, or a
+    ``tf.data`` pipeline of ``(images, labels)`` batches."""
+    if labels is not None:
+        images = image_dataset(images, labels, batch_size)
+    logits = model.predict(images.map(lambda x, y: x), verbose=0)  # model.predict: any tf.distribute strategy
+    labels = np.concatenate([y.numpy() for y in images.map(lambda x, y: y)])
     return float(np.mean(np.argmax(logits, axis=-1) == labels))
 
 
-def evaluate_classification_preset(name, weights=None, limit=None, batch_size=256):
-    """Test accuracy of preset ``name`` (pretrained, or ``weights``) on the first ``limit`` (all by default)
-    Fashion-MNIST test images, next to the card's."""
-
-    model = load(name, weights=weights)
-    x_test, y_test = load_fashion_mnist("test", limit=limit, normalize=False)
-    return dict(metrics={"accuracy": classification_accuracy(model, x_test, y_test, batch_size)},
-                card_metrics=model_card(name).get("metrics"), examples=len(y_test))
-
-
-train = train_classification_preset
-evaluate = evaluate_classification_preset
+def evaluate(preset, weights=None, limit=None, batch_size=256, data_dir=None):
+    """Test accuracy of classification preset ``preset`` (a name: pretrained, or ``weights``; or a preset directory
+    ``otzoo train`` wrote) on the first ``limit`` (all by default) test images of its data set, next to the card's:
+    ``{"metrics", "card_metrics", "examples"}``."""
+    model, spec, card = evaluation_target(preset, weights)
+    test = image_batches(spec.data.dataset, "test", batch_size, limit=limit, image_size=spec.data.input_shape[0],
+                         data_dir=data_dir)
+    return dict(metrics={"accuracy": classification_accuracy(model, test.dataset)},
+                card_metrics=card.get("metrics"), examples=test.examples)

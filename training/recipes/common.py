@@ -1,10 +1,12 @@
-"""The recipes that train the zoo's presets (``otzoo train PRESET``) and recompute their cards (``otzoo evaluate``).
+"""What the recipes of every task share: the preset's spec for a run (:func:`preset_spec`: another data set, recipe
+overrides), the run options, the standard callbacks, and the preset directory a run writes (:func:`write_preset`).
 
-:func:`train_preset` and :func:`evaluate_preset` dispatch on the preset's task: classification here, retrieval in
-:mod:`training.retrieval_recipe`, few-shot in :mod:`training.few_shot_recipe`. A run writes into ``out_dir``:
-``backup/`` (``keras.callbacks.BackupAndRestore``, so a killed run resumes at its last finished epoch), ``log.csv``
-(per-epoch metrics), and at the end ``model.weights.h5`` and ``metadata.json`` (the model card).
+A run writes into ``out_dir``: ``backup/`` (``keras.callbacks.BackupAndRestore``, so a killed run resumes at its last
+finished epoch), ``log.csv`` (per-epoch metrics), and at the end ``config.json`` (``model.to_json()``),
+``model.weights.h5`` and ``metadata.json`` (the model card, whose ``recipe`` is ``dataclasses.asdict`` of the
+recipe that ran): a preset directory that ``zoo.load(out_dir)`` and ``otzoo export`` read.
 """
+import dataclasses
 import datetime
 import json
 import os
@@ -13,10 +15,14 @@ import platform
 import keras
 import tensorflow as tf
 
+from ot_layers.optional import require
+from training.data.datasets import check_dataset_augmentation, data_spec
 from training.distributed.strategies import is_chief, make_strategy, strategy_name, tf_config
+from training.recipes.components import check_recipe
 from training.recipes.tuned_config import load_tuned_config
-from zoo.loading import CARD_FILE, WEIGHTS_FILE, sha256_of
+from zoo.loading import CARD_FILE, CONFIG_FILE, WEIGHTS_FILE, load, model_card, sha256_of
 from zoo.registry import PRESETS
+from zoo.spec import PresetSpec, published_recipe, recipe_from_dict
 
 
 def hardware_description():
@@ -34,23 +40,75 @@ def run_options(name, strategy="auto", config=None, tensorboard=None):
     """
 
     tuned = load_tuned_config(config, name) if config is not None else None
+    if tensorboard:  # tf.summary needs the tensorboard package (the tune extra), checked before training starts
+        require("tensorboard", "tune", "--tensorboard")
     callbacks = [keras.callbacks.TensorBoard(tensorboard)] if tensorboard else []
     return (make_strategy(strategy), dict(tuned["head_kwargs"]) if tuned else {},
             tuned["learning_rate"] if tuned else None, callbacks)
 
 
-def sgd_cosine(recipe, steps):
-    """SGD (momentum, Nesterov as the recipe says) with a cosine decay of the recipe's learning rate to 0 over
-    ``steps``."""
-    schedule = keras.optimizers.schedules.CosineDecay(recipe["learning_rate"], decay_steps=steps)
-    return keras.optimizers.SGD(schedule, momentum=recipe["momentum"], nesterov=recipe["nesterov"])
+def preset_spec(name, dataset=None, image_size=None, **recipe_overrides):
+    """The :class:`zoo.spec.PresetSpec` a run of preset ``name`` (a name or a spec) follows: on ``dataset`` (default
+    the preset's; another one gets its input shape, classes, pixel statistics and class split from
+    ``training.data.datasets.data_spec``) at ``image_size`` (TFDS data sets), with the non-``None``
+    ``recipe_overrides`` applied. Unknown names in the recipe raise ``ValueError`` naming the field."""
+    spec = name if isinstance(name, PresetSpec) else _registered(name)
+    if (dataset is not None and dataset != spec.data.dataset) or image_size is not None:
+        spec = spec.with_data(data_spec(dataset or spec.data.dataset, spec.task, image_size))
+    spec = spec.with_recipe(**recipe_overrides)
+    check_recipe(spec.recipe, spec.task)
+    check_dataset_augmentation(spec.data.dataset, spec.recipe.augment)
+    return spec
+
+
+def _registered(name):
+    if name not in PRESETS:
+        raise ValueError(f"Unknown preset {name!r}; known presets: {', '.join(sorted(PRESETS))}.")
+    return PRESETS[name]
 
 
 def preset_recipe(name, **overrides):
-    """The recipe of preset ``name`` with the non-``None`` ``overrides`` applied."""
-    recipe = dict(PRESETS[name]["recipe"])
-    recipe.update({key: value for key, value in overrides.items() if value is not None})
-    return recipe
+    """The recipe of preset ``name`` with the non-``None`` ``overrides`` applied (a frozen ``zoo.spec.Recipe`` or
+    ``FewShotRecipe``)."""
+    return preset_spec(name, **overrides).recipe
+
+
+def read_card(directory):
+    """The model card (``metadata.json``) of a preset directory, or a ``FileNotFoundError`` naming it."""
+    path = os.path.join(directory, CARD_FILE)
+    if not os.path.isfile(path):
+        raise FileNotFoundError(f"{directory!r} is not a preset directory: it has no {CARD_FILE}.")
+    with open(path) as handle:
+        return json.load(handle)
+
+
+def evaluation_target(preset, weights=None):
+    """``(model, spec, card)`` of what ``otzoo evaluate`` evaluates: a built-in preset's name (its packaged weights,
+    or ``weights``) or a preset directory (``zoo.load(directory)``; the spec of its card: the preset's architecture
+    re-targeted at the card's data set and input shape, the card's recipe)."""
+    if preset in PRESETS:
+        return load(preset, weights=weights), PRESETS[preset], model_card(preset)
+    if not os.path.isdir(str(preset)):
+        raise ValueError(f"Unknown preset {preset!r}: give a preset name ({', '.join(sorted(PRESETS))}) or a preset "
+                         "directory.")
+    if weights is not None:
+        raise ValueError("`weights` applies to preset names; a preset directory holds its own weights.")
+    card = read_card(preset)
+    return load(preset), card_spec(card), card
+
+
+def card_spec(card):
+    """The :class:`zoo.spec.PresetSpec` a model card describes (its task, data set, input shape and recipe; the
+    architecture of the preset it names, or of the first preset of its task)."""
+    task = card.get("task")
+    base = PRESETS.get(card.get("name")) or next((s for s in PRESETS.values() if s.task == task), None)
+    if base is None:
+        raise ValueError(f"the card's task must be one of the presets' tasks, got {task!r}.")
+    shape = card.get("input_shape")
+    spec = base
+    if card.get("dataset") != base.data.dataset or (shape and tuple(shape) != tuple(base.data.input_shape)):
+        spec = base.with_data(data_spec(card["dataset"], base.task, shape[0] if shape else None))
+    return dataclasses.replace(spec, recipe=recipe_from_dict(base.task, card.get("recipe") or {}))
 
 
 def standard_callbacks(out_dir):
@@ -59,33 +117,59 @@ def standard_callbacks(out_dir):
             keras.callbacks.CSVLogger(os.path.join(out_dir, "log.csv"), append=True)]
 
 
-def reproducing_command(name, **options):
-    """``otzoo train NAME`` with the options that were given (``None`` ones left out)."""
+def reproducing_command(name, recipe_overrides=None, **options):
+    """``otzoo train NAME`` with the options that were given (``None`` ones left out) and ``--recipe FIELD=VALUE``
+    for each of ``recipe_overrides``."""
+    recipe = [f"--recipe {field}={json.dumps(list(value) if isinstance(value, tuple) else value)}"
+              for field, value in (recipe_overrides or {}).items()]
     return " ".join([f"otzoo train {name}"] + [f"--{flag.replace('_', '-')} {value}"
-                                               for flag, value in options.items() if value is not None])
+                                               for flag, value in options.items() if value is not None] + recipe)
 
 
-def write_preset(model, name, out_dir, recipe, metrics, train_time, strategy, command, **extra):
-    """Save ``model``'s weights and the model card into ``out_dir`` (only the chief of several workers writes; the
-    others write into ``out_dir/worker-<i>``); returns the card."""
+def merged_overrides(recipe_overrides, **options):
+    """The recipe overrides of a run: ``recipe_overrides`` (``otzoo train --recipe``) and the non-``None`` named
+    ones (``--epochs``, ``--seed``, ...), which win."""
+    merged = dict(recipe_overrides or {})
+    merged.update({key: value for key, value in options.items() if value is not None})
+    return merged
 
-    spec = PRESETS[name]
+
+def write_preset(model, spec, out_dir, recipe, metrics, train_time, strategy, command, **extra):
+    """Save ``model``'s weights and the model card into ``out_dir``; returns the card. Of several workers only the
+    chief writes into ``out_dir``: the others (which must save too) write into ``worker-<i>`` of a scratch folder
+    outside it, ``$OTZOO_WORKER_SCRATCH`` (``otzoo train --workers`` gives one and removes it) or else a temporary
+    folder removed when the process ends."""
+
+    if not isinstance(spec, PresetSpec):
+        spec = _registered(spec)
     if not is_chief():
-        out_dir = os.path.join(out_dir, f"worker-{(tf_config() or {}).get('task', {}).get('index', 0)}")
+        import atexit, shutil, tempfile  # noqa: E401, PLC0415 - standard library, the non-chief branch only
+
+        scratch = os.environ.get("OTZOO_WORKER_SCRATCH")  # training.distributed.launch.SCRATCH_ENV
+        if not scratch:
+            scratch = tempfile.mkdtemp(prefix="otzoo-worker-")
+            atexit.register(shutil.rmtree, scratch, True)
+        out_dir = os.path.join(scratch, f"worker-{(tf_config() or {}).get('task', {}).get('index', 0)}")
         os.makedirs(out_dir, exist_ok=True)
+    with open(os.path.join(out_dir, CONFIG_FILE), "w") as handle:
+        handle.write(model.to_json())
     weights = os.path.join(out_dir, WEIGHTS_FILE)
     model.save_weights(weights)
-    card = dict(name=name, task=spec["task"], dataset=spec["dataset"], split=spec["split"],
-                description=spec["description"], recipe=recipe, metrics=metrics,
+    default = PRESETS.get(spec.name)
+    description = spec.description if default is not None and default.data == spec.data else \
+        f"The {spec.name} architecture and recipe, trained on {spec.data.dataset} ({spec.data.split})."
+    card = dict(name=spec.name, task=spec.task, dataset=spec.data.dataset, split=spec.data.split,
+                description=description, recipe=published_recipe(recipe), metrics=metrics,
                 parameters=int(model.count_params()), weights_sha256=sha256_of(weights),
                 train_time_s=round(train_time, 1), hardware=hardware_description(),
                 strategy=f"{type(strategy).__name__} ({strategy_name(strategy)}, "
                          f"{strategy.num_replicas_in_sync} replica(s))",
                 command=command, date=datetime.date.today().isoformat(),
                 note="train_time_s counts this process only (a resumed run restarts the clock)")
+    card["input_shape"] = list(spec.data.input_shape)
     for key in ("train_classes", "eval_classes"):
-        if key in spec:
-            card[key] = list(spec[key])
+        if getattr(spec.data, key) is not None:
+            card[key] = list(getattr(spec.data, key))
     card.update(extra)
     with open(os.path.join(out_dir, CARD_FILE), "w") as handle:
         json.dump(card, handle, indent=2)

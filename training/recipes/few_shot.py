@@ -1,59 +1,69 @@
 """The few-shot presets' recipe: pre-train on the base classes, meta-train on base episodes, test on novel ones.
 
-DeepEMD (paper 004, Sec. 4) on Fashion-MNIST: base classes 0-4 (training images), novel classes 5-9 (test images).
+DeepEMD's protocol (Zhang et al. 2022) on the data set's few-shot class split (``CLASS_SPLITS[dataset]["few_shot"]``;
+Fashion-MNIST: base classes 0-4 of the training images, novel classes 5-9 of the test images).
 
-1. Pre-training: the backbone + global average pooling + ``Dense(5)`` (``zoo.image_classifier(..., "gap_fc")``)
-   trained by cross-entropy on the base images with the classification recipe (SGD, cosine decay, L2, pad-crop-flip);
-   ``keras.callbacks.BackupAndRestore`` makes it resumable; the backbone's weights are kept in
+1. Pre-training: the backbone + global average pooling + ``Dense(len(base classes))`` (``zoo.image_classifier(...,
+   "gap_fc")``) trained by cross-entropy on the base images with the recipe's optimizer, schedule, L2 and
+   augmentation; ``keras.callbacks.BackupAndRestore`` makes it resumable; the backbone's weights are kept in
    ``pretrained_backbone.weights.h5``, and ``pretrained=`` re-uses them from another run of the same recipe (the EMD
    preset and its ProtoNet baseline share one pre-training).
-2. Meta-training of the few-shot model (``zoo.few_shot_model``, the preset's head) on 5-way 1-shot episodes of the
-   base classes (15 queries per class), one episode a step (``training.episodes.meta_train``, checkpointed).
-3. Evaluation: 5-way 1-shot and 5-shot episodes of the novel classes, a fixed episode seed, mean accuracy +- 95 %
-   interval (``training.episodes.few_shot_accuracy``).
+2. Meta-training of the few-shot model (``zoo.few_shot_model``, the preset's head) on ``ways``-way ``shots``-shot
+   episodes of the base classes (``queries`` per class) by the recipe's ``meta_optimizer``, one episode a step
+   (:func:`meta_train`, checkpointed).
+3. Evaluation: ``ways``-way episodes of the novel classes for each of ``eval_shots``, a fixed episode seed, mean
+   accuracy +- 95 % interval (``training.evaluation.few_shot.few_shot_accuracy``).
 """
 import os
 import time
+from dataclasses import dataclass
+from typing import Any
 
 import keras
 import numpy as np
 import tensorflow as tf
 
 from ot_layers.validation import check_positive_int
+from training.data.datasets import image_arrays
 from training.data.episodes import EpisodeSampler
-from training.data.fashion_mnist import fashion_mnist_split
+from training.data.errors import EmptySliceError
 from training.data.pipelines import image_dataset
 from training.evaluation.few_shot import few_shot_accuracy
 from training.recipes.common import (
-    preset_recipe,
+    evaluation_target,
+    merged_overrides,
+    preset_spec,
     reproducing_command,
     run_options,
-    sgd_cosine,
     standard_callbacks,
     write_preset,
 )
-from zoo.loading import build, load, model_card
+from training.recipes.components import make_meta_optimizer, make_optimizer
+from zoo.loading import build
 from zoo.models import image_classifier
-from zoo.registry import PRESETS
 
 PRETRAINED_FILE = "pretrained_backbone.weights.h5"
 
 
-def few_shot_scores(model, name, recipe, limit=None, episodes=None, verbose=0):
-    """The card's metrics: ``{"5way_1shot": {"mean", "ci95", "episodes"}, ...}`` on the novel classes' test images
-    (the first ``limit`` test images before the class filter), ``episodes`` (default the recipe's) per setting."""
-    images, labels = fashion_mnist_split("few_shot", "novel", limit=limit, normalize=False)
-    ways = PRESETS[name]["ways"]
+def few_shot_scores(model, spec, recipe=None, limit=None, episodes=None, verbose=0, data_dir=None):
+    """The card's metrics: ``{"5way_1shot": {"mean", "ci95", "episodes"}, ...}`` on the novel classes' images of
+    ``spec``'s data set (the first ``limit`` images of their source split before the class filter), ``episodes``
+    (default the recipe's ``eval_episodes``) per setting; also returns the number of novel images."""
+    recipe = recipe or spec.recipe
+    images, labels = image_arrays(spec.data.dataset, "novel", protocol="few_shot", limit=limit,
+                                  image_size=spec.data.input_shape[0], data_dir=data_dir)
+    ways = spec.architecture.ways
     metrics = {}
-    for shots in recipe["eval_shots"]:
-        result = few_shot_accuracy(model, images, labels, ways, shots, recipe["eval_queries"],
-                                   episodes or recipe["eval_episodes"], recipe["eval_seed"], verbose=verbose)
+    for shots in recipe.eval_shots:
+        result = few_shot_accuracy(model, images, labels, ways, shots, recipe.eval_queries,
+                                   episodes or recipe.eval_episodes, recipe.eval_seed, verbose=verbose)
         metrics[f"{ways}way_{shots}shot"] = {key: round(value, 4) if isinstance(value, float) else value
                                              for key, value in result.items()}
-    return metrics
+    return metrics, len(labels)
 
 
-def _pretrained_path(pretrained):
+def pretrained_backbone_path(pretrained):
+    """The pre-trained backbone file of ``pretrained`` (a run directory or the file), or ``FileNotFoundError``."""
     path = os.path.join(pretrained, PRETRAINED_FILE) if os.path.isdir(pretrained) else pretrained
     if not os.path.isfile(path):
         raise FileNotFoundError(f"`pretrained`: no pre-trained backbone at {path!r} (give a run directory of a "
@@ -61,82 +71,113 @@ def _pretrained_path(pretrained):
     return path
 
 
-def pretrain_backbone(model, name, recipe, images, labels, out_dir, verbose=2, extra_callbacks=()):
-    """Stage 1: train ``model``'s backbone with GAP + Dense on the base classes; returns the seconds it took."""
-    spec = PRESETS[name]
-    backbone = model.get_layer("backbone")
-    classifier = image_classifier(backbone, "gap_fc", len(spec["train_classes"]), spec["pixel_mean"],
-                                  spec["pixel_std"], name=f"{name}_pretraining")
-    steps = len(images) // recipe["batch_size"]
-    classifier.compile(optimizer=sgd_cosine(recipe, steps * recipe["pretrain_epochs"]),
-                       loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True), metrics=["accuracy"],
-                       jit_compile=recipe["jit_compile"])
-    train = image_dataset(images, labels, recipe["batch_size"], training=True, pad=recipe["pad"],
-                          seed=recipe["seed"])
+@dataclass
+class FewShotSetup:
+    """What a few-shot run trains with: the ``spec``, the few-shot ``model``; the base ``images`` and ``labels``
+    (relabelled ``0..C-1``, raw pixels); the pre-training ``classifier`` (the model's backbone + GAP + Dense)
+    compiled with ``pretrain_optimizer`` and ``pretrain_loss`` on ``pretrain_data``; the ``meta_optimizer``."""
+    spec: Any
+    model: keras.Model
+    images: np.ndarray
+    labels: np.ndarray
+    classifier: keras.Model
+    pretrain_optimizer: Any
+    pretrain_loss: Any
+    pretrain_data: Any
+    meta_optimizer: Any
+
+
+def training_setup(spec, limit=None, strategy=None, data_dir=None):
+    """The set-up of a run of few-shot preset ``spec`` (a ``zoo.spec.PresetSpec`` or a name) without training:
+    every recipe field is read here (the pre-training optimizer, schedule and augmentation, the meta optimizer).
+    ``limit``: the first ``limit`` images of the base classes' source split, before the class filter."""
+    spec = preset_spec(spec)
+    recipe, data = spec.recipe, spec.data
+    keras.utils.set_random_seed(recipe.seed)
+    images, labels = image_arrays(data.dataset, "base", protocol="few_shot", limit=limit, relabel=True,
+                                  image_size=data.input_shape[0], data_dir=data_dir)
+    if len(images) < recipe.batch_size:
+        raise EmptySliceError(f"{len(images)} base-class training images, fewer than one batch of "
+                              f"{recipe.batch_size}.", "limit", limit)
+    steps = len(images) // recipe.batch_size * recipe.pretrain_epochs
+    with (strategy or tf.distribute.get_strategy()).scope():
+        model = build(spec, l2=recipe.l2)
+        classifier = image_classifier(model.get_layer("backbone"), "gap_fc", len(data.train_classes),
+                                      data.pixel_mean, data.pixel_std, name=f"{spec.name}_pretraining")
+        optimizer = make_optimizer(recipe, steps)
+        loss = keras.losses.SparseCategoricalCrossentropy(from_logits=True)
+        classifier.compile(optimizer=optimizer, loss=loss, metrics=["accuracy"], jit_compile=recipe.jit_compile)
+    pretrain_data = image_dataset(images, labels, recipe.batch_size, training=True, pad=recipe.pad, seed=recipe.seed,
+                                  augment=recipe.augment)
+    return FewShotSetup(spec, model, images, labels, classifier, optimizer, loss, pretrain_data,
+                        make_meta_optimizer(recipe))
+
+
+def pretrain_backbone(setup, out_dir, verbose=2, extra_callbacks=()):
+    """Stage 1: train the set-up's backbone with GAP + Dense on the base classes; returns the seconds it took."""
     start = time.time()
-    classifier.fit(train, epochs=recipe["pretrain_epochs"], callbacks=standard_callbacks(out_dir)
-                   + list(extra_callbacks), verbose=verbose)
-    backbone.save_weights(os.path.join(out_dir, PRETRAINED_FILE))
+    setup.classifier.fit(setup.pretrain_data, epochs=setup.spec.recipe.pretrain_epochs,
+                         callbacks=standard_callbacks(out_dir) + list(extra_callbacks), verbose=verbose)
+    setup.model.get_layer("backbone").save_weights(os.path.join(out_dir, PRETRAINED_FILE))
     return time.time() - start
 
 
-def train_few_shot_preset(name, out_dir, epochs=None, batch_size=None, limit=None, seed=None, episodes=None,
-                          pretrained=None, verbose=2, strategy="auto", tensorboard=None):
-    """Train few-shot preset ``name`` by its recipe; returns the card (also in ``out_dir/metadata.json``).
+def train(name, out_dir, epochs=None, batch_size=None, limit=None, seed=None, episodes=None, pretrained=None,
+          verbose=2, strategy="auto", tensorboard=None, dataset=None, image_size=None, data_dir=None,
+          recipe_overrides=None):
+    """Train few-shot preset ``name`` by its recipe; returns the card (also in ``out_dir/metadata.json``, with
+    ``config.json`` and ``model.weights.h5``).
 
     ``epochs``: pre-training epochs; ``episodes``: meta-training episodes; ``batch_size``, ``seed``: the recipe's
-    overrides; ``limit``: read only the first ``limit`` training images (before keeping the base classes);
-    ``pretrained``: skip pre-training and start from the backbone another run of this recipe pre-trained (its run
-    directory or its ``pretrained_backbone.weights.h5``).
+    overrides (``recipe_overrides``: any other recipe fields); ``limit``: read only the first ``limit`` images of
+    the base classes' source split (before the class filter); ``dataset``: a ``training.data.DATASETS`` name instead
+    of the preset's, trained on its few-shot class split (``image_size``, ``data_dir``: its TFDS images' side and
+    folder); ``pretrained``: skip pre-training and start from the backbone another run of this recipe pre-trained
+    (its run directory or its ``pretrained_backbone.weights.h5``).
     """
-
-    recipe = preset_recipe(name, pretrain_epochs=epochs, batch_size=batch_size, seed=seed, meta_episodes=episodes)
-    pretrained_file = _pretrained_path(pretrained) if pretrained is not None else None
+    spec = preset_spec(name, dataset=dataset, image_size=image_size, **merged_overrides(
+        recipe_overrides, pretrain_epochs=epochs, batch_size=batch_size, seed=seed, meta_episodes=episodes))
+    recipe = spec.recipe
+    pretrained_file = pretrained_backbone_path(pretrained) if pretrained is not None else None
     os.makedirs(out_dir, exist_ok=True)
-    keras.utils.set_random_seed(recipe["seed"])
-    images, labels = fashion_mnist_split("few_shot", "base", limit=limit, normalize=False, relabel=True)
-    if len(images) < recipe["batch_size"]:
-        raise ValueError(f"`limit`: {len(images)} base-class training images, fewer than one batch of "
-                         f"{recipe['batch_size']}.")
     single_replica = "one_device" if strategy == "one_device" else tf.distribute.get_strategy()
     strategy, _, _, extra_callbacks = run_options(name, single_replica, None, tensorboard)
-    with strategy.scope():
-        model = build(name, l2=recipe["l2"])
+    setup = training_setup(spec, limit=limit, strategy=strategy, data_dir=data_dir)
+    model = setup.model
     own_pretrained = os.path.join(out_dir, PRETRAINED_FILE)
-    pretrain_time = 0.0
+    pretrain_time, extra = 0.0, {}
     if pretrained_file is not None:
         model.get_layer("backbone").load_weights(pretrained_file)
-        recipe["pretrained_from"] = str(pretrained)
+        extra["pretrained_from"] = str(pretrained)
     elif os.path.isfile(own_pretrained):  # a resumed run: pre-training finished before
         model.get_layer("backbone").load_weights(own_pretrained)
     else:
-        pretrain_time = pretrain_backbone(model, name, recipe, images, labels, out_dir, verbose, extra_callbacks)
+        pretrain_time = pretrain_backbone(setup, out_dir, verbose, extra_callbacks)
     start = time.time()
-    optimizer = keras.optimizers.SGD(recipe["meta_learning_rate"], momentum=recipe["meta_momentum"])
-    history = meta_train(model, images, labels, recipe["meta_episodes"], optimizer, recipe["ways"], recipe["shots"],
-                         recipe["queries"], seed=recipe["seed"],
-                         checkpoint_dir=os.path.join(out_dir, "meta_checkpoints"), jit_compile=recipe["jit_compile"],
+    history = meta_train(model, setup.images, setup.labels, recipe.meta_episodes, setup.meta_optimizer, recipe.ways,
+                         recipe.shots, recipe.queries, seed=recipe.seed,
+                         checkpoint_dir=os.path.join(out_dir, "meta_checkpoints"), jit_compile=recipe.jit_compile,
                          verbose=verbose)
     train_time = pretrain_time + time.time() - start
-    metrics = few_shot_scores(model, name, recipe, verbose=verbose)
-    return write_preset(model, name, out_dir, recipe, metrics, train_time, strategy,
-                        reproducing_command(name, epochs=epochs, batch_size=batch_size, limit=limit, seed=seed,
-                                            episodes=episodes, pretrained=pretrained),
-                        meta_training=history,
-                        evaluation=f"{recipe['eval_episodes']} episodes per setting of the novel classes' test "
-                                   f"images, {recipe['eval_queries']} queries per class, episode seed "
-                                   f"{recipe['eval_seed']}; mean query accuracy +- 1.96 std / sqrt(episodes)")
+    metrics, _ = few_shot_scores(model, spec, verbose=verbose, data_dir=data_dir)
+    return write_preset(model, spec, out_dir, recipe, metrics, train_time, strategy,
+                        reproducing_command(name, recipe_overrides, dataset=dataset, image_size=image_size,
+                                            epochs=epochs,
+                                            batch_size=batch_size, limit=limit, seed=seed, episodes=episodes,
+                                            pretrained=pretrained),
+                        meta_training=history, **extra,
+                        evaluation=f"{recipe.eval_episodes} episodes per setting of the novel classes' images, "
+                                   f"{recipe.eval_queries} queries per class, episode seed {recipe.eval_seed}; mean "
+                                   "query accuracy +- 1.96 std / sqrt(episodes)")
 
 
-def evaluate_few_shot_preset(name, weights=None, limit=None, episodes=None):
-    """Few-shot accuracies of preset ``name`` (pretrained, or ``weights``) on the card's novel-class episodes,
-    next to the card's."""
-
-    model = load(name, weights=weights)
-    recipe = preset_recipe(name)
-    metrics = few_shot_scores(model, name, recipe, limit=limit, episodes=episodes)
-    images, _ = fashion_mnist_split("few_shot", "novel", limit=limit, normalize=False)
-    return dict(metrics=metrics, card_metrics=model_card(name).get("metrics"), examples=len(images))
+def evaluate(preset, weights=None, limit=None, episodes=None, data_dir=None):
+    """Few-shot accuracies of preset ``preset`` (a name: pretrained, or ``weights``; or a preset directory ``otzoo
+    train`` wrote) on its card's novel-class episodes, next to the card's: ``{"metrics", "card_metrics",
+    "examples"}``."""
+    model, spec, card = evaluation_target(preset, weights)
+    metrics, examples = few_shot_scores(model, spec, limit=limit, episodes=episodes, data_dir=data_dir)
+    return dict(metrics=metrics, card_metrics=card.get("metrics"), examples=examples)
 
 
 def meta_train(model, images, labels, episodes, optimizer, ways=5, shots=1, queries=15, seed=0, checkpoint_dir=None,
@@ -192,5 +233,3 @@ def meta_train(model, images, labels, episodes, optimizer, ways=5, shots=1, quer
     return history
 
 
-train = train_few_shot_preset
-evaluate = evaluate_few_shot_preset

@@ -1,115 +1,171 @@
-"""The retrieval presets' recipe: train on the seen classes with a proxy loss, evaluate on the unseen ones.
+"""The retrieval presets' recipe: train on the seen classes with the recipe's proxy loss, evaluate on the unseen
+ones.
 
-Thesis 003, ch. 5 protocol on Fashion-MNIST: the embedding model (``zoo.embedding_model``: backbone, GAP or GSP
-pooling, Dense, L2 normalization) is trained with ProxyNCA++ on ``ClassProxies`` (``zoo.proxy_training_model``) on the
-training images of classes 0-4, and evaluated by cosine retrieval among the test images of classes 5-9 (every image a
-query against all others): MAP@R, P@1 and R@k (``training.evaluation.retrieval_metrics``). Both poolings share the
-recipe (optimizer, schedule, budget, data order, augmentation); GSP adds its GAP warm-up epoch and k-center
-prototype initialization (``GSPPrototypeInit``).
+The protocol of Gurbuz 2022 (ch. 5; Oh Song et al. 2016 for the fine-grained sets): the embedding model
+(``zoo.embedding_model``: backbone, GAP or GSP pooling, Dense, L2 normalization) is trained with the recipe's loss
+(ProxyNCA++, Teh et al. 2020, on ``ClassProxies``: ``zoo.proxy_training_model``) on the training images of the seen
+classes (``CLASS_SPLITS[dataset]["retrieval"]["train"]``; Fashion-MNIST: classes 0-4), and evaluated by cosine
+retrieval among the test images of the unseen classes (every image a query against all others): MAP@R, P@1 and R@k
+(``training.evaluation.retrieval_metrics``). Both poolings share the recipe (optimizer, schedule, budget, data
+order, augmentation); the GSP preset's recipe adds its GAP warm-up epoch and k-center prototype initialization
+(callback ``GSPPrototypeInit``).
 """
 import os
 import time
 
 import keras
+import numpy as np
+import tensorflow as tf
 
-from ot_layers.callbacks import GSPPrototypeInit
 from ot_layers.callbacks.layer_signals import LayerSignals
-from ot_layers.losses import ProxyNCAPlusPlusLoss
-from training.data.fashion_mnist import fashion_mnist_split
+from training.data.datasets import image_batches
+from training.data.errors import EmptySliceError
 from training.data.pipelines import image_dataset
 from training.distributed.fit import fit
 from training.evaluation.retrieval import retrieval_metrics
+from training.recipes.classification import TrainingSetup
 from training.recipes.common import (
-    preset_recipe,
+    evaluation_target,
+    merged_overrides,
+    preset_spec,
     reproducing_command,
     run_options,
-    sgd_cosine,
     standard_callbacks,
     write_preset,
 )
-from zoo.loading import build, load, model_card
-from zoo.registry import PRESETS
-from zoo.tasks import proxy_training_model
+from training.recipes.components import make_callbacks, make_loss, make_optimizer
+from zoo.loading import build
 
 # The card's metrics (NMI is left out: k-means makes it depend on its own seed and sklearn's version).
 RETRIEVAL_METRICS = ("map_at_r", "precision_at_1", "recall_at_1", "recall_at_2", "recall_at_4", "recall_at_8")
 
 
-def retrieval_scores(model, images, labels, batch_size=256):
-    """The card's retrieval metrics of ``model``'s embeddings of ``images`` (raw pixels), rounded to 4 decimals."""
-    embeddings = model.predict(image_dataset(images, labels, batch_size), verbose=0)
-    scores = retrieval_metrics(embeddings, labels, metric="cosine", nmi=False)
+def embed(model, batches):
+    """``(outputs, labels)`` of ``model`` over a ``tf.data`` pipeline of ``(images, labels)`` batches (read in a fixed
+    order: an evaluation pipeline)."""
+    outputs = model.predict(batches.map(lambda x, y: x), verbose=0)  # model.predict: any tf.distribute strategy
+    return outputs, np.concatenate([y.numpy() for y in batches.map(lambda x, y: y)])
+
+
+def retrieval_scores(model, images, labels=None, batch_size=256):
+    """The card's retrieval metrics of ``model``'s embeddings, rounded to 4 decimals: of ``images`` (raw pixels)
+    with ``labels``, or of a ``tf.data`` pipeline of ``(images, labels)`` batches. Classes with a single image
+    (no relevant item for its query) are left out."""
+    if labels is not None:
+        images = image_dataset(images, labels, batch_size)
+    embeddings, labels = embed(model, images)
+    classes, counts = np.unique(labels, return_counts=True)
+    keep = np.isin(labels, classes[counts >= 2])  # a query needs another image of its class
+    if keep.sum() < 2:
+        raise EmptySliceError(f"the evaluation images hold no class with two images or more (per class: "
+                              f"{dict(zip(classes.tolist(), counts.tolist()))}); retrieval metrics need them")
+    scores = retrieval_metrics(embeddings[keep], labels[keep], metric="cosine", nmi=False)
     return {key: round(scores[key], 4) for key in RETRIEVAL_METRICS}
 
 
-def retrieval_training(name, model, recipe, num_classes=None):
-    """``(the model fit trains, its loss)`` for retrieval preset ``name``'s embedding ``model``: fresh
-    ``ClassProxies`` for the seen classes (``num_classes``, default the preset's) and ProxyNCA++ at the recipe's
-    temperature."""
-    num_classes = num_classes or len(PRESETS[name]["train_classes"])
-    trained = proxy_training_model(model, num_classes, recipe["num_proxies"])
-    return trained, ProxyNCAPlusPlusLoss(temperature=recipe["temperature"])
+def retrieval_training(spec, model, recipe=None, num_classes=None):
+    """``(the model fit trains, its loss)`` for retrieval preset ``spec``'s (a spec or a name) embedding ``model``:
+    the recipe's loss (``recipe``: default the preset's) with fresh ``ClassProxies`` for the seen classes
+    (``num_classes``, default the preset's)."""
+    spec = preset_spec(spec)
+    recipe = recipe or spec.recipe
+    num_classes = num_classes or spec.data.num_classes
+    trained, loss, _ = make_loss(recipe, "retrieval", model, num_classes)
+    return trained, loss
+
+
+def compile_embedding(spec, recipe, steps, num_classes, strategy, overrides=None):
+    """Build retrieval preset ``spec``'s embedding model under ``strategy`` and compile its proxy training model
+    by ``recipe`` for ``steps`` optimizer steps: ``(model, trained, optimizer, loss)``."""
+    with strategy.scope():
+        model = build(spec, l2=recipe.l2, **(overrides or {}))
+        trained, loss, _ = make_loss(recipe, "retrieval", model, num_classes)
+        optimizer = make_optimizer(recipe, steps)
+        trained.compile(optimizer=optimizer, loss=loss, jit_compile=recipe.jit_compile)
+    return model, trained, optimizer, loss
+
+
+def training_setup(spec, limit=None, strategy=None, head_overrides=None, data_dir=None):
+    """The set-up of a run of retrieval preset ``spec`` (a ``zoo.spec.PresetSpec`` or a name) without training:
+    the seen classes' training images (relabelled ``0..C-1``; ``limit``: the first ``limit`` images before the class
+    filter), the compiled proxy training model, the recipe's callbacks. ``head_overrides``: ``zoo.build``'s (e.g.
+    ``epsilon=0.2`` for the GSP pooling)."""
+    spec = preset_spec(spec)
+    recipe, data = spec.recipe, spec.data
+    keras.utils.set_random_seed(recipe.seed)
+    train = image_batches(data.dataset, "train", recipe.batch_size, protocol="retrieval", training=True,
+                          augment=recipe.augment, pad=recipe.pad, seed=recipe.seed, limit=limit, relabel=True,
+                          image_size=data.input_shape[0], data_dir=data_dir)
+    if train.examples < recipe.batch_size:
+        raise EmptySliceError(f"{train.examples} training images of the seen classes, fewer than one batch of "
+                              f"{recipe.batch_size}.", "limit", limit)
+    steps = train.examples // recipe.batch_size * recipe.epochs
+    model, trained, optimizer, loss = compile_embedding(spec, recipe, steps, len(data.train_classes),
+                                                        strategy or tf.distribute.get_strategy(), head_overrides)
+    callbacks = make_callbacks(recipe, model, train.sample)  # before BackupAndRestore: a backup holds their state
+    return TrainingSetup(spec, model, trained, optimizer, loss, callbacks, train, None, lambda x, y: (x, y), steps)
 
 
 def fit_embedding(name, images, labels, recipe, strategy, overrides=None, callbacks=(), verbose=2):
     """Build retrieval preset ``name``'s embedding model (``overrides``: ``zoo.build``'s, e.g. ``epsilon=0.2`` for
-    the GSP pooling) under ``strategy`` and train it by ``recipe`` with ProxyNCA++ on ``images`` (raw pixels) and
-    ``labels`` (``0..C-1``; one proxy set per class present). GSP gets its GAP warm-up and k-center initialization.
-    ``callbacks`` follow the layer's own (``BackupAndRestore`` among them resumes a run). Returns ``(model, seconds
-    of training)``."""
-
-    if len(images) < recipe["batch_size"]:
-        raise ValueError(f"`limit`: {len(images)} training images of the seen classes, fewer than one batch of "
-                         f"{recipe['batch_size']}.")
-    keras.utils.set_random_seed(recipe["seed"])
-    steps = len(images) // recipe["batch_size"]
-    with strategy.scope():
-        model = build(name, l2=recipe["l2"], **(overrides or {}))
-        trained, loss = retrieval_training(name, model, recipe, num_classes=int(labels.max()) + 1)
-        trained.compile(optimizer=sgd_cosine(recipe, steps * recipe["epochs"]), loss=loss,
-                        jit_compile=recipe["jit_compile"])
-    layer_callbacks = []
-    if PRESETS[name]["pooling"] == "gsp":  # before BackupAndRestore, so an epoch's backup holds its initialization
-        layer_callbacks.append(GSPPrototypeInit(images[:256].astype("float32"), layer_name="gsp", seed=recipe["seed"]))
-    train = image_dataset(images, labels, recipe["batch_size"], training=True, pad=recipe["pad"], seed=recipe["seed"])
+    the GSP pooling) under ``strategy`` and train it by ``recipe`` on ``images`` (raw pixels, in memory) and
+    ``labels`` (``0..C-1``; one proxy set per class present), with the recipe's callbacks before ``callbacks``.
+    Returns ``(model, seconds of training)``."""
+    spec = preset_spec(name)
+    if len(images) < recipe.batch_size:
+        raise EmptySliceError(f"{len(images)} training images of the seen classes, fewer than one batch of "
+                              f"{recipe.batch_size}.", "limit", len(images))
+    keras.utils.set_random_seed(recipe.seed)
+    steps = len(images) // recipe.batch_size * recipe.epochs
+    model, trained, _, _ = compile_embedding(spec, recipe, steps, int(labels.max()) + 1, strategy, overrides)
+    train = image_dataset(images, labels, recipe.batch_size, training=True, pad=recipe.pad, seed=recipe.seed,
+                          augment=recipe.augment)
     start = time.time()
-    fit(trained, train, epochs=recipe["epochs"], verbose=verbose, callbacks=layer_callbacks + list(callbacks))
+    fit(trained, train, epochs=recipe.epochs, verbose=verbose,
+        callbacks=make_callbacks(recipe, model, images) + list(callbacks))
     return model, time.time() - start
 
 
-def train_retrieval_preset(name, out_dir, epochs=None, batch_size=None, limit=None, seed=None, verbose=2,
-                           strategy="auto", config=None, tensorboard=None):
-    """Train retrieval preset ``name`` by its recipe; returns the card (also in ``out_dir/metadata.json``).
+def train(name, out_dir, epochs=None, batch_size=None, limit=None, seed=None, verbose=2, strategy="auto",
+          config=None, tensorboard=None, dataset=None, image_size=None, data_dir=None, recipe_overrides=None):
+    """Train retrieval preset ``name`` by its recipe; returns the card (also in ``out_dir/metadata.json``, with
+    ``config.json`` and ``model.weights.h5``).
 
     ``epochs``, ``batch_size``, ``seed`` override the recipe's; ``limit`` reads only the first ``limit`` training
-    images (before keeping the seen classes); ``strategy``, ``config``, ``tensorboard``: see
-    ``training.recipes.run_options``.
+    images (before keeping the seen classes); ``dataset``: a ``training.data.DATASETS`` name instead of the
+    preset's, trained and evaluated on its retrieval class split (``image_size``, ``data_dir``: its TFDS images'
+    side and folder); ``strategy``, ``config``, ``tensorboard``: see ``training.recipes.common.run_options``.
     """
     strategy, pooling_overrides, learning_rate, extra_callbacks = run_options(name, strategy, config, tensorboard)
-    recipe = preset_recipe(name, epochs=epochs, batch_size=batch_size, seed=seed, learning_rate=learning_rate)
+    spec = preset_spec(name, dataset=dataset, image_size=image_size, **merged_overrides(
+        recipe_overrides, epochs=epochs, batch_size=batch_size, seed=seed, learning_rate=learning_rate))
     os.makedirs(out_dir, exist_ok=True)
-    x_train, y_train = fashion_mnist_split("retrieval", "train", limit=limit, normalize=False, relabel=True)
-    x_test, y_test = fashion_mnist_split("retrieval", "test", normalize=False)
-    signals = [LayerSignals(x_train[:64].astype("float32"))] if tensorboard else []
-    model, train_time = fit_embedding(name, x_train, y_train, recipe, strategy, pooling_overrides,
-                                      signals + extra_callbacks + standard_callbacks(out_dir), verbose)
-    metrics = retrieval_scores(model, x_test, y_test)
-    return write_preset(model, name, out_dir, recipe, metrics, train_time, strategy,
-                        reproducing_command(name, epochs=epochs, batch_size=batch_size, limit=limit, seed=seed,
-                                            config=config),
-                        evaluation="cosine retrieval among the 5,000 test images of classes 5-9, each a query "
-                                   "against all others")
+    setup = training_setup(spec, limit=limit, strategy=strategy, head_overrides=pooling_overrides, data_dir=data_dir)
+    signals = [LayerSignals(setup.train.sample[:64])] if tensorboard else []
+    start = time.time()
+    fit(setup.trained, setup.train.dataset, epochs=spec.recipe.epochs, verbose=verbose,
+        callbacks=setup.callbacks + signals + extra_callbacks + standard_callbacks(out_dir))
+    train_time = time.time() - start
+    test = _unseen_test_images(spec, None, data_dir)
+    metrics = retrieval_scores(setup.model, test.dataset)
+    return write_preset(setup.model, spec, out_dir, spec.recipe, metrics, train_time, strategy,
+                        reproducing_command(name, recipe_overrides, dataset=dataset, image_size=image_size,
+                                            epochs=epochs,
+                                            batch_size=batch_size, limit=limit, seed=seed, config=config),
+                        evaluation=f"cosine retrieval among the {test.examples:,} test images of the unseen "
+                                   "classes, each a query against all others")
 
 
-def evaluate_retrieval_preset(name, weights=None, limit=None):
-    """Retrieval metrics of preset ``name`` (pretrained, or ``weights``) on the unseen classes' test images (the
-    first ``limit`` test images before the class filter), next to the card's."""
-
-    model = load(name, weights=weights)
-    x_test, y_test = fashion_mnist_split("retrieval", "test", limit=limit, normalize=False)
-    return dict(metrics=retrieval_scores(model, x_test, y_test), card_metrics=model_card(name).get("metrics"),
-                examples=len(y_test))
+def _unseen_test_images(spec, limit, data_dir, batch_size=256):
+    return image_batches(spec.data.dataset, "test", batch_size, protocol="retrieval", limit=limit,
+                         image_size=spec.data.input_shape[0], data_dir=data_dir)
 
 
-train = train_retrieval_preset
-evaluate = evaluate_retrieval_preset
+def evaluate(preset, weights=None, limit=None, data_dir=None):
+    """Retrieval metrics of preset ``preset`` (a name: pretrained, or ``weights``; or a preset directory ``otzoo
+    train`` wrote) on the unseen classes' test images of its data set (the first ``limit`` test images before the
+    class filter), next to the card's: ``{"metrics", "card_metrics", "examples"}``."""
+    model, spec, card = evaluation_target(preset, weights)
+    test = _unseen_test_images(spec, limit, data_dir)
+    return dict(metrics=retrieval_scores(model, test.dataset), card_metrics=card.get("metrics"),
+                examples=test.examples)

@@ -27,6 +27,7 @@ always with ``learning_rate`` (log-uniform, a decade either side of the recipe's
 Trials run for the classification and retrieval presets (Fashion-MNIST); the few-shot head's space is defined here
 but its trials need the episodic recipe and raise a ``ValueError`` saying so.
 """
+import dataclasses
 import json
 import math
 import os
@@ -35,12 +36,14 @@ import keras
 import numpy as np
 
 import zoo
-from ot_layers.callbacks import GSPPrototypeInit
+from ot_layers.optional import require
 from ot_layers.validation import check_in_range, check_positive_int
+from training.data.errors import EmptySliceError
 from training.data.fashion_mnist import fashion_mnist_split, load_fashion_mnist
 from training.data.pipelines import image_dataset
 from training.evaluation.retrieval import retrieval_metrics
 from training.recipes.classification import classification_training
+from training.recipes.components import make_callbacks, make_optimizer
 from training.recipes.retrieval import retrieval_training
 from training.recipes.tuned_config import CONFIG_FORMAT
 from zoo.registry import PRESETS
@@ -57,16 +60,17 @@ VALIDATION_IMAGES_PER_CLASS = 1000  # retrieval: images of each held-out class t
 
 
 def search_space(spec):
-    """The parameters searched for a preset ``spec`` (an entry of ``zoo.registry.PRESETS``): a list of dicts
-    ``{"name", "target": "head" | "optimizer", "kind": "log" | "linear" | "choice", "low", "high" | "values"}``."""
-    head = spec.get("head") or spec.get("pooling")
-    recipe_rate = float(spec.get("recipe", {}).get("learning_rate", 0.01))
+    """The parameters searched for a preset ``spec`` (a ``zoo.spec.PresetSpec``, an entry of
+    ``zoo.registry.PRESETS``): a list of dicts ``{"name", "target": "head" | "optimizer", "kind": "log" | "linear" |
+    "choice", "low", "high" | "values"}``."""
+    head = spec.architecture.head or spec.architecture.pooling
+    recipe_rate = float(spec.recipe.learning_rate)
     params = []
     if head == "mpw":
         params += [dict(name="epsilon", target="head", kind="log", low=0.02, high=0.5),
                    dict(name="num_proxies", target="head", kind="choice", values=[1, 2, 4, 8])]
     elif head == "hyperspherical":
-        simplex = max(2, int(spec["num_classes"]) - 1)
+        simplex = max(2, int(spec.data.num_classes) - 1)
         params += [dict(name="dim", target="head", kind="choice", values=sorted({simplex, 16, 32, 64}))]
     elif head == "gsp":
         params += [dict(name="epsilon", target="head", kind="log", low=0.05, high=2.0),
@@ -98,8 +102,8 @@ def validation_split(images, labels, fraction=0.2, seed=0):
         held.extend(members[:count].tolist())
     held = np.sort(np.asarray(held, dtype=np.int64))
     if len(held) == 0:
-        raise ValueError(f"`validation_fraction` {fraction} of {len(labels)} examples holds out no example; use "
-                         "more examples (`limit`) or a larger fraction.")
+        raise EmptySliceError(f"`validation_fraction` {fraction} of {len(labels)} examples holds out no example; "
+                              "use more examples (`limit`) or a larger fraction.")
     keep = np.setdiff1d(np.arange(len(labels)), held)
     return (images[keep], labels[keep]), (images[held], labels[held])
 
@@ -115,8 +119,8 @@ def held_out_classes_split(images, labels, fraction=0.2, per_class=VALIDATION_IM
     classes = np.unique(labels)
     count = max(2, int(round(fraction * len(classes))))
     if len(classes) - count < 2:
-        raise ValueError(f"`validation_fraction` {fraction}: holding out {count} of the {len(classes)} seen classes "
-                         "leaves fewer than two to train on; use more classes or a smaller fraction.")
+        raise EmptySliceError(f"`validation_fraction` {fraction}: holding out {count} of the {len(classes)} seen "
+                              "classes leaves fewer than two to train on; use more classes or a smaller fraction.")
     fit_classes, val_classes = classes[:-count], classes[-count:]
     fit_mask = np.isin(labels, fit_classes)
     relabel = np.searchsorted(fit_classes, labels[fit_mask]).astype(np.int32)
@@ -155,22 +159,20 @@ class _ValidationScore(keras.callbacks.Callback):
 def _task_parts(name, spec, served, data, recipe):
     """``(model fit trains, loss, callbacks before the scorer, batch feed or None, scorer)`` of one trial."""
     (x_train, y_train), (x_val, y_val) = data
-    if spec["task"] == "retrieval":
-
-        model, loss = retrieval_training(name, served, recipe, num_classes=int(y_train.max()) + 1)
-        head_callbacks = [GSPPrototypeInit(x_train[:256].astype("float32"), layer_name="gsp",
-                                           seed=recipe.get("seed", 0))] if spec["pooling"] == "gsp" else []
+    if spec.task == "retrieval":
+        model, loss = retrieval_training(spec, served, recipe, num_classes=int(y_train.max()) + 1)
+        head_callbacks = make_callbacks(recipe, served, x_train)  # e.g. GSP's prototype initialization
         return model, loss, head_callbacks, None, _ValidationScore("retrieval", served, x_val, y_val)
 
-    model, loss, head_callbacks, feed = classification_training(name, served)
+    model, loss, head_callbacks, feed = classification_training(spec, served, recipe)
     return model, loss, head_callbacks, feed, _ValidationScore("classification", served, x_val, y_val)
 
 
 def _preset_hypermodel(name, spec, params, data, epochs, batch_size, backbone):
-    import keras_tuner as kt
+    kt = require("keras_tuner", "tune", "otzoo tune")
 
 
-    recipe = spec.get("recipe", {})
+    recipe = spec.recipe
     x_train, y_train = data[0]
     steps = max(1, len(x_train) // batch_size) * epochs
 
@@ -179,22 +181,30 @@ def _preset_hypermodel(name, spec, params, data, epochs, batch_size, backbone):
             values = {p["name"]: _sample(hp, p) for p in params}
             head_kwargs = {p["name"]: values[p["name"]] for p in params if p["target"] == "head"}
             served = zoo.build(name, **({"backbone": backbone} if backbone else {}), **head_kwargs)
-            schedule = keras.optimizers.schedules.CosineDecay(values["learning_rate"], decay_steps=steps)
-            optimizer = keras.optimizers.SGD(schedule, momentum=recipe.get("momentum", 0.9),
-                                             nesterov=recipe.get("nesterov", False))
+            optimizer = make_optimizer(dataclasses.replace(recipe, learning_rate=values["learning_rate"]), steps)
             model, loss, self.head_callbacks, self.feed, self.scorer = _task_parts(name, spec, served, data, recipe)
             model.compile(optimizer, loss)
             return model
 
         def fit(self, hp, model, *args, callbacks=None, **kwargs):
             callbacks = self.head_callbacks + [self.scorer] + list(callbacks or [])
-            train = image_dataset(x_train, y_train, batch_size, training=True, pad=recipe.get("pad", 2),
-                                  seed=recipe.get("seed", 0))
+            train = image_dataset(x_train, y_train, batch_size, training=True, pad=recipe.pad, seed=recipe.seed,
+                                  augment=recipe.augment)
             if self.feed is not None:
                 train = train.map(self.feed)
             return model.fit(train, epochs=epochs, callbacks=callbacks, verbose=kwargs.get("verbose", 0))
 
     return PresetHyperModel()
+
+
+def _split(split, images, labels, limit, *args):
+    """``split(images, labels, *args)``, its :class:`EmptySliceError` naming ``limit`` when one was given."""
+    try:
+        return split(images, labels, *args)
+    except EmptySliceError as error:
+        if limit is None:
+            raise
+        raise EmptySliceError(f"{len(labels)} training images; {error}", "limit", limit) from None
 
 
 def _trial_config(trial, params):
@@ -229,7 +239,7 @@ def tune(preset, trials, out_dir, epochs=1, limit=None, batch_size=None, backbon
     retrieval trial pools like GAP during its first epoch (the warm-up of ``GSPPrototypeInit``): give it
     ``epochs >= 2``.
     """
-    import keras_tuner as kt
+    kt = require("keras_tuner", "tune", "otzoo tune")
 
 
     if preset not in PRESETS:
@@ -239,27 +249,28 @@ def tune(preset, trials, out_dir, epochs=1, limit=None, batch_size=None, backbon
     if limit is not None:
         limit = check_positive_int("limit", limit)
     spec = PRESETS[preset]
-    batch_size = check_positive_int("batch_size", batch_size or spec.get("recipe", {}).get("batch_size", 128))
-    if spec["task"] not in OBJECTIVES:
-        raise ValueError(f"`preset` {preset!r} is a {spec['task']} preset: its search space is defined "
-                         f"({[p['name'] for p in search_space(spec)]}) but its trials need the {spec['task']} "
+    batch_size = check_positive_int("batch_size", batch_size or spec.recipe.batch_size)
+    if spec.task not in OBJECTIVES:
+        raise ValueError(f"`preset` {preset!r} is a {spec.task} preset: its search space is defined "
+                         f"({[p['name'] for p in search_space(spec)]}) but its trials need the {spec.task} "
                          "training recipe, not wired into tuning yet.")
-    objective = OBJECTIVES[spec["task"]]
-    if spec.get("dataset") != "fashion_mnist":
-        raise ValueError(f"`preset` {preset!r}: tuning reads Fashion-MNIST only, not {spec.get('dataset')!r}.")
+    objective = OBJECTIVES[spec.task]
+    if spec.data.dataset != "fashion_mnist":
+        raise ValueError(f"`preset` {preset!r}: tuning reads Fashion-MNIST only, not {spec.data.dataset!r}.")
     keras.utils.set_random_seed(seed)
-    if spec["task"] == "retrieval":  # the seen classes' training images, never the test split
+    if spec.task == "retrieval":  # the seen classes' training images, never the test split
         images, labels = fashion_mnist_split("retrieval", "train", limit=limit, normalize=False)
-        train, val = held_out_classes_split(images, labels, validation_fraction)
+        train, val = _split(held_out_classes_split, images, labels, limit, validation_fraction)
         split = (f"training images of the seen classes: classes {sorted(set(np.unique(val[1]).tolist()))} held "
                  f"out (first {VALIDATION_IMAGES_PER_CLASS} images each) to score retrieval, the others trained on")
     else:
         images, labels = load_fashion_mnist("train", limit=limit, normalize=False)  # never the test split
-        train, val = validation_split(images, labels, validation_fraction, seed)
+        train, val = _split(validation_split, images, labels, limit, validation_fraction, seed)
         split = "train (validation carved from it)"
     if len(train[0]) < batch_size:
-        raise ValueError(f"`batch_size` {batch_size} is larger than the {len(train[0])} training examples left "
-                         "after the validation split; lower it or raise `limit`.")
+        raise EmptySliceError(f"{len(train[0])} training examples left after the validation split, fewer than one "
+                              f"batch of {batch_size}; lower `batch_size` or raise `limit`",
+                              *(("limit", limit) if limit is not None else ("batch_size", batch_size)))
     params = search_space(spec)
     hypermodel = _preset_hypermodel(preset, spec, params, (train, val), epochs, batch_size, backbone)
     os.makedirs(out_dir, exist_ok=True)
@@ -273,7 +284,7 @@ def tune(preset, trials, out_dir, epochs=1, limit=None, batch_size=None, backbon
     ranked = sorted((_trial_config(t, params) for t in tuner.oracle.trials.values()),
                     key=lambda t: -math.inf if t["score"] is None else t["score"], reverse=True)
     best = ranked[0]
-    config = dict(format=CONFIG_FORMAT, preset=preset, task=spec["task"], head_kwargs=best["head_kwargs"],
+    config = dict(format=CONFIG_FORMAT, preset=preset, task=spec.task, head_kwargs=best["head_kwargs"],
                   learning_rate=best["learning_rate"], objective=objective, score=best["score"],
                   search=dict(trials=trials, epochs=epochs, limit=limit, batch_size=batch_size, backbone=backbone,
                               validation_fraction=validation_fraction, seed=seed, train_examples=len(train[0]),

@@ -1,0 +1,121 @@
+"""What ``otzoo`` maps to one line and exit status 2 (the user's input: ``CommandError``, a data slice too small,
+data not installed, argparse's errors) and what it does not (any other exception keeps its traceback), and every
+``--limit`` too small for the slice a command makes."""
+import os
+import subprocess
+import sys
+
+import pytest
+
+from otzoo import cli
+from training.data.errors import DataUnavailableError, EmptySliceError
+
+
+def _fails_with(args, message, capsys):
+    with pytest.raises(SystemExit) as exit_info:  # argparse's own errors exit; the others are returned
+        raise SystemExit(cli.main(args))
+    status = exit_info.value.code
+    err = capsys.readouterr().err.strip()
+    assert status == 2, err
+    assert message in err, err
+    assert len(err.splitlines()) == 1 and "Traceback" not in err, err
+    return err
+
+
+def _raising(error):
+    def run(args):
+        raise error
+    return run
+
+
+@pytest.mark.parametrize("error", [ValueError("internal"), FileNotFoundError("internal"), KeyError("loss")])
+def test_an_internal_error_is_not_a_user_error(error, monkeypatch, capsys):
+    """A ValueError or FileNotFoundError raised inside a command (e.g. deep in TensorFlow) is a bug: it leaves
+    main with its traceback instead of becoming a one-line "user error" with exit status 2."""
+    monkeypatch.setattr(cli, "list_presets", _raising(error))
+    with pytest.raises(type(error), match="internal|loss"):
+        cli.main(["list"])
+    assert capsys.readouterr().err == ""
+
+
+@pytest.mark.parametrize("error, message", [
+    (cli.CommandError("--limit 5: too few"), "otzoo list: error: --limit 5: too few"),
+    (EmptySliceError("3 images, fewer than one batch", "limit", 3), "error: --limit 3: 3 images, fewer than one"),
+    (EmptySliceError("no example held out"), "otzoo list: error: no example held out"),
+    (DataUnavailableError("Fashion-MNIST IDX files not found"), "error: Fashion-MNIST IDX files not found"),
+])
+def test_user_errors_are_one_line_and_exit_2(error, message, monkeypatch, capsys):
+    monkeypatch.setattr(cli, "list_presets", _raising(error))
+    _fails_with(["list"], message, capsys)
+
+
+def test_console_script_exits_1_with_the_traceback_of_an_internal_error():
+    code = ("import sys\nfrom otzoo import cli\n"
+            "def boom(args):\n    raise ValueError('internal')\n"
+            "cli.list_presets = boom\nsys.exit(cli.main(['list']))\n")
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    assert result.returncode == 1
+    assert "Traceback" in result.stderr and "ValueError: internal" in result.stderr
+
+
+def test_the_empty_slice_error_names_the_option():
+    error = EmptySliceError("5 training images, fewer than one batch of 128", "batch_size", 128)
+    assert isinstance(error, ValueError)
+    assert str(error) == "`batch_size` 128: 5 training images, fewer than one batch of 128"
+    assert error.option_message() == "--batch-size 128: 5 training images, fewer than one batch of 128"
+
+
+def test_missing_weights_and_files_are_one_line(tmp_path, capsys):
+    _fails_with(["evaluate", "resnet20_gap_fashion_mnist", "--weights", str(tmp_path / "w.weights.h5")],
+                "argument --weights: no weights file at", capsys)
+    _fails_with(["explain", "resnet20_gap_fashion_mnist", "--weights", str(tmp_path), "--out", str(tmp_path)],
+                "argument --weights: no weights file at", capsys)
+    _fails_with(["export", str(tmp_path / "none.keras"), "--out", str(tmp_path / "out")],
+                "NAME_OR_PATH: no .keras file at", capsys)
+
+
+def test_tune_refuses_presets_whose_trials_cannot_run(capsys):
+    _fails_with(["tune", "resnet20_emd_fewshot_fashion_mnist", "--out", "unused"],
+                "preset: resnet20_emd_fewshot_fashion_mnist is a few_shot preset", capsys)
+
+
+def test_demo_needs_one_batch_to_fine_tune(tmp_path, capsys):
+    _fails_with(["demo", "--limit", "5", "--out", str(tmp_path / "demo")], "--limit 5: fewer than one batch of 128",
+                capsys)
+    assert not os.path.exists(tmp_path / "demo")
+
+
+@pytest.mark.fashion_mnist
+@pytest.mark.parametrize("preset, limit, message", [
+    ("resnet20_mpw_fashion_mnist", 5, "--limit 5: 5 training images, fewer than one batch of 128"),
+    ("resnet20_gsp_retrieval_fashion_mnist", 200, "--limit 200: 1"),  # about half are of the seen classes
+    ("resnet20_emd_fewshot_fashion_mnist", 60, "base class(es) with 16 images or more; a 5-way episode needs 5"),
+])
+def test_fine_tune_on_a_too_small_slice_is_one_line(preset, limit, message, tmp_path, capsys):
+    """Before: `KeyError: 'loss'` (an empty data set, model.fit returns no loss) or a ValueError traceback."""
+    out = tmp_path / "tuned"
+    err = _fails_with(["fine-tune", preset, "--limit", str(limit), "--out", str(out)], message, capsys)
+    assert f"--limit {limit}:" in err
+    assert not os.path.exists(out)
+
+
+@pytest.mark.fashion_mnist
+@pytest.mark.parametrize("preset, limit, message", [
+    ("resnet20_gsp_retrieval_fashion_mnist", 3, "retrieval metrics need two images or more of each class"),
+    ("resnet20_emd_fewshot_fashion_mnist", 100, "5-way 5-shot episodes with 15 queries need 5 classes of 20"),
+])
+def test_evaluate_on_a_too_small_slice_is_one_line(preset, limit, message, capsys):
+    err = _fails_with(["evaluate", preset, "--limit", str(limit)], message, capsys)
+    assert f"--limit {limit}: the first {limit} test images hold" in err
+
+
+@pytest.mark.fashion_mnist
+@pytest.mark.parametrize("preset, limit, message", [
+    ("resnet20_mpw_fashion_mnist", 1, "`validation_fraction` 0.2 of 1 examples holds out no example"),
+    ("resnet20_mpw_fashion_mnist", 50, "training examples left after the validation split, fewer than one batch"),
+    ("resnet20_gsp_retrieval_fashion_mnist", 1, "leaves fewer than two to train on"),
+])
+def test_tune_on_a_too_small_slice_is_one_line(preset, limit, message, tmp_path, capsys):
+    err = _fails_with(["tune", preset, "--limit", str(limit), "--trials", "1", "--out", str(tmp_path / "t")], message,
+                      capsys)
+    assert err.startswith(f"otzoo tune: error: --limit {limit}:")

@@ -1,0 +1,194 @@
+"""Every field a preset's card publishes as its recipe is read by the code that trains: changing it changes the
+training set-up (``training_setup``: the model, compiled optimizer and loss, callbacks, data), inspected without
+training. The TFDS paths run end to end on ``tfds.testing.mock_data``: train, load, evaluate, export."""
+import dataclasses
+import json
+import os
+
+import keras
+import numpy as np
+import pytest
+
+import zoo
+from otzoo import cli
+from training.recipes import classification, few_shot, retrieval
+from training.recipes.common import preset_spec
+from zoo.registry import PRESETS
+from zoo.spec import published_recipe
+
+GAP = "resnet20_gap_fashion_mnist"
+GSP = "resnet20_gsp_retrieval_fashion_mnist"
+HYPER = "resnet20_hyperspherical_fashion_mnist"
+EMD = "resnet20_protonet_fewshot_fashion_mnist"
+
+
+def _spec(name, **recipe):
+    return preset_spec(name, **recipe)
+
+
+def test_every_preset_spec_is_frozen_and_its_card_publishes_its_recipe():
+    for name, spec in PRESETS.items():
+        with pytest.raises(dataclasses.FrozenInstanceError):
+            spec.recipe.epochs = 1
+        card = zoo.model_card(name)["recipe"]
+        published = published_recipe(spec.recipe)
+        kept = {k: v for k, v in card.items() if k != "pretrained_from"}
+        if name == HYPER:
+            kept.pop("epochs")  # the packaged weights: 5 epochs; the recipe: the classification budget (10)
+            published.pop("epochs")
+        assert kept == published, name
+    assert PRESETS[HYPER].recipe.epochs == PRESETS[GAP].recipe.epochs == 10
+
+
+@pytest.mark.parametrize("field, value, accepted", [
+    ("optimizer", "lamb", "['adam', 'adamw', 'sgd']"), ("schedule", "linear", "['constant', 'cosine', 'step']"),
+    ("loss", "triplet", "['cross_entropy', 'hyperspherical_pull']"),
+    ("callbacks", ("Nope",), "['GSPPrototypeInit', 'PrototypeReassignment']")])
+def test_unknown_names_are_one_value_error_naming_the_field(field, value, accepted):
+    with pytest.raises(ValueError, match=f"`{field}` must be one of {accepted.replace('[', '.').replace(']', '.')}"):
+        _spec(GAP, **{field: value})
+
+
+@pytest.mark.fashion_mnist
+def test_classification_fields_change_the_setup():
+    base = classification.training_setup(_spec(GAP), limit=256)
+    assert isinstance(base.optimizer, keras.optimizers.SGD) and base.optimizer.nesterov
+    assert float(base.optimizer.momentum) == 0.9
+    schedule = base.optimizer._learning_rate
+    assert isinstance(schedule, keras.optimizers.schedules.CosineDecay) and schedule.decay_steps == base.steps
+    assert base.steps == 256 // 128 * 10
+    assert isinstance(base.loss, keras.losses.SparseCategoricalCrossentropy) and base.callbacks == []
+
+    adam = classification.training_setup(_spec(GAP, optimizer="adam", schedule="constant", epochs=3), limit=256)
+    assert isinstance(adam.optimizer, keras.optimizers.Adam)
+    assert float(keras.ops.convert_to_numpy(adam.optimizer.learning_rate)) == pytest.approx(0.1)
+    assert adam.steps == 2 * 3
+    adamw = classification.training_setup(_spec(GAP, optimizer="adamw", schedule="step", momentum=0.5), limit=256)
+    assert isinstance(adamw.optimizer, keras.optimizers.AdamW)
+    assert isinstance(adamw.optimizer._learning_rate, keras.optimizers.schedules.PiecewiseConstantDecay)
+    sgd = classification.training_setup(_spec(GAP, momentum=0.5, nesterov=False, learning_rate=0.3), limit=256)
+    assert float(sgd.optimizer.momentum) == 0.5 and not sgd.optimizer.nesterov
+    assert sgd.optimizer._learning_rate.initial_learning_rate == 0.3
+
+    # augment: pad-crop-flip moves pixels; "none" yields the images as they are (in the same shuffled order)
+    plain = classification.training_setup(_spec(GAP, augment="none", batch_size=256), limit=256)
+    x, _ = next(iter(plain.train.dataset))
+    from training.data.fashion_mnist import load_fashion_mnist
+    images, _ = load_fashion_mnist("train", limit=256, normalize=False)
+    originals = {im.tobytes() for im in images.astype(np.float32)}
+    assert all(im.tobytes() in originals for im in x.numpy())
+    augmented = classification.training_setup(_spec(GAP, batch_size=256, pad=4), limit=256)
+    x, _ = next(iter(augmented.train.dataset))
+    assert sum(im.tobytes() not in originals for im in x.numpy()) > 100
+
+    l2 = classification.training_setup(_spec(GAP, l2=0.0, jit_compile=False, seed=5), limit=256)
+    assert not l2.model.losses and l2.trained.jit_compile is False
+    assert base.model.losses  # the recipe's L2 on the backbone's kernels
+
+
+@pytest.mark.fashion_mnist
+def test_loss_and_callbacks_fields_change_the_setup():
+    hyper = classification.training_setup(_spec(HYPER), limit=256)
+    assert type(hyper.loss).__name__ == "HypersphericalPullLoss" and len(hyper.trained.inputs) == 2
+    assert [type(c).__name__ for c in hyper.callbacks] == ["PrototypeReassignment"]
+    assert classification.training_setup(_spec(HYPER, callbacks=()), limit=256).callbacks == []
+
+    gsp = retrieval.training_setup(_spec(GSP), limit=512)
+    assert type(gsp.loss).__name__ == "ProxyNCAPlusPlusLoss" and gsp.loss.temperature == 0.1
+    assert [type(c).__name__ for c in gsp.callbacks] == ["GSPPrototypeInit"]
+    anchor = retrieval.training_setup(_spec(GSP, loss="proxy_anchor", loss_kwargs={"margin": 0.2, "num_proxies": 2},
+                                           callbacks=()), limit=512)
+    assert type(anchor.loss).__name__ == "ProxyAnchorLoss" and anchor.loss.margin == 0.2
+    assert anchor.trained.get_layer("proxies").num_proxies == 2 and anchor.callbacks == []
+    with pytest.raises(ValueError, match="`loss_kwargs` of loss 'proxy_nca_plus_plus' accepts"):
+        _spec(GSP, loss_kwargs={"margin": 0.2})
+    with pytest.raises(ValueError, match="`callbacks`: GSPPrototypeInit drives the layer 'gsp'"):
+        classification.training_setup(_spec(GAP, callbacks=("GSPPrototypeInit",)), limit=256)
+
+
+@pytest.mark.fashion_mnist
+def test_few_shot_fields_change_the_setup():
+    setup = few_shot.training_setup(_spec(EMD), limit=512)
+    assert isinstance(setup.meta_optimizer, keras.optimizers.SGD)
+    assert float(setup.meta_optimizer.momentum) == 0.9
+    assert isinstance(setup.pretrain_optimizer._learning_rate, keras.optimizers.schedules.CosineDecay)
+    assert setup.pretrain_optimizer._learning_rate.decay_steps == len(setup.images) // 128 * 4
+    other = few_shot.training_setup(_spec(EMD, meta_optimizer="adam", meta_learning_rate=0.01, optimizer="adamw",
+                                          pretrain_epochs=2), limit=512)
+    assert isinstance(other.meta_optimizer, keras.optimizers.Adam)
+    assert float(keras.ops.convert_to_numpy(other.meta_optimizer.learning_rate)) == pytest.approx(0.01)
+    assert isinstance(other.pretrain_optimizer, keras.optimizers.AdamW)
+    assert other.pretrain_optimizer._learning_rate.decay_steps == len(other.images) // 128 * 2
+    with pytest.raises(ValueError, match="`meta_optimizer` must be one of"):
+        _spec(EMD, meta_optimizer="rmsprop")
+
+
+# ---- the TFDS data sets by name, on mock data ----
+
+tfds = pytest.importorskip("tensorflow_datasets")
+
+
+def test_dataset_field_changes_the_loader_and_the_architecture():
+    with tfds.testing.mock_data(num_examples=64):
+        setup = classification.training_setup(preset_spec(GAP, dataset="cifar10", batch_size=32), limit=64)
+    assert setup.model.input_shape == (None, 32, 32, 3) and setup.model.output_shape == (None, 10)
+    assert setup.train.dataset.element_spec[0].shape.as_list() == [32, 32, 32, 3] and setup.train.examples == 64
+    assert preset_spec(GSP, dataset="cars196", image_size=32).data.train_classes == tuple(range(98))
+    with pytest.raises(ValueError, match="`augment` must be one of"):
+        preset_spec(GAP, dataset="cifar10", augment="jitter")
+    with pytest.raises(ValueError, match="`augment` must be one of"):
+        preset_spec(GAP, augment="resize_crop_flip")  # Fashion-MNIST in memory: pad_crop_flip or none
+
+
+def _end_to_end(tmp_path, capsys, preset, dataset, *options, shape):
+    out = str(tmp_path / "run")
+    with tfds.testing.mock_data(num_examples=300):
+        status = cli.main(["train", preset, "--dataset", dataset, "--epochs", "1", "--out", out, "--image-size",
+                           "32", *options])
+        assert status == 0, capsys.readouterr().err
+        for name in ("config.json", "model.weights.h5", "metadata.json"):
+            assert os.path.isfile(os.path.join(out, name))
+        with open(os.path.join(out, "metadata.json")) as handle:
+            card = json.load(handle)
+        assert card["dataset"] == dataset and card["task"] == PRESETS[preset].task
+        model = zoo.load(out)
+        rng = np.random.default_rng(0)
+        if PRESETS[preset].task == "few_shot":  # a 5-way 1-shot episode with 2 queries per class
+            inputs = {"query_images": rng.uniform(0, 255, (10,) + shape).astype("float32"),
+                      "support_images": rng.uniform(0, 255, (5,) + shape).astype("float32"),
+                      "support_labels": np.arange(5, dtype="int32")}
+            outputs = model.predict_on_batch(inputs)
+        else:
+            outputs = model.predict(rng.uniform(0, 255, (4,) + shape).astype("float32"), verbose=0)
+        assert np.all(np.isfinite(outputs))
+        status = cli.main(["evaluate", out] + (["--episodes", "2"] if PRESETS[preset].task == "few_shot" else []))
+        assert status == 0, capsys.readouterr().err
+    status = cli.main(["export", out, "--out", str(tmp_path / "export"), "--no-verify", "--format", "saved_model"])
+    assert status == 0, capsys.readouterr().err
+    return card
+
+
+def test_classification_on_cifar10_end_to_end(tmp_path, capsys):
+    card = _end_to_end(tmp_path, capsys, GAP, "cifar10", "--limit", "256", shape=(32, 32, 3))
+    assert card["input_shape"] == [32, 32, 3]
+
+
+def test_retrieval_on_cars196_end_to_end(tmp_path, capsys):
+    card = _end_to_end(tmp_path, capsys, "resnet20_gap_retrieval_fashion_mnist", "cars196", "--limit", "512",
+                       "--batch-size", "32", shape=(32, 32, 3))
+    assert card["train_classes"] == list(range(98)) and card["eval_classes"] == list(range(98, 196))
+
+
+def test_few_shot_on_cifar100_end_to_end(tmp_path, capsys):
+    card = _end_to_end(tmp_path, capsys, EMD, "cifar100", "--limit", "512", "--batch-size", "32", "--episodes", "2",
+                       "--recipe", "queries=2", "--recipe", "eval_shots=[1]", "--recipe", "eval_queries=2",
+                       "--recipe", "eval_episodes=2", shape=(32, 32, 3))
+    assert card["recipe"]["meta_episodes"] == 2 and card["recipe"]["queries"] == 2
+
+
+def test_an_empty_slice_is_one_line_exit_2(tmp_path, capsys):
+    with tfds.testing.mock_data(num_examples=64):
+        status = cli.main(["train", "resnet20_gap_retrieval_fashion_mnist", "--dataset", "cifar100", "--limit", "8",
+                           "--out", str(tmp_path / "run")])
+    err = capsys.readouterr().err.strip()
+    assert status == 2 and len(err.splitlines()) == 1 and "--limit 8" in err, err

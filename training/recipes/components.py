@@ -1,0 +1,156 @@
+"""The registries a recipe's named fields are read from: optimizers, learning-rate schedules, losses, layer-state
+callbacks, and the few-shot meta optimizer (the augmentations are the data pipelines': ``training.data``).
+
+A recipe (``zoo.spec.Recipe`` / ``FewShotRecipe``) names each part; :func:`check_recipe` rejects an unknown name
+with one ``ValueError`` naming the field and the accepted values before anything is built or read.
+"""
+import keras
+
+from ot_layers.callbacks import GSPPrototypeInit, PrototypeReassignment
+from ot_layers.losses import HypersphericalPullLoss, ProxyAnchorLoss, ProxyNCAPlusPlusLoss
+from zoo.models import hyperspherical_training_model
+from zoo.spec import FewShotRecipe
+from zoo.tasks import proxy_training_model
+
+
+def choose(table, field, name, what="recipe field"):
+    """``table[name]``, or a ``ValueError`` naming ``field`` and the accepted names."""
+    if name not in table:
+        raise ValueError(f"{what} `{field}` must be one of {sorted(table)}, got {name!r}.")
+    return table[name]
+
+
+# Optimizers: ``(learning rate or schedule, momentum, nesterov) -> keras optimizer``; momentum and Nesterov apply to
+# SGD only (Adam's and AdamW's moments are their own, Kingma & Ba 2015, Loshchilov & Hutter 2019).
+OPTIMIZERS = {
+    "sgd": lambda rate, momentum, nesterov: keras.optimizers.SGD(rate, momentum=momentum, nesterov=nesterov),
+    "adam": lambda rate, momentum, nesterov: keras.optimizers.Adam(rate),
+    "adamw": lambda rate, momentum, nesterov: keras.optimizers.AdamW(rate),
+}
+
+
+def _step_decay(rate, steps):
+    """x0.1 at 50 % and again at 75 % of the run (the CIFAR ResNet schedule of He et al. 2016)."""
+    boundaries = [max(1, steps // 2), max(2, (3 * steps) // 4)]
+    return keras.optimizers.schedules.PiecewiseConstantDecay(boundaries, [rate, rate * 0.1, rate * 0.01])
+
+
+# Schedules: ``(learning rate, total steps) -> learning rate or keras schedule``.
+SCHEDULES = {
+    "cosine": lambda rate, steps: keras.optimizers.schedules.CosineDecay(rate, decay_steps=max(1, steps)),
+    "constant": lambda rate, steps: rate,
+    "step": _step_decay,
+}
+
+
+def make_optimizer(recipe, steps):
+    """The recipe's ``optimizer`` (``momentum``, ``nesterov``) at ``learning_rate`` under ``schedule`` over
+    ``steps`` optimizer steps (the whole run)."""
+    schedule = choose(SCHEDULES, "schedule", recipe.schedule)(recipe.learning_rate, steps)
+    return choose(OPTIMIZERS, "optimizer", recipe.optimizer)(schedule, recipe.momentum, recipe.nesterov)
+
+
+def make_meta_optimizer(recipe):
+    """The few-shot recipe's ``meta_optimizer`` at the constant ``meta_learning_rate`` (``meta_momentum`` for SGD,
+    without Nesterov)."""
+    return choose(OPTIMIZERS, "meta_optimizer", recipe.meta_optimizer)(recipe.meta_learning_rate,
+                                                                        recipe.meta_momentum, False)
+
+
+class _Loss:
+    """One loss of the registry: the task it trains, the keyword arguments it accepts, and
+    ``make(model, num_classes, **kwargs) -> (the model fit trains, the loss, how to feed it (x, y) batches)``."""
+
+    def __init__(self, task, accepted, make):
+        self.task, self.accepted, self.make = task, accepted, make
+
+
+def _same(x, y):
+    return x, y
+
+
+def _images_and_labels(x, y):
+    return (x, y), y
+
+
+def _proxy_model(model, num_classes, num_proxies):
+    return proxy_training_model(model, num_classes, num_proxies)
+
+
+LOSSES = {
+    "cross_entropy": _Loss("classification", (), lambda model, num_classes: (
+        model, keras.losses.SparseCategoricalCrossentropy(from_logits=True), _same)),
+    # DL2PA (Saadabadi et al. 2024): the labels reach the head as a second input (its class representatives).
+    "hyperspherical_pull": _Loss("classification", (), lambda model, num_classes: (
+        hyperspherical_training_model(model), HypersphericalPullLoss(), _images_and_labels)),
+    # Teh et al. 2020 (ProxyNCA++) and Kim et al. 2020 (Proxy-Anchor) on ``ClassProxies`` of the seen classes.
+    "proxy_nca_plus_plus": _Loss("retrieval", ("temperature", "num_proxies"), lambda model, num_classes,
+                                 temperature=0.1, num_proxies=1: (
+        _proxy_model(model, num_classes, num_proxies), ProxyNCAPlusPlusLoss(temperature=temperature), _same)),
+    "proxy_anchor": _Loss("retrieval", ("margin", "alpha", "num_proxies"), lambda model, num_classes, margin=0.1,
+                          alpha=32.0, num_proxies=1: (
+        _proxy_model(model, num_classes, num_proxies), ProxyAnchorLoss(margin=margin, alpha=alpha), _same)),
+}
+
+
+def make_loss(recipe, task, model, num_classes):
+    """``(the model fit trains, the loss, the batch feed)`` of the recipe's ``loss`` with its ``loss_kwargs`` for
+    ``model`` (the served model) and ``num_classes`` training classes."""
+    entry = _loss_entry(recipe, task)
+    return entry.make(model, num_classes, **dict(recipe.loss_kwargs))
+
+
+def _loss_entry(recipe, task):
+    entry = choose({k: v for k, v in LOSSES.items() if v.task == task}, "loss", recipe.loss,
+                   what=f"recipe field (for a {task} preset)")
+    unknown = sorted(set(recipe.loss_kwargs) - set(entry.accepted))
+    if unknown:
+        raise ValueError(f"recipe field `loss_kwargs` of loss {recipe.loss!r} accepts {list(entry.accepted)}, got "
+                         f"{unknown}.")
+    return entry
+
+
+# Layer-state callbacks by name: ``(the served model, sample images (float32), seed) -> callback``; each drives
+# the layer the preset's builder names.
+def _prototype_reassignment(model, images, seed):
+    _require_layer(model, "hyperspherical_head", "PrototypeReassignment")
+    return PrototypeReassignment(layer_name="hyperspherical_head")
+
+
+def _gsp_prototype_init(model, images, seed):
+    _require_layer(model, "gsp", "GSPPrototypeInit")
+    return gsp_prototype_init(images, seed)
+
+
+def gsp_prototype_init(images, seed):
+    """GSP's GAP warm-up epoch and k-center prototype initialization (Gurbuz et al. 2023) from the first 256 of
+    ``images`` (raw pixels): the one way every GSP run (recipes, tuning) initializes the ``gsp`` layer."""
+    return GSPPrototypeInit(images[:256].astype("float32"), layer_name="gsp", seed=seed)
+
+
+def _require_layer(model, layer_name, callback):
+    if layer_name not in {layer.name for layer in model.layers}:
+        raise ValueError(f"recipe field `callbacks`: {callback} drives the layer {layer_name!r}, which model "
+                         f"{model.name!r} does not have.")
+
+
+CALLBACKS = {"PrototypeReassignment": _prototype_reassignment, "GSPPrototypeInit": _gsp_prototype_init}
+
+
+def make_callbacks(recipe, model, images):
+    """The recipe's ``callbacks`` for ``model`` (the served model) in the recipe's order; ``images``: a sample of
+    the training images (raw pixels) for the callbacks that initialize from data."""
+    return [choose(CALLBACKS, "callbacks", name)(model, images, recipe.seed) for name in recipe.callbacks]
+
+
+def check_recipe(recipe, task):
+    """Raise one ``ValueError`` naming the field for the first unknown name in ``recipe`` (a ``task`` preset's)."""
+    choose(OPTIMIZERS, "optimizer", recipe.optimizer)
+    choose(SCHEDULES, "schedule", recipe.schedule)
+    if isinstance(recipe, FewShotRecipe):
+        choose(OPTIMIZERS, "meta_optimizer", recipe.meta_optimizer)
+        return recipe
+    _loss_entry(recipe, task)
+    for name in recipe.callbacks:
+        choose(CALLBACKS, "callbacks", name)
+    return recipe

@@ -1,0 +1,170 @@
+"""The typed description of a preset, in the manner of timm's ``PretrainedCfg``: what the model is
+(:class:`Architecture`), what it is trained and evaluated on (:class:`DataSpec`), how it is trained (:class:`Recipe`
+or :class:`FewShotRecipe`) and what its card says (``description``).
+
+Every class is a frozen dataclass: a preset is data. ``dataclasses.asdict(spec.recipe)`` is the recipe a model card
+publishes, and every field of it is read by the code that trains (``training.recipes``); its names (``optimizer``,
+``schedule``, ``augment``, ``loss``, ``callbacks``, ``meta_optimizer``) are looked up in the training registries
+(``training.recipes.components``), which reject unknown names with a ``ValueError`` naming the field.
+"""
+import dataclasses
+from dataclasses import dataclass, field
+from typing import Optional, Tuple, Union
+
+TASKS = ("classification", "retrieval", "few_shot")
+
+
+@dataclass(frozen=True)
+class Architecture:
+    """The network: a backbone (``zoo.BACKBONES`` or a CIFAR-style ResNet), and by task a classification or few-shot
+    ``head`` with its ``head_kwargs``, or a retrieval ``pooling`` with its ``pooling_kwargs`` and the embedding's
+    ``embedding_dim``; ``ways``: the few-shot model's classes per episode."""
+    backbone: str
+    head: Optional[str] = None
+    head_kwargs: dict = field(default_factory=dict)
+    pooling: Optional[str] = None
+    pooling_kwargs: dict = field(default_factory=dict)
+    embedding_dim: Optional[int] = None
+    ways: Optional[int] = None
+
+
+@dataclass(frozen=True)
+class DataSpec:
+    """The data set a preset is trained and evaluated on: its name (``fashion_mnist`` or a TFDS name), the model's
+    ``input_shape``, the number of classes, the pixel statistics (in [0, 1] units) the model normalizes with, a
+    human description of the ``split``, and for the class-split protocols (retrieval, few-shot) the classes trained
+    on (``train_classes``) and evaluated on (``eval_classes``)."""
+    dataset: str
+    input_shape: Tuple[int, ...]
+    num_classes: int
+    pixel_mean: float
+    pixel_std: float
+    split: str
+    train_classes: Optional[Tuple[int, ...]] = None
+    eval_classes: Optional[Tuple[int, ...]] = None
+
+
+@dataclass(frozen=True)
+class Recipe:
+    """How a classification or retrieval preset is trained.
+
+    ``optimizer`` (``sgd`` with ``momentum`` and ``nesterov``, ``adam``, ``adamw``) at ``learning_rate`` under
+    ``schedule`` (``cosine``: decay to 0 over the run; ``constant``; ``step``: x0.1 at 50 % and 75 % of the run),
+    ``epochs`` of ``batch_size`` batches, an L2 penalty ``l2`` on the backbone's kernels, the training augmentation
+    ``augment`` (``pad_crop_flip`` with ``pad`` pixels, ``resize_crop_flip`` for the fine-grained TFDS sets, or
+    ``none``), the ``loss`` with its ``loss_kwargs`` (``cross_entropy``; ``hyperspherical_pull``; the proxy losses
+    ``proxy_nca_plus_plus`` (``temperature``, ``num_proxies``) and ``proxy_anchor`` (``margin``, ``alpha``,
+    ``num_proxies``)), the layer-state ``callbacks`` by name, the ``seed`` of initialization and data order, and
+    whether the step is XLA-compiled (``jit_compile``).
+    """
+    epochs: int = 10
+    batch_size: int = 128
+    optimizer: str = "sgd"
+    learning_rate: float = 0.1
+    momentum: float = 0.9
+    nesterov: bool = True
+    schedule: str = "cosine"
+    l2: float = 5e-4
+    augment: str = "pad_crop_flip"
+    pad: int = 2
+    loss: str = "cross_entropy"
+    loss_kwargs: dict = field(default_factory=dict)
+    callbacks: Tuple[str, ...] = ()
+    seed: int = 0
+    jit_compile: bool = True
+
+
+@dataclass(frozen=True)
+class FewShotRecipe:
+    """How a few-shot preset is trained (the two stages of DeepEMD, Zhang et al. 2022).
+
+    Pre-training of the backbone + GAP + Dense on the base classes by cross-entropy: ``pretrain_epochs`` with the
+    fields a :class:`Recipe` has (optimizer, schedule, L2, augmentation, seed). Meta-training: ``meta_episodes``
+    ``ways``-way ``shots``-shot episodes with ``queries`` queries per class, by ``meta_optimizer`` (``sgd`` with
+    ``meta_momentum``, ``adam``, ``adamw``) at the constant ``meta_learning_rate``. Evaluation: ``eval_episodes``
+    episodes per number of shots in ``eval_shots`` with ``eval_queries`` queries per class, episode seed
+    ``eval_seed``.
+    """
+    pretrain_epochs: int = 4
+    batch_size: int = 128
+    optimizer: str = "sgd"
+    learning_rate: float = 0.1
+    momentum: float = 0.9
+    nesterov: bool = True
+    schedule: str = "cosine"
+    l2: float = 5e-4
+    augment: str = "pad_crop_flip"
+    pad: int = 2
+    seed: int = 0
+    jit_compile: bool = True
+    meta_episodes: int = 400
+    meta_optimizer: str = "sgd"
+    meta_learning_rate: float = 0.005
+    meta_momentum: float = 0.9
+    ways: int = 5
+    shots: int = 1
+    queries: int = 15
+    eval_shots: Tuple[int, ...] = (1, 5)
+    eval_episodes: int = 1000
+    eval_queries: int = 15
+    eval_seed: int = 0
+
+
+AnyRecipe = Union[Recipe, FewShotRecipe]
+
+
+@dataclass(frozen=True)
+class PresetSpec:
+    """One preset: ``name``, ``task`` (one of :data:`TASKS`), ``architecture``, ``data``, ``recipe`` and the card's
+    ``description``."""
+    name: str
+    task: str
+    architecture: Architecture
+    data: DataSpec
+    recipe: AnyRecipe
+    description: str = ""
+
+    def __post_init__(self):
+        if self.task not in TASKS:
+            raise ValueError(f"`task` of preset {self.name!r} must be one of {list(TASKS)}, got {self.task!r}.")
+        expected = FewShotRecipe if self.task == "few_shot" else Recipe
+        if not isinstance(self.recipe, expected):
+            raise ValueError(f"`recipe` of {self.task} preset {self.name!r} must be a {expected.__name__}, got "
+                             f"{type(self.recipe).__name__}.")
+
+    def with_recipe(self, **overrides):
+        """This spec with the non-``None`` recipe ``overrides`` applied (unknown fields: ``ValueError``)."""
+        return dataclasses.replace(self, recipe=replace_fields(self.recipe, overrides))
+
+    def with_data(self, data):
+        """This spec trained on another data set (a :class:`DataSpec`)."""
+        return dataclasses.replace(self, data=data)
+
+
+def replace_fields(instance, overrides, what="recipe"):
+    """``dataclasses.replace(instance, **overrides)`` for the non-``None`` overrides; an unknown field raises
+    ``ValueError`` naming it and the accepted fields."""
+    overrides = {key: value for key, value in overrides.items() if value is not None}
+    names = [f.name for f in dataclasses.fields(instance)]
+    unknown = sorted(set(overrides) - set(names))
+    if unknown:
+        raise ValueError(f"{what} field(s) {unknown} unknown; a {type(instance).__name__} has {names}.")
+    return dataclasses.replace(instance, **overrides)
+
+
+def recipe_from_dict(task, values):
+    """The recipe of a ``task`` preset from a card's ``recipe`` dict (``dataclasses.asdict`` of one; fields the
+    recipe class does not have, such as a few-shot card's ``pretrained_from``, are left out)."""
+    cls = FewShotRecipe if task == "few_shot" else Recipe
+    names = {f.name for f in dataclasses.fields(cls)}
+    kept = {key: value for key, value in dict(values).items() if key in names}
+    for key in ("callbacks", "eval_shots"):
+        if key in kept and kept[key] is not None:
+            kept[key] = tuple(kept[key])
+    return cls(**kept)
+
+
+def published_recipe(recipe):
+    """The recipe as a card publishes it: ``dataclasses.asdict`` with tuples as lists (what JSON reads back)."""
+    return {key: list(value) if isinstance(value, tuple) else value
+            for key, value in dataclasses.asdict(recipe).items()}
