@@ -1,7 +1,7 @@
-"""Hyperspherical prototype estimation (SPEC S6; issue 8): the largest pairwise cosine of ``estimate_prototypes``
+"""Hyperspherical prototype estimation: the largest pairwise cosine of ``estimate_prototypes``
 against the known optimum: the simplex ETF ``-1/(K-1)`` for ``d >= K - 1`` (closed form) and the best known
 spherical codes for ``d < K - 1`` (annealed max-cosine optimizer). For comparison, the paper's own estimator
-(uniformity loss, t = 2, plain projected gradient descent, lr 0.1, 1000 steps; SPEC S6) on the ``d < K - 1`` rows.
+(uniformity loss, t = 2, plain projected gradient descent, lr 0.1, 1000 steps) on the ``d < K - 1`` rows.
 
 Prints a Markdown table and writes benchmarks/results/prototype_estimation.json.
 

@@ -1,4 +1,4 @@
-"""Training steps per second of one zoo model under four data-parallel set-ups on this machine (issue 10).
+"""Training steps per second of one zoo model under four data-parallel set-ups on this machine.
 
 Set-ups, each in fresh processes, all with the same global batch (``--batch``, default 64) and model
 (``zoo.image_classifier("small_convnet", "mpw", 10, input_shape=(28, 28, 1))``, SGD, on Fashion-MNIST-shaped

@@ -1,6 +1,6 @@
 """Speed and memory of the Multi-Proxy Wasserstein head computation against peers, measured in one run.
 
-The computation (issue 2): B=64 feature maps of n=64 elements (d=64) against K=100 classes of M=4 proxies,
+The computation: B=64 feature maps of n=64 elements (d=64) against K=100 classes of M=4 proxies,
 cosine cost, epsilon=0.1, 20 Sinkhorn iterations with the convergence check off, logits = plan-weighted inner
 products; forward + backward (gradients for features and proxies). Peers:
   (a) naive: a straightforward unrolled log-domain TensorFlow Sinkhorn, autodiff, under XLA;

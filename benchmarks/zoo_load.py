@@ -4,7 +4,7 @@ For every preset with packaged weights, each round starts a new Python process t
 then times (a) ``zoo.load(name)`` (build from the registry + sha256 check + ``load_weights``) and, in another new
 process, (b) ``keras.saving.load_model`` of the same model saved as a ``.keras`` file (the peer). The import time is
 measured separately and not included. Reports medians over rounds, their ratio, and the size of the packaged
-weights. Target (issue 9): a preset loads in under 5 s.
+weights. Target: a preset loads in under 5 s.
 Run: ``python benchmarks/zoo_load.py [--rounds 3]``; writes ``benchmarks/results/zoo_load.json``.
 """
 import argparse

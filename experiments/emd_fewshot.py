@@ -1,4 +1,4 @@
-"""Fashion-MNIST few-shot: DeepEMD's EMDHead vs ProtoNet with the same backbone (paper 004, SPEC S5).
+"""Fashion-MNIST few-shot: DeepEMD's EMDHead vs ProtoNet with the same backbone (Zhang et al. 2022).
 
 Base classes 0-4 (train split, subsampled): pre-train a classifier (backbone + GAP + softmax), then meta-train two
 copies on 5-way 1-shot episodes (15 queries per class), one with the EMD head (entropic method), one with ProtoNet's

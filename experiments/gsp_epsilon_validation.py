@@ -1,4 +1,4 @@
-"""Choose the GSP retrieval preset's epsilon on a validation split of the seen classes (thesis 003, ch. 5; SPEC S3).
+"""Choose the GSP retrieval preset's epsilon on a validation split of the seen classes (Gurbuz 2022, ch. 5).
 
 The retrieval presets train on Fashion-MNIST classes 0-4 and are scored on the unseen classes 5-9. Choosing GSP's
 entropic regularization ``epsilon`` (``1 / gamma``) on classes 5-9 would tune on the test classes, so this script

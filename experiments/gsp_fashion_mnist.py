@@ -1,4 +1,4 @@
-"""Fashion-MNIST zero-shot retrieval: GSP vs global average pooling (paper 003, ch. 5; SPEC S3, S8).
+"""Fashion-MNIST zero-shot retrieval: GSP vs global average pooling (Gurbuz 2022, ch. 5).
 
 Train on classes 0-4 (a subsample of the training split), evaluate retrieval on the test images of the unseen
 classes 5-9. Every variant uses the same backbone (``zoo.small_convnet`` + a 1x1 conv to 128-d local embeddings, as

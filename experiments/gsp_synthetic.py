@@ -1,4 +1,4 @@
-"""The thesis' synthetic token study (paper 003, Sec. 5.3.1, SPEC S3): GAP vs GSP, MAP@R.
+"""The thesis' synthetic token study (Gurbuz 2022, Sec. 5.3.1): GAP vs GSP, MAP@R.
 
 16 classes, each with 4 trainable tokens, plus 4 background tokens shared by all classes. A sample is 50 tokens:
 a fraction ``mu~ ~ N(0.5, 0.1)`` drawn (with replacement) from its class tokens, the rest from the background

@@ -1,5 +1,5 @@
 """How far is the Multi-Proxy Wasserstein head's implicit gradient at its default stopping threshold from the
-gradient at convergence? (issue 8, item 8)
+gradient at convergence?
 
 The implicit gradient differentiates the Sinkhorn fixed point; the default ``threshold=0.1`` stops the loop at a
 10 % row-marginal error, away from that fixed point. On the real 7x7x64 feature maps of a trained model (the

@@ -1,4 +1,4 @@
-"""Shared pieces of the resume tests (issue 8, item 4): interrupt a fit after an epoch, resume it with
+"""Shared pieces of the resume tests: interrupt a fit after an epoch, resume it with
 ``keras.callbacks.BackupAndRestore`` in a fresh model, compare with an uninterrupted run."""
 import keras
 import numpy as np

@@ -1,5 +1,5 @@
 """CCPReinitialization interrupted after an epoch and resumed with keras.callbacks.BackupAndRestore ends like the
-uninterrupted run: weights, proxies, theta*, scores, patience and round counters (issue 8, item 4)."""
+uninterrupted run: weights, proxies, theta*, scores, patience and round counters."""
 import keras
 import numpy as np
 import pytest

@@ -1,5 +1,5 @@
 """``training.fit``'s own loop (the one it runs under MultiWorkerMirroredStrategy), strategies by name and the local
-worker launcher (issue 10). The loop runs here under a 2-replica MirroredStrategy, where ``model.fit`` works, and
+worker launcher. The loop runs here under a 2-replica MirroredStrategy, where ``model.fit`` works, and
 must give ``model.fit``'s logs, weights and callback behaviour."""
 import csv
 import json

@@ -1,6 +1,6 @@
 """Every head of the zoo trains under a 2-replica ``MirroredStrategy`` (two logical CPUs, ``conftest.py``) with its
 state callbacks, through ``training.fit``: each variable's two replica copies stay identical, and the variables
-equal those of a one-replica run (``strategy="one_device"``) of the same global batches (issue 10).
+equal those of a one-replica run (``strategy="one_device"``) of the same global batches.
 
 The backbone has no BatchNorm and the transport solvers run a fixed number of iterations
 (``tests/distributed_models.py``), so two replicas of half a batch compute the one-replica step exactly, up to

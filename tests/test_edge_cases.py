@@ -1,4 +1,4 @@
-"""Every public layer and solver through the same edge cases (issue 8, "What it must show").
+"""Every public layer and solver through the same edge cases.
 
 One table (``CASES``) holds a row per layer / solver configuration: how to build it, how to make its inputs from a
 feature tensor (a batch of feature maps ``(B, H, W, d)`` or of vectors ``(B, d)``), and its documented behaviour on

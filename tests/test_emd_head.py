@@ -16,7 +16,7 @@ LOSS = keras.losses.SparseCategoricalCrossentropy(from_logits=True)
 
 
 def _reference_logits(query, support, weights, scale=12.5):
-    """NumPy + ot.emd2 restatement of paper 004 Eq. 1-2, 11-12 (channel-centred cosine cost)."""
+    """NumPy + ot.emd2 restatement of Zhang et al. 2022 Eq. 1-2, 11-12 (channel-centred cosine cost)."""
     q = query.reshape(query.shape[0], -1, query.shape[-1]).astype(np.float64)
     s = support.reshape(support.shape[0], -1, support.shape[-1]).astype(np.float64)
     logits = np.zeros((len(q), len(s)))

@@ -1,4 +1,4 @@
-"""Numerical safety and vocabulary of emd / EMDHead / StructuredFC (issue 8, items 1-2).
+"""Numerical safety and vocabulary of emd / EMDHead / StructuredFC.
 
 The dtype policy (float32 under float32 and mixed_float16, float64 only for float64 inputs), zero feature vectors,
 epsilon = 1e-3 in float32, NaN input (confined with the entropic method, a clear error with the exact one), zero-mass
@@ -22,7 +22,7 @@ def _features(rng, *shape):
 
 
 def _reference_logits(query, support, scale=12.5):
-    """NumPy + ot.emd2 restatement of paper 004 Eq. 1-2, 11-12 (channel-centred cosine cost; a zero node has
+    """NumPy + ot.emd2 restatement of Zhang et al. 2022 Eq. 1-2, 11-12 (channel-centred cosine cost; a zero node has
     cosine 0 with everything, i.e. cost 1)."""
     q = query.reshape(query.shape[0], -1, query.shape[-1]).astype(np.float64)
     s = support.reshape(support.shape[0], -1, support.shape[-1]).astype(np.float64)

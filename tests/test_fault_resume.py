@@ -1,4 +1,4 @@
-"""Fault tolerance (issue 10): a training process killed with SIGKILL and restarted resumes from its last
+"""Fault tolerance: a training process killed with SIGKILL and restarted resumes from its last
 checkpoint and ends with the variables of an uninterrupted run; checkpoints are never half-written."""
 import json
 import os

@@ -1,5 +1,5 @@
 """GeneralizedSumPooling and ClassProxies on edge cases: zero vectors, epsilon 1e-3 in float32, mixed precision,
-unknown spatial size, NaN input (issue 8, item 2)."""
+unknown spatial size, NaN input."""
 import keras
 import numpy as np
 import pytest

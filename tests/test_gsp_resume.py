@@ -1,5 +1,5 @@
 """Runs interrupted after an epoch and resumed with keras.callbacks.BackupAndRestore end like uninterrupted ones:
-GSPPrototypeInit's warm-up and the class-balanced sampler's data order (issue 8, item 4)."""
+GSPPrototypeInit's warm-up and the class-balanced sampler's data order."""
 import keras
 import numpy as np
 import pytest

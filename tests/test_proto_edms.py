@@ -59,8 +59,9 @@ def test_random_walk_rejects_bad_arguments(kwargs, name):
 
 
 def _paper_formula(x, alpha=0.8, temperature=0.5):
-    """Eq. 9 of paper 002 in NumPy/SciPy, float64: unit rows (cosine 0 for an all-zero row), S = exp(cos / t) with a
-    zero diagonal, S_bar = D^-1/2 S D^-1/2, F = (1 - alpha) (I - alpha S_bar)^-1 by scipy.linalg.inv."""
+    """Eq. 9 of Aziere and Todorovic 2019 in NumPy/SciPy, float64: unit rows (cosine 0 for an all-zero row), S =
+    exp(cos / t) with a zero diagonal, S_bar = D^-1/2 S D^-1/2, F = (1 - alpha) (I - alpha S_bar)^-1 by
+    scipy.linalg.inv."""
     x = np.asarray(x, np.float64)
     norms = np.linalg.norm(x, axis=1, keepdims=True)
     x = np.divide(x, norms, out=np.zeros_like(x), where=norms > 0)

@@ -64,8 +64,8 @@ def test_prototypes_reach_the_best_known_spherical_codes(k, d, best_known):
 
 
 def test_max_cosine_beats_the_papers_uniformity_loss_and_tracks_it():
-    # the uniformity loss of paper 001 at its fixed t = 2, minimized by plain projected gradient descent, vs the
-    # annealed max-cosine optimizer: the latter's largest cosine is no worse (10 points in R^3)
+    # the uniformity loss of Saadabadi et al. 2024 at its fixed t = 2, minimized by plain projected gradient
+    # descent, vs the annealed max-cosine optimizer: the latter's largest cosine is no worse (10 points in R^3)
     rng = np.random.default_rng(0)
     p = rng.standard_normal((10, 3))
     p /= np.linalg.norm(p, axis=1, keepdims=True)

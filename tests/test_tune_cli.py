@@ -1,4 +1,4 @@
-"""``otzoo tune`` (issue 10): keras-tuner random search over the MPW head's parameters and the learning rate on a
+"""``otzoo tune``: keras-tuner random search over the MPW head's parameters and the learning rate on a
 validation part carved from the training split; the summary and ``best.json`` name keras-tuner's best trial."""
 import glob
 import json

@@ -1,4 +1,4 @@
-"""Models by task, head by name (issue 9, item 2): classifiers, retrieval embeddings and few-shot episode models
+"""Models by task, head by name: classifiers, retrieval embeddings and few-shot episode models
 from a backbone spec, raw 0-255 pixels in; each checked against an independent NumPy computation or the layer
 applied directly to the backbone's features."""
 import keras
@@ -61,7 +61,7 @@ def test_classifier_matches_its_pipeline_from_raw_pixels(head):
 
 def test_hyperspherical_training_model_shares_weights_and_feeds_the_labels():
     """Same logits as the served model; in training the labels update the class representatives, the normalized
-    class means of the normalized features (paper 001, Sec. 3.2; representatives start at zero)."""
+    class means of the normalized features (Saadabadi et al. 2024, Sec. 3.2; representatives start at zero)."""
     model = image_classifier("small_convnet", "hyperspherical", 3, MEAN, STD, head_kwargs={"dim": 2}, **TINY)
     train = hyperspherical_training_model(model)
     assert [tuple(i.shape) for i in train.inputs] == [(None, 16, 16, 1), (None,)]

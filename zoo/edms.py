@@ -1,4 +1,5 @@
-"""EDMS ensembles (paper 002, SPEC S7): random meta-class partitions per learner and the concatenated embedding."""
+"""EDMS ensembles (Aziere and Todorovic 2019): random meta-class partitions per learner and the concatenated
+embedding."""
 import keras
 import numpy as np
 
@@ -8,7 +9,7 @@ from ot_layers.validation import check_positive_int
 def meta_class_partitions(num_classes, num_meta_classes, num_learners=1, seed=0):
     """``(num_learners, num_classes)`` int array: for each learner a random partition of the classes into
     ``num_meta_classes`` non-empty meta-classes of (almost) equal size; entry ``[e, c]`` is class ``c``'s
-    meta-class for learner ``e`` (paper 002, Sec. 4.1)."""
+    meta-class for learner ``e`` (Aziere and Todorovic 2019, Sec. 4.1)."""
     num_classes = check_positive_int("num_classes", num_classes)
     num_meta_classes = check_positive_int("num_meta_classes", num_meta_classes)
     num_learners = check_positive_int("num_learners", num_learners)
@@ -23,7 +24,7 @@ def meta_class_partitions(num_classes, num_meta_classes, num_learners=1, seed=0)
 
 def ensemble_embedding_model(learners, name="edms_ensemble"):
     """One model concatenating the L2-normalized embeddings of the ``learners`` (models with the same input),
-    scaled by ``1/sqrt(E)`` so the result is a unit vector (paper 002, Sec. 3, eq. 1)."""
+    scaled by ``1/sqrt(E)`` so the result is a unit vector (Aziere and Todorovic 2019, Sec. 3, eq. 1)."""
     if not learners:
         raise ValueError("`learners` must hold at least one embedding model.")
     inputs = keras.Input(learners[0].inputs[0].shape[1:], name="images")

@@ -1,4 +1,4 @@
-"""ResNet-12, the few-shot backbone of DeepEMD and ProtoNet follow-ups (paper 004, Sec. 5).
+"""ResNet-12, the few-shot backbone of DeepEMD and ProtoNet follow-ups (Zhang et al. 2022, Sec. 5).
 
 Four residual blocks; each is three 3x3 conv-BN-LeakyReLU(0.1) layers (the last without its activation before the
 sum), a 1x1 conv-BN shortcut, LeakyReLU after the sum, then 2x2 max pooling. The standard widths are

@@ -29,7 +29,7 @@ def embedding_model(backbone, pooling="gap", embedding_dim=128, pixel_mean=0.5, 
     """Retrieval embeddings: ``images (0-255) -> preprocess -> backbone -> pooling -> Dense(embedding_dim) ->
     L2 normalization`` (layers ``preprocess``, the backbone, ``gap`` or ``gsp``, ``embedding``, ``l2_normalize``).
 
-    ``pooling``: ``"gap"`` (global average pooling) or ``"gsp"`` (``ot_layers.GeneralizedSumPooling``, thesis 003
+    ``pooling``: ``"gap"`` (global average pooling) or ``"gsp"`` (``ot_layers.GeneralizedSumPooling``, Gurbuz 2022
     Eq. 5.2.1, with ``pooling_kwargs``: ``num_prototypes`` 64, ``transport_ratio`` 0.3, ``epsilon`` 0.2 for pair
     losses -- use 2.0 with proxy losses --, ...). ``callbacks.GSPPrototypeInit(layer_name="gsp")`` drives its
     warm-up. ``embedding_dim``: the Dense width, or ``None`` for the pooled features themselves.
@@ -86,7 +86,7 @@ def few_shot_model(backbone, head="emd", ways=5, pixel_mean=0.5, pixel_std=0.25,
     (``class_means``, :class:`SupportClassMeans`):
 
     - ``head="emd"``: the mean support *feature map* is the class's node set (for K = 1 the support map itself,
-      DeepEMD's 1-shot setting, paper 004 Sec. 3.3; for K > 1 the class-mean map, the structured FC's
+      DeepEMD's 1-shot setting, Zhang et al. 2022 Sec. 3.3; for K > 1 the class-mean map, the structured FC's
       initialization of Sec. 3.4 without its fine-tuning); ``ot_layers.EMDHead`` (layer ``emd_head``,
       ``method="sinkhorn"`` -- exportable, XLA-compilable -- and ``scale=12.5`` unless ``head_kwargs`` say
       otherwise) gives the logits.

@@ -1,6 +1,6 @@
 """CCPReinitialization: chance-constrained proxy DML, iterated proxy-based problems with proxies re-initialized by
-greedy k-center and a proximal penalty towards the previous solution (thesis 003, ch. 3, eq. 3.2.11, Algorithms 1-2;
-SPEC S4)."""
+greedy k-center and a proximal penalty towards the previous solution (Gurbuz 2022, ch. 3, eq. 3.2.11, Algorithms
+1-2)."""
 import contextlib
 
 import keras

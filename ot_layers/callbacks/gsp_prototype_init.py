@@ -1,5 +1,5 @@
-"""GSP prototype initialization: GAP warm-up, then greedy k-center on stored local features (paper 003, ch. 5,
-Sec. 5.2.4; SPEC S3)."""
+"""GSP prototype initialization: GAP warm-up, then greedy k-center on stored local features (Gurbuz 2022, ch. 5,
+Sec. 5.2.4)."""
 import keras
 import numpy as np
 

@@ -1,4 +1,4 @@
-"""HardProxyUpdate: per-epoch (hard) meta-class proxies for EDMS (paper 002, Sec. 4; SPEC S7)."""
+"""HardProxyUpdate: per-epoch (hard) meta-class proxies for EDMS (Aziere and Todorovic 2019, Sec. 4)."""
 import keras
 import numpy as np
 
@@ -8,7 +8,7 @@ from ot_layers.validation import check_non_negative, check_positive, check_posit
 
 
 def hard_proxy_objective(proxy, anchor, members):
-    """``J(p) = log(1 + sum_n exp(p.x_n - p.p_k))`` (paper 002, eq. 7) and its gradient
+    """``J(p) = log(1 + sum_n exp(p.x_n - p.p_k))`` (Aziere and Todorovic 2019, eq. 7) and its gradient
     ``sum_n w_n (x_n - p_k)`` with ``w_n = exp(a_n) / (1 + sum exp(a))``, ``a_n = p.(x_n - p_k)``."""
     diff = np.asarray(members, np.float64) - np.asarray(anchor, np.float64)[None, :]
     a = diff @ np.asarray(proxy, np.float64)
@@ -37,8 +37,8 @@ class HardProxyUpdate(keras.callbacks.Callback):
     """At the start of every epoch, set the ``proxies`` of the model's ``ManifoldProxies`` layer.
 
     For each meta-class ``k`` one training image is drawn once (``seed``) as its anchor; every epoch its current
-    normalized embedding is ``p_k`` (paper 002, Sec. 4.1). With ``harden=True`` it is then replaced by the hard
-    proxy ``p*_k`` of eq. 7, estimated on up to ``samples_per_meta_class`` embedded members of ``D_k``
+    normalized embedding is ``p_k`` (Aziere and Todorovic 2019, Sec. 4.1). With ``harden=True`` it is then replaced
+    by the hard proxy ``p*_k`` of eq. 7, estimated on up to ``samples_per_meta_class`` embedded members of ``D_k``
     (:func:`harden_proxy`: up to ``max_iter`` gradient steps of ``learning_rate``, 1e-3 in the paper, early stop
     at ``threshold``); ``harden=False`` keeps ``p_k`` (the "P" ablation). ``embedding_model`` maps ``images`` to
     the embeddings the layer receives. ``layer_name``: the ``ManifoldProxies`` layer, or ``None`` for the only one

@@ -4,7 +4,7 @@
 
 - ``<layer>_sinkhorn_iterations``, ``<layer>_marginal_error``: for each ``MultiProxyWasserstein`` head, the Sinkhorn
   iterations its matcher used on the probe images' feature maps (one batch, inference mode) and the mean final
-  row-marginal error (SPEC S1: the solver stops at ``threshold`` or ``max_iter``);
+  row-marginal error (the solver stops at ``threshold`` or ``max_iter``);
 - ``ccp_reinitializations``: the CCP re-initialization rounds so far (``model.ccp_state``,
   ``ot_layers.callbacks.CCPReinitialization``);
 - ``<layer>_prototypes_initialized``: whether a ``GeneralizedSumPooling`` layer's k-center initialization ran

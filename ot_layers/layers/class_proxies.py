@@ -1,5 +1,5 @@
 """ClassProxies: learnable per-class vectors (proxies, class embeddings) held as a Keras weight of the model, and the
-output the proxy losses read (thesis 003, ch. 3 and 5; SPEC S3, S4)."""
+output the proxy losses read (Gurbuz 2022, ch. 3 and 5)."""
 import keras
 import tensorflow as tf
 
@@ -29,7 +29,7 @@ class ClassProxies(ExportableLayer):
 
     Both outputs are computed and returned in float32 (the variable dtype), like a final softmax under mixed
     precision. Callbacks reach the proxies through the layer (``ot_layers.tensor_ops.find_layer``) and re-assign
-    ``layer.proxies`` (CCP, SPEC S4). ``dim``: taken from the input's last axis when ``None``.
+    ``layer.proxies`` (CCP). ``dim``: taken from the input's last axis when ``None``.
     """
 
     def __init__(self, num_classes, num_proxies=1, dim=None, initializer="random_normal", output="similarities",

@@ -1,4 +1,4 @@
-"""EMDHead: DeepEMD's Earth Mover's Distance classifier between sets of local features (paper 004, SPEC S5)."""
+"""EMDHead: DeepEMD's Earth Mover's Distance classifier between sets of local features (Zhang et al. 2022)."""
 import keras
 import tensorflow as tf
 
@@ -32,7 +32,7 @@ def _mean(x, axis):
 
 
 def cross_reference_weights(query, support, floor=WEIGHT_FLOOR):
-    """DeepEMD's cross-reference node weights (paper 004, Eq. 11-12) for every (query, class) pair.
+    """DeepEMD's cross-reference node weights (Zhang et al. 2022, Eq. 11-12) for every (query, class) pair.
 
     ``s_i = max(u_i^T mean_j v_j, 0) + floor`` for the query nodes ``u_i`` against the support set ``V`` and
     symmetrically ``d_j = max(v_j^T mean_i u_i, 0) + floor``, on the raw features; each side is normalized to sum to
@@ -60,7 +60,7 @@ def cosine_cost(query, support, center=True):
 
 @keras.saving.register_keras_serializable(package="ot_layers")
 class EMDHead(ExportableLayer):
-    """Logits from the Earth Mover's Distance between query node sets and class node sets (paper 004).
+    """Logits from the Earth Mover's Distance between query node sets and class node sets (Zhang et al. 2022).
 
     Call on ``[query, support]``: ``query`` ``(B, H, W, d)`` feature maps or ``(B, n, d)`` node sets; ``support``
     ``(K, H, W, d)`` or ``(K, m, d)``, one node set per class (a support feature map for 1-shot, a structured-FC node
@@ -127,7 +127,7 @@ class EMDHead(ExportableLayer):
 
     def transport(self, query, support):
         """The optimal flows between node sets ``query`` ``(B, n, d)`` and ``support`` ``(K, m, d)`` under this
-        head's settings (paper 004, Eq. 1-2 and 8): ``(cost (B, K, n, m), a (B, K, n), b (B, K, m), result)``
+        head's settings (Zhang et al. 2022, Eq. 1-2 and 8): ``(cost (B, K, n, m), a (B, K, n), b (B, K, m), result)``
         with the cosine cost of Eq. 2, the node weights (cross-reference, Eq. 8, or uniform ``1/n``, ``1/m``) and
         the ``solvers.emd`` :class:`EMDResult` (``plan``, ``cost``, ``f``, ``g``). Computes in float32 (float64 for
         float64 ``query``)."""

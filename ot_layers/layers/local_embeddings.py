@@ -1,4 +1,5 @@
-"""PatchExtractor: the image patches behind DeepEMD's Grid and Sampling local embeddings (paper 004, Sec. 3.5)."""
+"""PatchExtractor: the image patches behind DeepEMD's Grid and Sampling local embeddings (Zhang et al. 2022, Sec.
+3.5)."""
 import keras
 import tensorflow as tf
 

@@ -1,5 +1,5 @@
 """ManifoldProxies: similarities of a mini-batch to K meta-class proxies, direct or through the random walk (EDMS,
-paper 002, SPEC S7)."""
+Aziere and Todorovic 2019)."""
 import keras
 import tensorflow as tf
 

@@ -1,4 +1,4 @@
-"""MultiProxyWasserstein: the multi-proxy Wasserstein classifier head (paper 000, SPEC S2)."""
+"""MultiProxyWasserstein: the multi-proxy Wasserstein classifier head (Liu et al. 2021)."""
 import keras
 import tensorflow as tf
 
@@ -14,7 +14,7 @@ class MultiProxyWasserstein(ExportableLayer):
 
     For feature-map elements ``X_j`` (``j <= n``, no pooling) and class ``i``'s proxies ``P_im``:
     cost ``M_i[j, m] = (1 - cos(X_j, P_im))^p``, plan ``T_i = Sinkhorn(M_i, 1/n, 1/M, epsilon)`` and logit
-    ``s_i = sum_jm T_i[j, m] X_j^T P_im`` (raw inner products; paper 000, Sec. 3, Eq. 5-7). Gradients flow through
+    ``s_i = sum_jm T_i[j, m] X_j^T P_im`` (raw inner products; Liu et al. 2021, Sec. 3, Eq. 5-7). Gradients flow through
     the plan (implicitly by default) and through the inner products.
 
     Input ``(B, H, W, d)`` (``H``, ``W`` may be unknown) or ``(B, n, d)``; output logits ``(B, num_classes)``.

@@ -1,4 +1,5 @@
-"""SinkhornMatch: entropic OT plans between a feature map's elements and sets of target vectors (SPEC S1-S2)."""
+"""SinkhornMatch: entropic OT plans between a feature map's elements and sets of target vectors (Cuturi 2013;
+Liu et al. 2021)."""
 import keras
 import numpy as np
 import tensorflow as tf
@@ -15,7 +16,7 @@ PAIRINGS = ("class", "sample")
 
 
 def safe_power(base, p):
-    """``base ** p`` for ``base >= 0`` with a finite gradient everywhere (SPEC S2's cost exponent).
+    """``base ** p`` for ``base >= 0`` with a finite gradient everywhere (the cost exponent of Liu et al. 2021, Eq. 5).
 
     ``d base^p / d base = p base^(p-1)`` is infinite at ``base = 0`` for ``p < 1``. There the function is at its
     minimum (``base`` is a cost, ``>= 0``), so 0 is a subgradient and is what this returns; for ``0 < base`` the
@@ -45,7 +46,7 @@ def pairwise_cost(features, targets, cost="cosine", p=1.0, pairing="class"):
 
     features ``(B, n, d)``; targets ``(K, M, d)`` for ``pairing="class"`` (every sample against every class set,
     result ``(B, K, n, M)``) or ``(B, M, d)`` for ``pairing="sample"`` (result ``(B, n, M)``).
-    Cosine cost ``(1 - cos)^p`` (SPEC S2, paper 000 Eq. 5) or squared Euclidean ``||x - y||^(2p)``; the power has a
+    Cosine cost ``(1 - cos)^p`` (Liu et al. 2021 Eq. 5) or squared Euclidean ``||x - y||^(2p)``; the power has a
     finite gradient at a zero cost (:func:`safe_power`). A zero vector has cosine 0 with everything (cost ``1``).
     """
     equation = "bnd,kmd->bknm" if pairing == "class" else "bnd,bmd->bnm"
@@ -67,7 +68,7 @@ def pairwise_cost(features, targets, cost="cosine", p=1.0, pairing="class"):
 
 @keras.saving.register_keras_serializable(package="ot_layers")
 class SinkhornMatch(ExportableLayer):
-    """Entropic OT plans between a set / feature map and target sets (Sinkhorn, SPEC S1).
+    """Entropic OT plans between a set / feature map and target sets (Sinkhorn; Cuturi 2013).
 
     Call on ``[features, targets]``: ``features`` ``(B, n, d)`` or a feature map ``(B, H, W, d)``; ``targets``
     ``(K, M, d)`` per-class sets (``pairing="class"``, plans ``(B, K, n, M)``) or ``(B, M, d)`` per-sample sets

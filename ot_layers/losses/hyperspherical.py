@@ -1,12 +1,12 @@
-"""The DL2PA pull loss on cosine logits (paper 001, SPEC S6)."""
+"""The DL2PA pull loss on cosine logits (Saadabadi et al. 2024)."""
 import keras
 import tensorflow as tf
 
 
 @keras.saving.register_keras_serializable(package="ot_layers")
 class HypersphericalPullLoss(keras.losses.Loss):
-    """``L = (1 - cos(z, p_{sigma(y)}))^2`` (paper 001, Sec. 3.1, the prototype loss), computed from the logits
-    ``s_k = cos(z, p_{sigma(k)})`` of ``layers.HypersphericalPrototypes`` as ``(1 - s_y)^2``: a pull towards the
+    """``L = (1 - cos(z, p_{sigma(y)}))^2`` (Saadabadi et al. 2024, Sec. 3.1, the prototype loss), computed from the
+    logits ``s_k = cos(z, p_{sigma(k)})`` of ``layers.HypersphericalPrototypes`` as ``(1 - s_y)^2``: a pull towards the
     assigned prototype only, no push from the others. ``y_true``: integer labels ``(B,)`` or ``(B, 1)``."""
 
     def __init__(self, name="hyperspherical_pull", reduction="sum_over_batch_size", dtype=None):

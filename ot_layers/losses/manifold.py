@@ -1,4 +1,4 @@
-"""The (manifold) proxy N-pair loss of EDMS (paper 002, eq. 4, 11, 12; SPEC S7)."""
+"""The (manifold) proxy N-pair loss of EDMS (Aziere and Todorovic 2019, eq. 4, 11, 12)."""
 import keras
 import tensorflow as tf
 
@@ -9,7 +9,8 @@ from ot_layers.validation import check_non_negative
 class ManifoldProxyLoss(keras.losses.Loss):
     """``L = log(1 + sum_{j != k} exp(s_j - s_k + m))`` for a sample of meta-class ``k`` with proxy similarities
     ``s`` ``(B, K)`` from ``layers.ManifoldProxies``: ``L_cxt`` (eq. 12) for ``mode="contextual"``, ``L_int``
-    (eq. 11) for ``"intrinsic"``, ``L_P*`` (eq. 4) for ``"direct"``. Margin ``m = 5e-4`` (paper 002, Sec. 9)."""
+    (eq. 11) for ``"intrinsic"``, ``L_P*`` (eq. 4) for ``"direct"``. Margin ``m = 5e-4`` (Aziere and Todorovic 2019,
+    Sec. 9)."""
 
     def __init__(self, margin=5e-4, name="manifold_proxy", reduction="sum_over_batch_size", dtype=None):
         super().__init__(name=name, reduction=reduction, dtype=dtype)

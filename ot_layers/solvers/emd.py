@@ -1,6 +1,7 @@
-"""Batched Earth Mover's Distance, exact or entropic, with gradients (SPEC S5, paper 004 Eq. 1).
+"""Batched Earth Mover's Distance, exact or entropic, with gradients (Zhang et al. 2022 Eq. 1).
 
-For every leading index of ``cost`` ``(..., n, m)`` solves the transportation linear program (paper 004, Eq. 1)::
+For every leading index of ``cost`` ``(..., n, m)`` solves the transportation linear program (Zhang et al. 2022, Eq.
+1)::
 
     W(C, a, b) = min_T <C, T>   s.t.  T 1 = a,  T^T 1 = b,  T >= 0
 
@@ -119,7 +120,7 @@ def _exact(cost, a, b):
 
 def emd(cost, a=None, b=None, *, method="exact", epsilon=SINKHORN_EPSILON, max_iter=SINKHORN_MAX_ITER,
         threshold=SINKHORN_THRESHOLD, domain="auto"):
-    """Batched EMD ``min_T <C, T>`` s.t. ``T 1 = a``, ``T^T 1 = b`` (paper 004, Eq. 1), exact or entropic.
+    """Batched EMD ``min_T <C, T>`` s.t. ``T 1 = a``, ``T^T 1 = b`` (Zhang et al. 2022, Eq. 1), exact or entropic.
 
     Args:
       cost: ``(..., n, m)`` cost matrices; leading dimensions are a batch of independent problems.

@@ -1,6 +1,6 @@
 """Greedy k-center selection (Gonzalez' 2-approximation), used to initialize prototypes and proxies.
 
-Used by GSP's prototype initialization (thesis ch. 5) and CCP's proxy re-initialization (thesis ch. 3, SPEC S4):
+Used by GSP's prototype initialization (Gurbuz 2022, ch. 5) and CCP's proxy re-initialization (ch. 3):
 repeatedly add the point farthest (Euclidean) from everything chosen so far.
 """
 import numpy as np

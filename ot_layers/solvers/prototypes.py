@@ -1,4 +1,4 @@
-"""Data-independent hyperspherical prototypes (DL2PA, paper 001, Sec. 3.1; SPEC S6).
+"""Data-independent hyperspherical prototypes (DL2PA, Saadabadi et al. 2024, Sec. 3.1).
 
 ``K`` unit vectors in ``R^d`` spread as far apart as possible: the aim is the smallest largest pairwise cosine
 ``max_{i != j} p_i . p_j`` (the spherical-code / Tammes problem).

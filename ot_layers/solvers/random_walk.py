@@ -1,9 +1,9 @@
-"""Random-walk manifold similarity of a small point set (EDMS, paper 002, Sec. 5, eq. 8-9; SPEC S7).
+"""Random-walk manifold similarity of a small point set (EDMS, Aziere and Todorovic 2019, Sec. 5, eq. 8-9).
 
-For unit vectors ``x_1..x_n`` (a mini-batch plus the proxies, eq. 8; paper 002 normalizes every embedding to the
-unit sphere, Sec. 3): non-negative affinities ``S_ij = exp(x_i . x_j / temperature)`` with a zero diagonal,
-``S_bar = D^{-1/2} S D^{-1/2}`` (``D`` the row sums), and the closed-form limit of the random walk with restart
-probability ``1 - alpha``:
+For unit vectors ``x_1..x_n`` (a mini-batch plus the proxies, eq. 8; Aziere and Todorovic 2019 normalizes every
+embedding to the unit sphere, Sec. 3): non-negative affinities ``S_ij = exp(x_i . x_j / temperature)`` with a zero
+diagonal, ``S_bar = D^{-1/2} S D^{-1/2}`` (``D`` the row sums), and the closed-form limit of the random walk with
+restart probability ``1 - alpha``:
 
     F = (1 - alpha) (I - alpha S_bar)^{-1},        (eq. 9; column n of F is F_n for the query e_n)
 
@@ -35,7 +35,7 @@ def random_walk_similarity(points, alpha=0.8, temperature=0.5):
     """Manifold similarity matrix ``F`` ``(..., n, n)`` float32 of ``points`` ``(..., n, d)`` (eq. 9).
 
     ``alpha`` in (0, 1): the walk's continue probability (0.8 in the paper); ``temperature`` > 0 divides the
-    cosines inside the affinity ``exp(cos / temperature)`` (0.5, SPEC S7).
+    cosines inside the affinity ``exp(cos / temperature)`` (0.5).
     """
     f, valid = random_walk_similarity_and_mask(points, alpha, temperature)
     return tf.where(tf.logical_and(valid[..., :, None], valid[..., None, :]), f, float("nan"))

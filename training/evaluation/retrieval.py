@@ -1,4 +1,4 @@
-"""Evaluation: retrieval metrics on held-out classes (SPEC S8)."""
+"""Evaluation: retrieval metrics on held-out classes."""
 import warnings
 
 import numpy as np

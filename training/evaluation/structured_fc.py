@@ -1,4 +1,5 @@
-"""Fine-tuning DeepEMD's structured FC on a k-shot support set with the backbone frozen (paper 004, Sec. 3.4)."""
+"""Fine-tuning DeepEMD's structured FC on a k-shot support set with the backbone frozen (Zhang et al. 2022, Sec.
+3.4)."""
 import numpy as np
 import tensorflow as tf
 
