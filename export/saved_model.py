@@ -72,9 +72,9 @@ def to_saved_model(model, base_dir, version=None, task=None, warmup=None, name=N
     """Export ``model`` for TF Serving into ``<base_dir>/<version>`` and return that path.
 
     ``version``: an integer >= 1 that must not exist yet, or ``None`` for the next free one (1 in an empty
-    directory). ``task``: see :mod:`export.signatures` (``None``: inferred from the model). Signatures:
-    ``serving_default`` (float32 pixels) and, for image models, ``serving_uint8`` (uint8 pixels), both with the
-    task's named inputs and outputs. ``warmup``: also write TF Serving warm-up requests
+    directory). ``task``: see :mod:`export.signatures` (``None``: the task the model states, ``model.task``).
+    Signatures: ``serving_default`` (float32 pixels) and, for image models, ``serving_uint8`` (uint8 pixels), both
+    with the task's named inputs and outputs. ``warmup``: also write TF Serving warm-up requests
     (``assets.extra/tf_serving_warmup_requests``, :mod:`export.warmup`); they need tensorflow-serving-api
     (``otzoo[export]``): ``True`` requires it, ``None`` (default) writes them where it is installed and otherwise
     warns and skips them (TF Serving then starts cold), ``False`` skips them. ``name``: the served model's name in

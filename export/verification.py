@@ -234,10 +234,10 @@ def verify(model, inputs, saved_model_dir=None, onnx_path=None, task=None, batch
     ``inputs``: an array, a list of arrays in the model's input order, or ``{signature input name: array}``;
     pixel inputs given as uint8 also run the SavedModel's ``serving_uint8`` signature with those very bytes
     (``"saved_model_uint8"``). ``saved_model_dir``: a version directory from :func:`export.to_saved_model`;
-    ``onnx_path``: a file from :func:`export.to_onnx`. ``task``: as given to the exporters (``None``: inferred).
-    ``batch_sizes``: the batch sizes to run, e.g. ``(1, 64)`` (the batched inputs are split into batches of that
-    size; Keras runs the same batches); ``None``: all inputs in one batch. ``reference``: how Keras runs:
-    ``"graph"`` (the model's call traced by ``tf.function`` without XLA, as ``model.predict`` runs it: the graph a
+    ``onnx_path``: a file from :func:`export.to_onnx`. ``task``: as given to the exporters (``None``: the task the
+    model states). ``batch_sizes``: the batch sizes to run, e.g. ``(1, 64)`` (the batched inputs are split into
+    batches of that size; Keras runs the same batches); ``None``: all inputs in one batch. ``reference``: how Keras
+    runs: ``"graph"`` (the model's call traced by ``tf.function`` without XLA, as ``model.predict`` runs it: the graph a
     server runs, after the same Grappler rewrites) or ``"eager"`` (op by op; fused kernels round differently, a few
     float32 ulps of the logits).
 

@@ -81,11 +81,11 @@ def _check_classes(classes, num_classes, name):
 def _missing_message(name, data_dir, error):
     where = data_dir or "the default TFDS folder (~/tensorflow_datasets, or $TFDS_DATA_DIR)"
     return (
-        f"TFDS data set {name!r} is not prepared in {where} ({error}). This machine has no network: on a machine "
-        f"with internet run `tfds build {name}` (or `python -c \"import tensorflow_datasets as tfds; "
-        f"tfds.builder('{name}').download_and_prepare()\"`), copy the resulting folder "
-        f"~/tensorflow_datasets/{name} here and pass data_dir=<the folder holding {name}/> (or set TFDS_DATA_DIR). "
-        "Builders whose source files need a manual download say so in the `tfds build` output "
+        f"TFDS data set {name!r} is not prepared in {where} ({error}). Prepare it with `tfds build {name}` (or "
+        f"`python -c \"import tensorflow_datasets as tfds; tfds.builder('{name}').download_and_prepare()\"`), which "
+        f"downloads it; on a machine without network, build it on one that has it and copy the folder "
+        f"~/tensorflow_datasets/{name} here, then pass its parent folder as data_dir (`otzoo train --data-dir`) or "
+        "set TFDS_DATA_DIR. Builders whose source files need a manual download say so in the `tfds build` output "
         "(put the files in <data_dir>/downloads/manual)."
     )
 
