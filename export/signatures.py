@@ -27,10 +27,9 @@ from dataclasses import dataclass
 import numpy as np
 import tensorflow as tf
 
-from ot_layers.task_model import model_task
+from ot_layers.task_model import TASKS, model_task
 from ot_layers.tensor_ops import walk_layers
 
-TASKS = ("classification", "retrieval", "few_shot", "generic")
 DEFAULT_SIGNATURE = "serving_default"
 UINT8_SIGNATURE = "serving_uint8"
 TOP_K = 5

@@ -30,13 +30,13 @@ from otzoo.arguments import (
 )
 from training.data.datasets import DATASETS
 from training.data.errors import DataUnavailableError, EmptySliceError
-from training.data.fashion_mnist import fashion_mnist_split, load_fashion_mnist
+from training.data.fashion_mnist import load_fashion_mnist
 from training.data.pipelines import image_dataset
 from training.distributed.launch import SCRATCH_ENV, run_cluster
-from training.recipes import evaluate_preset, train_preset
+from training.recipes import RECIPES, evaluate_preset, recipe_for, train_preset
 from training.recipes.common import preset_spec
 from training.recipes.few_shot import pretrained_backbone_path
-from training.recipes.fine_tune import BATCH_SIZE as FINE_TUNE_BATCH, fine_tune_preset
+from training.recipes.fine_tune import BATCH_SIZE as FINE_TUNE_BATCH, FINE_TUNE_DATASET, fine_tune_preset
 from zoo.preset_format import WeightsIntegrityError, read_card
 from zoo.registry import PRESETS
 
@@ -89,18 +89,12 @@ def train(args):
     options = dict(epochs=args.epochs, batch_size=args.batch_size, limit=args.limit, seed=args.seed, verbose=2,
                    strategy=args.strategy, tensorboard=args.tensorboard, dataset=args.dataset,
                    image_size=args.image_size, data_dir=args.data_dir, recipe_overrides=overrides)
-    few_shot_only = {"episodes": args.episodes, "pretrained": args.pretrained}
-    if task == "few_shot":
-        options.update(few_shot_only)
-        if args.config is not None:
-            raise CommandError("--config applies to classification and retrieval presets (few-shot heads are not "
-                               "tuned yet).")
-    else:
-        given = [f"--{key}" for key, value in few_shot_only.items() if value is not None]
-        if given:
-            raise CommandError(f"{', '.join(given)} apply to few-shot presets only; {args.preset} is a {task} preset.")
-        options["config"] = args.config
-    if args.pretrained is not None and task == "few_shot":
+    # The options only some tasks' recipes take (each recipe module's TRAIN_OPTIONS): refused for the others.
+    accepted = recipe_for(task).TRAIN_OPTIONS
+    task_options = {"episodes": args.episodes, "pretrained": args.pretrained, "config": args.config}
+    _refuse_options(task_options, accepted, "TRAIN_OPTIONS", args.preset, task)
+    options.update({key: value for key, value in task_options.items() if key in accepted})
+    if args.pretrained is not None:  # accepted by the preset's task: the file must be there before training
         try:
             pretrained_backbone_path(args.pretrained)
         except FileNotFoundError as error:
@@ -115,6 +109,24 @@ def train(args):
     print(f"{args.preset}: {_headline(card['metrics'])}; {card['train_time_s']:.0f} s of training; weights and card "
           f"in {out}")
     return 0
+
+
+def _task_words(task):
+    return task.replace("_", "-")
+
+
+def _refuse_options(values, accepted, table, preset, task):
+    """Raise :class:`CommandError` for the options of ``values`` (``{option: value or None}``) given (not ``None``)
+    that preset ``preset``'s ``task`` does not accept (``accepted``: its recipe module's ``table``,
+    ``TRAIN_OPTIONS`` or ``EVALUATE_OPTIONS``), naming them, the tasks whose presets take them, and ``task``."""
+    refused = [key for key, value in values.items() if value is not None and key not in accepted]
+    if not refused:
+        return
+    takers = [_task_words(name) for name, recipe in RECIPES.items() if set(refused) <= set(getattr(recipe, table))]
+    flags = ", ".join(f"--{key.replace('_', '-')}" for key in refused)
+    verb = "applies" if len(refused) == 1 else "apply"
+    where = f"{' and '.join(takers)} presets only" if takers else "no preset's task"
+    raise CommandError(f"{flags} {verb} to {where}; {preset} is a {_task_words(str(task))} preset.")
 
 
 def _recipe_overrides(items):
@@ -193,49 +205,25 @@ def evaluate(args):
     name, weights = args.preset, args.weights
     task = PRESETS[name].task if name in PRESETS else (read_card(name) or {}).get("task")
     options = dict(data_dir=args.data_dir)
-    if args.episodes is not None:
-        if task != "few_shot":
-            raise CommandError(f"--episodes applies to few-shot presets only; {name} is a {task} preset.")
-        options["episodes"] = args.episodes
+    # The options only some tasks' recipes take (each recipe module's EVALUATE_OPTIONS): refused for the others (a
+    # directory whose card states no known task accepts none; _preset_of_directory names the card's problem).
+    accepted = RECIPES[task].EVALUATE_OPTIONS if task in RECIPES else ()
+    task_options = {"episodes": args.episodes}
+    _refuse_options(task_options, accepted, "EVALUATE_OPTIONS", name, task)
+    options.update({key: value for key, value in task_options.items() if value is not None})
     if name not in PRESETS:  # a preset directory: evaluated on its card's data set, class split and recipe
         if weights is not None:
             raise CommandError("--weights: a preset directory is evaluated with its own weights; give a preset "
                                "name with --weights, or the directory alone.")
         _preset_of_directory(name)
-    else:
-        _check_evaluation_limit(name, args.limit)
+    else:  # a slice too small for the task's metrics: one line before the model loads
+        recipe_for(task).check_evaluation_limit(PRESETS[name], args.limit)
     result = evaluate_preset(name, weights=weights, limit=args.limit, **options)
     card = result["card_metrics"] or {}
     for key, value in result["metrics"].items():
         stated = f" (card: {_format_metric(card[key])})" if key in card else ""
         print(f"{args.preset}: {key} {_format_metric(value)}{stated} on {result['examples']:,} test images")
     return 0
-
-
-def _check_evaluation_limit(name, limit):
-    """``otzoo evaluate --limit``: a retrieval or few-shot preset is evaluated on its evaluation classes among the
-    first ``limit`` test images, which must hold what its metrics need (retrieval: two images or more of each class
-    there; few-shot: ``ways`` classes with the largest shot count plus the queries each). Raises
-    :class:`CommandError`."""
-    spec = PRESETS[name]
-    if limit is None or spec.task == "classification" or spec.data.dataset != "fashion_mnist":
-        return
-    protocol, part = ("retrieval", "test") if spec.task == "retrieval" else ("few_shot", "novel")
-    _, labels = fashion_mnist_split(protocol, part, limit=limit, normalize=False)
-    classes, counts = np.unique(labels, return_counts=True)
-    per_class = dict(zip(classes.tolist(), counts.tolist()))
-    held = f"the first {limit:,} test images hold {len(labels):,} of the evaluation classes (per class: {per_class})"
-    if spec.task == "retrieval":
-        if len(labels) < 2 or counts.min() < 2:
-            raise CommandError(f"--limit {limit}: {held}; retrieval metrics need two images or more of each class "
-                               "(every image is a query against the others); give more test images")
-        return
-    recipe, ways = spec.recipe, spec.architecture.ways
-    needed = max(recipe.eval_shots) + recipe.eval_queries
-    if np.sum(counts >= needed) < ways:
-        raise CommandError(f"--limit {limit}: {held}; {ways}-way {max(recipe.eval_shots)}-shot episodes with "
-                           f"{recipe.eval_queries} queries need {ways} classes of {needed} images or more; give more "
-                           "test images")
 
 
 def _preset_of_directory(directory):
@@ -255,8 +243,12 @@ def _preset_of_directory(directory):
 def fine_tune(args):
     """Load a pretrained preset, fit it with model.fit on a slice of its training data, and save the result as a
     preset directory (config.json, model.weights.h5, metadata.json) that zoo.load, otzoo export and
-    otzoo explain --weights read."""
+    otzoo explain --weights read. The training images are Fashion-MNIST's: a preset of another data set is
+    refused."""
 
+    dataset = PRESETS[args.preset].data.dataset
+    if dataset != FINE_TUNE_DATASET:
+        raise CommandError(f"preset: {args.preset} trains on {dataset}; fine-tuning reads Fashion-MNIST only.")
     card = fine_tune_preset(args.preset, args.out, epochs=args.epochs, limit=args.limit,
                             learning_rate=args.learning_rate, seed=args.seed)
     losses = ", ".join(f"{value:.4f}" for value in card["fine_tuned"]["loss"])
@@ -311,7 +303,7 @@ def main(argv=None):
 
     sub = commands.add_parser("list", help="list the presets with task and headline metric",
                               description=list_presets.__doc__)
-    sub.add_argument("--task", choices=["classification", "retrieval", "few_shot"], default=None)
+    sub.add_argument("--task", choices=list(RECIPES), default=None)
     sub.set_defaults(run=list_presets)
 
     sub = commands.add_parser("train", help="train a preset by its recipe", description=train.__doc__)

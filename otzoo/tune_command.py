@@ -6,7 +6,7 @@ small to carve a validation part and one batch from are one-line errors (exit st
 import argparse
 
 from otzoo.arguments import CommandError, open_fraction, positive_int, preset_name
-from training.tuning.search import OBJECTIVES, tune
+from training.tuning.search import TUNING_DATASET, tunable_tasks, tune, tuning_objective
 from zoo.backbones import BACKBONES
 from zoo.registry import PRESETS
 
@@ -17,10 +17,10 @@ def run(args):
     ``otzoo train --config`` through ``training.tuning.load_tuned_config``)."""
 
     spec = PRESETS[args.preset]
-    if spec.task not in OBJECTIVES:
+    if tuning_objective(spec.task) is None:
         raise CommandError(f"preset: {args.preset} is a {spec.task} preset; tuning runs the trials of "
-                           f"{' and '.join(OBJECTIVES)} presets only.")
-    if spec.data.dataset != "fashion_mnist":
+                           f"{' and '.join(tunable_tasks())} presets only.")
+    if spec.data.dataset != TUNING_DATASET:
         raise CommandError(f"preset: {args.preset} trains on {spec.data.dataset}; tuning reads Fashion-MNIST only.")
     out = args.out or f"otzoo_tune/{args.preset}"
     tune(args.preset, args.trials, out, epochs=args.epochs, limit=args.limit, batch_size=args.batch_size,

@@ -25,7 +25,7 @@ def test_help_lists_every_command():
     (["train", "resnet20_gap_fashion_mnist", "--limit", "-3"], "argument --limit: must be an integer >= 1"),
     (["evaluate", "resnet20_gap_fashion_mnist", "--weights", "/nonexistent/w.weights.h5"], "no weights file"),
     (["demo", "--limit", "zero"], "argument --limit: must be an integer >= 1"),
-    (["train", "resnet20_gap_fashion_mnist", "--episodes", "3"], "--episodes apply to few-shot presets only"),
+    (["train", "resnet20_gap_fashion_mnist", "--episodes", "3"], "--episodes applies to few-shot presets only"),
     (["train", "resnet20_emd_fewshot_fashion_mnist", "--pretrained", "/nonexistent", "--out", "/tmp/otzoo-x"],
      "`pretrained`: no pre-trained backbone"),
     (["train", "resnet20_gsp_retrieval_fashion_mnist", "--limit", "100", "--out", "/tmp/otzoo-x"],

@@ -8,7 +8,11 @@ import sys
 import pytest
 
 from otzoo import cli
+from training.data.datasets import data_spec
 from training.data.errors import DataUnavailableError, EmptySliceError
+from training.recipes.fine_tune import fine_tune_preset
+from training.tuning.search import tune
+from zoo.registry import PRESETS
 
 
 def _fails_with(args, message, capsys):
@@ -77,6 +81,31 @@ def test_missing_weights_and_files_are_one_line(tmp_path, capsys):
 def test_tune_refuses_presets_whose_trials_cannot_run(capsys):
     _fails_with(["tune", "resnet20_emd_fewshot_fashion_mnist", "--out", "unused"],
                 "preset: resnet20_emd_fewshot_fashion_mnist is a few_shot preset", capsys)
+
+
+@pytest.fixture
+def gap_on_cifar10(monkeypatch):
+    """The GAP preset re-targeted at CIFAR-10 (no built-in preset trains on another data set yet)."""
+    name = "resnet20_gap_fashion_mnist"
+    monkeypatch.setitem(PRESETS, name, PRESETS[name].with_data(data_spec("cifar10", "classification")))
+    return name
+
+
+@pytest.mark.parametrize("command, what", [("fine-tune", "fine-tuning"), ("tune", "tuning")])
+def test_fine_tune_and_tune_refuse_a_preset_of_another_data_set(command, what, gap_on_cifar10, tmp_path, capsys):
+    """Both read Fashion-MNIST only: a preset trained on another data set is one line, not a traceback."""
+    out = tmp_path / "out"
+    _fails_with([command, gap_on_cifar10, "--out", str(out)],
+                f"preset: {gap_on_cifar10} trains on cifar10; {what} reads Fashion-MNIST only", capsys)
+    assert not os.path.exists(out)
+
+
+def test_the_library_refuses_a_preset_of_another_data_set(gap_on_cifar10, tmp_path):
+    with pytest.raises(ValueError, match="trains on cifar10; fine-tuning reads Fashion-MNIST only"):
+        fine_tune_preset(gap_on_cifar10, str(tmp_path / "out"))
+    with pytest.raises(ValueError, match="tuning reads Fashion-MNIST only, not 'cifar10'"):
+        tune(gap_on_cifar10, 1, str(tmp_path / "tune"))
+    assert not os.listdir(tmp_path)
 
 
 def test_demo_needs_one_batch_to_fine_tune(tmp_path, capsys):

@@ -11,6 +11,7 @@ import pytest
 
 import zoo
 from otzoo import cli
+from training.data.errors import EmptySliceError
 from training.recipes import classification, few_shot, retrieval
 from training.recipes.common import preset_spec
 from zoo.registry import PRESETS
@@ -49,6 +50,50 @@ def test_unknown_names_are_one_value_error_naming_the_field(field, value, accept
         _spec(GAP, **{field: value})
 
 
+@pytest.mark.parametrize("name, recipe, field", [
+    (GAP, dict(optimizer="adam", momentum=0.5), "momentum"),
+    (GAP, dict(optimizer="adamw", nesterov=False), "nesterov"),
+    (EMD, dict(optimizer="adam", momentum=0.0), "momentum"),
+    (EMD, dict(meta_optimizer="adamw", meta_momentum=0.5), "meta_momentum"),
+])
+def test_a_field_the_optimizer_does_not_use_is_refused(name, recipe, field):
+    """Adam and AdamW take neither momentum nor Nesterov: a recipe changing them would train as if it had not."""
+    with pytest.raises(ValueError, match=f"recipe field `{field}` .* applies to `(meta_)?optimizer` \\['sgd'\\] "
+                                         "only; 'adamw?' does not use it"):
+        _spec(name, **recipe)
+
+
+def test_an_optimizer_with_the_default_momentum_or_sgd_with_any_is_accepted():
+    assert _spec(GAP, optimizer="adam").recipe.momentum == 0.9  # the default: nothing was asked of Adam
+    assert _spec(GAP, optimizer="adamw", momentum=0.9, nesterov=True).recipe.optimizer == "adamw"
+    assert _spec(GAP, momentum=0.5, nesterov=False).recipe.momentum == 0.5
+    assert _spec(EMD, meta_optimizer="adam", momentum=0.5).recipe.meta_optimizer == "adam"  # momentum: pre-training
+
+
+def test_the_command_line_refuses_an_unused_optimizer_field_in_one_line(capsys):
+    assert cli.main(["train", GAP, "--recipe", "optimizer=adam", "--recipe", "momentum=0.5"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert "--recipe: recipe field `momentum` (0.5) applies to `optimizer` ['sgd'] only" in err, err
+    assert len(err.splitlines()) == 1
+
+
+@pytest.mark.fashion_mnist
+@pytest.mark.parametrize("recipe, name, limit, overrides, message", [
+    (classification, GAP, 5, {}, "5 training images, fewer than one batch of 128"),
+    (retrieval, GSP, 100, {}, "training images of the seen classes, fewer than one batch of 128"),
+    (few_shot, EMD, 100, {}, "base-class training images, fewer than one batch of 128"),
+    # one batch of 8, but too few images per class for meta-training's 5-way 1-shot episodes with 15 queries
+    (few_shot, EMD, 40, {"batch_size": 8}, "base class(es) with 16 images or more; 5-way 1-shot meta-training"),
+])
+def test_a_slice_too_small_for_the_setup_names_limit(recipe, name, limit, overrides, message):
+    """Every ``training_setup`` refuses a slice too small to train on with an EmptySliceError naming ``limit``
+    (``otzoo`` prints it as ``--limit N: ...``, exit status 2), before building or training anything."""
+    with pytest.raises(EmptySliceError) as info:
+        recipe.training_setup(_spec(name, **overrides), limit=limit)
+    assert info.value.parameter == "limit" and info.value.value == limit
+    assert message in str(info.value)
+
+
 @pytest.mark.fashion_mnist
 def test_classification_fields_change_the_setup():
     base = classification.training_setup(_spec(GAP), limit=256)
@@ -63,7 +108,7 @@ def test_classification_fields_change_the_setup():
     assert isinstance(adam.optimizer, keras.optimizers.Adam)
     assert float(keras.ops.convert_to_numpy(adam.optimizer.learning_rate)) == pytest.approx(0.1)
     assert adam.steps == 2 * 3
-    adamw = classification.training_setup(_spec(GAP, optimizer="adamw", schedule="step", momentum=0.5), limit=256)
+    adamw = classification.training_setup(_spec(GAP, optimizer="adamw", schedule="step"), limit=256)
     assert isinstance(adamw.optimizer, keras.optimizers.AdamW)
     assert isinstance(adamw.optimizer._learning_rate, keras.optimizers.schedules.PiecewiseConstantDecay)
     sgd = classification.training_setup(_spec(GAP, momentum=0.5, nesterov=False, learning_rate=0.3), limit=256)

@@ -7,6 +7,7 @@ are package data (``zoo/presets/<name>/``, their ``config.json`` written from :f
 ``zoo.load(directory)`` loads a copy. Their architectures come from ``zoo.registry`` (``build``).
 """
 import os
+from typing import Callable, NamedTuple
 
 import keras
 
@@ -17,13 +18,12 @@ from zoo.preset_format import (CARD_FILE, CONFIG_FILE, WEIGHTS_FILE, WeightsInte
                                write_preset)
 from zoo.registry import PRESETS
 from zoo.resnet import cifar_resnet
-from zoo.spec import PresetSpec, published_recipe
+from zoo.spec import TASKS, PresetSpec, published_recipe
 from zoo.tasks import embedding_model, few_shot_model
 
 PRESETS_DIR = os.path.join(os.path.dirname(__file__), "presets")
 __all__ = ["list_models", "model_card", "preset_dir", "build", "load", "save_preset", "sha256_of",
            "WeightsIntegrityError", "WEIGHTS_FILE", "CARD_FILE", "CONFIG_FILE"]
-TASKS = ("classification", "retrieval", "few_shot")
 _ARCHITECTURE_KEYS = ("backbone", "head", "num_classes", "input_shape", "pixel_mean", "pixel_std", "pooling",
                       "embedding_dim", "ways")
 
@@ -71,6 +71,45 @@ def _backbone(backbone, input_shape, l2):
     return resolve_backbone(backbone, input_shape)
 
 
+class TaskBuilder(NamedTuple):
+    """How :func:`build` assembles the model of one task: ``layer_kwargs``, the ``zoo.spec.Architecture`` field
+    holding the arguments of the task's own layer (the head's, or the retrieval pooling's), and ``make(backbone,
+    values, layer_kwargs, name)``, the model from the built ``backbone``, the architecture ``values`` (overrides
+    applied: ``head``, ``pooling``, ``embedding_dim``, ``ways``, ``num_classes``, ``pixel_mean``, ``pixel_std``,
+    ...), the layer's arguments and the model's name."""
+    layer_kwargs: str
+    make: Callable
+
+
+def _statistics(values):
+    return dict(pixel_mean=values["pixel_mean"], pixel_std=values["pixel_std"])
+
+
+def _classifier(backbone, values, layer_kwargs, name):
+    return image_classifier(backbone, values["head"], values["num_classes"], head_kwargs=layer_kwargs, name=name,
+                            **_statistics(values))
+
+
+def _embedding(backbone, values, layer_kwargs, name):
+    # Only the GSP pooling is a layer with arguments; GAP takes none.
+    return embedding_model(backbone, values["pooling"], values["embedding_dim"],
+                           pooling_kwargs=layer_kwargs if values["pooling"] == "gsp" else None, name=name,
+                           **_statistics(values))
+
+
+def _few_shot(backbone, values, layer_kwargs, name):
+    return few_shot_model(backbone, values["head"], values["ways"], head_kwargs=layer_kwargs, name=name,
+                          **_statistics(values))
+
+
+# The model of each task (a classifier, an embedding model, a few-shot model): a new task is one entry.
+TASK_BUILDERS = {
+    "classification": TaskBuilder("head_kwargs", _classifier),
+    "retrieval": TaskBuilder("pooling_kwargs", _embedding),
+    "few_shot": TaskBuilder("head_kwargs", _few_shot),
+}
+
+
 def build(name, l2=0.0, **overrides):
     """The untrained architecture of preset ``name`` (a classifier, an embedding model or a few-shot model, by the
     preset's task; see :mod:`zoo.models` and :mod:`zoo.tasks`).
@@ -83,28 +122,21 @@ def build(name, l2=0.0, **overrides):
     weight decay).
     """
     spec = name if isinstance(name, PresetSpec) else _spec(name)
-    task, arch, data = spec.task, spec.architecture, spec.data
+    arch, data = spec.architecture, spec.data
+    if spec.task not in TASK_BUILDERS:
+        raise ValueError(f"`task` of preset {spec.name!r} must be one of {list(TASK_BUILDERS)}, got {spec.task!r}.")
+    builder = TASK_BUILDERS[spec.task]
     values = dict(backbone=arch.backbone, head=arch.head, pooling=arch.pooling, embedding_dim=arch.embedding_dim,
                   ways=arch.ways, num_classes=data.num_classes, input_shape=data.input_shape,
                   pixel_mean=data.pixel_mean, pixel_std=data.pixel_std)
-    layer_kwargs = dict(arch.pooling_kwargs if task == "retrieval" else arch.head_kwargs)
+    layer_kwargs = dict(getattr(arch, builder.layer_kwargs))
     for key, value in overrides.items():
         if key in _ARCHITECTURE_KEYS:
             values[key] = value
         else:
             layer_kwargs[key] = value
-    if task == "retrieval" and values["pooling"] != "gsp":
-        layer_kwargs = None
     backbone = _backbone(values["backbone"], values["input_shape"], l2)
-    statistics = dict(pixel_mean=values["pixel_mean"], pixel_std=values["pixel_std"])
-    if task == "classification":
-        return image_classifier(backbone, values["head"], values["num_classes"], head_kwargs=layer_kwargs,
-                                name=spec.name, **statistics)
-    if task == "retrieval":
-        return embedding_model(backbone, values["pooling"], values["embedding_dim"], pooling_kwargs=layer_kwargs,
-                               name=spec.name, **statistics)
-    return few_shot_model(backbone, values["head"], values["ways"], head_kwargs=layer_kwargs, name=spec.name,
-                          **statistics)
+    return builder.make(backbone, values, layer_kwargs, spec.name)
 
 
 def _url_weights(name, url, expected_sha256):

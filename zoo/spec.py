@@ -11,9 +11,6 @@ import dataclasses
 from dataclasses import dataclass, field
 from typing import Optional, Tuple, Union
 
-TASKS = ("classification", "retrieval", "few_shot")
-
-
 @dataclass(frozen=True)
 class Architecture:
     """The network: a backbone (``zoo.BACKBONES`` or a CIFAR-style ResNet), and by task a classification or few-shot
@@ -45,19 +42,13 @@ class DataSpec:
 
 
 @dataclass(frozen=True)
-class Recipe:
-    """How a classification or retrieval preset is trained.
-
-    ``optimizer`` (``sgd`` with ``momentum`` and ``nesterov``, ``adam``, ``adamw``) at ``learning_rate`` under
-    ``schedule`` (``cosine``: decay to 0 over the run; ``constant``; ``step``: x0.1 at 50 % and 75 % of the run),
-    ``epochs`` of ``batch_size`` batches, an L2 penalty ``l2`` on the backbone's kernels, the training augmentation
-    ``augment`` (``pad_crop_flip`` with ``pad`` pixels, ``resize_crop_flip`` for the fine-grained TFDS sets, or
-    ``none``), the ``loss`` with its ``loss_kwargs`` (``cross_entropy``; ``hyperspherical_pull``; the proxy losses
-    ``proxy_nca_plus_plus`` (``temperature``, ``num_proxies``) and ``proxy_anchor`` (``margin``, ``alpha``,
-    ``num_proxies``)), the layer-state ``callbacks`` by name, the ``seed`` of initialization and data order, and
-    whether the step is XLA-compiled (``jit_compile``).
-    """
-    epochs: int = 10
+class Optimization:
+    """The fields every recipe shares: ``batch_size``; ``optimizer`` (``sgd`` with ``momentum`` and ``nesterov``,
+    ``adam``, ``adamw``) at ``learning_rate`` under ``schedule`` (``cosine``: decay to 0 over the run;
+    ``constant``; ``step``: x0.1 at 50 % and 75 % of the run); an L2 penalty ``l2`` on the backbone's kernels; the
+    training augmentation ``augment`` (``pad_crop_flip`` with ``pad`` pixels, ``resize_crop_flip`` for the
+    fine-grained TFDS sets, or ``none``); the ``seed`` of initialization and data order; whether the step is
+    XLA-compiled (``jit_compile``)."""
     batch_size: int = 128
     optimizer: str = "sgd"
     learning_rate: float = 0.1
@@ -67,36 +58,34 @@ class Recipe:
     l2: float = 5e-4
     augment: str = "pad_crop_flip"
     pad: int = 2
-    loss: str = "cross_entropy"
-    loss_kwargs: dict = field(default_factory=dict)
-    callbacks: Tuple[str, ...] = ()
     seed: int = 0
     jit_compile: bool = True
 
 
 @dataclass(frozen=True)
-class FewShotRecipe:
+class Recipe(Optimization):
+    """How a classification or retrieval preset is trained: the :class:`Optimization` fields for ``epochs``, the
+    ``loss`` with its ``loss_kwargs`` (``cross_entropy``; ``hyperspherical_pull``; the proxy losses
+    ``proxy_nca_plus_plus`` (``temperature``, ``num_proxies``) and ``proxy_anchor`` (``margin``, ``alpha``,
+    ``num_proxies``)) and the layer-state ``callbacks`` by name.
+    """
+    epochs: int = 10
+    loss: str = "cross_entropy"
+    loss_kwargs: dict = field(default_factory=dict)
+    callbacks: Tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class FewShotRecipe(Optimization):
     """How a few-shot preset is trained (the two stages of DeepEMD, Zhang et al. 2022).
 
     Pre-training of the backbone + GAP + Dense on the base classes by cross-entropy: ``pretrain_epochs`` with the
-    fields a :class:`Recipe` has (optimizer, schedule, L2, augmentation, seed). Meta-training: ``meta_episodes``
-    ``ways``-way ``shots``-shot episodes with ``queries`` queries per class, by ``meta_optimizer`` (``sgd`` with
-    ``meta_momentum``, ``adam``, ``adamw``) at the constant ``meta_learning_rate``. Evaluation: ``eval_episodes``
-    episodes per number of shots in ``eval_shots`` with ``eval_queries`` queries per class, episode seed
-    ``eval_seed``.
+    :class:`Optimization` fields. Meta-training: ``meta_episodes`` ``ways``-way ``shots``-shot episodes with
+    ``queries`` queries per class, by ``meta_optimizer`` (``sgd`` with ``meta_momentum``, ``adam``, ``adamw``) at
+    the constant ``meta_learning_rate``. Evaluation: ``eval_episodes`` episodes per number of shots in
+    ``eval_shots`` with ``eval_queries`` queries per class, episode seed ``eval_seed``.
     """
     pretrain_epochs: int = 4
-    batch_size: int = 128
-    optimizer: str = "sgd"
-    learning_rate: float = 0.1
-    momentum: float = 0.9
-    nesterov: bool = True
-    schedule: str = "cosine"
-    l2: float = 5e-4
-    augment: str = "pad_crop_flip"
-    pad: int = 2
-    seed: int = 0
-    jit_compile: bool = True
     meta_episodes: int = 400
     meta_optimizer: str = "sgd"
     meta_learning_rate: float = 0.005
@@ -111,6 +100,10 @@ class FewShotRecipe:
 
 
 AnyRecipe = Union[Recipe, FewShotRecipe]
+
+# The recipe class of each task (the task of a preset is one of these keys).
+RECIPE_CLASSES = {"classification": Recipe, "retrieval": Recipe, "few_shot": FewShotRecipe}
+TASKS = tuple(RECIPE_CLASSES)
 
 
 @dataclass(frozen=True)
@@ -127,7 +120,7 @@ class PresetSpec:
     def __post_init__(self):
         if self.task not in TASKS:
             raise ValueError(f"`task` of preset {self.name!r} must be one of {list(TASKS)}, got {self.task!r}.")
-        expected = FewShotRecipe if self.task == "few_shot" else Recipe
+        expected = RECIPE_CLASSES[self.task]
         if not isinstance(self.recipe, expected):
             raise ValueError(f"`recipe` of {self.task} preset {self.name!r} must be a {expected.__name__}, got "
                              f"{type(self.recipe).__name__}.")
@@ -155,7 +148,7 @@ def replace_fields(instance, overrides, what="recipe"):
 def recipe_from_dict(task, values):
     """The recipe of a ``task`` preset from a card's ``recipe`` dict (``dataclasses.asdict`` of one; fields the
     recipe class does not have, such as a few-shot card's ``pretrained_from``, are left out)."""
-    cls = FewShotRecipe if task == "few_shot" else Recipe
+    cls = RECIPE_CLASSES[task]
     names = {f.name for f in dataclasses.fields(cls)}
     kept = {key: value for key, value in dict(values).items() if key in names}
     for key in ("callbacks", "eval_shots"):
@@ -165,6 +158,9 @@ def recipe_from_dict(task, values):
 
 
 def published_recipe(recipe):
-    """The recipe as a card publishes it: ``dataclasses.asdict`` with tuples as lists (what JSON reads back)."""
-    return {key: list(value) if isinstance(value, tuple) else value
-            for key, value in dataclasses.asdict(recipe).items()}
+    """The recipe as a card publishes it: ``dataclasses.asdict`` with tuples as lists (what JSON reads back), the
+    number of epochs first."""
+    values = dataclasses.asdict(recipe)
+    first = [key for key in ("epochs", "pretrain_epochs") if key in values]
+    return {key: list(values[key]) if isinstance(values[key], tuple) else values[key]
+            for key in first + [key for key in values if key not in first]}

@@ -1,10 +1,24 @@
 """The recipes that train the zoo's presets, one module per task over shared pieces (:mod:`.common`) and the
 registries a recipe's named fields are read from (:mod:`.components`).
 
-:data:`RECIPES` is the one table from a preset's task to its recipe module; ``otzoo train``, ``otzoo evaluate``,
-``otzoo fine-tune`` and ``otzoo tune`` all go through it. Each recipe module defines ``training_setup(spec, ...)``
-(everything a run trains with, built without training), ``train(name, out_dir, **options)`` and ``evaluate(preset,
-weights=None, limit=None)`` (``preset``: a name or a preset directory ``otzoo train`` wrote).
+:data:`RECIPES` is the one table from a preset's task to its recipe module: ``otzoo train``, ``otzoo evaluate``,
+``otzoo fine-tune`` and ``otzoo tune`` choose what a task does only through it (:func:`recipe_for`), never by
+comparing task names, so a new task is one module and one entry. Each recipe module defines:
+
+- ``training_setup(spec, ...)``: everything a run trains with, built without training; ``train(name, out_dir,
+  **options)``; ``evaluate(preset, weights=None, limit=None, ...)`` (``preset``: a name or a preset directory
+  ``otzoo train`` wrote);
+- ``TRAIN_OPTIONS`` and ``EVALUATE_OPTIONS``: the ``otzoo train`` / ``otzoo evaluate`` options beyond the common
+  ones that its ``train`` / ``evaluate`` accept (e.g. ``("episodes", "pretrained")``); the command line refuses the
+  others for its presets;
+- ``check_evaluation_limit(spec, limit)``: raises ``training.data.errors.EmptySliceError`` naming ``limit`` when the
+  first ``limit`` test images cannot give the task's metrics;
+- ``fine_tune_setup(name, model, limit, seed, batch_size, queries)``: ``(the model fit trains, its loss, its
+  training data)`` for ``otzoo fine-tune`` (:mod:`.fine_tune`);
+- ``TUNING_OBJECTIVE``: the validation metric ``otzoo tune`` maximizes, or ``None`` for a task that is not tunable;
+  when it is set, ``tuning_data(limit, validation_fraction, seed)`` (``(train, val, description)``),
+  ``tuning_parts(spec, served, train, recipe)`` (``(model fit trains, loss, callbacks, batch feed or None)``) and
+  ``tuning_score(outputs, labels)`` (``training.tuning.search``).
 """
 import os
 

@@ -2,7 +2,10 @@
 own loss), report test accuracy.
 
 :func:`training_setup` assembles everything a run trains with from the preset's spec (the model, the compiled
-optimizer and loss, the layer callbacks, the data pipelines) without training; :func:`train` runs it.
+optimizer and loss, the layer callbacks, the data pipelines) without training; :func:`train` runs it. The other
+commands reach this task through the same module: :func:`fine_tune_setup` (``otzoo fine-tune``), the tuning pieces
+:data:`TUNING_OBJECTIVE`, :func:`tuning_data`, :func:`tuning_parts`, :func:`tuning_score` (``otzoo tune``), and
+:func:`check_evaluation_limit` (``otzoo evaluate --limit``).
 """
 import os
 import time
@@ -16,9 +19,11 @@ import tensorflow as tf
 from ot_layers.callbacks.layer_signals import LayerSignals
 from training.data.datasets import Batches, image_batches
 from training.data.errors import EmptySliceError
+from training.data.fashion_mnist import load_fashion_mnist
 from training.data.pipelines import image_dataset
 from training.distributed.fit import fit
 from training.recipes.common import (
+    check_fine_tune_batch,
     evaluation_target,
     merged_overrides,
     preset_spec,
@@ -28,7 +33,15 @@ from training.recipes.common import (
     write_preset,
 )
 from training.recipes.components import make_callbacks, make_loss, make_optimizer
+from training.recipes.validation import carve_validation, validation_split
 from zoo.loading import build
+
+# The ``otzoo train`` options beyond the common ones that this task's ``train`` accepts (``--config``: a best.json
+# of ``otzoo tune``), and the ``otzoo evaluate`` ones its ``evaluate`` accepts.
+TRAIN_OPTIONS = ("config",)
+EVALUATE_OPTIONS = ()
+# What ``otzoo tune`` maximizes: the served model's accuracy on a validation part of the training images.
+TUNING_OBJECTIVE = "val_accuracy"
 
 
 @dataclass
@@ -136,3 +149,42 @@ def evaluate(preset, weights=None, limit=None, batch_size=256, data_dir=None):
                          data_dir=data_dir)
     return dict(metrics={"accuracy": classification_accuracy(model, test.dataset)},
                 card_metrics=card.get("metrics"), examples=test.examples)
+
+
+def check_evaluation_limit(spec, limit):
+    """``otzoo evaluate --limit``: nothing to check before evaluating; accuracy is defined on any non-empty slice
+    of the test images (an empty one is the data loader's :class:`EmptySliceError`)."""
+
+
+def fine_tune_setup(name, model, limit, seed, batch_size, queries):
+    """What ``otzoo fine-tune`` fits for classification preset ``name``: ``(the model fit trains, its loss, its
+    training data)`` from the served ``model`` (pretrained), by the recipe's loss (the hyperspherical head by its
+    pull loss, with the labels as a second input; no re-assignment while fine-tuning) on the first ``limit``
+    Fashion-MNIST training images in shuffled batches of ``batch_size`` (``seed``). ``queries``: unused (few-shot
+    episodes only). Raises :class:`EmptySliceError` naming ``limit`` when they cannot fill one batch."""
+    images, labels = load_fashion_mnist("train", limit=limit, normalize=False)
+    check_fine_tune_batch(images, batch_size, limit, "training images")
+    trained, loss, _, feed = classification_training(name, model)
+    return trained, loss, image_dataset(images, labels, batch_size, training=True, seed=seed).map(feed)
+
+
+def tuning_data(limit, validation_fraction, seed):
+    """``(train, val, description)`` of an ``otzoo tune`` search: the first ``limit`` Fashion-MNIST training
+    images (never the test split) split into ``(images, labels)`` to train the trials on and a seeded,
+    class-stratified ``validation_fraction`` of them to score the trials."""
+    images, labels = load_fashion_mnist("train", limit=limit, normalize=False)
+    train, val = carve_validation(validation_split, images, labels, limit, validation_fraction, seed)
+    return train, val, "train (validation carved from it)"
+
+
+def tuning_parts(spec, served, train, recipe):
+    """``(the model fit trains, its loss, the recipe's layer callbacks, how to feed it (x, y) batches)`` of one
+    ``otzoo tune`` trial of classification preset ``spec`` on the ``served`` model (the trial's head arguments),
+    by ``recipe``; ``train``: the trial's ``(images, labels)``."""
+    return classification_training(spec, served, recipe)
+
+
+def tuning_score(outputs, labels):
+    """A trial's score (:data:`TUNING_OBJECTIVE`): the accuracy of the served model's logits ``outputs`` on the
+    validation ``labels``."""
+    return np.mean(np.argmax(outputs, axis=-1) == labels)

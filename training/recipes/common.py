@@ -13,10 +13,12 @@ import os
 import platform
 
 import keras
+import numpy as np
 import tensorflow as tf
 
 from ot_layers.optional import require
 from training.data.datasets import check_dataset_augmentation, data_spec
+from training.data.errors import EmptySliceError
 from training.distributed.strategies import is_chief, make_strategy, strategy_name, tf_config
 from training.recipes.components import check_recipe
 from training.recipes.tuned_config import load_tuned_config
@@ -109,6 +111,23 @@ def card_spec(card):
     if card.get("dataset") != base.data.dataset or (shape and tuple(shape) != tuple(base.data.input_shape)):
         spec = base.with_data(data_spec(card["dataset"], base.task, shape[0] if shape else None))
     return dataclasses.replace(spec, recipe=recipe_from_dict(base.task, card.get("recipe") or {}))
+
+
+def check_fine_tune_batch(images, batch_size, limit, what):
+    """Raise :class:`EmptySliceError` naming ``limit`` when ``images`` (the first ``limit`` training images, of
+    ``what``) cannot fill one fine-tuning batch of ``batch_size`` (``otzoo fine-tune`` drops an incomplete one)."""
+    if len(images) < batch_size:
+        raise EmptySliceError(f"{len(images)} {what}, fewer than one batch of {batch_size} (fine-tuning drops an "
+                              "incomplete batch); give more images", parameter="limit", value=limit)
+
+
+def evaluation_slice(limit, labels):
+    """``(images per evaluation class, a description)`` of ``labels``: the evaluation classes' labels among the
+    first ``limit`` test images, for the error of an ``otzoo evaluate --limit`` too small for a metric."""
+    classes, counts = np.unique(labels, return_counts=True)
+    per_class = dict(zip(classes.tolist(), counts.tolist()))
+    return counts, (f"the first {limit:,} test images hold {len(labels):,} of the evaluation classes (per class: "
+                    f"{per_class})")
 
 
 def standard_callbacks(out_dir):

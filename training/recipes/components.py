@@ -2,8 +2,12 @@
 callbacks, and the few-shot meta optimizer (the augmentations are the data pipelines': ``training.data``).
 
 A recipe (``zoo.spec.Recipe`` / ``FewShotRecipe``) names each part; :func:`check_recipe` rejects an unknown name
-with one ``ValueError`` naming the field and the accepted values before anything is built or read.
+with one ``ValueError`` naming the field and the accepted values before anything is built or read, and a recipe
+that sets a field its optimizer does not use (e.g. ``momentum`` with ``adam``), which would otherwise be silently
+ignored.
 """
+import dataclasses
+
 import keras
 
 from ot_layers.callbacks import GSPPrototypeInit, PrototypeReassignment
@@ -27,6 +31,8 @@ OPTIMIZERS = {
     "adam": lambda rate, momentum, nesterov: keras.optimizers.Adam(rate),
     "adamw": lambda rate, momentum, nesterov: keras.optimizers.AdamW(rate),
 }
+# The arguments each optimizer of :data:`OPTIMIZERS` uses: a recipe changing another one from its default is refused.
+OPTIMIZER_ARGUMENTS = {"sgd": ("momentum", "nesterov"), "adam": (), "adamw": ()}
 
 
 def _step_decay(rate, steps):
@@ -143,12 +149,31 @@ def make_callbacks(recipe, model, images):
     return [choose(CALLBACKS, "callbacks", name)(model, images, recipe.seed) for name in recipe.callbacks]
 
 
+def _check_optimizer_fields(recipe, optimizer_field, fields):
+    """Refuse a recipe whose optimizer (the recipe field ``optimizer_field``) does not use one of ``fields``
+    (``{recipe field: the optimizer argument it sets}``) while that field differs from the recipe class's
+    default: the value would be silently ignored."""
+    optimizer = getattr(recipe, optimizer_field)
+    used = OPTIMIZER_ARGUMENTS[optimizer]
+    defaults = {f.name: f.default for f in dataclasses.fields(recipe)}
+    for field, argument in fields.items():
+        value = getattr(recipe, field)
+        if argument not in used and value != defaults[field]:
+            users = sorted(name for name, arguments in OPTIMIZER_ARGUMENTS.items() if argument in arguments)
+            raise ValueError(f"recipe field `{field}` ({value!r}) applies to `{optimizer_field}` {users} only; "
+                             f"{optimizer!r} does not use it: leave it at its default {defaults[field]!r}.")
+
+
 def check_recipe(recipe, task):
-    """Raise one ``ValueError`` naming the field for the first unknown name in ``recipe`` (a ``task`` preset's)."""
+    """Raise one ``ValueError`` naming the field for the first unknown name in ``recipe`` (a ``task`` preset's),
+    or for a field its optimizer does not use changed from its default (``momentum``, ``nesterov`` with ``adam``
+    or ``adamw``; ``meta_momentum`` with a few-shot recipe's ``meta_optimizer`` ``adam`` or ``adamw``)."""
     choose(OPTIMIZERS, "optimizer", recipe.optimizer)
     choose(SCHEDULES, "schedule", recipe.schedule)
+    _check_optimizer_fields(recipe, "optimizer", {"momentum": "momentum", "nesterov": "nesterov"})
     if isinstance(recipe, FewShotRecipe):
         choose(OPTIMIZERS, "meta_optimizer", recipe.meta_optimizer)
+        _check_optimizer_fields(recipe, "meta_optimizer", {"meta_momentum": "momentum"})
         return recipe
     _loss_entry(recipe, task)
     for name in recipe.callbacks:

@@ -13,6 +13,10 @@ Fashion-MNIST: base classes 0-4 of the training images, novel classes 5-9 of the
    (:func:`meta_train`, checkpointed).
 3. Evaluation: ``ways``-way episodes of the novel classes for each of ``eval_shots``, a fixed episode seed, mean
    accuracy +- 95 % interval (``training.evaluation.few_shot.few_shot_accuracy``).
+
+The other commands reach this task through the same module: :func:`fine_tune_setup` (``otzoo fine-tune``: base-class
+episodes for ``model.fit``) and :func:`check_evaluation_limit` (``otzoo evaluate --limit``). A few-shot preset is
+not tunable (:data:`TUNING_OBJECTIVE` is ``None``).
 """
 import os
 import time
@@ -25,11 +29,13 @@ import tensorflow as tf
 
 from ot_layers.validation import check_positive_int
 from training.data.datasets import image_arrays
-from training.data.episodes import EpisodeSampler
+from training.data.episodes import EpisodeSampler, episode_dataset
 from training.data.errors import EmptySliceError
+from training.data.fashion_mnist import fashion_mnist_split
 from training.data.pipelines import image_dataset
 from training.evaluation.few_shot import few_shot_accuracy
 from training.recipes.common import (
+    evaluation_slice,
     evaluation_target,
     merged_overrides,
     preset_spec,
@@ -43,6 +49,14 @@ from zoo.loading import build
 from zoo.models import image_classifier
 
 PRETRAINED_FILE = "pretrained_backbone.weights.h5"
+# The ``otzoo train`` options beyond the common ones that this task's ``train`` accepts (``--episodes``: the
+# meta-training episodes; ``--pretrained``: another run's pre-trained backbone), and the ``otzoo evaluate`` ones its
+# ``evaluate`` accepts (``--episodes``: evaluation episodes per setting).
+TRAIN_OPTIONS = ("episodes", "pretrained")
+EVALUATE_OPTIONS = ("episodes",)
+# ``otzoo tune`` does not run few-shot trials: they would need the episodic recipe (pre-training, meta-training) in
+# every trial, which the search does not wire; ``None`` marks the task as not tunable.
+TUNING_OBJECTIVE = None
 
 
 def few_shot_scores(model, spec, recipe=None, limit=None, episodes=None, verbose=0, data_dir=None):
@@ -99,6 +113,7 @@ def training_setup(spec, limit=None, strategy=None, data_dir=None):
     if len(images) < recipe.batch_size:
         raise EmptySliceError(f"{len(images)} base-class training images, fewer than one batch of "
                               f"{recipe.batch_size}.", "limit", limit)
+    _check_episodes(labels, recipe, limit)
     steps = len(images) // recipe.batch_size * recipe.pretrain_epochs
     with (strategy or tf.distribute.get_strategy()).scope():
         model = build(spec, l2=recipe.l2)
@@ -111,6 +126,19 @@ def training_setup(spec, limit=None, strategy=None, data_dir=None):
                                   augment=recipe.augment)
     return FewShotSetup(spec, model, images, labels, classifier, optimizer, loss, pretrain_data,
                         make_meta_optimizer(recipe))
+
+
+def _check_episodes(labels, recipe, limit):
+    """Meta-training draws ``ways``-way episodes of ``shots + queries`` images per class from the base ``labels``:
+    raise :class:`EmptySliceError` naming ``limit`` before pre-training when too few classes have that many."""
+    classes, counts = np.unique(labels, return_counts=True)
+    needed = recipe.shots + recipe.queries
+    usable = int(np.sum(counts >= needed))
+    if usable < recipe.ways:
+        raise EmptySliceError(f"{len(labels)} base-class training images, {usable} base class(es) with {needed} "
+                              f"images or more; {recipe.ways}-way {recipe.shots}-shot meta-training episodes with "
+                              f"{recipe.queries} queries need {recipe.ways} (per class: "
+                              f"{dict(zip(classes.tolist(), counts.tolist()))})", "limit", limit)
 
 
 def pretrain_backbone(setup, out_dir, verbose=2, extra_callbacks=()):
@@ -233,3 +261,39 @@ def meta_train(model, images, labels, episodes, optimizer, ways=5, shots=1, quer
     return history
 
 
+def check_evaluation_limit(spec, limit):
+    """``otzoo evaluate --limit`` of few-shot preset ``spec`` on Fashion-MNIST: the novel classes among the first
+    ``limit`` test images must supply its evaluation episodes (``ways`` classes with the largest shot count plus
+    the queries each), else :class:`EmptySliceError` naming ``limit``, before the model is loaded. Other data sets
+    are checked as they are read."""
+    if limit is None or spec.data.dataset != "fashion_mnist":
+        return
+    _, labels = fashion_mnist_split("few_shot", "novel", limit=limit, normalize=False)
+    counts, held = evaluation_slice(limit, labels)
+    recipe, ways = spec.recipe, spec.architecture.ways
+    needed = max(recipe.eval_shots) + recipe.eval_queries
+    if np.sum(counts >= needed) < ways:
+        raise EmptySliceError(f"{held}; {ways}-way {max(recipe.eval_shots)}-shot episodes with {recipe.eval_queries} "
+                              f"queries need {ways} classes of {needed} images or more; give more test images",
+                              "limit", limit)
+
+
+def fine_tune_setup(name, model, limit, seed, batch_size, queries):
+    """What ``otzoo fine-tune`` fits for few-shot preset ``name``: ``(model, its loss, its training data)``: the
+    served few-shot ``model`` (pretrained) itself, by cross-entropy on the query labels, on about one pass over the
+    first ``limit`` Fashion-MNIST base-class training images in ``ways``-way 1-shot episodes with ``queries``
+    queries per class (``seed``). ``batch_size``: unused (one episode is one batch). Raises
+    :class:`EmptySliceError` naming ``limit`` when they cannot supply an episode (``ways`` base classes with
+    ``1 + queries`` images each)."""
+    spec = preset_spec(name)
+    images, labels = fashion_mnist_split("few_shot", "base", limit=limit, normalize=False, relabel=True)
+    ways, needed = spec.architecture.ways, 1 + queries
+    counts = np.bincount(labels, minlength=ways)
+    if np.sum(counts >= needed) < ways:
+        raise EmptySliceError(
+            f"{len(images)} base-class training images, {int(np.sum(counts >= needed))} base class(es) with "
+            f"{needed} images or more; a {ways}-way episode needs {ways} (per class: {counts.tolist()}); "
+            "give more images", parameter="limit", value=limit)
+    episodes = max(1, len(images) // (ways * (1 + queries)))  # about one pass over the images
+    return model, keras.losses.SparseCategoricalCrossentropy(from_logits=True), episode_dataset(
+        images, labels, episodes, ways=ways, shots=1, queries=queries, seed=seed)

@@ -9,6 +9,11 @@ retrieval among the test images of the unseen classes (every image a query again
 (``training.evaluation.retrieval_metrics``). Both poolings share the recipe (optimizer, schedule, budget, data
 order, augmentation); the GSP preset's recipe adds its GAP warm-up epoch and k-center prototype initialization
 (callback ``GSPPrototypeInit``).
+
+The other commands reach this task through the same module: :func:`fine_tune_setup` (``otzoo fine-tune``), the
+tuning pieces :data:`TUNING_OBJECTIVE`, :func:`tuning_data`, :func:`tuning_parts`, :func:`tuning_score` (``otzoo
+tune``: whole seen classes held out, scored by MAP@R), and :func:`check_evaluation_limit` (``otzoo evaluate
+--limit``).
 """
 import os
 import time
@@ -20,11 +25,14 @@ import tensorflow as tf
 from ot_layers.callbacks.layer_signals import LayerSignals
 from training.data.datasets import image_batches
 from training.data.errors import EmptySliceError
+from training.data.fashion_mnist import fashion_mnist_split
 from training.data.pipelines import image_dataset
 from training.distributed.fit import fit
 from training.evaluation.retrieval import retrieval_metrics
 from training.recipes.classification import TrainingSetup
 from training.recipes.common import (
+    check_fine_tune_batch,
+    evaluation_slice,
     evaluation_target,
     merged_overrides,
     preset_spec,
@@ -34,10 +42,17 @@ from training.recipes.common import (
     write_preset,
 )
 from training.recipes.components import make_callbacks, make_loss, make_optimizer
+from training.recipes.validation import VALIDATION_IMAGES_PER_CLASS, carve_validation, held_out_classes_split
 from zoo.loading import build
 
 # The card's metrics (NMI is left out: k-means makes it depend on its own seed and sklearn's version).
 RETRIEVAL_METRICS = ("map_at_r", "precision_at_1", "recall_at_1", "recall_at_2", "recall_at_4", "recall_at_8")
+# The ``otzoo train`` options beyond the common ones that this task's ``train`` accepts (``--config``: a best.json
+# of ``otzoo tune``), and the ``otzoo evaluate`` ones its ``evaluate`` accepts.
+TRAIN_OPTIONS = ("config",)
+EVALUATE_OPTIONS = ()
+# What ``otzoo tune`` maximizes: MAP@R of cosine retrieval among seen classes held out of the trial's training.
+TUNING_OBJECTIVE = "val_map_at_r"
 
 
 def embed(model, batches):
@@ -69,7 +84,8 @@ def retrieval_training(spec, model, recipe=None, num_classes=None):
     (``num_classes``, default the preset's)."""
     spec = preset_spec(spec)
     recipe = recipe or spec.recipe
-    num_classes = num_classes or spec.data.num_classes
+    seen = spec.data.train_classes
+    num_classes = num_classes or (len(seen) if seen else spec.data.num_classes)
     trained, loss, _ = make_loss(recipe, "retrieval", model, num_classes)
     return trained, loss
 
@@ -169,3 +185,60 @@ def evaluate(preset, weights=None, limit=None, data_dir=None):
     test = _unseen_test_images(spec, limit, data_dir)
     return dict(metrics=retrieval_scores(model, test.dataset), card_metrics=card.get("metrics"),
                 examples=test.examples)
+
+
+def check_evaluation_limit(spec, limit):
+    """``otzoo evaluate --limit`` of retrieval preset ``spec`` on Fashion-MNIST: the unseen classes among the first
+    ``limit`` test images must hold two images or more of each class there (every image is a query against the
+    others), else :class:`EmptySliceError` naming ``limit``, before the model is loaded. Other data sets are checked
+    as they are read."""
+    if limit is None or spec.data.dataset != "fashion_mnist":
+        return
+    _, labels = fashion_mnist_split("retrieval", "test", limit=limit, normalize=False)
+    counts, held = evaluation_slice(limit, labels)
+    if len(labels) < 2 or counts.min() < 2:
+        raise EmptySliceError(f"{held}; retrieval metrics need two images or more of each class (every image is a "
+                              "query against the others); give more test images", "limit", limit)
+
+
+def fine_tune_setup(name, model, limit, seed, batch_size, queries):
+    """What ``otzoo fine-tune`` fits for retrieval preset ``name``: ``(the model fit trains, its loss, its training
+    data)``: the served embedding ``model`` (pretrained) with fresh class proxies, by the recipe's proxy loss, on
+    the seen classes among the first ``limit`` Fashion-MNIST training images in shuffled batches of
+    ``batch_size`` (``seed``). ``queries``: unused (few-shot episodes only). Raises :class:`EmptySliceError`
+    naming ``limit`` when they cannot fill one batch."""
+    spec = preset_spec(name)
+    images, labels = fashion_mnist_split("retrieval", "train", limit=limit, normalize=False, relabel=True)
+    check_fine_tune_batch(images, batch_size, limit, "training images of the seen classes")
+    trained, loss = retrieval_training(spec, model, spec.recipe)
+    return trained, loss, image_dataset(images, labels, batch_size, training=True, seed=seed)
+
+
+def tuning_data(limit, validation_fraction, seed):
+    """``(train, val, description)`` of an ``otzoo tune`` search: the seen classes among the first ``limit``
+    Fashion-MNIST training images (never the test split), the last ``validation_fraction`` of those classes (two
+    at least) held out to score the trials by retrieval among them (their first
+    ``VALIDATION_IMAGES_PER_CLASS`` images each), the others, relabelled ``0..C'-1``, to train on. ``seed``:
+    unused (the split is by class)."""
+    images, labels = fashion_mnist_split("retrieval", "train", limit=limit, normalize=False)
+    train, val = carve_validation(held_out_classes_split, images, labels, limit, validation_fraction)
+    description = (f"training images of the seen classes: classes {sorted(set(np.unique(val[1]).tolist()))} held "
+                   f"out (first {VALIDATION_IMAGES_PER_CLASS} images each) to score retrieval, the others trained "
+                   "on")
+    return train, val, description
+
+
+def tuning_parts(spec, served, train, recipe):
+    """``(the model fit trains, its loss, the recipe's layer callbacks, None: batches fed as they are)`` of one
+    ``otzoo tune`` trial of retrieval preset ``spec`` on the ``served`` embedding model (the trial's pooling
+    arguments), by ``recipe``, with one proxy set per class of the trial's ``train`` ``(images, labels)``; the
+    callbacks (e.g. GSP's prototype initialization) initialize from those images."""
+    images, labels = train
+    trained, loss = retrieval_training(spec, served, recipe, num_classes=int(labels.max()) + 1)
+    return trained, loss, make_callbacks(recipe, served, images), None
+
+
+def tuning_score(outputs, labels):
+    """A trial's score (:data:`TUNING_OBJECTIVE`): MAP@R of cosine retrieval among the held-out classes' embeddings
+    ``outputs`` (``labels``), every image a query."""
+    return retrieval_metrics(outputs, labels, metric="cosine", nmi=False)["map_at_r"]

@@ -3,7 +3,9 @@
 :func:`tune` searches the head's own parameters (:func:`search_space`) and the learning rate by random search:
 each trial builds the preset's architecture with the sampled head arguments, trains it for ``epochs`` epochs on
 the training split minus a validation part carved from it (the test split is never read), and is scored on that
-validation part:
+validation part. What is carved, trained and scored is the task's, from its recipe module
+(``training.recipes.recipe_for(task)``: ``TUNING_OBJECTIVE``, ``tuning_data``, ``tuning_parts``,
+``tuning_score``):
 
 - classification presets: a class-stratified share of the training images (:func:`validation_split`), scored by
   accuracy (``val_accuracy``);
@@ -24,8 +26,9 @@ Search spaces by head (the vocabulary of ``docs/api.md``):
 
 always with ``learning_rate`` (log-uniform, a decade either side of the recipe's, capped to 1e-4 .. 1).
 
-Trials run for the classification and retrieval presets (Fashion-MNIST); the few-shot head's space is defined here
-but its trials need the episodic recipe and raise a ``ValueError`` saying so.
+Trials run for the presets whose task has a ``TUNING_OBJECTIVE`` (classification and retrieval) on Fashion-MNIST;
+the few-shot head's space is defined here but its trials need the episodic recipe: a few-shot preset raises a
+``ValueError`` saying so.
 """
 import dataclasses
 import json
@@ -33,19 +36,16 @@ import math
 import os
 
 import keras
-import numpy as np
 
 import zoo
 from ot_layers.optional import require
-from ot_layers.validation import check_in_range, check_positive_int
+from ot_layers.validation import check_positive_int
 from training.data.errors import EmptySliceError
-from training.data.fashion_mnist import fashion_mnist_split, load_fashion_mnist
 from training.data.pipelines import image_dataset
-from training.evaluation.retrieval import retrieval_metrics
-from training.recipes.classification import classification_training
-from training.recipes.components import make_callbacks, make_optimizer
-from training.recipes.retrieval import retrieval_training
+from training.recipes import RECIPES, recipe_for
+from training.recipes.components import make_optimizer
 from training.recipes.tuned_config import CONFIG_FORMAT
+from training.recipes.validation import VALIDATION_IMAGES_PER_CLASS, held_out_classes_split, validation_split
 from zoo.registry import PRESETS
 
 # The JSON written by ``tune`` (``OUT/best.json``):
@@ -55,8 +55,20 @@ from zoo.registry import PRESETS
 #    "objective": "val_accuracy" | "val_map_at_r", "score": FLOAT, "search": {...how it was searched...},
 #    "trials": [{"trial_id", "score", "head_kwargs", "learning_rate"}, ...best first]}
 # Only "preset", "head_kwargs" and "learning_rate" are read back (load_tuned_config); the rest documents the search.
-OBJECTIVES = {"classification": "val_accuracy", "retrieval": "val_map_at_r"}
-VALIDATION_IMAGES_PER_CLASS = 1000  # retrieval: images of each held-out class that score a trial
+TUNING_DATASET = "fashion_mnist"  # the only data set the trials read (the recipes' tuning_data)
+__all__ = ["tune", "search_space", "tuning_objective", "tunable_tasks", "format_summary", "validation_split",
+           "held_out_classes_split", "VALIDATION_IMAGES_PER_CLASS", "CONFIG_FORMAT"]
+
+
+def tuning_objective(task):
+    """The validation metric the trials of a ``task`` preset maximize (its recipe's ``TUNING_OBJECTIVE``), or
+    ``None``: the task is not tunable."""
+    return recipe_for(task).TUNING_OBJECTIVE
+
+
+def tunable_tasks():
+    """The tasks whose presets :func:`tune` runs trials for, in ``training.recipes.RECIPES``' order."""
+    return [task for task, recipe in RECIPES.items() if recipe.TUNING_OBJECTIVE is not None]
 
 
 def search_space(spec):
@@ -89,83 +101,30 @@ def _sample(hp, param):
     return hp.Float(param["name"], param["low"], param["high"], sampling=param["kind"])
 
 
-def validation_split(images, labels, fraction=0.2, seed=0):
-    """``(train_images, train_labels), (val_images, val_labels)``: a seeded, class-stratified ``fraction`` of the
-    given *training* examples held out for scoring trials (each class keeps at least one training example)."""
-    fraction = check_in_range("validation_fraction", fraction, 0.0, 1.0, low_open=True, high_open=True)
-    labels = np.asarray(labels)
-    rng = np.random.default_rng(seed)
-    held = []
-    for c in np.unique(labels):
-        members = rng.permutation(np.flatnonzero(labels == c))
-        count = min(len(members) - 1, int(round(fraction * len(members))))
-        held.extend(members[:count].tolist())
-    held = np.sort(np.asarray(held, dtype=np.int64))
-    if len(held) == 0:
-        raise EmptySliceError(f"`validation_fraction` {fraction} of {len(labels)} examples holds out no example; "
-                              "use more examples (`limit`) or a larger fraction.")
-    keep = np.setdiff1d(np.arange(len(labels)), held)
-    return (images[keep], labels[keep]), (images[held], labels[held])
-
-
-def held_out_classes_split(images, labels, fraction=0.2, per_class=VALIDATION_IMAGES_PER_CLASS):
-    """The retrieval protocol on the seen classes: ``(fit_images, fit_labels), (val_images, val_labels)``.
-
-    The last ``max(2, round(fraction * C))`` of the ``C`` classes in ``labels`` are held out: their first
-    ``per_class`` images (original labels) score the trial by retrieval among unseen classes; the other classes'
-    images train it (labels ``0..C'-1`` in increasing order). At least two classes must remain to train on."""
-    fraction = check_in_range("validation_fraction", fraction, 0.0, 1.0, low_open=True, high_open=True)
-    labels = np.asarray(labels)
-    classes = np.unique(labels)
-    count = max(2, int(round(fraction * len(classes))))
-    if len(classes) - count < 2:
-        raise EmptySliceError(f"`validation_fraction` {fraction}: holding out {count} of the {len(classes)} seen "
-                              "classes leaves fewer than two to train on; use more classes or a smaller fraction.")
-    fit_classes, val_classes = classes[:-count], classes[-count:]
-    fit_mask = np.isin(labels, fit_classes)
-    relabel = np.searchsorted(fit_classes, labels[fit_mask]).astype(np.int32)
-    held = np.concatenate([np.flatnonzero(labels == c)[:per_class] for c in val_classes])
-    return (images[fit_mask], relabel), (images[held], labels[held])
-
-
-def _accuracy(logits, labels):
-    return np.mean(np.argmax(logits, axis=-1) == labels)
-
-
-def _map_at_r(embeddings, labels):
-
-    return retrieval_metrics(embeddings, labels, metric="cosine", nmi=False)["map_at_r"]
-
-
-# What scores a trial, by task: the served model's outputs on the validation images and their labels -> a number
-# (accuracy of the logits; MAP@R of cosine retrieval among the held-out classes, every image a query).
-SCORES = {"classification": _accuracy, "retrieval": _map_at_r}
-
-
 class _ValidationScore(keras.callbacks.Callback):
-    """Adds the task's objective (``val_accuracy`` or ``val_map_at_r``) of ``served`` (the served model: images ->
-    logits or embeddings) on the validation images to each epoch's logs, before the tuner's callbacks read it."""
+    """Adds the task's objective (``objective``, e.g. ``val_accuracy`` or ``val_map_at_r``: ``score(outputs,
+    labels)``) of ``served`` (the served model: images -> logits or embeddings) on the validation images to each
+    epoch's logs, before the tuner's callbacks read it."""
 
-    def __init__(self, task, served, images, labels, batch_size=256):
+    def __init__(self, objective, score, served, images, labels, batch_size=256):
         super().__init__()
-        self.task, self.served, self.images, self.labels, self.batch_size = task, served, images, labels, batch_size
+        self.objective, self.score = objective, score
+        self.served, self.images, self.labels, self.batch_size = served, images, labels, batch_size
 
     def on_epoch_end(self, epoch, logs=None):
         outputs = self.served.predict(self.images, batch_size=self.batch_size, verbose=0)
         if logs is not None:
-            logs[OBJECTIVES[self.task]] = float(SCORES[self.task](outputs, self.labels))
+            logs[self.objective] = float(self.score(outputs, self.labels))
 
 
-def _task_parts(name, spec, served, data, recipe):
-    """``(model fit trains, loss, callbacks before the scorer, batch feed or None, scorer)`` of one trial."""
-    (x_train, y_train), (x_val, y_val) = data
-    if spec.task == "retrieval":
-        model, loss = retrieval_training(spec, served, recipe, num_classes=int(y_train.max()) + 1)
-        head_callbacks = make_callbacks(recipe, served, x_train)  # e.g. GSP's prototype initialization
-        return model, loss, head_callbacks, None, _ValidationScore("retrieval", served, x_val, y_val)
-
-    model, loss, head_callbacks, feed = classification_training(spec, served, recipe)
-    return model, loss, head_callbacks, feed, _ValidationScore("classification", served, x_val, y_val)
+def _trial_parts(spec, served, data, recipe):
+    """``(model fit trains, loss, callbacks before the scorer, batch feed or None, scorer)`` of one trial, by the
+    task's recipe module."""
+    task_recipe = recipe_for(spec.task)
+    train, (x_val, y_val) = data
+    model, loss, head_callbacks, feed = task_recipe.tuning_parts(spec, served, train, recipe)
+    scorer = _ValidationScore(task_recipe.TUNING_OBJECTIVE, task_recipe.tuning_score, served, x_val, y_val)
+    return model, loss, head_callbacks, feed, scorer
 
 
 def _preset_hypermodel(name, spec, params, data, epochs, batch_size, backbone):
@@ -182,7 +141,7 @@ def _preset_hypermodel(name, spec, params, data, epochs, batch_size, backbone):
             head_kwargs = {p["name"]: values[p["name"]] for p in params if p["target"] == "head"}
             served = zoo.build(name, **({"backbone": backbone} if backbone else {}), **head_kwargs)
             optimizer = make_optimizer(dataclasses.replace(recipe, learning_rate=values["learning_rate"]), steps)
-            model, loss, self.head_callbacks, self.feed, self.scorer = _task_parts(name, spec, served, data, recipe)
+            model, loss, self.head_callbacks, self.feed, self.scorer = _trial_parts(spec, served, data, recipe)
             model.compile(optimizer, loss)
             return model
 
@@ -197,16 +156,6 @@ def _preset_hypermodel(name, spec, params, data, epochs, batch_size, backbone):
     return PresetHyperModel()
 
 
-def _split(split, images, labels, limit, *args):
-    """``split(images, labels, *args)``, its :class:`EmptySliceError` naming ``limit`` when one was given."""
-    try:
-        return split(images, labels, *args)
-    except EmptySliceError as error:
-        if limit is None:
-            raise
-        raise EmptySliceError(f"{len(labels)} training images; {error}", "limit", limit) from None
-
-
 def _trial_config(trial, params):
     values = trial.hyperparameters.values
     return dict(trial_id=trial.trial_id, score=None if trial.score is None else float(trial.score),
@@ -214,7 +163,7 @@ def _trial_config(trial, params):
                 learning_rate=float(values["learning_rate"]))
 
 
-def format_summary(preset, trials, objective=OBJECTIVES["classification"]):
+def format_summary(preset, trials, objective="val_accuracy"):
     """The trial table :func:`tune` prints: rank, trial, validation score, learning rate, head arguments."""
     lines = [f"otzoo tune {preset}: {len(trials)} trial(s), best first (score: {objective})",
              f"{'rank':>4}  {'trial':>5}  {'score':>7}  {'learning_rate':>13}  head_kwargs"]
@@ -250,23 +199,15 @@ def tune(preset, trials, out_dir, epochs=1, limit=None, batch_size=None, backbon
         limit = check_positive_int("limit", limit)
     spec = PRESETS[preset]
     batch_size = check_positive_int("batch_size", batch_size or spec.recipe.batch_size)
-    if spec.task not in OBJECTIVES:
+    objective = tuning_objective(spec.task)
+    if objective is None:
         raise ValueError(f"`preset` {preset!r} is a {spec.task} preset: its search space is defined "
                          f"({[p['name'] for p in search_space(spec)]}) but its trials need the {spec.task} "
                          "training recipe, not wired into tuning yet.")
-    objective = OBJECTIVES[spec.task]
-    if spec.data.dataset != "fashion_mnist":
+    if spec.data.dataset != TUNING_DATASET:
         raise ValueError(f"`preset` {preset!r}: tuning reads Fashion-MNIST only, not {spec.data.dataset!r}.")
     keras.utils.set_random_seed(seed)
-    if spec.task == "retrieval":  # the seen classes' training images, never the test split
-        images, labels = fashion_mnist_split("retrieval", "train", limit=limit, normalize=False)
-        train, val = _split(held_out_classes_split, images, labels, limit, validation_fraction)
-        split = (f"training images of the seen classes: classes {sorted(set(np.unique(val[1]).tolist()))} held "
-                 f"out (first {VALIDATION_IMAGES_PER_CLASS} images each) to score retrieval, the others trained on")
-    else:
-        images, labels = load_fashion_mnist("train", limit=limit, normalize=False)  # never the test split
-        train, val = _split(validation_split, images, labels, limit, validation_fraction, seed)
-        split = "train (validation carved from it)"
+    train, val, split = recipe_for(spec.task).tuning_data(limit, validation_fraction, seed)  # never the test split
     if len(train[0]) < batch_size:
         raise EmptySliceError(f"{len(train[0])} training examples left after the validation split, fewer than one "
                               f"batch of {batch_size}; lower `batch_size` or raise `limit`",
