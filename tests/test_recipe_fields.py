@@ -224,6 +224,16 @@ def test_retrieval_on_cars196_end_to_end(tmp_path, capsys):
     assert card["train_classes"] == list(range(98)) and card["eval_classes"] == list(range(98, 196))
 
 
+@pytest.mark.parametrize("preset, dataset, seen", [
+    ("resnet20_gsp_retrieval_fashion_mnist", "caltech_birds2011", 100),  # GSP with its prototype initialization
+    ("resnet20_gap_retrieval_fashion_mnist", "stanford_online_products", 11318),
+])
+def test_retrieval_on_the_other_tfds_sets_end_to_end(tmp_path, capsys, preset, dataset, seen):
+    card = _end_to_end(tmp_path, capsys, preset, dataset, "--limit", "512", "--batch-size", "32",
+                       shape=(32, 32, 3))
+    assert card["train_classes"] == list(range(seen)) and card["recipe"]["augment"] == PRESETS[preset].recipe.augment
+
+
 def test_few_shot_on_cifar100_end_to_end(tmp_path, capsys):
     card = _end_to_end(tmp_path, capsys, EMD, "cifar100", "--limit", "512", "--batch-size", "32", "--episodes", "2",
                        "--recipe", "queries=2", "--recipe", "eval_shots=[1]", "--recipe", "eval_queries=2",
