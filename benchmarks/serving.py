@@ -75,14 +75,14 @@ def _float_inputs(spec, named, rows):
 def benchmark_preset(name, calls, rounds, warmup, folder):
     import export
     import zoo
-    from otzoo.samples import fashion_mnist_inputs
+    from otzoo.samples import sample_inputs
     from export.saved_model import directory_size
     from zoo.registry import PRESETS
 
     model = zoo.load(name)
     spec = export.serving_spec(model)
     classes = PRESETS[name].data.eval_classes if spec.task == "few_shot" else None
-    images = fashion_mnist_inputs(spec, THROUGHPUT_BATCH, classes=classes)
+    images = sample_inputs(spec, THROUGHPUT_BATCH, classes=classes)
     version_dir = export.to_saved_model(model, os.path.join(folder, name))
     onnx_path = export.to_onnx(model, os.path.join(folder, f"{name}.onnx"))
     report = export.verify(model, images, saved_model_dir=version_dir, onnx_path=onnx_path,

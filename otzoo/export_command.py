@@ -5,10 +5,10 @@ Exports a preset (by name, with its packaged weights), a ``.keras`` file or a pr
 load): the SavedModel goes to ``DIR/<name>/<version>/`` (with ``DIR/<name>/models.config``), the ONNX file to
 ``DIR/<name>.onnx``. The served task is ``--task``, else the card's ``task`` (a preset name or directory), else the
 one a ``.keras`` model states (``ot_layers.TaskModel``); a model stating none is exported as ``generic``. Unless
-``--no-verify``, both are checked against Keras on real Fashion-MNIST test images given as raw uint8 pixels
-(``--images``, default 64), at batch sizes 1 and 64 (at most the image count), in a process that cannot import
-otzoo; a difference above ``--atol`` is an error. Prints the signatures, their shapes, the sizes on disk and the
-parity table.
+``--no-verify``, both are checked against Keras on real test images of the preset's data set (Fashion-MNIST for
+a ``.keras`` file) given as raw uint8 pixels (``--images``, default 64), at batch sizes 1 and 64 (at most the
+image count), in a process that cannot import otzoo; a difference above ``--atol`` is an error. Prints the
+signatures, their shapes, the sizes on disk and the parity table.
 """
 import os
 import re
@@ -22,8 +22,9 @@ from export.signatures import TASKS, UINT8_SIGNATURE, serving_spec
 from export.warmup import WARMUP_DIR, WARMUP_FILE
 from ot_layers.optional import check_installed
 from otzoo.arguments import CommandError, positive_int, positive_number
-from otzoo.samples import fashion_mnist_inputs
+from otzoo.samples import sample_inputs
 from ot_layers.task_model import model_task
+from training.recipes.common import card_spec
 from zoo.preset_format import read_card
 from zoo.registry import PRESETS
 
@@ -51,7 +52,8 @@ def register(commands, parser_class):
 
 def _load(target):
     """``(model, name, task, preset spec or None)`` for a preset name, a ``.keras`` file or a preset directory; the
-    task: the preset's card's (a name or a directory) or the one a ``.keras`` model states (``None``: generic)."""
+    task: the preset's card's (a name or a directory) or the one a ``.keras`` model states (``None``: generic); the
+    spec of a directory: the one its card describes (its data set, input shape and class split)."""
     if target in PRESETS:
         return zoo.load(target), target, zoo.model_card(target)["task"], PRESETS[target]
     if target.endswith(".keras"):
@@ -67,8 +69,11 @@ def _load(target):
     if os.path.isdir(target):
         card = read_card(target) or {}
         model = zoo.load(target)  # checks the weights against the card's sha256 before loading
-        base = (card.get("fine_tuned") or {}).get("base") or card.get("name")
-        return model, os.path.basename(os.path.normpath(target)), card.get("task"), PRESETS.get(base)
+        try:
+            spec = card_spec(card)
+        except ValueError as error:
+            raise CommandError(f"NAME_OR_PATH: {target!r}: {error}") from None
+        return model, os.path.basename(os.path.normpath(target)), card.get("task"), spec
     raise CommandError(f"NAME_OR_PATH: {target!r} is neither a preset ({', '.join(sorted(PRESETS))}) nor a .keras "
                        "file nor a preset directory.")
 
@@ -107,9 +112,12 @@ def run(args):
                            "are never replaced (give another, or leave --version out for the next free one).")
     inputs = None
     if not args.no_verify:
-        classes = (preset.data.eval_classes if preset else None) if spec.task == "few_shot" else None
-        try:  # the parity check feeds Fashion-MNIST test images, which the model's inputs must take
-            inputs = fashion_mnist_inputs(spec, args.images, classes=classes)
+        data = preset.data if preset else None
+        dataset = data.dataset if data else "fashion_mnist"
+        classes = data.eval_classes if data and spec.task == "few_shot" else None
+        image_size = data.input_shape[0] if data and dataset != "fashion_mnist" else None
+        try:  # the parity check feeds the data set's test images, which the model's inputs must take
+            inputs = sample_inputs(spec, args.images, classes=classes, dataset=dataset, image_size=image_size)
         except ValueError as error:
             raise CommandError(f"NAME_OR_PATH: {error} (--no-verify exports without the check)") from None
     os.makedirs(args.out, exist_ok=True)
@@ -136,7 +144,7 @@ def run(args):
                                batch_sizes=sizes)
     except export.VerificationError as error:
         raise CommandError(f"verification: {str(error).splitlines()[0]}") from None
-    print(f"parity, max |artifact - Keras| on {count} Fashion-MNIST test images (raw uint8), batch "
+    print(f"parity, max |artifact - Keras| on {count} {dataset} test images (raw uint8), batch "
           f"sizes {', '.join(str(b) for b in sizes)}, each artifact run without otzoo:")
     print("  " + report.table().replace("\n", "\n  "))
     worst = max(report, key=report.get)

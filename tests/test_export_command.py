@@ -75,7 +75,7 @@ def test_export_verifies_on_fashion_mnist_and_prints_the_summary(keras_files, tm
     assert os.path.isfile(os.path.join(out, "tiny_classifier.onnx"))
     for expected in ("task classification", "serving_default: images float32 [-1, 28, 28, 1] -> logits [-1, 10]",
                      "serving_uint8: images uint8", "top_k_classes [-1, 5]", "MB", "saved_model_uint8",
-                     "on 8 Fashion-MNIST test images (raw uint8), batch sizes 1, 8", "parity holds"):
+                     "on 8 fashion_mnist test images (raw uint8), batch sizes 1, 8", "parity holds"):
         assert expected in text, text
     # The exported model is the file's model: the served logits equal the in-memory classifier's.
     from training.data.fashion_mnist import load_fashion_mnist

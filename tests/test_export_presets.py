@@ -10,7 +10,7 @@ import pytest
 
 import export
 import zoo
-from otzoo.samples import fashion_mnist_inputs
+from otzoo.samples import sample_inputs
 from zoo.loading import WEIGHTS_FILE, preset_dir
 from zoo.registry import PRESETS
 
@@ -25,7 +25,7 @@ def test_preset_exports_match_keras_on_real_images(name, tmp_path):
     spec = export.serving_spec(model)
     assert spec.task == zoo.model_card(name)["task"]
     classes = PRESETS[name].data.eval_classes if spec.task == "few_shot" else None
-    inputs = fashion_mnist_inputs(spec, 64, classes=classes)
+    inputs = sample_inputs(spec, 64, classes=classes)
     assert all(inputs[n].dtype.name == "uint8" for n in spec.pixel_inputs)
     assert len(inputs[spec.batched_inputs[0]]) == 64
     version_dir = export.to_saved_model(model, str(tmp_path / name))

@@ -175,7 +175,7 @@ def test_missing_data_set_says_how_to_get_it(tmp_path):
     with pytest.raises(FileNotFoundError) as info:
         tfds_dataset("cars196", "train", 8, data_dir=str(tmp_path))
     message = str(info.value)
-    for text in ("'cars196' is not prepared in", str(tmp_path), "tfds build cars196", "pass data_dir=",
+    for text in ("'cars196' is not prepared in", str(tmp_path), "tfds build cars196", "as data_dir",
                  "TFDS_DATA_DIR"):
         assert text in message
     with pytest.raises(FileNotFoundError, match="tfds build stanford_online_products"):

@@ -159,7 +159,7 @@ def test_export_reads_the_stated_task_not_the_layer_names():
 
 def test_export_command_takes_the_task_from_the_card(copied):
     _, name, task, preset = export_command._load(copied)
-    assert (name, task) == ("copy", "classification") and preset is zoo.registry.PRESETS[NAME]
+    assert (name, task) == ("copy", "classification") and preset == zoo.registry.PRESETS[NAME]  # the card's spec
 
 
 def test_walk_layers_reaches_nested_models_and_sub_layers():
