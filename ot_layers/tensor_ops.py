@@ -1,23 +1,23 @@
-"""Tensor helpers shared by several solvers, layers and callbacks (TensorFlow and NumPy twins).
+"""Tensor helpers shared by several solvers, layers and callbacks (``keras.ops`` and NumPy twins).
 
 One place for the small pieces every method needs: flattening a feature map into a set, normalizing rows, squared
 Euclidean distances between two point sets, and finding the layer a callback drives. Keeping them here means one
 definition of each guard (the ``1e-12`` floor of a norm, the clamp of a squared distance at 0).
 """
 import numpy as np
-import tensorflow as tf
+from keras import ops
 
 NORM_FLOOR = 1e-12  # NumPy: rows with a smaller norm are left (numerically) at zero instead of dividing by zero
-SQUARED_NORM_FLOOR = 1e-12  # TensorFlow: as tf.math.l2_normalize, so the gradient at a zero row stays ~1e6 (fp16-safe)
+SQUARED_NORM_FLOOR = 1e-12  # keras.ops: as tf.math.l2_normalize, so the gradient at a zero row stays ~1e6 (fp16-safe)
 
 
 def flatten_feature_map(features):
     """``(B, H, W, d)`` -> ``(B, H*W, d)`` (unknown spatial size allowed); ``(B, n, d)`` passes through."""
-    if features.shape.rank == 4:
+    if len(features.shape) == 4:
         h, w, d = features.shape[1], features.shape[2], features.shape[3]
         if h is not None and w is not None:
-            return tf.reshape(features, [-1, h * w, d])
-        return tf.reshape(features, [tf.shape(features)[0], -1, d])  # one unknown axis at most for tf.reshape
+            return ops.reshape(features, (-1, h * w, d))
+        return ops.reshape(features, (ops.shape(features)[0], -1, d))  # one unknown axis at most for a reshape
     return features
 
 
@@ -27,11 +27,19 @@ def flatten_feature_map_np(features):
     return features.reshape(-1, features.shape[-1]).astype(np.float64)
 
 
+def at_least(x, floor):
+    """``max(x, floor)`` elementwise for a Python number or tensor ``floor``, in ``x``'s dtype. Used instead of
+    ``keras.ops.maximum``, which on Keras' PyTorch backend (3.15) computes float64 tensors in float32. NaN stays NaN
+    (as ``tf.maximum``); at a tie the gradient goes to ``x``."""
+    floor = ops.full_like(x, floor) if isinstance(floor, (int, float)) else floor
+    return ops.where(x < floor, floor, x)
+
+
 def normalize_rows(x, axis=-1):
-    """``x / max(||x||, 1e-6)`` along ``axis`` (TensorFlow, ``x * rsqrt(max(||x||^2, 1e-12))`` like
+    """``x / max(||x||, 1e-6)`` along ``axis`` (``x * rsqrt(max(||x||^2, 1e-12))`` like
     ``tf.math.l2_normalize``); an all-zero row stays zero with a finite gradient, never NaN."""
-    squared = tf.reduce_sum(tf.square(x), axis=axis, keepdims=True)
-    return x * tf.math.rsqrt(tf.maximum(squared, tf.cast(SQUARED_NORM_FLOOR, x.dtype)))
+    squared = ops.sum(ops.square(x), axis=axis, keepdims=True)
+    return x * ops.rsqrt(at_least(squared, SQUARED_NORM_FLOOR))
 
 
 def normalize_rows_np(x, axis=-1):

@@ -251,9 +251,12 @@ def fine_tune(args):
         raise CommandError(f"preset: {args.preset} trains on {dataset}; fine-tuning reads Fashion-MNIST only.")
     card = fine_tune_preset(args.preset, args.out, epochs=args.epochs, limit=args.limit,
                             learning_rate=args.learning_rate, seed=args.seed)
-    losses = ", ".join(f"{value:.4f}" for value in card["fine_tuned"]["loss"])
-    print(f"{args.preset}: fine-tuned {args.epochs} epoch(s) on the first {args.limit:,} training images "
-          f"(loss per epoch: {losses}); saved to {args.out}")
+    tuned = card["fine_tuned"]
+    losses = ", ".join(f"{value:.4f}" for value in tuned["loss"])
+    before, after = tuned["loss_on_slice_before_after"]
+    print(f"{args.preset}: fine-tuned {args.epochs} epoch(s) on the first {args.limit:,} training images with the "
+          f"{tuned['backend']} backend (loss per epoch: {losses}; on the slice {before:.4f} before, {after:.4f} "
+          f"after); saved to {args.out}")
     return 0
 
 

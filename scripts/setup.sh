@@ -15,9 +15,10 @@ fi
 if .venv/bin/python -m pip show -q tensorflow-cpu >/dev/null 2>&1; then
   .venv/bin/python -m pip uninstall -y -q tensorflow-cpu
 fi
-# Development: the editable checkout with every feature's extra and the test tools (scripts/check_wheel.sh checks
+# Development: the editable checkout with every feature's extra, the JAX and PyTorch CPU builds (the backend
+# matrix, tests/test_backend_matrix.py) and the test tools (scripts/check_wheel.sh checks
 # what a user gets from the wheel, core alone and with an extra).
-.venv/bin/python -m pip install -q -e ".[all,dev]"
+.venv/bin/python -m pip install -q -e ".[all,dev,backends]"
 # Reference implementations some tests compare against (pytorch-metric-learning needs torch); the tests that use
 # them are skipped where they cannot be installed.
-.venv/bin/python -m pip install -q -e ".[all,dev,reference]" || echo "warning: reference packages not installed" >&2
+.venv/bin/python -m pip install -q -e ".[all,dev,backends,reference]" || echo "warning: reference packages not installed" >&2

@@ -43,14 +43,14 @@ def test_mpw_iterations_are_logged_to_tensorboard_and_are_what_the_solver_needs(
     features = keras.Model(model.inputs[0], head.input)(x[:16], training=False)
     _, _, result = head.matcher.match(flatten_feature_map(tf.convert_to_tensor(features)), head.proxies)
     k = int(iterations[-1])
-    assert int(result.iterations) == k
+    assert int(np.max(result.iterations)) == k
     assert history.history["mpw_head_marginal_error"][-1] <= 0.01 or k == head.matcher.max_iter
     if k > 1:
         fewer = head.matcher.max_iter, head.matcher.threshold
         head.matcher.max_iter = k - 1
         _, _, short = head.matcher.match(flatten_feature_map(tf.convert_to_tensor(features)), head.proxies)
         head.matcher.max_iter, head.matcher.threshold = fewer
-        assert int(short.iterations) == k - 1 and float(tf.reduce_max(short.error)) > 0.0
+        assert int(np.max(short.iterations)) == k - 1 and float(tf.reduce_max(short.error)) > 0.0
 
 
 def test_probe_images_must_be_a_batch():

@@ -7,6 +7,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from ot_layers.solvers import sinkhorn
+from ot_layers.solvers.sinkhorn import FIXED_ITERATIONS_TOLERANCE
 
 
 def random_problem(rng, batch, n, m, uniform, dtype=np.float64):
@@ -58,15 +59,21 @@ def test_result_fields_and_batching():
     assert result.plan.shape == (2, 3, 5, 4)
     assert result.f.shape == (2, 3, 5) and result.g.shape == (2, 3, 4)
     assert result.value.shape == result.transport_cost.shape == result.error.shape == (2, 3)
-    assert 0 < int(result.iterations) < 500
-    assert float(tf.reduce_max(result.error)) <= 1e-8
+    assert result.iterations.shape == result.converged.shape == (2, 3)
+    assert np.all(result.iterations.numpy() > 0) and np.all(result.iterations.numpy() < 500)
+    assert float(tf.reduce_max(result.error)) <= 1e-8 and bool(np.all(result.converged.numpy()))
+    for index in np.ndindex(2, 3):  # each problem's count is that of the problem solved alone
+        alone = sinkhorn(cost[index], epsilon=0.5, max_iter=500, threshold=1e-8)
+        assert int(alone.iterations) == int(result.iterations.numpy()[index])
     plan = np.exp((result.f.numpy()[..., :, None] + result.g.numpy()[..., None, :] - cost) / 0.5)
     np.testing.assert_allclose(result.plan, plan, atol=1e-12)
     np.testing.assert_allclose(result.transport_cost, np.sum(plan * cost, axis=(-2, -1)), atol=1e-12)
     entropy_term = 0.5 * np.sum(plan * (np.log(plan) - 1), axis=(-2, -1))
     np.testing.assert_allclose(result.value, result.transport_cost.numpy() + entropy_term, atol=1e-10)
     capped = sinkhorn(cost, epsilon=0.5, max_iter=7, threshold=0.0)
-    assert int(capped.iterations) == 7
+    assert np.all(capped.iterations.numpy() == 7)
+    np.testing.assert_array_equal(capped.converged.numpy(), capped.error.numpy() <= FIXED_ITERATIONS_TOLERANCE)
+    assert not np.any(sinkhorn(cost, epsilon=0.01, max_iter=1, threshold=None).converged.numpy())
 
 
 # --- gradients -------------------------------------------------------------------------------------------------
@@ -184,7 +191,9 @@ def test_plans_are_nonnegative_and_meet_marginals(problem):
     np.testing.assert_allclose(result.error.numpy(), row_error, rtol=1e-3, atol=1e-7)  # what the solver reports
     # Each problem stops at the threshold; one above it only when the run used its whole budget (a slow problem:
     # batch 2, n 3, m 2, epsilon 0.05, seed 6389 needs 3,815 iterations, POT's ot.sinkhorn converges slowly too).
-    assert np.all(row_error <= 1e-4 + 1e-6) or int(result.iterations) == 2000
+    met = row_error <= 1e-4 + 1e-6
+    assert np.all(met | (result.iterations.numpy() == 2000))
+    np.testing.assert_array_equal(result.converged.numpy(), result.error.numpy() <= 1e-4)
     np.testing.assert_allclose(plan.sum(-2), b, atol=1e-5)
 
 
@@ -192,8 +201,10 @@ def test_a_slow_problem_meets_the_threshold_given_the_iterations():
     cost, a, b = random_problem(np.random.default_rng(6389), 2, 3, 2, False, np.float32)
     short = sinkhorn(cost, a, b, epsilon=0.05, max_iter=2000, threshold=1e-4)
     long = sinkhorn(cost, a, b, epsilon=0.05, max_iter=20000, threshold=1e-4)
-    assert int(short.iterations) == 2000 and short.error.numpy()[1] > 1e-4
-    assert 2000 < int(long.iterations) < 20000 and np.all(long.error.numpy() <= 1e-4)
+    assert int(short.iterations[1]) == 2000 and short.error.numpy()[1] > 1e-4
+    assert not bool(short.converged[1]) and bool(short.converged[0])
+    assert int(short.iterations[0]) == int(long.iterations[0]) < 2000
+    assert 2000 < int(long.iterations[1]) < 20000 and np.all(long.error.numpy() <= 1e-4)
     np.testing.assert_allclose(long.plan.numpy()[0], short.plan.numpy()[0])  # problem 0 had stopped already
 
 
@@ -268,5 +279,6 @@ def test_each_problem_of_a_batch_ends_where_it_ends_alone(domain, gradient):
         alone_plan, alone_gradient = plan_and_gradient(cost[k:k + 1], upstream[k:k + 1])
         np.testing.assert_allclose(batch_plan[k], alone_plan[0], rtol=0, atol=1e-12)
         np.testing.assert_allclose(batch_gradient[k], alone_gradient[0], rtol=0, atol=1e-10)
-        iterations.append(int(sinkhorn(cost[k:k + 1], **options).iterations))
+        iterations.append(int(sinkhorn(cost[k:k + 1], **options).iterations[0]))
     assert len(set(iterations)) > 1  # the problems do stop at different iterations
+    assert sinkhorn(cost, **options).iterations.numpy().tolist() == iterations  # and the batch reports each one

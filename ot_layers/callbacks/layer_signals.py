@@ -41,7 +41,7 @@ class LayerSignals(keras.callbacks.Callback):
                 features = keras.Model(self.model.inputs[0], layer.input)(self.probe, training=False)
                 _, _, result = layer.matcher.match(flatten_feature_map(tf.convert_to_tensor(features)),
                                                    layer.proxies)
-                found[f"{layer.name}_sinkhorn_iterations"] = float(result.iterations)
+                found[f"{layer.name}_sinkhorn_iterations"] = float(np.max(keras.ops.convert_to_numpy(result.iterations)))
                 found[f"{layer.name}_marginal_error"] = float(tf.reduce_mean(result.error))
             elif isinstance(layer, GeneralizedSumPooling):
                 found[f"{layer.name}_prototypes_initialized"] = float(np.asarray(layer.prototypes_initialized))

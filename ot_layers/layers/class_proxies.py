@@ -1,7 +1,7 @@
 """ClassProxies: learnable per-class vectors (proxies, class embeddings) held as a Keras weight of the model, and the
 output the proxy losses read (Gurbuz 2022, ch. 3 and 5)."""
 import keras
-import tensorflow as tf
+from keras import ops
 
 from ot_layers.layers.base import ExportableLayer
 from ot_layers.tensor_ops import normalize_rows
@@ -53,16 +53,16 @@ class ClassProxies(ExportableLayer):
                                        autocast=False)  # read in float32 under mixed precision
 
     def call(self, inputs):
-        x = tf.cast(inputs, self.variable_dtype)
-        proxies = tf.convert_to_tensor(self.proxies)
+        x = ops.cast(inputs, self.variable_dtype)
+        proxies = ops.convert_to_tensor(self.proxies)
         if self.output_mode == "similarities":
-            return tf.einsum("bd,kmd->bkm", normalize_rows(x), normalize_rows(proxies))
+            return ops.einsum("bd,kmd->bkm", normalize_rows(x), normalize_rows(proxies))
         width = max(int(x.shape[-1]), int(proxies.shape[-1]))
-        x = tf.pad(x, [[0, 0], [0, width - int(x.shape[-1])]])[:, None, :]
-        flat = tf.reshape(proxies, [self.num_classes * self.num_proxies, proxies.shape[-1]])
-        flat = tf.pad(flat, [[0, 0], [0, width - int(proxies.shape[-1])]])
-        flat = tf.broadcast_to(flat[None], [tf.shape(x)[0], flat.shape[0], width])
-        return tf.concat([x, flat], axis=1)
+        x = ops.pad(x, [[0, 0], [0, width - int(x.shape[-1])]])[:, None, :]
+        flat = ops.reshape(proxies, (self.num_classes * self.num_proxies, proxies.shape[-1]))
+        flat = ops.pad(flat, [[0, 0], [0, width - int(proxies.shape[-1])]])
+        flat = ops.broadcast_to(flat[None], (ops.shape(x)[0], flat.shape[0], width))
+        return ops.concatenate([x, flat], axis=1)
 
     def compute_output_shape(self, input_shape):
         if self.output_mode == "similarities":

@@ -1,11 +1,11 @@
 """GeneralizedSumPooling: learned partial-transport selection of feature-map elements (Gurbuz 2022 thesis,
-ch. 5, Eq. 5.2.1-5.2.3)."""
+ch. 5, Eq. 5.2.1-5.2.3), written in ``keras.ops``: it runs on any Keras backend (TensorFlow, JAX, PyTorch)."""
 import keras
-import tensorflow as tf
+from keras import ops
 
 from ot_layers.layers.base import ExportableLayer
 from ot_layers.solvers.partial_transport import GRADIENTS, partial_transport
-from ot_layers.tensor_ops import flatten_feature_map
+from ot_layers.tensor_ops import at_least, flatten_feature_map
 from ot_layers.validation import (
     check_choice,
     check_in_range,
@@ -19,16 +19,16 @@ from ot_layers.validation import (
 def _clip_norm(x):
     """``u / max(1, ||u||_2)`` along the last axis (the thesis' normalization of features and prototypes, ch. 3 and
     5). Written with the squared norm so that an all-zero vector has a finite (zero) gradient."""
-    squared = tf.reduce_sum(x * x, axis=-1, keepdims=True)
-    return x * tf.math.rsqrt(tf.maximum(squared, tf.ones([], x.dtype)))
+    squared = ops.sum(x * x, axis=-1, keepdims=True)
+    return x * ops.rsqrt(at_least(squared, 1.0))
 
 
 def _euclidean_cost(prototypes, features):
     """``c_kj = ||w_k - f_j||_2`` (not squared), ``(B, m, n)`` from prototypes ``(m, d)`` and features ``(B, n, d)``."""
-    squared = (tf.reduce_sum(prototypes * prototypes, axis=-1)[None, :, None]
-               + tf.reduce_sum(features * features, axis=-1)[:, None, :]
-               - 2.0 * tf.einsum("md,bnd->bmn", prototypes, features))
-    return tf.sqrt(tf.maximum(squared, 1e-12))
+    squared = (ops.sum(prototypes * prototypes, axis=-1)[None, :, None]
+               + ops.sum(features * features, axis=-1)[:, None, :]
+               - 2.0 * ops.einsum("md,bnd->bmn", prototypes, features))
+    return ops.sqrt(at_least(squared, 1e-12))
 
 
 @keras.saving.register_keras_serializable(package="ot_layers")
@@ -59,7 +59,8 @@ class GeneralizedSumPooling(ExportableLayer):
     GAP), ``warmup_epochs_done`` and ``prototypes_initialized``, written by ``ot_layers.callbacks.GSPPrototypeInit``
     (GAP warm-up, then greedy k-center prototypes), so that a resumed run continues the warm-up where it stopped.
     The transport computes in float32 under mixed precision (the variable dtype); the feature dimension must be
-    known, the spatial size may be unknown. NaN in one sample stays in that sample's outputs.
+    known, the spatial size may be unknown. NaN in one sample stays in that sample's outputs. Written in
+    ``keras.ops``, the layer runs on any Keras backend (TensorFlow, JAX, PyTorch).
     """
 
     def __init__(self, num_prototypes=64, transport_ratio=0.3, *, epsilon=0.2, max_iter=100, threshold=1e-6,
@@ -93,30 +94,30 @@ class GeneralizedSumPooling(ExportableLayer):
 
         The weights are the transported mass over ``transport_ratio`` (``p_j``, Eq. 5.2.1; they sum to one),
         mixed with the uniform ``1/n`` by the warm-up flag; the plan is ``pi`` of Prop. 5.2.1 (rows: prototypes)."""
-        prototypes = tf.cast(self.prototypes, features.dtype)
+        prototypes = ops.cast(self.prototypes, features.dtype)
         cost = _euclidean_cost(_clip_norm(prototypes), _clip_norm(features))
         result = partial_transport(cost, self.transport_ratio, epsilon=self.epsilon, max_iter=self.max_iter,
                                    threshold=self.threshold, gradient=self.gradient)
-        transported = tf.reduce_sum(result.plan, axis=1)  # q_j = 1/n - rho_j at the fixed point
+        transported = ops.sum(result.plan, axis=1)  # q_j = 1/n - rho_j at the fixed point
         weights = transported / self.transport_ratio
-        n = tf.cast(tf.shape(features)[1], features.dtype)
-        warmup = tf.cast(self.average_pooling_warmup, features.dtype)
+        n = ops.cast(ops.shape(features)[1], features.dtype)
+        warmup = ops.cast(self.average_pooling_warmup, features.dtype)
         return (1.0 - warmup) * weights + warmup / n, result.plan
 
     def pool(self, features):
         """Pooled vectors ``(B, C)`` and pseudo-attributes ``(B, m)`` (Eq. 5.2.3) of features ``(B, n, C)``."""
         weights, plan = self.pooling_weights(features)
-        pooled = tf.einsum("bn,bnc->bc", weights, features)
-        attributes = tf.reduce_sum(plan, axis=-1) / self.transport_ratio
+        pooled = ops.einsum("bn,bnc->bc", weights, features)
+        attributes = ops.sum(plan, axis=-1) / self.transport_ratio
         return pooled, attributes
 
     def call(self, inputs):
-        dtype = tf.float64 if self.variable_dtype == "float64" else tf.float32  # float32 under mixed precision
-        features = tf.cast(inputs, dtype)
+        dtype = "float64" if self.variable_dtype == "float64" else "float32"  # float32 under mixed precision
+        features = ops.cast(inputs, dtype)
         pooled, attributes = self.pool(flatten_feature_map(features))
-        pooled = tf.cast(pooled, self.compute_dtype)
+        pooled = ops.cast(pooled, self.compute_dtype)
         if self.return_attributes:
-            return pooled, tf.cast(attributes, self.compute_dtype)
+            return pooled, ops.cast(attributes, self.compute_dtype)
         return pooled
 
     def compute_output_shape(self, input_shape):

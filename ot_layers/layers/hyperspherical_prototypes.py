@@ -1,12 +1,14 @@
 """HypersphericalPrototypes: cosine classifier on fixed prototypes with a re-assignable label map (DL2PA, Saadabadi
 et al. 2024)."""
+import contextlib
+
 import keras
 import numpy as np
-import tensorflow as tf
+from keras import ops
 
 from ot_layers.layers.base import ExportableLayer
 from ot_layers.solvers import prototypes as prototype_solver
-from ot_layers.tensor_ops import normalize_rows
+from ot_layers.tensor_ops import at_least, normalize_rows
 from ot_layers.validation import check_in_range, check_positive_int, check_rank, check_same_dim
 
 try:  # Keras-internal scopes in which a call is only traced for shapes / without state (no prototype estimation)
@@ -18,6 +20,17 @@ except ImportError:  # pragma: no cover - other Keras versions
 
     def in_symbolic_scope():
         return False
+
+
+def _eager_scope():
+    """A scope in which variables are read and assigned eagerly: ``tf.init_scope()`` on TensorFlow (a first call
+    may come while a ``tf.function`` is traced); nothing on JAX and PyTorch, whose variables outside a stateless
+    scope always hold concrete values."""
+    if keras.backend.backend() == "tensorflow":
+        import tensorflow as tf  # only on the TensorFlow backend, where Keras has already loaded it
+
+        return tf.init_scope()
+    return contextlib.nullcontext()
 
 
 @keras.saving.register_keras_serializable(package="ot_layers")
@@ -103,8 +116,8 @@ class HypersphericalPrototypes(ExportableLayer):
     def __call__(self, *args, **kwargs):
         if self._from_config and self.built and not self._is_symbolic_call(args, kwargs):
             self._from_config = False
-            with tf.init_scope():  # eager, also when first called while a tf.function is traced
-                if not np.any(keras.ops.convert_to_numpy(self.prototypes)):
+            with _eager_scope():  # eager, also when first called while a tf.function is traced
+                if not np.any(ops.convert_to_numpy(self.prototypes)):
                     self.prototypes.assign(self._estimate())
         return super().__call__(*args, **kwargs)
 
@@ -115,27 +128,27 @@ class HypersphericalPrototypes(ExportableLayer):
 
     def assigned_prototypes(self):
         """``(K, dim)`` float32: row ``k`` is the prototype ``p_{sigma(k)}`` of class ``k``."""
-        return tf.gather(tf.convert_to_tensor(self.prototypes), tf.convert_to_tensor(self.assignment))
+        return ops.take(ops.convert_to_tensor(self.prototypes), ops.convert_to_tensor(self.assignment), axis=0)
 
     def call(self, inputs, labels=None, training=None):
-        z = normalize_rows(tf.cast(inputs, tf.float32))
+        z = normalize_rows(ops.cast(inputs, "float32"))
         if training and labels is not None:
             self._update_representatives(z, labels)
-        logits = tf.matmul(z, self.assigned_prototypes(), transpose_b=True)
-        return tf.cast(logits, self.compute_dtype)
+        logits = ops.einsum("bd,kd->bk", z, self.assigned_prototypes())
+        return ops.cast(logits, self.compute_dtype)
 
     def _update_representatives(self, z, labels):
-        labels = tf.reshape(tf.cast(labels, tf.int32), [-1])
-        z = tf.stop_gradient(z)
-        finite = tf.reduce_all(tf.math.is_finite(z), axis=-1)
-        z = tf.where(finite[:, None], z, tf.zeros_like(z))
-        sums = tf.math.unsorted_segment_sum(z, labels, self.num_classes)
-        counts = tf.math.unsorted_segment_sum(tf.cast(finite, tf.float32), labels, self.num_classes)
+        labels = ops.reshape(ops.cast(labels, "int32"), (-1,))
+        z = ops.stop_gradient(z)
+        finite = ops.all(ops.isfinite(z), axis=-1)
+        z = ops.where(finite[:, None], z, ops.zeros_like(z))
+        sums = ops.segment_sum(z, labels, num_segments=self.num_classes)
+        counts = ops.segment_sum(ops.cast(finite, "float32"), labels, num_segments=self.num_classes)
         present = counts[:, None] > 0
-        batch_means = sums / tf.maximum(counts[:, None], 1.0)
-        old = tf.convert_to_tensor(self.representatives)
+        batch_means = sums / at_least(counts[:, None], 1.0)
+        old = ops.convert_to_tensor(self.representatives)
         moved = normalize_rows(self.momentum * old + (1.0 - self.momentum) * batch_means)
-        self.representatives.assign(tf.where(present, moved, old))
+        self.representatives.assign(ops.where(present, moved, old))
 
     def compute_output_shape(self, input_shape):
         return (input_shape[0], self.num_classes)

@@ -1,7 +1,7 @@
 """ManifoldProxies: similarities of a mini-batch to K meta-class proxies, direct or through the random walk (EDMS,
 Aziere and Todorovic 2019)."""
 import keras
-import tensorflow as tf
+from keras import ops
 
 from ot_layers.layers.base import ExportableLayer
 from ot_layers.solvers.random_walk import random_walk_similarity_and_mask
@@ -56,22 +56,22 @@ class ManifoldProxies(ExportableLayer):
                                        trainable=False, autocast=False)
 
     def call(self, inputs):
-        x = tf.cast(inputs, tf.float32)
-        valid = tf.reduce_all(tf.math.is_finite(x), axis=-1)
-        x = tf.where(valid[:, None], x, tf.zeros_like(x))  # a bad sample gets a NaN row and a zero gradient
-        proxies = tf.convert_to_tensor(self.proxies)
+        x = ops.cast(inputs, "float32")
+        valid = ops.all(ops.isfinite(x), axis=-1)
+        x = ops.where(valid[:, None], x, ops.zeros_like(x))  # a bad sample gets a NaN row and a zero gradient
+        proxies = ops.convert_to_tensor(self.proxies)
         if self.mode == "direct":
-            out = tf.matmul(normalize_rows(x), normalize_rows(proxies), transpose_b=True)
+            out = ops.einsum("bd,kd->bk", normalize_rows(x), normalize_rows(proxies))
         else:
             # the walk normalizes the points; the bad samples' (zeroed) rows are cut out of the graph
-            points = tf.concat([tf.where(valid[:, None], x, float("nan")), proxies], axis=0)
+            points = ops.concatenate([ops.where(valid[:, None], x, ops.full_like(x, float("nan"))), proxies], axis=0)
             f, _ = random_walk_similarity_and_mask(points, self.alpha, self.temperature)
-            batch = tf.shape(x)[0]
+            batch = ops.shape(x)[0]
             to_proxies = f[:, batch:]  # (B + K, K)
             f_samples, f_proxies = to_proxies[:batch], to_proxies[batch:]
-            out = f_samples if self.mode == "intrinsic" else tf.matmul(f_samples, f_proxies, transpose_b=True)
-        out = tf.where(valid[:, None], out, float("nan"))
-        return tf.cast(out, self.compute_dtype)
+            out = f_samples if self.mode == "intrinsic" else ops.einsum("bk,jk->bj", f_samples, f_proxies)
+        out = ops.where(valid[:, None], out, ops.full_like(out, float("nan")))
+        return ops.cast(out, self.compute_dtype)
 
     def compute_output_shape(self, input_shape):
         return (input_shape[0], self.num_classes)

@@ -1,6 +1,6 @@
 """MultiProxyWasserstein: the multi-proxy Wasserstein classifier head (Liu et al. 2021)."""
 import keras
-import tensorflow as tf
+from keras import ops
 
 from ot_layers.layers.base import ExportableLayer
 from ot_layers.layers.sinkhorn_match import SinkhornMatch
@@ -53,8 +53,8 @@ class MultiProxyWasserstein(ExportableLayer):
     def call(self, inputs):
         features = flatten_feature_map(inputs)
         plan, inner, _ = self.matcher.match(features, self.proxies)
-        logits = tf.reduce_sum(plan * inner, axis=[-2, -1])
-        return tf.cast(logits, self.compute_dtype)
+        logits = ops.sum(plan * inner, axis=(-2, -1))
+        return ops.cast(logits, self.compute_dtype)
 
     def compute_output_shape(self, input_shape):
         return (input_shape[0], self.num_classes)

@@ -2,11 +2,12 @@
 Liu et al. 2021)."""
 import keras
 import numpy as np
-import tensorflow as tf
+from keras import ops
 
+from ot_layers.backends import custom_gradient
 from ot_layers.layers.base import ExportableLayer
 from ot_layers.solvers.sinkhorn import DOMAINS, GRADIENTS, KERNEL_DOMAIN_LIMIT, compute_dtype, sinkhorn
-from ot_layers.tensor_ops import flatten_feature_map
+from ot_layers.tensor_ops import at_least, flatten_feature_map, normalize_rows
 from ot_layers.validation import (
     check_choice, check_non_negative, check_positive, check_positive_int, check_rank, check_same_dim,
 )
@@ -27,14 +28,14 @@ def safe_power(base, p):
     if p == 1.0:
         return base
 
-    @tf.custom_gradient
+    @custom_gradient
     def power(x):
-        y = tf.pow(x, p)
+        y = ops.power(x, p)
 
         def grad(dy):
-            at = tf.maximum(x, np.finfo(x.dtype.as_numpy_dtype).eps) if p < 1 else x
-            slope = p * tf.pow(at, p - 1.0)
-            return dy * tf.where(tf.equal(x, 0), tf.zeros_like(x), slope)
+            at = at_least(x, float(np.finfo(keras.backend.standardize_dtype(x.dtype)).eps)) if p < 1 else x
+            slope = p * ops.power(at, p - 1.0)
+            return (dy * ops.where(ops.equal(x, 0), ops.zeros_like(x), slope),)
 
         return y, grad
 
@@ -50,19 +51,17 @@ def pairwise_cost(features, targets, cost="cosine", p=1.0, pairing="class"):
     finite gradient at a zero cost (:func:`safe_power`). A zero vector has cosine 0 with everything (cost ``1``).
     """
     equation = "bnd,kmd->bknm" if pairing == "class" else "bnd,bmd->bnm"
-    inner = tf.einsum(equation, features, targets)
+    inner = ops.einsum(equation, features, targets)
     if cost == "cosine":
-        unit_f = tf.math.l2_normalize(features, axis=-1)
-        unit_t = tf.math.l2_normalize(targets, axis=-1)
-        base = 1.0 - tf.einsum(equation, unit_f, unit_t)
+        base = 1.0 - ops.einsum(equation, normalize_rows(features), normalize_rows(targets))
     else:
-        sq_f = tf.reduce_sum(tf.square(features), axis=-1)
-        sq_t = tf.reduce_sum(tf.square(targets), axis=-1)
+        sq_f = ops.sum(ops.square(features), axis=-1)
+        sq_t = ops.sum(ops.square(targets), axis=-1)
         if pairing == "class":
             base = sq_f[:, None, :, None] + sq_t[None, :, None, :] - 2.0 * inner
         else:
             base = sq_f[:, :, None] + sq_t[:, None, :] - 2.0 * inner
-    base = tf.maximum(base, 0.0)
+    base = at_least(base, 0.0)
     return safe_power(base, p), inner
 
 
@@ -98,7 +97,7 @@ class SinkhornMatch(ExportableLayer):
 
     def _solver_domain(self):
         if self.domain == "auto" and self.cost == "cosine":
-            return "kernel" if 2.0 ** self.p / self.epsilon < KERNEL_DOMAIN_LIMIT[tf.float32] else "log"
+            return "kernel" if 2.0 ** self.p / self.epsilon < KERNEL_DOMAIN_LIMIT["float32"] else "log"
         return self.domain
 
     def check_shapes(self, features_shape, targets_shape):
@@ -109,9 +108,9 @@ class SinkhornMatch(ExportableLayer):
     def match(self, features, targets):
         """``(plans, inner products, SinkhornResult)`` for flattened ``features`` ``(B, n, d)`` and ``targets``, in
         float32 (float64 for float64 ``features``)."""
-        dtype = compute_dtype(tf.as_dtype(features.dtype))  # float32, also under mixed precision; float64 for float64
-        features = tf.cast(features, dtype)
-        targets = tf.cast(targets, dtype)
+        dtype = compute_dtype(features.dtype)  # float32, also under mixed precision; float64 for float64
+        features = ops.cast(features, dtype)
+        targets = ops.cast(targets, dtype)
         cost, inner = pairwise_cost(features, targets, self.cost, self.p, self.pairing)
         result = sinkhorn(cost, epsilon=self.epsilon, max_iter=self.max_iter, threshold=self.threshold,
                           domain=self._solver_domain(), gradient=self.gradient)
@@ -123,9 +122,9 @@ class SinkhornMatch(ExportableLayer):
         features, targets = inputs
         self.check_shapes(features.shape, targets.shape)
         plan, _, result = self.match(flatten_feature_map(features), targets)
-        plan = tf.cast(plan, self.compute_dtype)
+        plan = ops.cast(plan, self.compute_dtype)
         if self.return_cost:
-            return plan, tf.cast(result.transport_cost, self.compute_dtype)
+            return plan, ops.cast(result.transport_cost, self.compute_dtype)
         return plan
 
     def compute_output_shape(self, input_shape):

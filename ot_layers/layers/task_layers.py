@@ -1,16 +1,16 @@
 """The zoo's small task layers: L2 normalization of embeddings, the few-shot episode split, the support set's class means and prototype logits (Snell et al. 2017)."""
 import keras
-import tensorflow as tf
+from keras import ops
 
 from ot_layers.layers.base import ExportableLayer
-from ot_layers.tensor_ops import normalize_rows
+from ot_layers.tensor_ops import at_least, normalize_rows
 from ot_layers.validation import check_choice, check_positive, check_positive_int, check_rank, check_same_dim
 
 PROTONET_METRICS = ("euclidean", "cosine")
 
 
 def _float32(x):
-    return tf.cast(x, tf.float64 if x.dtype == tf.float64 else tf.float32)
+    return ops.cast(x, "float64" if keras.backend.standardize_dtype(x.dtype) == "float64" else "float32")
 
 
 @keras.saving.register_keras_serializable(package="ot_layers")
@@ -19,7 +19,7 @@ class L2Normalization(ExportableLayer):
     row stays zero with a finite gradient (also under ``mixed_float16``), NaN stays in its row."""
 
     def call(self, inputs):
-        return tf.cast(normalize_rows(_float32(inputs)), self.compute_dtype)
+        return ops.cast(normalize_rows(_float32(inputs)), self.compute_dtype)
 
     def compute_output_shape(self, input_shape):
         return tuple(input_shape)
@@ -33,7 +33,7 @@ class SplitEpisode(ExportableLayer):
 
     def call(self, inputs):
         features, query = inputs
-        count = tf.shape(query)[0]
+        count = ops.shape(query)[0]
         return features[:count], features[count:]
 
     def compute_output_shape(self, input_shape):
@@ -54,14 +54,14 @@ class SupportClassMeans(ExportableLayer):
     def call(self, inputs):
         support, labels = inputs
         support = _float32(support)
-        one_hot = tf.one_hot(tf.reshape(tf.cast(labels, tf.int32), [-1]), self.ways, dtype=support.dtype)
-        flat = tf.reshape(support, [tf.shape(support)[0], -1])
-        counts = tf.reduce_sum(one_hot, axis=0)[:, None]
-        means = tf.matmul(one_hot, flat, transpose_a=True) / tf.maximum(counts, 1.0)
-        shape = tf.concat([[self.ways], tf.shape(support)[1:]], axis=0)
-        means = tf.reshape(means, shape)
-        means.set_shape((self.ways,) + tuple(support.shape[1:]))
-        return tf.cast(means, self.compute_dtype)
+        labels = ops.reshape(ops.cast(labels, "int32"), (-1,))
+        # one-hot by comparison: a label outside 0..ways-1 matches no class on every backend
+        one_hot = ops.cast(ops.equal(labels[:, None], ops.arange(self.ways, dtype="int32")[None, :]), support.dtype)
+        counts = ops.sum(one_hot, axis=0)  # (ways,)
+        sums = ops.einsum("sw,s...->w...", one_hot, support)  # any rank of support (also unknown)
+        counts = ops.reshape(at_least(counts, 1.0),
+                             (self.ways,) + (1,) * (len(support.shape) - 1))
+        return ops.cast(sums / counts, self.compute_dtype)
 
     def compute_output_shape(self, input_shape):
         return (self.ways,) + tuple(input_shape[0][1:])
@@ -93,10 +93,10 @@ class PrototypeLogits(ExportableLayer):
         check_same_dim("query", query.shape[-1], "prototypes", prototypes.shape[-1])
         query, prototypes = _float32(query), _float32(prototypes)
         if self.metric == "cosine":
-            logits = tf.matmul(normalize_rows(query), normalize_rows(prototypes), transpose_b=True)
+            logits = ops.einsum("bd,nd->bn", normalize_rows(query), normalize_rows(prototypes))
         else:
-            logits = -tf.reduce_sum(tf.square(query[:, None, :] - prototypes[None, :, :]), axis=-1)
-        return tf.cast(self.scale * logits, self.compute_dtype)
+            logits = -ops.sum(ops.square(query[:, None, :] - prototypes[None, :, :]), axis=-1)
+        return ops.cast(self.scale * logits, self.compute_dtype)
 
     def compute_output_shape(self, input_shape):
         return (input_shape[0][0], input_shape[1][0])

@@ -1,6 +1,6 @@
 """The DL2PA pull loss on cosine logits (Saadabadi et al. 2024)."""
 import keras
-import tensorflow as tf
+from keras import ops
 
 
 @keras.saving.register_keras_serializable(package="ot_layers")
@@ -13,7 +13,7 @@ class HypersphericalPullLoss(keras.losses.Loss):
         super().__init__(name=name, reduction=reduction, dtype=dtype)
 
     def call(self, y_true, y_pred):
-        labels = tf.reshape(tf.cast(y_true, tf.int32), [-1])
-        cosine = tf.gather(tf.cast(y_pred, tf.float32), labels, axis=1, batch_dims=1)
-        return tf.square(1.0 - cosine)
+        labels = ops.reshape(ops.cast(y_true, "int32"), (-1, 1))
+        cosine = ops.take_along_axis(ops.cast(y_pred, "float32"), labels, axis=1)[:, 0]
+        return ops.square(1.0 - cosine)
 

@@ -1,6 +1,6 @@
 """The (manifold) proxy N-pair loss of EDMS (Aziere and Todorovic 2019, eq. 4, 11, 12)."""
 import keras
-import tensorflow as tf
+from keras import ops
 
 from ot_layers.validation import check_non_negative
 
@@ -17,12 +17,12 @@ class ManifoldProxyLoss(keras.losses.Loss):
         self.margin = float(check_non_negative("margin", margin))
 
     def call(self, y_true, y_pred):
-        s = tf.cast(y_pred, tf.float32)
-        labels = tf.reshape(tf.cast(y_true, tf.int32), [-1])
-        positive = tf.gather(s, labels, axis=1, batch_dims=1)
-        others = tf.one_hot(labels, tf.shape(s)[1], on_value=False, off_value=True)
-        exponents = tf.where(others, s - positive[:, None] + self.margin, tf.fill(tf.shape(s), -float("inf")))
-        return tf.math.softplus(tf.reduce_logsumexp(exponents, axis=1))
+        s = ops.cast(y_pred, "float32")
+        labels = ops.reshape(ops.cast(y_true, "int32"), (-1, 1))
+        positive = ops.take_along_axis(s, labels, axis=1)  # (B, 1)
+        others = ops.not_equal(ops.arange(ops.shape(s)[1], dtype="int32")[None, :], labels)
+        exponents = ops.where(others, s - positive + self.margin, ops.full_like(s, -float("inf")))
+        return ops.softplus(ops.logsumexp(exponents, axis=1))
 
     def get_config(self):
         config = super().get_config()

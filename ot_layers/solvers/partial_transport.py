@@ -34,128 +34,174 @@ no ``kappa`` to overflow (``kappa = 1 / (n sum_j w_j)``).
 
 ``mu = 1`` is global average pooling's limit: ``rho = 0`` and ``pi_kj = K_kj / (n s_j)``; it is returned in
 closed form (the fixed point is only reached as ``t -> infinity`` there).
+
+Written in ``keras.ops``: one definition runs on TensorFlow, JAX and PyTorch. The implicit gradient is two
+``keras.ops.custom_gradient`` functions, one for ``rho`` and one for ``pi`` (Prop. 5.2.2 is linear in
+``(dL/drho, dL/dpi)``, so their cost gradients add up to the formula above); the unrolled mode differentiates the
+loop itself, through a loop with a static bound on JAX (whose ``while_loop`` has no reverse-mode gradient; each
+problem still freezes at its threshold, so the results are the same). An eager TensorFlow caller gets the loop
+compiled into one graph (:func:`ot_layers.backends.run_solver_loop`).
 """
-import collections
 import math
+from typing import NamedTuple
 
-import tensorflow as tf
+import keras
+import numpy as np
+from keras import ops
 
-from ot_layers.solvers.sinkhorn import per_problem_loop
+from ot_layers.backends import custom_gradient, run_solver_loop
+from ot_layers.solvers.sinkhorn import FIXED_ITERATIONS_TOLERANCE, compute_dtype, per_problem_loop
 from ot_layers.validation import check_choice, check_in_range, check_non_negative, check_positive, check_positive_int
 
-PartialTransportResult = collections.namedtuple("PartialTransportResult",
-                                                ["residual", "plan", "scale", "iterations", "error"])
-PartialTransportResult.__doc__ = """Solution of (P2) (float32, or float64 for float64 costs).
 
-residual: ``rho`` ``(B, n)``, the mass of each element left untransported.
-plan: ``pi`` ``(B, m, n)``, the mass each element sends to each prototype (sums to ``mu`` exactly).
-scale: ``t`` ``(B,)``, the scaling of Prop. 5.2.1 relative to the column sums divided by their maximum.
-iterations: ``(B,)`` int32, the iterations each problem ran before it met ``threshold`` (or ``max_iter``; 0 for
-  ``mu = 1``). A non-finite problem runs as long as the batch's loop.
-error: ``(B,)`` column-marginal error ``sum_j |rho_j + sum_k pi_kj - 1/n|`` of the returned solution.
-"""
+class PartialTransportResult(NamedTuple):
+    """Solution of (P2) (float32, or float64 for float64 costs, except the counts and flags).
+
+    residual: ``rho`` ``(B, n)``, the mass of each element left untransported.
+    plan: ``pi`` ``(B, m, n)``, the mass each element sends to each prototype (sums to ``mu`` exactly).
+    scale: ``t`` ``(B,)``, the scaling of Prop. 5.2.1 relative to the column sums divided by their maximum.
+    iterations: ``(B,)`` int32, the iterations each problem ran before it met ``threshold`` (or ``max_iter``; 0 for
+      ``mu = 1``). A non-finite problem runs as long as the batch's loop.
+    error: ``(B,)`` column-marginal error ``sum_j |rho_j + sum_k pi_kj - 1/n|`` of the returned solution.
+    converged: ``(B,)`` bool, ``error`` is finite and at most ``threshold`` (at most
+      ``sinkhorn.FIXED_ITERATIONS_TOLERANCE`` when ``threshold`` is 0); always true for ``mu = 1``.
+    """
+
+    residual: object
+    plan: object
+    scale: object
+    iterations: object
+    error: object
+    converged: object
+
 
 GRADIENTS = ("implicit", "unrolled")
 
+__all__ = ["GRADIENTS", "PartialTransportResult", "compute_dtype", "partial_transport"]
 
-def compute_dtype(dtype):
-    """float64 stays float64; every other floating dtype (float16, bfloat16, float32) computes in float32."""
-    return tf.float64 if dtype == tf.float64 else tf.float32
+
+def _dtype(x):
+    return keras.backend.standardize_dtype(x.dtype)
+
+
+def _log_size(x):
+    """``log n`` for the size ``n`` of the last axis of ``x`` (known or not), in ``x``'s dtype."""
+    return ops.log(ops.cast(ops.shape(x)[-1], _dtype(x)))
 
 
 def _log_residual(log_t, log_s, log_n):
-    return -log_n - tf.math.softplus(log_t + log_s)
+    return -log_n - ops.softplus(log_t + log_s)
 
 
-def _fixed_point(cost, transport_ratio, epsilon, max_iter, threshold):
+def _fixed_point(cost, transport_ratio, epsilon, max_iter, threshold, differentiable=False):
     """Prop. 5.2.1 on a batched cost ``(B, m, n)`` in the log domain, each problem stopping at its own threshold.
 
     Returns ``(iterations, log_t_prev, log_t, shift)``: ``iterations`` ``(B,)`` counts the updates each problem
     ran, ``log rho`` is computed from ``log t_prev`` (``(B, 1)``), the plan from the last scaling ``log t``;
     ``shift = max_j log s_j`` is what ``scale`` is reported relative to. The loop is Sinkhorn's
     (``per_problem_loop``): a problem whose error is at most ``threshold`` is frozen while the others iterate, so it
-    ends exactly where it would end solved alone.
+    ends exactly where it would end solved alone. ``differentiable`` asks for a loop the backend can
+    reverse-differentiate (the unrolled gradient; a static-bound loop on JAX).
     """
-    log_s = tf.reduce_logsumexp(-cost / epsilon, axis=1)  # (B, n)
-    shift = tf.stop_gradient(tf.reduce_max(log_s, axis=-1, keepdims=True))  # (B, 1)
-    log_n = tf.math.log(tf.cast(tf.shape(cost)[-1], cost.dtype))
-    log_mu = tf.constant(math.log(transport_ratio), cost.dtype)
+    log_s = ops.logsumexp(-cost / epsilon, axis=1)  # (B, n)
+    shift = ops.stop_gradient(ops.max(log_s, axis=-1, keepdims=True))  # (B, 1)
+    log_n = _log_size(cost)
+    log_mu = ops.convert_to_tensor(math.log(transport_ratio), _dtype(cost))
 
     def step(i, error, log_t_prev, log_t, count):
         """One update of ``t``; ``error`` is that of the updated state ``(log_t, new)``."""
-        new = log_mu - tf.reduce_logsumexp(log_s + _log_residual(log_t, log_s, log_n), axis=-1, keepdims=True)
-        error = transport_ratio * tf.abs(tf.exp(log_t - new) - 1.0)[:, 0]  # (no Expm1 in ONNX)
+        new = log_mu - ops.logsumexp(log_s + _log_residual(log_t, log_s, log_n), axis=-1, keepdims=True)
+        error = transport_ratio * ops.abs(ops.exp(log_t - new) - 1.0)[:, 0]  # (no Expm1 in ONNX)
         return i + 1, error, log_t, new, count + 1
 
     log_t0 = -shift  # t = 1 for the column sums divided by their maximum
     # Finite (the largest float), so that the stopping test, which ignores non-finite errors, enters the loop.
-    error0 = tf.fill(tf.shape(shift)[:1], tf.constant(cost.dtype.max, cost.dtype))
-    count0 = tf.zeros(tf.shape(shift), tf.int32)
-    _, _, log_t_prev, log_t, count = per_problem_loop(step, (tf.constant(0), error0, log_t0, log_t0, count0),
-                                                      max_iter, threshold)
+    error0 = ops.full_like(shift[:, 0], float(np.finfo(_dtype(cost)).max))
+    count0 = ops.zeros_like(shift, dtype="int32")
+    start = (ops.convert_to_tensor(0, "int32"), error0, log_t0, log_t0, count0)
+    _, _, log_t_prev, log_t, count = per_problem_loop(step, start, max_iter, threshold, differentiable)
     return count[:, 0], log_t_prev, log_t, shift
 
 
 def _solution(cost, epsilon, log_t_prev, log_t):
     """``(logits, log_rho, rho, plan)`` for the scalings ``log_t_prev`` (residual) and ``log_t`` (plan)."""
     logits = -cost / epsilon
-    log_s = tf.reduce_logsumexp(logits, axis=1)
-    log_n = tf.math.log(tf.cast(tf.shape(cost)[-1], cost.dtype))
-    log_rho = _log_residual(log_t_prev, log_s, log_n)
-    plan = tf.exp(log_t[:, :, None] + logits + log_rho[:, None, :])
-    return logits, log_rho, tf.exp(log_rho), plan
+    log_s = ops.logsumexp(logits, axis=1)
+    log_rho = _log_residual(log_t_prev, log_s, _log_size(cost))
+    plan = ops.exp(log_t[:, :, None] + logits + log_rho[:, None, :])
+    return logits, log_rho, ops.exp(log_rho), plan
 
 
 def _implicit_cost_gradient(logits, log_rho, log_t, rho, plan, d_rho, d_plan, epsilon):
-    """``dL/dc`` of Prop. 5.2.2 in the guarded form of the module docstring."""
-    n = tf.cast(tf.shape(rho)[-1], rho.dtype)
-    column_softmax = tf.nn.softmax(logits, axis=1)  # pi_kj / q_j
-    d_bar = tf.reduce_sum(column_softmax * d_plan, axis=1)  # (B, n)
-    log_w = 2.0 * log_rho + log_t + tf.reduce_logsumexp(logits, axis=1)  # log rho_j + log q_j, q_j = t s_j rho_j
-    weights = tf.nn.softmax(log_w, axis=-1)
-    beta = tf.reduce_sum(weights * (d_bar - d_rho), axis=-1, keepdims=True)  # (B, 1)
-    inner = (d_plan - d_bar[:, None, :]) + (n * rho * (d_bar - d_rho - beta))[:, None, :]
+    """``dL/dc`` of Prop. 5.2.2 in the guarded form of the module docstring; ``d_rho`` or ``d_plan`` may be ``None``
+    (no gradient on that output: the formula is linear in the two, so the terms of a missing one are left out)."""
+    n = ops.cast(ops.shape(rho)[-1], _dtype(rho))
+    log_w = 2.0 * log_rho + log_t + ops.logsumexp(logits, axis=1)  # log rho_j + log q_j, q_j = t s_j rho_j
+    weights = ops.softmax(log_w, axis=-1)
+    if d_plan is None:
+        d_bar, centred = None, -d_rho
+    else:
+        column_softmax = ops.softmax(logits, axis=1)  # pi_kj / q_j
+        d_bar = ops.sum(column_softmax * d_plan, axis=1)  # (B, n)
+        centred = d_bar if d_rho is None else d_bar - d_rho  # Dbar_j - dL/drho_j
+    beta = ops.sum(weights * centred, axis=-1, keepdims=True)  # (B, 1)
+    inner = (n * rho * (centred - beta))[:, None, :]
+    if d_bar is not None:
+        inner = (d_plan - d_bar[:, None, :]) + inner
     return -(plan * inner) / epsilon
 
 
-def _solve_implicit(cost, transport_ratio, epsilon, max_iter, threshold):
-    iterations, log_t_prev, log_t, shift = _fixed_point(tf.stop_gradient(cost), transport_ratio, epsilon, max_iter,
-                                                        threshold)
+def _implicit_residual_and_plan(cost, log_t_prev, log_t, epsilon):
+    """``rho`` and ``pi`` of the converged scalings (constants), each with its part of Prop. 5.2.2's gradient.
 
-    @tf.custom_gradient
-    def solve(cost):
+    Two single-output custom-gradient functions (Keras' PyTorch backend takes one output): ``rho``'s sends back
+    ``dL/dc`` for ``dL/dpi = 0``, ``pi``'s for ``dL/drho = 0``; by linearity their sum is Prop. 5.2.2's ``dL/dc``.
+    """
+
+    def solution_with_gradient(output, cost, log_t_prev, log_t):
         logits, log_rho, rho, plan = _solution(cost, epsilon, log_t_prev, log_t)
 
-        def grad(d_rho, d_plan):
-            d_rho = tf.zeros_like(rho) if d_rho is None else d_rho
-            d_plan = tf.zeros_like(plan) if d_plan is None else d_plan
-            return _implicit_cost_gradient(logits, log_rho, log_t, rho, plan, d_rho, d_plan, epsilon)
+        def grad(upstream):
+            d_rho, d_plan = (upstream, None) if output == "residual" else (None, upstream)
+            d_cost = _implicit_cost_gradient(logits, log_rho, log_t, rho, plan, d_rho, d_plan, epsilon)
+            return d_cost, ops.zeros_like(log_t_prev), ops.zeros_like(log_t)
 
-        return (rho, plan), grad
+        return (rho if output == "residual" else plan), grad
 
-    rho, plan = solve(cost)
+    residual_of = custom_gradient(lambda *args: solution_with_gradient("residual", *args))
+    plan_of = custom_gradient(lambda *args: solution_with_gradient("plan", *args))
+    return residual_of(cost, log_t_prev, log_t), plan_of(cost, log_t_prev, log_t)
+
+
+def _solve_implicit(cost, transport_ratio, epsilon, max_iter, threshold):
+    iterations, log_t_prev, log_t, shift = run_solver_loop(_fixed_point, ops.stop_gradient(cost), transport_ratio,
+                                                           epsilon, max_iter, threshold)
+    log_t_prev, log_t = ops.stop_gradient(log_t_prev), ops.stop_gradient(log_t)
+    rho, plan = _implicit_residual_and_plan(cost, log_t_prev, log_t, epsilon)
     return rho, plan, log_t_prev, log_t, shift, iterations
 
 
 def _solve_unrolled(cost, transport_ratio, epsilon, max_iter, threshold):
-    iterations, log_t_prev, log_t, shift = _fixed_point(cost, transport_ratio, epsilon, max_iter, threshold)
+    iterations, log_t_prev, log_t, shift = run_solver_loop(_fixed_point, cost, transport_ratio, epsilon, max_iter,
+                                                           threshold, True)
     _, _, rho, plan = _solution(cost, epsilon, log_t_prev, log_t)
     return rho, plan, log_t_prev, log_t, shift, iterations
 
 
 def _average_pooling_limit(cost, epsilon):
     """``mu = 1``: no residual; every element sends its mass ``1/n`` to the prototypes by a softmax over them."""
-    n = tf.cast(tf.shape(cost)[-1], cost.dtype)
-    plan = tf.nn.softmax(-cost / epsilon, axis=1) / n
-    batch = tf.shape(cost)[0]
-    return PartialTransportResult(tf.zeros_like(plan[:, 0, :]), plan,
-                                  tf.fill([batch], tf.constant(float("inf"), cost.dtype)), tf.zeros([batch], tf.int32),
-                                  tf.zeros([batch], cost.dtype))
+    n = ops.cast(ops.shape(cost)[-1], _dtype(cost))
+    plan = ops.softmax(-cost / epsilon, axis=1) / n
+    per_problem = plan[:, 0, 0]
+    error = ops.zeros_like(per_problem)
+    return PartialTransportResult(ops.zeros_like(plan[:, 0, :]), plan, ops.full_like(per_problem, float("inf")),
+                                  ops.zeros_like(per_problem, dtype="int32"), error, ops.isfinite(error))
 
 
 def partial_transport(cost, transport_ratio=0.3, *, epsilon=0.2, max_iter=100, threshold=1e-6,
                       gradient="implicit"):
-    """Solve GSP's entropic partial transport (P2) for ``cost`` ``(m, n)`` or batched ``(B, m, n)``.
+    """Solve GSP's entropic partial transport (P2) for ``cost`` ``(m, n)`` or batched ``(B, m, n)``, on any Keras
+    backend (TensorFlow, JAX, PyTorch).
 
     Args:
       cost: ``(m, n)`` or ``(B, m, n)`` floating costs (prototypes x elements). Computed in float32 (float64 for
@@ -167,24 +213,25 @@ def partial_transport(cost, transport_ratio=0.3, *, epsilon=0.2, max_iter=100, t
       threshold: each problem stops once its own column-marginal error is at most this (frozen while the rest of
         the batch iterates); ``0`` runs exactly ``max_iter``.
       gradient: ``"implicit"`` (Prop. 5.2.2, memory and time independent of the iteration count) or
-        ``"unrolled"`` (autodiff through the iterations). No gradient flows to ``scale``.
+        ``"unrolled"`` (autodiff through the iterations; on JAX a loop of ``max_iter`` steps in which converged
+        problems stay frozen). No gradient flows to ``scale``.
 
     Returns:
-      ``PartialTransportResult(residual, plan, scale, iterations, error)``, with the batch axis only if ``cost``
-      had one.
+      ``PartialTransportResult(residual, plan, scale, iterations, error, converged)``, with the batch axis only if
+      ``cost`` had one.
     """
     transport_ratio = float(check_in_range("transport_ratio", transport_ratio, 0.0, 1.0, low_open=True))
     epsilon = float(check_positive("epsilon", epsilon))
     max_iter = check_positive_int("max_iter", max_iter)
     threshold = float(check_non_negative("threshold", threshold))
     check_choice("gradient", gradient, GRADIENTS)
-    cost = tf.convert_to_tensor(cost)
-    if cost.shape.rank not in (2, 3):
-        raise ValueError(f"`cost` must have shape (m, n) or (B, m, n), got {cost.shape}.")
-    if not cost.dtype.is_floating:
-        raise ValueError(f"`cost` must be a floating tensor, got {cost.dtype.name}.")
-    cost = tf.cast(cost, compute_dtype(cost.dtype))
-    batched = cost.shape.rank == 3
+    cost = ops.convert_to_tensor(cost)
+    if len(cost.shape) not in (2, 3):
+        raise ValueError(f"`cost` must have shape (m, n) or (B, m, n), got {tuple(cost.shape)}.")
+    if not keras.backend.is_float_dtype(_dtype(cost)):
+        raise ValueError(f"`cost` must be a floating tensor, got {_dtype(cost)}.")
+    cost = ops.cast(cost, compute_dtype(cost.dtype))
+    batched = len(cost.shape) == 3
     if not batched:
         cost = cost[None]
     if transport_ratio == 1.0:
@@ -192,10 +239,11 @@ def partial_transport(cost, transport_ratio=0.3, *, epsilon=0.2, max_iter=100, t
     else:
         solve = _solve_implicit if gradient == "implicit" else _solve_unrolled
         rho, plan, log_t_prev, log_t, shift, iterations = solve(cost, transport_ratio, epsilon, max_iter, threshold)
-        log_t_prev, log_t = tf.stop_gradient(log_t_prev), tf.stop_gradient(log_t)
-        error = transport_ratio * tf.abs(tf.exp(log_t_prev - log_t) - 1.0)[:, 0]
-        result = PartialTransportResult(rho, plan, tf.exp(log_t + shift)[:, 0], iterations, error)
+        log_t_prev, log_t = ops.stop_gradient(log_t_prev), ops.stop_gradient(log_t)
+        error = transport_ratio * ops.abs(ops.exp(log_t_prev - log_t) - 1.0)[:, 0]
+        tolerance = threshold if threshold else FIXED_ITERATIONS_TOLERANCE
+        converged = ops.logical_and(ops.isfinite(error), error <= tolerance)
+        result = PartialTransportResult(rho, plan, ops.exp(log_t + shift)[:, 0], iterations, error, converged)
     if not batched:
-        result = result._replace(residual=result.residual[0], plan=result.plan[0], scale=result.scale[0],
-                                 iterations=result.iterations[0], error=result.error[0])
+        result = PartialTransportResult(*(field[0] for field in result))
     return result

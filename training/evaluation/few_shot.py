@@ -53,17 +53,19 @@ def few_shot_accuracy(model, images, labels, ways=5, shots=1, queries=15, episod
 
     episodes = check_positive_int("episodes", episodes)
     embed, classify = few_shot_parts(model)
-    features = np.concatenate([np.asarray(embed(tf.constant(images[i:i + batch_size], tf.float32)))
+    ops = keras.ops
+    features = np.concatenate([ops.convert_to_numpy(embed(ops.convert_to_tensor(images[i:i + batch_size], "float32")))
                                for i in range(0, len(images), batch_size)])
-    classify = tf.function(classify)
+    if keras.backend.backend() == "tensorflow":  # one graph for the 1,000 episodes; JAX and PyTorch run eagerly
+        classify = tf.function(classify)
     sampler = EpisodeSampler(labels, ways, shots, queries, seed)
     accuracies = []
     progress = keras.utils.Progbar(episodes, unit_name="episode") if verbose else None
     for index in range(episodes):
         support, support_label, query, query_label = sampler.episode(index)
-        logits = classify(tf.constant(features[query]), tf.constant(features[support]),
-                          tf.constant(support_label, tf.int32))
-        accuracies.append(float(np.mean(np.argmax(np.asarray(logits), axis=-1) == query_label)))
+        logits = classify(ops.convert_to_tensor(features[query]), ops.convert_to_tensor(features[support]),
+                          ops.convert_to_tensor(support_label, "int32"))
+        accuracies.append(float(np.mean(np.argmax(ops.convert_to_numpy(logits), axis=-1) == query_label)))
         if progress is not None:
             progress.update(index + 1, [("accuracy", accuracies[-1])])
     mean, ci95 = mean_and_ci95(accuracies)

@@ -180,7 +180,7 @@ def write_preset(model, spec, out_dir, recipe, metrics, train_time, strategy, co
     card = dict(name=spec.name, task=spec.task, dataset=spec.data.dataset, split=spec.data.split,
                 description=description, recipe=published_recipe(recipe), metrics=metrics,
                 parameters=int(model.count_params()), weights_sha256=sha256_of(weights),
-                train_time_s=round(train_time, 1), hardware=hardware_description(),
+                train_time_s=round(train_time, 1), hardware=hardware_description(), backend=keras.backend.backend(),
                 strategy=f"{type(strategy).__name__} ({strategy_name(strategy)}, "
                          f"{strategy.num_replicas_in_sync} replica(s))",
                 command=command, date=datetime.date.today().isoformat(),

@@ -32,7 +32,8 @@ def check_fine_tunable(name):
 def fine_tune_preset(name, out_dir, epochs=1, limit=4096, learning_rate=0.01, seed=0, verbose=2):
     """Load preset ``name`` pretrained, fit it ``epochs`` times over the first ``limit`` training images (SGD with
     momentum 0.9 at ``learning_rate``), and save it into ``out_dir`` with ``zoo.save_preset``; returns the card
-    written (the preset's card with ``fine_tuned`` describing this run).
+    written (the preset's card with ``fine_tuned`` describing this run: the Keras backend it ran on, the loss per
+    epoch, and the loss on the slice before and after fitting, evaluated the same way).
 
     A preset of a data set other than Fashion-MNIST raises ``ValueError``; a slice too small to train on (fewer
     than one batch of :data:`BATCH_SIZE`, of the seen classes for retrieval, or for few-shot too few base classes
@@ -43,9 +44,13 @@ def fine_tune_preset(name, out_dir, epochs=1, limit=4096, learning_rate=0.01, se
     model = load(name)
     trained, loss, data = recipe_for(spec.task).fine_tune_setup(name, model, limit, seed, BATCH_SIZE, QUERIES)
     trained.compile(optimizer=keras.optimizers.SGD(learning_rate, momentum=0.9), loss=loss)
+    before = float(trained.evaluate(data, verbose=0))
     history = trained.fit(data, epochs=epochs, verbose=verbose)
+    after = float(trained.evaluate(data, verbose=0))
     card = dict(model_card(name), metrics=None, name=f"{name}_fine_tuned",
                 fine_tuned=dict(base=name, epochs=epochs, limit=limit, learning_rate=learning_rate, seed=seed,
-                                loss=[round(float(v), 4) for v in history.history["loss"]]))
+                                backend=keras.backend.backend(),
+                                loss=[round(float(v), 4) for v in history.history["loss"]],
+                                loss_on_slice_before_after=[round(before, 4), round(after, 4)]))
     save_preset(model, out_dir, card=card)
     return card

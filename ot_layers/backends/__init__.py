@@ -1,0 +1,57 @@
+"""What differs between Keras backends for otzoo's solvers, in one module per backend (as Keras' own
+``keras.src.backend`` folders), chosen once from ``keras.backend.backend()`` at import.
+
+Every module gives the same four names:
+
+- ``values_known(x)``: whether ``x`` holds concrete values that Python may read (eager TensorFlow, PyTorch, JAX
+  outside ``jit``), so that argument checks on values (non-negative marginals, equal masses) can run;
+- ``run_solver_loop(fn, *args)``: runs a solver's iteration loop (TensorFlow compiles an eager loop into one graph;
+  the other backends call ``fn``);
+- ``fused_small_products()``: whether batched small matrix products are faster as fused multiply-and-sum than as
+  dots here (TensorFlow while tracing for XLA on CPU);
+- ``DIFFERENTIABLE_WHILE_LOOP``: whether the backend can reverse-differentiate a ``while_loop`` whose trip count
+  depends on data (JAX cannot: its unrolled solvers run a static-bound loop instead).
+
+Only the active backend's module is imported, so ``import ot_layers`` on JAX or PyTorch never imports TensorFlow.
+"""
+import keras
+
+BACKEND = keras.backend.backend()
+
+if BACKEND == "tensorflow":
+    from ot_layers.backends.tensorflow_backend import (DIFFERENTIABLE_WHILE_LOOP, fused_small_products,
+                                                       run_solver_loop, values_known)
+elif BACKEND == "jax":
+    from ot_layers.backends.jax_backend import (DIFFERENTIABLE_WHILE_LOOP, fused_small_products, run_solver_loop,
+                                                values_known)
+elif BACKEND == "torch":
+    from ot_layers.backends.torch_backend import (DIFFERENTIABLE_WHILE_LOOP, fused_small_products, run_solver_loop,
+                                                  values_known)
+else:
+    raise ImportError(f"ot_layers runs on the Keras backends 'tensorflow', 'jax' and 'torch'; KERAS_BACKEND is "
+                      f"{BACKEND!r}.")
+
+
+
+def custom_gradient(forward):
+    """``keras.ops.custom_gradient`` with one gradient signature on every backend.
+
+    ``forward(*args)`` returns ``(output, grad)`` with a single tensor ``output`` and ``grad(upstream)`` returning
+    one gradient per argument (a tensor; ``zeros_like`` for an argument that gets none: JAX needs a value). Keras
+    calls the gradient function as ``grad(upstream)`` on TensorFlow and JAX and as ``grad(*args, upstream=...)`` on
+    PyTorch; the wrapper hides that.
+    """
+
+    @keras.ops.custom_gradient
+    def wrapped(*args):
+        output, grad = forward(*args)
+
+        def gradient(*received, upstream=None):
+            return tuple(grad(received[-1] if upstream is None else upstream))
+
+        return output, gradient
+
+    return wrapped
+
+
+__all__ = ["BACKEND", "custom_gradient", "DIFFERENTIABLE_WHILE_LOOP", "fused_small_products", "run_solver_loop", "values_known"]

@@ -1,0 +1,100 @@
+"""Backend-neutral helpers of the backend checks: gradients, array conversion and the JSON report.
+
+Each ``check_*.py`` beside this file runs under whatever ``KERAS_BACKEND`` is set (``tests/test_backend_matrix.py``
+runs each one under TensorFlow, JAX and PyTorch in a fresh process), prints one JSON line with what it measured and
+exits non-zero when a check fails.
+"""
+import json
+import sys
+
+import keras
+import numpy as np
+
+BACKEND = keras.backend.backend()
+if BACKEND == "jax":
+    import jax
+
+    jax.config.update("jax_enable_x64", True)  # the float64 checks need float64 arrays
+
+
+def numpy(x):
+    return np.asarray(keras.ops.convert_to_numpy(x))
+
+
+def tensor(x):
+    return keras.ops.convert_to_tensor(np.asarray(x))
+
+
+def value_and_grad(fn, *arrays):
+    """``(fn(*arrays), [d fn / d array])`` for a scalar ``fn`` of backend tensors, as NumPy, on the active backend."""
+    if BACKEND == "jax":
+        value, grads = jax.value_and_grad(fn, argnums=tuple(range(len(arrays))))(*[tensor(a) for a in arrays])
+        return float(value), [np.asarray(g) for g in grads]
+    if BACKEND == "torch":
+        import torch
+
+        inputs = [torch.tensor(np.asarray(a), requires_grad=True) for a in arrays]
+        value = fn(*inputs)
+        value.backward()
+        return float(value.detach()), [x.grad.numpy() for x in inputs]
+    import tensorflow as tf
+
+    inputs = [tf.constant(a) for a in arrays]
+    with tf.GradientTape() as tape:
+        tape.watch(inputs)
+        value = fn(*inputs)
+    return float(value), [g.numpy() for g in tape.gradient(value, inputs)]
+
+
+def compiled_value_and_grad(fn, *arrays):
+    """:func:`value_and_grad` compiled the backend's way (``jax.jit``; ``tf.function`` with XLA around the tape), or
+    ``None`` on PyTorch (otzoo runs it eagerly)."""
+    if BACKEND == "jax":
+        step = jax.jit(jax.value_and_grad(fn, argnums=tuple(range(len(arrays)))))
+        value, grads = step(*[tensor(a) for a in arrays])
+        return float(value), [np.asarray(g) for g in grads]
+    if BACKEND == "tensorflow":
+        import tensorflow as tf
+
+        @tf.function(jit_compile=True)
+        def step(*inputs):
+            with tf.GradientTape() as tape:
+                tape.watch(inputs)
+                value = fn(*inputs)
+            return value, tape.gradient(value, inputs)
+
+        value, grads = step(*[tf.constant(a) for a in arrays])
+        return float(value), [g.numpy() for g in grads]
+    return None
+
+
+def central_difference(fn, array, direction, step=1e-6):
+    """``(fn(array + step d) - fn(array - step d)) / 2 step`` in float64."""
+    plus = float(numpy(fn(tensor(array + step * direction))))
+    minus = float(numpy(fn(tensor(array - step * direction))))
+    return (plus - minus) / (2 * step)
+
+
+class Report:
+    """Collects named measurements and failed checks; :meth:`finish` prints them as one JSON line and exits."""
+
+    def __init__(self, name):
+        self.record = {"check": name, "backend": BACKEND}
+        self.failures = []
+
+    def measure(self, key, value, limit=None):
+        """Records ``value``; with ``limit``, a failure unless ``value <= limit``."""
+        self.record[key] = float(value)
+        if limit is not None and not value <= limit:
+            self.failures.append(f"{key} = {value:.3g} > {limit:g}")
+
+    def expect(self, key, condition, detail=""):
+        self.record[key] = bool(condition)
+        if not condition:
+            self.failures.append(f"{key} {detail}".strip())
+
+    def finish(self):
+        self.record["failures"] = self.failures
+        print(json.dumps(self.record))
+        sys.stdout.flush()
+        sys.exit(1 if self.failures else 0)

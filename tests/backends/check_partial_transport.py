@@ -1,0 +1,226 @@
+"""GSP's partial transport and the GeneralizedSumPooling layer on the active Keras backend, against a NumPy
+re-implementation of Prop. 5.2.1, central finite differences, and finiteness of the layer's gradients.
+
+    KERAS_BACKEND=jax python tests/backends/check_partial_transport.py
+
+Self-contained (its own backend-neutral helpers), prints one JSON line and exits non-zero when a check fails.
+"""
+import json
+import sys
+
+import keras
+import numpy as np
+from keras import ops
+
+BACKEND = keras.backend.backend()
+if BACKEND == "jax":
+    import jax
+
+    jax.config.update("jax_enable_x64", True)  # the float64 checks need float64 arrays
+
+from ot_layers.layers.generalized_sum_pooling import GeneralizedSumPooling, _clip_norm, _euclidean_cost  # noqa: E402
+from ot_layers.solvers.partial_transport import partial_transport  # noqa: E402
+from ot_layers.solvers.sinkhorn import FIXED_ITERATIONS_TOLERANCE  # noqa: E402
+
+
+def numpy(x):
+    return np.asarray(ops.convert_to_numpy(x))
+
+
+def tensor(x):
+    return ops.convert_to_tensor(np.asarray(x))
+
+
+def value_and_grad(fn, *arrays):
+    """``(fn(*arrays), [d fn / d array])`` for a scalar ``fn`` of backend tensors, as NumPy, on the active backend
+    (``jax.value_and_grad``, ``torch`` ``.backward()``, ``tf.GradientTape``)."""
+    if BACKEND == "jax":
+        value, grads = jax.value_and_grad(fn, argnums=tuple(range(len(arrays))))(*[tensor(a) for a in arrays])
+        return float(value), [np.asarray(g) for g in grads]
+    if BACKEND == "torch":
+        import torch
+
+        inputs = [torch.tensor(np.asarray(a), requires_grad=True) for a in arrays]
+        value = fn(*inputs)
+        value.backward()
+        return float(value.detach()), [x.grad.numpy() for x in inputs]
+    import tensorflow as tf
+
+    inputs = [tf.constant(a) for a in arrays]
+    with tf.GradientTape() as tape:
+        tape.watch(inputs)
+        value = fn(*inputs)
+    return float(value), [g.numpy() for g in tape.gradient(value, inputs)]
+
+
+def jitted(fn):
+    """``fn`` compiled the backend's way (``jax.jit``, ``tf.function`` with XLA); PyTorch runs eagerly."""
+    if BACKEND == "jax":
+        return jax.jit(fn)
+    if BACKEND == "tensorflow":
+        import tensorflow as tf
+
+        return tf.function(fn, jit_compile=True)
+    return fn
+
+
+def central_difference(fn, array, direction, step=1e-6):
+    """``(fn(array + step d) - fn(array - step d)) / 2 step`` in float64."""
+    return (float(numpy(fn(tensor(array + step * direction)))) - float(numpy(fn(tensor(array - step * direction))))) / (
+        2 * step)
+
+
+class Report:
+    """Named measurements and failed checks, printed as one JSON line; the exit status is 1 when a check failed."""
+
+    def __init__(self, name):
+        self.record = {"check": name, "backend": BACKEND}
+        self.failures = []
+
+    def measure(self, key, value, limit=None):
+        self.record[key] = float(value)
+        if limit is not None and not value <= limit:
+            self.failures.append(f"{key} = {value:.3g} > {limit:g}")
+
+    def expect(self, key, condition, detail=""):
+        self.record[key] = bool(condition) and self.record.get(key, True)  # a repeated key fails if any try failed
+        if not condition:
+            self.failures.append(f"{key} {detail}".strip())
+
+    def finish(self):
+        self.record["failures"] = self.failures
+        print(json.dumps(self.record))
+        sys.stdout.flush()
+        sys.exit(1 if self.failures else 0)
+
+
+report = Report("partial_transport")
+rng = np.random.default_rng(0)
+
+
+def reference_solution(cost, ratio, epsilon, max_iter, threshold):
+    """Prop. 5.2.1 in NumPy (kernel domain, float64), one problem at a time: from ``t = 1`` relative to the column
+    sums divided by their maximum, ``rho <- (1/n) / (1 + t s)``, ``t <- mu / (s^T rho)``, stopping after
+    ``max_iter`` updates or once ``mu |1 - t_prev / t|`` is at most ``threshold``; ``pi = t K diag(rho)`` with
+    ``rho`` of the previous scaling. Returns ``(residual, plan, scale, iterations, error)`` over the batch."""
+    out = []
+    for c in cost:
+        n = c.shape[-1]
+        kernel = np.exp(-c / epsilon)
+        s = kernel.sum(axis=0)
+        s_max = s.max()
+        t_prev = t = 1.0
+        count = 0
+        error = np.inf
+        while count < max_iter and not (threshold and error <= threshold):
+            t_prev = t
+            t = ratio / np.sum((s / s_max) * (1.0 / n) / (1.0 + t_prev * s / s_max))
+            error = ratio * abs(t_prev / t - 1.0)
+            count += 1
+        rho = (1.0 / n) / (1.0 + t_prev * s / s_max)
+        out.append((rho, t * kernel / s_max * rho[None, :], t, count, error))
+    return [np.array(values) for values in zip(*out)]
+
+
+def layer_gradients(layer, x, upstream):
+    """Gradients of ``sum(layer(x) * upstream)`` for the input and the prototypes (a variable), as NumPy."""
+    if BACKEND == "jax":  # stateless: the prototypes are an argument of the differentiated function
+        fixed = [v.value for v in layer.non_trainable_variables]
+
+        def loss(x, prototypes):
+            pooled, _ = layer.stateless_call([prototypes], fixed, x)
+            return ops.sum(pooled * upstream)
+
+        _, grads = value_and_grad(loss, x, numpy(layer.prototypes))
+        return grads
+    if BACKEND == "torch":
+        import torch
+
+        x = torch.tensor(x, requires_grad=True)
+        ops.sum(layer(x) * upstream).backward()
+        return x.grad.numpy(), layer.prototypes.value.grad.detach().cpu().numpy()
+    import tensorflow as tf
+
+    x = tf.constant(x)
+    with tf.GradientTape() as tape:
+        tape.watch(x)
+        value = ops.sum(layer(x) * upstream)
+    return [numpy(g) for g in tape.gradient(value, [x, layer.prototypes.value])]
+
+
+# (a) Solutions against the NumPy fixed point (float64).
+solve_diff = 0.0
+iterations_equal = True
+converged_ok = True
+for ratio, epsilon, max_iter, threshold in ((0.3, 0.2, 100, 1e-6), (0.5, 1.0, 50, 0.0), (0.1, 0.3, 300, 1e-10),
+                                            (0.7, 0.5, 7, 0.0)):
+    cost = rng.uniform(0.0, 2.0, (3, 4, 9))
+    result = partial_transport(tensor(cost), ratio, epsilon=epsilon, max_iter=max_iter, threshold=threshold)
+    expected = reference_solution(cost, ratio, epsilon, max_iter, threshold)
+    for got, want in zip((result.residual, result.plan, result.scale, result.error), expected[:3] + expected[4:]):
+        got = numpy(got)
+        report.expect("float64_result", got.dtype == np.float64, str(got.dtype))
+        solve_diff = max(solve_diff, float(np.abs(got - want).max() / max(1.0, np.abs(want).max())))
+    iterations_equal &= numpy(result.iterations).tolist() == expected[3].tolist()
+    tolerance = threshold if threshold else FIXED_ITERATIONS_TOLERANCE
+    error = numpy(result.error)
+    converged_ok &= np.array_equal(numpy(result.converged), np.isfinite(error) & (error <= tolerance))
+report.measure("solution_vs_numpy", solve_diff, 1e-10)
+# The same solve compiled (jax.jit, tf.function with XLA; PyTorch eager) gives the same plan and counts.
+compiled = jitted(lambda c: partial_transport(c, ratio, epsilon=epsilon, max_iter=max_iter, threshold=threshold)[:4])(
+    tensor(cost))
+report.measure("compiled_vs_eager", np.abs(numpy(compiled[1]) - numpy(result.plan)).max(), 1e-12)
+report.expect("iterations_equal_numpy", iterations_equal)
+report.expect("converged_matches_error", converged_ok)
+
+# mu = 1: global average pooling's closed form; an unbatched cost keeps no batch axis.
+cost = rng.uniform(0.0, 2.0, (4, 9))
+limit = partial_transport(tensor(cost), 1.0, epsilon=0.2)
+softmax = np.exp(-cost / 0.2) / np.exp(-cost / 0.2).sum(axis=0)
+report.measure("average_pooling_limit", np.abs(numpy(limit.plan) - softmax / 9).max(), 1e-15)
+report.expect("average_pooling_limit_fields", numpy(limit.residual).shape == (9,) and int(numpy(limit.iterations)) == 0
+              and bool(numpy(limit.converged)))
+
+# (b) Implicit and unrolled cost gradients of a random linear loss against central differences (float64).
+cost = rng.uniform(0.0, 2.0, (2, 3, 5))
+w_plan, w_res = tensor(rng.normal(size=(2, 3, 5))), tensor(rng.normal(size=(2, 5)))
+for mode in ("implicit", "unrolled"):
+    def loss(c, mode=mode):
+        result = partial_transport(c, 0.4, epsilon=1 / 3, max_iter=300, threshold=0, gradient=mode)
+        return ops.sum(result.plan * w_plan) + ops.sum(result.residual * w_res)
+
+    _, (grad,) = value_and_grad(loss, cost)
+    numeric = np.zeros_like(cost)
+    for index in np.ndindex(*cost.shape):
+        direction = np.zeros_like(cost)
+        direction[index] = 1.0
+        numeric[index] = central_difference(loss, cost, direction)
+    report.measure(f"{mode}_gradient_vs_finite_differences", np.abs(grad - numeric).max() / np.abs(numeric).max(),
+                   1e-6)
+
+# (c) The layer: a float32 GeneralizedSumPooling on a (2, 4, 4, 8) input, its output and gradients.
+keras.utils.set_random_seed(0)
+inputs = rng.normal(size=(2, 4, 4, 8)).astype(np.float32)
+for mode in ("implicit", "unrolled"):
+    layer = GeneralizedSumPooling(num_prototypes=5, transport_ratio=0.3, gradient=mode)
+    output = numpy(layer(tensor(inputs)))
+    report.expect(f"layer_{mode}_output", output.shape == (2, 8) and np.all(np.isfinite(output)), str(output.shape))
+    upstream = tensor(rng.normal(size=(2, 8)).astype(np.float32))
+
+    d_input, d_prototypes = layer_gradients(layer, inputs, upstream)
+    for name, grad in (("input", d_input), ("prototypes", d_prototypes)):
+        report.expect(f"layer_{mode}_gradient_{name}", grad is not None and np.all(np.isfinite(grad))
+                      and np.abs(grad).max() > 0, "missing, zero or not finite")
+
+# A float64 layer against the NumPy fixed point: the pooled vector is sum_j (sum_k pi_kj / mu) f_j.
+layer = GeneralizedSumPooling(num_prototypes=5, transport_ratio=0.3, dtype="float64")
+features = rng.normal(size=(2, 4, 4, 8))
+pooled = numpy(layer(tensor(features)))
+report.expect("layer_float64_dtype", pooled.dtype == np.float64, str(pooled.dtype))
+flat = features.reshape(2, 16, 8)
+prototypes = numpy(layer.prototypes)
+cost = numpy(_euclidean_cost(_clip_norm(tensor(prototypes)), _clip_norm(tensor(flat))))
+_, plan, _, _, _ = reference_solution(cost, 0.3, 0.2, 100, 1e-6)
+expected = np.einsum("bn,bnc->bc", plan.sum(axis=1) / 0.3, flat)
+report.measure("layer_float64_vs_numpy", np.abs(pooled - expected).max(), 1e-10)
+report.finish()

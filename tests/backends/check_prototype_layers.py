@@ -1,0 +1,328 @@
+"""Backend check of the prototype / proxy layers and their losses (standalone script, not collected by pytest).
+
+Under whatever ``KERAS_BACKEND`` is set (tensorflow, jax, torch), for each layer and loss ported to ``keras.ops``
+(``L2Normalization``, ``SplitEpisode``, ``SupportClassMeans``, ``PrototypeLogits``, ``HypersphericalPrototypes``,
+``ClassProxies``, ``ManifoldProxies``, ``HypersphericalPullLoss``, ``ManifoldProxyLoss``):
+
+1. the output on small random float32 inputs equals a NumPy computation of the documented formula (within 1e-5);
+2. gradients w.r.t. the float inputs and the trainable weights exist and are finite;
+3. a tiny model holding the layer trains for one ``model.fit`` epoch with a lower loss after than before, and
+   round-trips through ``model.save("x.keras")`` / ``keras.saving.load_model`` with equal outputs.
+
+Prints one JSON line (``{"backend": ..., "ok": ..., "checks": {...}}``) and exits 1 on any failure.
+
+    KERAS_BACKEND=jax python tests/backends/check_prototype_layers.py
+"""
+import json
+import os
+import sys
+import tempfile
+import traceback
+
+import keras
+import numpy as np
+from keras import ops
+
+sys.path.insert(0, os.path.abspath(os.path.join(os.path.dirname(__file__), "..", "..")))
+
+from ot_layers.layers.class_proxies import ClassProxies  # noqa: E402
+from ot_layers.layers.hyperspherical_prototypes import HypersphericalPrototypes  # noqa: E402
+from ot_layers.layers.manifold_proxies import ManifoldProxies  # noqa: E402
+from ot_layers.layers.task_layers import (L2Normalization, PrototypeLogits, SplitEpisode,  # noqa: E402
+                                          SupportClassMeans)
+from ot_layers.losses.hyperspherical import HypersphericalPullLoss  # noqa: E402
+from ot_layers.losses.manifold import ManifoldProxyLoss  # noqa: E402
+
+BACKEND = keras.backend.backend()
+TOL = 1e-5
+RNG = np.random.default_rng(0)
+
+
+def rand(*shape):
+    return RNG.normal(size=shape).astype(np.float32)
+
+
+def np_normalize(x):
+    """``x * rsqrt(max(||x||^2, 1e-12))`` (``tensor_ops.normalize_rows``) in float64."""
+    x = np.asarray(x, np.float64)
+    return x / np.sqrt(np.maximum((x * x).sum(-1, keepdims=True), 1e-12))
+
+
+def assert_close(name, got, want, tol=TOL):
+    got, want = np.asarray(got, np.float64), np.asarray(want, np.float64)
+    if got.shape != want.shape:
+        raise AssertionError(f"{name}: shape {got.shape} != {want.shape}")
+    err = float(np.max(np.abs(got - want))) if got.size else 0.0
+    if not err <= tol:
+        raise AssertionError(f"{name}: max |error| {err:.3g} > {tol}")
+    return err
+
+
+# --- gradients on every backend ------------------------------------------------------------------------------
+
+def gradients(call, inputs, variables):
+    """Gradients of ``sum(w * call(*inputs))`` (fixed random ``w``) w.r.t. the float arrays ``inputs`` and the
+    Keras ``variables``, as NumPy arrays (``None`` where the backend gives none)."""
+    probe = {}
+
+    def scalar(out):
+        if "w" not in probe:
+            probe["w"] = RNG.normal(size=tuple(out.shape)).astype(np.float32)
+        return ops.sum(ops.cast(out, "float32") * ops.convert_to_tensor(probe["w"]))
+
+    if BACKEND == "tensorflow":
+        import tensorflow as tf
+
+        xs = [tf.convert_to_tensor(x) for x in inputs]
+        with tf.GradientTape() as tape:
+            tape.watch(xs)
+            loss = scalar(call(*xs))
+        grads = tape.gradient(loss, xs + [v.value for v in variables])
+        return [None if g is None else ops.convert_to_numpy(g) for g in grads]
+    if BACKEND == "jax":
+        import jax
+
+        def f(xs, ws):
+            with keras.StatelessScope(state_mapping=list(zip(variables, ws))):
+                return scalar(call(*xs))
+
+        xs = [ops.convert_to_tensor(x) for x in inputs]
+        gx, gw = jax.grad(f, argnums=(0, 1))(xs, [v.value for v in variables])
+        return [np.asarray(g) for g in list(gx) + list(gw)]
+    if BACKEND == "torch":
+        import torch
+
+        xs = [ops.convert_to_tensor(x).detach().requires_grad_(True) for x in inputs]
+        params = [v.value for v in variables]
+        for p in params:
+            p.grad = None
+        scalar(call(*xs)).backward()
+        return [None if t.grad is None else t.grad.detach().cpu().numpy() for t in xs + params]
+    raise RuntimeError(f"unsupported backend {BACKEND!r}")
+
+
+def check_gradients(name, call, inputs, variables):
+    grads = gradients(call, inputs, variables)
+    names = [f"input{i}" for i in range(len(inputs))] + [v.path for v in variables]
+    for label, g in zip(names, grads):
+        if g is None:
+            raise AssertionError(f"{name}: no gradient for {label}")
+        if not np.all(np.isfinite(g)):
+            raise AssertionError(f"{name}: non-finite gradient for {label}")
+    return len(grads)
+
+
+# --- training and saving -------------------------------------------------------------------------------------
+
+def train_and_roundtrip(name, model, x, y, loss, lr=0.05):
+    """One ``fit`` epoch (one full batch) lowers the loss; save / load gives the same outputs."""
+    model.compile(optimizer=keras.optimizers.SGD(lr), loss=loss)
+    batch = len(y)
+    before = float(model.evaluate(x, y, batch_size=batch, verbose=0))
+    model.fit(x, y, batch_size=batch, epochs=1, shuffle=False, verbose=0)
+    after = float(model.evaluate(x, y, batch_size=batch, verbose=0))
+    if not (np.isfinite(after) and after < before):
+        raise AssertionError(f"{name}: loss did not decrease ({before:.6g} -> {after:.6g})")
+    expected = model.predict(x, batch_size=batch, verbose=0)
+    with tempfile.TemporaryDirectory() as tmp:
+        path = os.path.join(tmp, "x.keras")
+        model.save(path)
+        loaded = keras.saving.load_model(path)
+    got = loaded.predict(x, batch_size=batch, verbose=0)
+    assert_close(f"{name} save/load", got, expected, tol=0.0)
+    return loaded, {"loss_before": round(before, 6), "loss_after": round(after, 6)}
+
+
+# --- the checks ----------------------------------------------------------------------------------------------
+
+def check_l2_normalization():
+    x = rand(5, 4)
+    x[2] = 0.0  # an all-zero row stays zero
+    layer = L2Normalization()
+    err = assert_close("L2Normalization", ops.convert_to_numpy(layer(x)), np_normalize(x))
+    check_gradients("L2Normalization", lambda t: layer(t), [x], [])
+    inputs = keras.Input((6,))
+    model = keras.Model(inputs, keras.layers.Dense(3)(L2Normalization()(keras.layers.Dense(4)(inputs))))
+    xs, ys = rand(16, 6), rand(16, 3)
+    _, info = train_and_roundtrip("L2Normalization", model, xs, ys, "mse")
+    return {"max_err": err, **info}
+
+
+def check_episode(metric):
+    """SplitEpisode -> SupportClassMeans -> PrototypeLogits, the ProtoNet head."""
+    ways, shots, dim = 3, 2, 4
+    query, support = rand(6, dim), rand(ways * shots, dim)
+    labels = np.repeat(np.arange(ways), shots).astype(np.int32)
+    feats = np.concatenate([query, support])
+    q, s = SplitEpisode()([feats, query])
+    e1 = assert_close("SplitEpisode", np.concatenate([ops.convert_to_numpy(q), ops.convert_to_numpy(s)]), feats)
+    means_layer = SupportClassMeans(ways)
+    bad = labels.copy()
+    bad[0] = ways + 3  # ignored
+    means = ops.convert_to_numpy(means_layer([support, bad]))
+    want_means = np.stack([support[bad == k].mean(0) for k in range(ways)])
+    e2 = assert_close("SupportClassMeans", means, want_means)
+    maps = rand(ways * shots, 2, 3, dim)  # feature maps too
+    e2 = max(e2, assert_close("SupportClassMeans maps", ops.convert_to_numpy(means_layer([maps, labels])),
+                              np.stack([maps[labels == k].mean(0) for k in range(ways)])))
+    logits_layer = PrototypeLogits(metric=metric, scale=2.5)
+    got = ops.convert_to_numpy(logits_layer([query, want_means.astype(np.float32)]))
+    if metric == "cosine":
+        want = 2.5 * np_normalize(query) @ np_normalize(want_means).T
+    else:
+        want = -2.5 * ((query[:, None, :].astype(np.float64) - want_means[None]) ** 2).sum(-1)
+    e3 = assert_close(f"PrototypeLogits[{metric}]", got, want)
+
+    def head(f):  # the query images only give SplitEpisode their count: no gradient flows to them
+        qq, ss = SplitEpisode()([f, ops.convert_to_tensor(query)])
+        return logits_layer([qq, means_layer([ss, ops.convert_to_tensor(labels)])])
+
+    check_gradients(f"ProtoNet head[{metric}]", head, [feats], [])
+
+    qin, sin, lin = keras.Input((5,)), keras.Input((5,)), keras.Input((), dtype="int32")
+    emb = keras.layers.Dense(dim)
+    features = emb(keras.layers.Concatenate(axis=0)([qin, sin]))
+    qf, sf = SplitEpisode()([features, qin])
+    logits = PrototypeLogits(metric=metric, scale=2.5)([qf, SupportClassMeans(ways)([sf, lin])])
+    model = keras.Model([qin, sin, lin], logits)
+    n = ways * shots
+    x = [rand(n, 5), rand(n, 5), labels]
+    y = np.tile(np.arange(ways), shots).astype(np.int32)
+    _, info = train_and_roundtrip(f"ProtoNet[{metric}]", model, x, y,
+                                  keras.losses.SparseCategoricalCrossentropy(from_logits=True))
+    return {"max_err": max(e1, e2, e3), **info}
+
+
+def check_hyperspherical():
+    k, dim = 4, 5
+    layer = HypersphericalPrototypes(k, dim, momentum=0.5)
+    z = rand(8, dim)
+    z[3] = 0.0
+    layer.build((None, dim))
+    perm = np.array([2, 0, 3, 1], np.int32)
+    layer.assignment.assign(perm)
+    protos = ops.convert_to_numpy(layer.prototypes)
+    got = ops.convert_to_numpy(layer(z))
+    err = assert_close("HypersphericalPrototypes", got, np_normalize(z) @ protos[perm].T.astype(np.float64))
+    # representatives: c_k <- normalize(m c_k + (1 - m) mean_{y_i = k} z_i / ||z_i||) for classes in the batch
+    labels = np.array([0, 0, 1, 1, 2, 0, 1, 2], np.int32)
+    old = rand(k, dim)
+    layer.representatives.assign(old)
+    layer(z, labels=labels, training=True)
+    zn = np_normalize(z)
+    want = old.astype(np.float64).copy()
+    for c in range(k):
+        if np.any(labels == c):
+            want[c] = np_normalize(0.5 * old[c] + 0.5 * zn[labels == c].mean(0))
+    err = max(err, assert_close("HypersphericalPrototypes representatives",
+                                ops.convert_to_numpy(layer.representatives), want))
+    check_gradients("HypersphericalPrototypes", lambda t: layer(t), [z], [])
+
+    # the pull loss (1 - s_y)^2, mean over the batch
+    loss = HypersphericalPullLoss()
+    s = np.tanh(rand(6, k))
+    y = np.array([0, 3, 1, 2, 2, 0], np.int32)
+    got_loss = float(ops.convert_to_numpy(loss(y, s)))
+    err = max(err, assert_close("HypersphericalPullLoss", got_loss, np.mean((1.0 - s[np.arange(6), y]) ** 2)))
+    check_gradients("HypersphericalPullLoss", lambda t: loss(ops.convert_to_tensor(y), t), [s], [])
+
+    xin, lin = keras.Input((6,)), keras.Input((), dtype="int32")
+    head = HypersphericalPrototypes(k, dim, name="head")
+    model = keras.Model([xin, lin], head(keras.layers.Dense(dim)(xin), labels=lin))
+    x = [rand(16, 6), np.arange(16, dtype=np.int32) % k]
+    loaded, info = train_and_roundtrip("HypersphericalPrototypes", model, x, x[1], HypersphericalPullLoss(), lr=0.1)
+    reps = ops.convert_to_numpy(head.representatives)
+    if not np.all(np.isfinite(reps)) or not np.allclose(np.linalg.norm(reps, axis=1), 1.0, atol=1e-5):
+        raise AssertionError("HypersphericalPrototypes: representatives not updated to unit rows by fit")
+    assert_close("HypersphericalPrototypes loaded prototypes",
+                 ops.convert_to_numpy(loaded.get_layer("head").prototypes), ops.convert_to_numpy(head.prototypes), 0.0)
+    return {"max_err": err, **info}
+
+
+def check_class_proxies(output):
+    k, m, dim = 3, 2, 4
+    in_dim = 4 if output == "similarities" else 6
+    layer = ClassProxies(k, num_proxies=m, dim=dim, output=output)
+    x = rand(5, in_dim)
+    got = ops.convert_to_numpy(layer(x))
+    p = ops.convert_to_numpy(layer.proxies)
+    if output == "similarities":
+        want = np.einsum("bd,kmd->bkm", np_normalize(x), np_normalize(p))
+    else:
+        width = max(in_dim, dim)
+        want = np.zeros((5, 1 + k * m, width))
+        want[:, 0, :in_dim] = x
+        want[:, 1:, :dim] = p.reshape(k * m, dim)[None]
+    err = assert_close(f"ClassProxies[{output}]", got, want)
+    check_gradients(f"ClassProxies[{output}]", lambda t: layer(t), [x], layer.trainable_variables)
+
+    inputs = keras.Input((6,))
+    out = ClassProxies(k, num_proxies=m, dim=dim, output=output)(keras.layers.Dense(in_dim)(inputs))
+    model = keras.Model(inputs, out)
+    xs = rand(16, 6)
+    ys = np.tanh(rand(16, *tuple(model.output.shape[1:])))
+    _, info = train_and_roundtrip(f"ClassProxies[{output}]", model, xs, ys, "mse")
+    return {"max_err": err, **info}
+
+
+def check_manifold(mode):
+    k, dim = 3, 4
+    layer = ManifoldProxies(k, dim, mode=mode)
+    x = rand(6, dim)
+    got = ops.convert_to_numpy(layer(x))
+    err = None
+    if mode == "direct":
+        err = assert_close("ManifoldProxies[direct]", got,
+                           np_normalize(x) @ np_normalize(ops.convert_to_numpy(layer.proxies)).T)
+    elif not np.all(np.isfinite(got)):
+        raise AssertionError(f"ManifoldProxies[{mode}]: non-finite output")
+    check_gradients(f"ManifoldProxies[{mode}]", lambda t: layer(t), [x], [])
+
+    loss = ManifoldProxyLoss(margin=0.1)
+    s = rand(6, k)
+    y = np.array([0, 1, 2, 2, 1, 0], np.int32)
+    others = np.arange(k)[None, :] != y[:, None]
+    s64 = s.astype(np.float64)
+    want = np.log1p(np.where(others, np.exp(s64 - s64[np.arange(6), y][:, None] + 0.1), 0.0).sum(1)).mean()
+    loss_err = assert_close("ManifoldProxyLoss", float(ops.convert_to_numpy(loss(y, s))), want)
+    check_gradients("ManifoldProxyLoss", lambda t: loss(ops.convert_to_tensor(y), t), [s], [])
+
+    inputs = keras.Input((6,))
+    model = keras.Model(inputs, ManifoldProxies(k, dim, mode=mode)(keras.layers.Dense(dim)(inputs)))
+    xs, ys = rand(12, 6), np.arange(12, dtype=np.int32) % k
+    _, info = train_and_roundtrip(f"ManifoldProxies[{mode}]", model, xs, ys, ManifoldProxyLoss(), lr=0.5)
+    return {"max_err": err, "loss_err": loss_err, **info}
+
+
+CHECKS = {
+    "L2Normalization": check_l2_normalization,
+    "ProtoNet[euclidean]": lambda: check_episode("euclidean"),
+    "ProtoNet[cosine]": lambda: check_episode("cosine"),
+    "HypersphericalPrototypes+PullLoss": check_hyperspherical,
+    "ClassProxies[similarities]": lambda: check_class_proxies("similarities"),
+    "ClassProxies[packed]": lambda: check_class_proxies("packed"),
+    "ManifoldProxies[direct]+Loss": lambda: check_manifold("direct"),
+    # the random walk (solvers/random_walk.py) is still written in TensorFlow
+    "ManifoldProxies[contextual]": (lambda: check_manifold("contextual")) if BACKEND == "tensorflow" else None,
+}
+
+
+def main():
+    keras.utils.set_random_seed(0)
+    results, ok = {}, True
+    for name, check in CHECKS.items():
+        if check is None:
+            results[name] = "skipped"
+            continue
+        try:
+            results[name] = check()
+        except Exception as error:  # report every check, then fail
+            ok = False
+            results[name] = {"error": f"{type(error).__name__}: {error}"}
+            traceback.print_exc(file=sys.stderr)
+    print(json.dumps({"backend": BACKEND, "ok": ok, "checks": results}))
+    return 0 if ok else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
