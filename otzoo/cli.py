@@ -18,7 +18,7 @@ import numpy as np
 
 import export
 import zoo
-from otzoo import explain_command, export_command, tune_command
+from otzoo import BACKENDS, explain_command, export_command, tune_command
 from ot_layers.optional import MissingExtraError
 from otzoo.arguments import (
     ArgumentParser,
@@ -300,8 +300,29 @@ def demo(args):
 USER_ERRORS = (CommandError, EmptySliceError, DataUnavailableError, WeightsIntegrityError, MissingExtraError)
 
 
+# Commands built on TensorFlow-only machinery: tf.distribute (train, tune) and the SavedModel / ONNX converters (export).
+TENSORFLOW_COMMANDS = ("train", "tune", "export")
+
+
+def check_backend(args):
+    """``--backend``'s choice is the backend Keras runs on (set before Keras was imported, see ``otzoo/__init__``),
+    and the command runs on it; else a :class:`CommandError` naming ``backend``."""
+    active = keras.backend.backend()
+    if args.backend is not None and args.backend != active:
+        raise CommandError(f"backend: Keras already runs on {active} in this process; start otzoo with --backend "
+                           f"{args.backend} first on its command line, or set KERAS_BACKEND={args.backend}.")
+    if args.command in TENSORFLOW_COMMANDS and active != "tensorflow":
+        raise CommandError(f"backend: otzoo {args.command} runs on the TensorFlow backend (tf.distribute, the SavedModel "
+                           f"and ONNX converters), and Keras runs on {active}. On {active}, use otzoo evaluate and "
+                           f"otzoo fine-tune, or zoo.load and model.fit; weights saved there train on and export "
+                           f"from TensorFlow.")
+
+
 def main(argv=None):
     parser = ArgumentParser(prog="otzoo", description="Optimal-transport and prototype layers for Keras: the model zoo.")
+    parser.add_argument("--backend", choices=BACKENDS, default=None,
+                        help="the Keras backend (default: KERAS_BACKEND, else tensorflow); must come first when "
+                             "otzoo is run as a command; train, tune and export run on tensorflow only")
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND", parser_class=ArgumentParser)
 
     sub = commands.add_parser("list", help="list the presets with task and headline metric",
@@ -377,6 +398,7 @@ def main(argv=None):
     args = parser.parse_args(argv)
     args.argv = list(sys.argv[1:] if argv is None else argv)  # what `otzoo train --workers` passes to its workers
     try:
+        check_backend(args)
         status = args.run(args)
     except EmptySliceError as error:
         print(f"otzoo {args.command}: error: {error.option_message()}", file=sys.stderr)

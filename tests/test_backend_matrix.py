@@ -1,8 +1,8 @@
 """The per-layer checks on every Keras backend: each script in ``tests/backends/`` runs in a fresh process under
-``KERAS_BACKEND`` = ``jax`` and ``torch`` (here, in the fast suite) and ``tensorflow`` (in the slow job: the
-TensorFlow suite checks the same layers in more detail). A script prints one JSON line of measurements and exits
-non-zero when one fails (values against POT / NumPy closed forms, gradients against central finite differences,
-compiled against eager, ``fit``, ``.keras`` round trip, mixed precision)."""
+``KERAS_BACKEND`` = ``jax`` (in the fast suite: the backend the GPU runs use), ``torch`` and ``tensorflow`` (in the
+slow job, which CI runs too; the TensorFlow suite checks the same layers in more detail). A script prints one JSON
+line of measurements and exits non-zero when one fails (values against POT / NumPy closed forms, gradients against
+central finite differences, compiled against eager, ``fit``, ``.keras`` round trip, mixed precision)."""
 import importlib.util
 import json
 import os
@@ -16,8 +16,8 @@ ROOT = os.path.dirname(HERE)
 CHECKS = sorted(name for name in os.listdir(os.path.join(HERE, "backends")) if name.startswith("check_"))
 BACKENDS = [
     pytest.param("jax", marks=pytest.mark.skipif(importlib.util.find_spec("jax") is None, reason="jax not installed")),
-    pytest.param("torch", marks=pytest.mark.skipif(importlib.util.find_spec("torch") is None,
-                                                   reason="torch not installed")),
+    pytest.param("torch", marks=[pytest.mark.slow, pytest.mark.skipif(importlib.util.find_spec("torch") is None,
+                                                                      reason="torch not installed")]),
     pytest.param("tensorflow", marks=pytest.mark.slow),
 ]
 

@@ -148,3 +148,24 @@ def test_tune_on_a_too_small_slice_is_one_line(preset, limit, message, tmp_path,
     err = _fails_with(["tune", preset, "--limit", str(limit), "--trials", "1", "--out", str(tmp_path / "t")], message,
                       capsys)
     assert err.startswith(f"otzoo tune: error: --limit {limit}:")
+
+
+def test_a_backend_chosen_too_late_is_named(capsys):
+    """In a process where Keras already runs on TensorFlow, ``--backend jax`` cannot take effect: one line."""
+    _fails_with(["--backend", "jax", "list"], "backend: Keras already runs on tensorflow", capsys)
+
+
+@pytest.mark.parametrize("command", [["train", "resnet20_mpw_fashion_mnist", "--limit", "8"],
+                                     ["export", "resnet20_mpw_fashion_mnist", "--out", "unused"]])
+def test_tensorflow_commands_refuse_other_backends(command, tmp_path):
+    """``otzoo --backend jax train|export`` (the backend picked on the command line, before Keras is imported)
+    ends in one line naming the TensorFlow backend, before anything is written."""
+    pytest.importorskip("jax")
+    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3")
+    env.pop("KERAS_BACKEND", None)
+    proc = subprocess.run([sys.executable, "-m", "otzoo", "--backend", "jax", *command], capture_output=True,
+                          text=True, env=env, cwd=str(tmp_path))
+    lines = [line for line in proc.stderr.splitlines() if line.startswith("otzoo")]
+    assert proc.returncode == 2, proc.stderr[-2000:]
+    assert lines and "runs on the TensorFlow backend" in lines[-1] and "Keras runs on jax" in lines[-1]
+    assert "Traceback" not in proc.stderr and os.listdir(tmp_path) == []

@@ -1,7 +1,7 @@
 """What differs between Keras backends for otzoo's solvers, in one module per backend (as Keras' own
 ``keras.src.backend`` folders), chosen once from ``keras.backend.backend()`` at import.
 
-Every module gives the same four names:
+Every module gives the same names:
 
 - ``values_known(x)``: whether ``x`` holds concrete values that Python may read (eager TensorFlow, PyTorch, JAX
   outside ``jit``), so that argument checks on values (non-negative marginals, equal masses) can run;
@@ -10,7 +10,15 @@ Every module gives the same four names:
 - ``fused_small_products()``: whether batched small matrix products are faster as fused multiply-and-sum than as
   dots here (TensorFlow while tracing for XLA on CPU);
 - ``DIFFERENTIABLE_WHILE_LOOP``: whether the backend can reverse-differentiate a ``while_loop`` whose trip count
-  depends on data (JAX cannot: its unrolled solvers run a static-bound loop instead).
+  depends on data (JAX cannot: its unrolled solvers run a static-bound loop instead);
+- ``host_call(fn, arrays, outputs)``: runs a NumPy function on the host inside a computation (the exact EMD's
+  network simplex): ``tf.numpy_function`` on TensorFlow (not XLA-compilable, not exportable), ``jax.pure_callback``
+  on JAX (inside ``jit`` too), NumPy on detached CPU arrays on PyTorch; ``outputs`` gives each result's
+  ``(shape, dtype)``, and no gradient flows through the call (wrap it in :func:`custom_gradient`);
+- ``replicas_in_sync()``: the replicas of a running ``tf.distribute`` strategy on TensorFlow, 1 elsewhere (a loss
+  that returns its batch value divides it by this);
+- ``eager_scope()``: a scope where variables are read and assigned eagerly (``tf.init_scope`` on TensorFlow, for a
+  first call made while a ``tf.function`` is traced; nothing elsewhere).
 
 Only the active backend's module is imported, so ``import ot_layers`` on JAX or PyTorch never imports TensorFlow.
 """
@@ -19,18 +27,17 @@ import keras
 BACKEND = keras.backend.backend()
 
 if BACKEND == "tensorflow":
-    from ot_layers.backends.tensorflow_backend import (DIFFERENTIABLE_WHILE_LOOP, fused_small_products,
-                                                       run_solver_loop, values_known)
+    from ot_layers.backends.tensorflow_backend import (DIFFERENTIABLE_WHILE_LOOP, eager_scope, fused_small_products,
+                                                       host_call, replicas_in_sync, run_solver_loop, values_known)
 elif BACKEND == "jax":
-    from ot_layers.backends.jax_backend import (DIFFERENTIABLE_WHILE_LOOP, fused_small_products, run_solver_loop,
-                                                values_known)
+    from ot_layers.backends.jax_backend import (DIFFERENTIABLE_WHILE_LOOP, eager_scope, fused_small_products,
+                                                       host_call, replicas_in_sync, run_solver_loop, values_known)
 elif BACKEND == "torch":
-    from ot_layers.backends.torch_backend import (DIFFERENTIABLE_WHILE_LOOP, fused_small_products, run_solver_loop,
-                                                  values_known)
+    from ot_layers.backends.torch_backend import (DIFFERENTIABLE_WHILE_LOOP, eager_scope, fused_small_products,
+                                                       host_call, replicas_in_sync, run_solver_loop, values_known)
 else:
     raise ImportError(f"ot_layers runs on the Keras backends 'tensorflow', 'jax' and 'torch'; KERAS_BACKEND is "
                       f"{BACKEND!r}.")
-
 
 
 def custom_gradient(forward):
@@ -54,4 +61,5 @@ def custom_gradient(forward):
     return wrapped
 
 
-__all__ = ["BACKEND", "custom_gradient", "DIFFERENTIABLE_WHILE_LOOP", "fused_small_products", "run_solver_loop", "values_known"]
+__all__ = ["BACKEND", "custom_gradient", "DIFFERENTIABLE_WHILE_LOOP", "eager_scope", "fused_small_products",
+           "host_call", "replicas_in_sync", "run_solver_loop", "values_known"]

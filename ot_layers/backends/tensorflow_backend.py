@@ -33,3 +33,26 @@ def run_solver_loop(fn, *args):
     if fn not in _COMPILED:
         _COMPILED[fn] = tf.function(fn, reduce_retracing=True, autograph=False)
     return _COMPILED[fn](*args)
+
+
+def host_call(fn, arrays, outputs):
+    """``fn(*arrays)`` run by NumPy on the host, as ``tf.numpy_function`` (an op of the graph when traced; not
+    XLA-compilable, not exportable). ``outputs`` gives each result's ``(shape, dtype)``; the shape may hold ``None``
+    for sizes known only at run time. ``fn`` takes and returns NumPy arrays (a tuple, one per output); no gradient
+    flows through the call. An exception raised by ``fn`` surfaces as itself eagerly and as
+    ``tf.errors.InvalidArgumentError`` from inside a graph."""
+    results = tf.numpy_function(fn, list(arrays), [tf.as_dtype(dtype) for _, dtype in outputs], stateful=False)
+    for result, (shape, _) in zip(results, outputs):
+        result.set_shape(shape)
+    return list(results)
+
+
+def replicas_in_sync():
+    """The replicas of the running ``tf.distribute`` strategy (1 outside one)."""
+    context = tf.distribute.get_replica_context()
+    return context.num_replicas_in_sync if context is not None else 1
+
+
+def eager_scope():
+    """A scope where variables are read and assigned eagerly, also while a ``tf.function`` is traced."""
+    return tf.init_scope()

@@ -1,5 +1,7 @@
 """PyTorch specifics of the solvers: eager execution (values known except while ``torch.compile`` traces), and
 loops that autograd differentiates as they run."""
+import contextlib
+
 import torch
 
 DIFFERENTIABLE_WHILE_LOOP = True
@@ -16,3 +18,26 @@ def fused_small_products():
 
 def run_solver_loop(fn, *args):
     return fn(*args)
+
+
+def host_call(fn, arrays, outputs):
+    """``fn(*arrays)`` run by NumPy on detached CPU copies of ``arrays``; the results come back as tensors on the
+    first array's device. ``outputs`` gives each result's ``(shape, dtype)``. ``fn`` takes and returns NumPy arrays
+    (a tuple, one per output); no gradient flows through the call."""
+    import numpy as np
+
+    values = [x.detach().cpu().numpy() if isinstance(x, torch.Tensor) else np.asarray(x) for x in arrays]
+    device = next((x.device for x in arrays if isinstance(x, torch.Tensor)), None)
+    return [torch.as_tensor(np.ascontiguousarray(r, dtype=d), device=device)
+            for r, (_, d) in zip(fn(*values), outputs)]
+
+
+def replicas_in_sync():
+    """1: there is no ``tf.distribute`` replica context here (``keras.distribution`` shards the batch within one
+    program, so a batch loss needs no per-replica scaling)."""
+    return 1
+
+
+def eager_scope():
+    """Nothing: outside a stateless scope, variables always hold concrete values."""
+    return contextlib.nullcontext()

@@ -5,7 +5,7 @@ import contextlib
 
 import keras
 import numpy as np
-import tensorflow as tf
+from keras import ops
 
 from ot_layers.layers.class_proxies import ClassProxies
 from ot_layers.solvers.k_center import greedy_k_center
@@ -32,10 +32,10 @@ class ProximalPenalty:
         self.anchor, self.strength, self.active, self.previous = anchor, float(strength), active, previous
 
     def __call__(self, value):
-        value = tf.convert_to_tensor(value)
-        anchor = tf.cast(tf.convert_to_tensor(self.anchor), value.dtype)
-        active = tf.cast(tf.convert_to_tensor(self.active), value.dtype)
-        penalty = 0.5 * self.strength * active * tf.reduce_sum(tf.square(value - anchor))
+        value = ops.convert_to_tensor(value)
+        anchor = ops.cast(ops.convert_to_tensor(self.anchor), value.dtype)
+        active = ops.cast(ops.convert_to_tensor(self.active), value.dtype)
+        penalty = 0.5 * self.strength * active * ops.sum(ops.square(value - anchor))
         if self.previous is not None:
             penalty = penalty + self.previous(value)
         return penalty

@@ -15,7 +15,7 @@ callback before ``TensorBoard``/``CSVLogger`` in the list: Keras passes one ``lo
 """
 import keras
 import numpy as np
-import tensorflow as tf
+from keras import ops
 
 from ot_layers.layers.generalized_sum_pooling import GeneralizedSumPooling
 from ot_layers.layers.multi_proxy_wasserstein import MultiProxyWasserstein
@@ -39,10 +39,10 @@ class LayerSignals(keras.callbacks.Callback):
         for layer in walk_layers(self.model):
             if isinstance(layer, MultiProxyWasserstein):
                 features = keras.Model(self.model.inputs[0], layer.input)(self.probe, training=False)
-                _, _, result = layer.matcher.match(flatten_feature_map(tf.convert_to_tensor(features)),
+                _, _, result = layer.matcher.match(flatten_feature_map(ops.convert_to_tensor(features)),
                                                    layer.proxies)
                 found[f"{layer.name}_sinkhorn_iterations"] = float(np.max(keras.ops.convert_to_numpy(result.iterations)))
-                found[f"{layer.name}_marginal_error"] = float(tf.reduce_mean(result.error))
+                found[f"{layer.name}_marginal_error"] = float(ops.convert_to_numpy(ops.mean(result.error)))
             elif isinstance(layer, GeneralizedSumPooling):
                 found[f"{layer.name}_prototypes_initialized"] = float(np.asarray(layer.prototypes_initialized))
         state = getattr(self.model, "ccp_state", None)

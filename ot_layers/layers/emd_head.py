@@ -1,9 +1,9 @@
 """EMDHead: DeepEMD's Earth Mover's Distance classifier between sets of local features (Zhang et al. 2022)."""
 import keras
-import tensorflow as tf
+from keras import ops
 
 from ot_layers.layers.base import ExportableLayer
-from ot_layers.tensor_ops import flatten_feature_map
+from ot_layers.tensor_ops import at_least, flatten_feature_map, normalize_rows
 from ot_layers.solvers.emd import (
     COSINE_KERNEL_LIMIT, METHODS, SINKHORN_EPSILON, SINKHORN_MAX_ITER, SINKHORN_THRESHOLD, emd,
 )
@@ -26,9 +26,9 @@ EXPORT_PARITY_RTOL = 5e-5
 
 
 def _mean(x, axis):
-    # reduce_sum / size rather than reduce_mean: tf2onnx maps the latter to a GlobalAveragePool that onnxruntime
-    # has no float64 kernel for.
-    return tf.reduce_sum(x, axis=axis, keepdims=True) / tf.cast(tf.shape(x)[axis], x.dtype)
+    # sum / size rather than mean: tf2onnx maps TensorFlow's reduce_mean to a GlobalAveragePool that onnxruntime
+    # has no float64 kernel for. The size is the static one when known, read at run time otherwise.
+    return ops.sum(x, axis=axis, keepdims=True) / ops.cast(ops.shape(x)[axis], x.dtype)
 
 
 def cross_reference_weights(query, support, floor=WEIGHT_FLOOR):
@@ -40,22 +40,24 @@ def cross_reference_weights(query, support, floor=WEIGHT_FLOOR):
 
     query ``(B, n, d)``, support ``(K, m, d)`` -> weights ``(B, K, n)`` and ``(B, K, m)``.
     """
-    query_weights = tf.nn.relu(tf.einsum("bnd,kd->bkn", query, _mean(support, 1)[:, 0])) + floor
-    support_weights = tf.nn.relu(tf.einsum("kmd,bd->bkm", support, _mean(query, 1)[:, 0])) + floor
-    return (query_weights / tf.reduce_sum(query_weights, axis=-1, keepdims=True),
-            support_weights / tf.reduce_sum(support_weights, axis=-1, keepdims=True))
+    query_weights = ops.relu(ops.einsum("bnd,kd->bkn", query, _mean(support, 1)[:, 0])) + floor
+    support_weights = ops.relu(ops.einsum("kmd,bd->bkm", support, _mean(query, 1)[:, 0])) + floor
+    return (query_weights / ops.sum(query_weights, axis=-1, keepdims=True),
+            support_weights / ops.sum(support_weights, axis=-1, keepdims=True))
 
 
 def cosine_cost(query, support, center=True):
     """``c_ij = 1 - cos(u_i, v_j)`` for every (query, class) pair: ``(B, n, d)``, ``(K, m, d)`` -> ``(B, K, n, m)``.
 
-    With ``center`` each node first has its mean over channels subtracted (as the DeepEMD authors do).
+    With ``center`` each node first has its mean over channels subtracted (as the DeepEMD authors do). Rows are
+    normalized as ``tf.math.l2_normalize`` does (:func:`ot_layers.tensor_ops.normalize_rows`): a zero node has
+    cosine 0 with everything (cost 1).
     """
     if center:
         query = query - _mean(query, -1)
         support = support - _mean(support, -1)
-    cosine = tf.einsum("bnd,kmd->bknm", tf.math.l2_normalize(query, axis=-1), tf.math.l2_normalize(support, axis=-1))
-    return tf.maximum(1.0 - cosine, 0.0)
+    cosine = ops.einsum("bnd,kmd->bknm", normalize_rows(query), normalize_rows(support))
+    return at_least(1.0 - cosine, 0.0)
 
 
 @keras.saving.register_keras_serializable(package="ot_layers")
@@ -70,15 +72,18 @@ class EMDHead(ExportableLayer):
     uniform), the optimal flow ``T`` of ``min <C, T>`` s.t. ``T 1 = a``, ``T^T 1 = b`` (Eq. 1) and the logit
     ``scale * sum_ij (1 - c_ij) T_ij`` (Eq. 2 with weights normalized to one, equal to the paper's ``s tau / n``).
 
-    Computes in float32 under the ``float32`` and ``mixed_float16`` policies and in float64 for float64 inputs
-    (a ``float64`` policy); ``method="exact"`` runs the network simplex on the host in float64 and returns the
-    compute dtype. Query and support may be feature maps of unknown spatial size. With ``method="sinkhorn"`` NaN/Inf
-    features give NaN logits for the affected query only; ``method="exact"`` raises an error naming the problem.
+    Written in ``keras.ops``: runs on TensorFlow, JAX and PyTorch. Computes in float32 under the ``float32`` and
+    ``mixed_float16`` policies and in float64 for float64 inputs (a ``float64`` policy); ``method="exact"`` runs the
+    network simplex on the host in float64 (``tf.numpy_function`` on TensorFlow, ``jax.pure_callback`` on JAX,
+    NumPy on PyTorch; see :func:`ot_layers.solvers.emd`) and returns the compute dtype. Query and support may be
+    feature maps of unknown spatial size. With ``method="sinkhorn"`` NaN/Inf features give NaN logits for the
+    affected query only; ``method="exact"`` raises an error naming the problem.
 
     Args:
       scale: the multiplier of the EMD similarity (the paper's ``tau`` = 12.5; a multiplier, hence ``scale``).
-      method: ``"exact"`` (network simplex, Danskin gradients; not XLA-compilable, not exportable) or ``"sinkhorn"``
-        (entropic, pure TensorFlow, exportable).
+      method: ``"exact"`` (network simplex on the host, Danskin gradients; not exportable, not XLA-compilable on
+        TensorFlow, compiles under ``jax.jit`` as a host callback) or ``"sinkhorn"`` (entropic, pure ``keras.ops``,
+        XLA-compilable, exportable from TensorFlow).
       node_weights: ``"cross_reference"`` or ``"uniform"``.
       center: subtract each node's channel mean before the cosine.
       weight_floor: the small constant added to the cross-reference weights.
@@ -98,22 +103,23 @@ class EMDHead(ExportableLayer):
         self.epsilon = float(check_positive("epsilon", epsilon))
         self.max_iter = check_positive_int("max_iter", max_iter)
         self.threshold = float(check_non_negative("threshold", threshold))
-        # Keras' jit_compile="auto" leaves XLA off for a model holding a layer that cannot be compiled.
-        self.supports_jit = self.method != "exact"
+        # Keras' jit_compile="auto" leaves XLA off for a model holding a layer that cannot be compiled: the exact
+        # method's tf.numpy_function cannot (JAX's host callback can).
+        self.supports_jit = self.method != "exact" or keras.backend.backend() == "jax"
 
     def _export_blocker_reason(self):
         """``None`` for ``method="sinkhorn"``; for ``"exact"`` the reason and the exportable alternative."""
         if self.method == "exact":
             return ('EMDHead(method="exact") runs POT\'s network simplex in a Python function, which SavedModel and '
-                    'ONNX cannot hold; use EMDHead(method="sinkhorn") (pure TensorFlow) for an exportable model.')
+                    'ONNX cannot hold; use EMDHead(method="sinkhorn") (pure keras.ops) for an exportable model.')
         return None
 
     def _solve(self, query, support):
         """``(cost, a, b, result)`` as :meth:`transport`, with ``a = b = None`` for uniform node weights (the solver
         builds them), so the forward pass builds nothing it does not use."""
-        dtype = compute_dtype(tf.as_dtype(query.dtype))
-        query = tf.cast(query, dtype)
-        support = tf.cast(support, dtype)
+        dtype = compute_dtype(query.dtype)
+        query = ops.cast(query, dtype)
+        support = ops.cast(support, dtype)
         cost = cosine_cost(query, support, self.center)
         if self.node_weights == "cross_reference":
             a, b = cross_reference_weights(query, support, self.weight_floor)
@@ -133,8 +139,9 @@ class EMDHead(ExportableLayer):
         float64 ``query``)."""
         cost, a, b, result = self._solve(query, support)
         if a is None:
-            a = tf.ones_like(cost[..., 0]) / tf.cast(tf.shape(cost)[-2], cost.dtype)
-            b = tf.ones_like(cost[..., 0, :]) / tf.cast(tf.shape(cost)[-1], cost.dtype)
+            shape = ops.shape(cost)
+            a = ops.ones_like(cost[..., 0]) / ops.cast(shape[-2], cost.dtype)
+            b = ops.ones_like(cost[..., 0, :]) / ops.cast(shape[-1], cost.dtype)
         return cost, a, b, result
 
     def similarity(self, query, support):
@@ -151,7 +158,7 @@ class EMDHead(ExportableLayer):
         check_rank("support", support.shape, (3, 4))
         check_same_dim("query", query.shape[-1], "support", support.shape[-1])
         logits = self.scale * self.similarity(flatten_feature_map(query), flatten_feature_map(support))
-        return tf.cast(logits, self.compute_dtype)
+        return ops.cast(logits, self.compute_dtype)
 
     def compute_output_shape(self, input_shape):
         return (input_shape[0][0], input_shape[1][0])

@@ -1,11 +1,11 @@
 """HypersphericalPrototypes: cosine classifier on fixed prototypes with a re-assignable label map (DL2PA, Saadabadi
 et al. 2024)."""
-import contextlib
 
 import keras
 import numpy as np
 from keras import ops
 
+from ot_layers.backends import eager_scope
 from ot_layers.layers.base import ExportableLayer
 from ot_layers.solvers import prototypes as prototype_solver
 from ot_layers.tensor_ops import at_least, normalize_rows
@@ -20,17 +20,6 @@ except ImportError:  # pragma: no cover - other Keras versions
 
     def in_symbolic_scope():
         return False
-
-
-def _eager_scope():
-    """A scope in which variables are read and assigned eagerly: ``tf.init_scope()`` on TensorFlow (a first call
-    may come while a ``tf.function`` is traced); nothing on JAX and PyTorch, whose variables outside a stateless
-    scope always hold concrete values."""
-    if keras.backend.backend() == "tensorflow":
-        import tensorflow as tf  # only on the TensorFlow backend, where Keras has already loaded it
-
-        return tf.init_scope()
-    return contextlib.nullcontext()
 
 
 @keras.saving.register_keras_serializable(package="ot_layers")
@@ -116,7 +105,7 @@ class HypersphericalPrototypes(ExportableLayer):
     def __call__(self, *args, **kwargs):
         if self._from_config and self.built and not self._is_symbolic_call(args, kwargs):
             self._from_config = False
-            with _eager_scope():  # eager, also when first called while a tf.function is traced
+            with eager_scope():  # eager, also when first called while a tf.function is traced
                 if not np.any(ops.convert_to_numpy(self.prototypes)):
                     self.prototypes.assign(self._estimate())
         return super().__call__(*args, **kwargs)

@@ -1,11 +1,9 @@
 """StructuredFC: DeepEMD's structured fully connected layer for k-shot classification (Zhang et al. 2022, Sec. 3.4)."""
 import keras
 import numpy as np
-import tensorflow as tf
 
 from ot_layers.layers.base import ExportableLayer
 from ot_layers.layers.emd_head import EMDHead
-from ot_layers.tensor_ops import flatten_feature_map
 from ot_layers.validation import check_positive_int, check_rank
 
 
@@ -20,7 +18,7 @@ class StructuredFC(ExportableLayer):
 
     Input ``(B, H, W, d)`` or ``(B, n, d)``; output logits ``(B, num_classes)``. ``head`` holds the
     :class:`EMDHead` settings (``scale``, ``method``, ``node_weights``, ...); ``initializer`` initializes the nodes
-    ``(num_classes, num_nodes, d)``.
+    ``(num_classes, num_nodes, d)``. Runs on TensorFlow, JAX and PyTorch (``keras.ops``, as :class:`EMDHead`).
     """
 
     def __init__(self, num_classes, num_nodes, head=None, initializer="glorot_uniform", **kwargs):
@@ -45,7 +43,9 @@ class StructuredFC(ExportableLayer):
 
     def initialize_from_support(self, features, labels):
         """Set each class's nodes to the mean of its support feature maps ``(S, H, W, d)`` or ``(S, n, d)``."""
-        features = np.asarray(flatten_feature_map(tf.convert_to_tensor(features, tf.float32)))
+        features = np.asarray(keras.ops.convert_to_numpy(features), dtype=np.float32)
+        if features.ndim == 4:  # (S, H, W, d) -> (S, H*W, d), as ot_layers.tensor_ops.flatten_feature_map
+            features = features.reshape(features.shape[0], -1, features.shape[-1])
         labels = np.asarray(labels)
         if features.shape[1] != self.num_nodes:
             raise ValueError(f"`features` have {features.shape[1]} nodes per sample, the layer has {self.num_nodes}.")

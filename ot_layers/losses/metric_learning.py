@@ -8,59 +8,94 @@ Proxy losses (``ProxyNCAPlusPlusLoss``, ``ProxyAnchorLoss``) take instead the ou
 placed in the model: the cosine similarities ``(B, num_classes, num_proxies)`` of the normalized embeddings to the
 normalized proxies. The proxies are that layer's weight (trained by ``model.fit``, re-initialized by callbacks
 through the layer); the losses hold no reference to it.
+
+Written in ``keras.ops``: the losses run on the TensorFlow, JAX and PyTorch backends. They compute in float32 (in
+float64 for float64 input, e.g. a loss built with ``dtype="float64"``). Under a TensorFlow distribution strategy the
+scalar batch loss is divided by the number of replicas (``_per_replica``); JAX and PyTorch count one replica.
 """
 import keras
-import tensorflow as tf
+from keras import ops
 
+from ot_layers.backends import replicas_in_sync
+from ot_layers.tensor_ops import at_least, normalize_rows
 from ot_layers.validation import check_non_negative, check_positive
 
 _NEG_INF = float("-inf")
 
 
+def compute_dtype(x):
+    """The losses compute in float32, and in float64 for float64 input (a loss built with ``dtype="float64"``)."""
+    return "float64" if keras.backend.standardize_dtype(x.dtype) == "float64" else "float32"
+
+
+def _as_compute_dtype(x):
+    x = ops.convert_to_tensor(x)
+    return ops.cast(x, compute_dtype(x))
+
+
 def _labels(y_true):
-    return tf.reshape(tf.cast(y_true, tf.int32), [-1])
+    return ops.reshape(ops.cast(y_true, "int32"), (-1,))
 
 
 def _normalized(x):
-    return tf.math.l2_normalize(tf.cast(x, tf.float32), axis=-1)
+    """``x / max(||x||, 1e-6)`` per row (``tensor_ops.normalize_rows``, as ``tf.math.l2_normalize``)."""
+    return normalize_rows(_as_compute_dtype(x), axis=-1)
 
 
 def _pair_masks(labels):
     """Boolean ``(B, B)`` masks of positive pairs (same class, ``i != j``) and negative pairs."""
-    same = tf.equal(labels[:, None], labels[None, :])
-    not_self = tf.logical_not(tf.eye(tf.shape(labels)[0], dtype=tf.bool))
-    return tf.logical_and(same, not_self), tf.logical_not(same)
+    same = ops.equal(labels[:, None], labels[None, :])
+    index = ops.arange(ops.shape(labels)[0], dtype="int32")
+    not_self = ops.not_equal(index[:, None], index[None, :])
+    return ops.logical_and(same, not_self), ops.logical_not(same)
+
+
+def _inner_products(x):
+    """``x x^T`` ``(B, B)`` (an einsum: TensorFlow's ``keras.ops.matmul`` needs a known rank)."""
+    return ops.einsum("id,jd->ij", x, x)
 
 
 def _distances(x):
     """Pairwise Euclidean distances ``(B, B)``, with a finite gradient at 0."""
-    squared_norms = tf.reduce_sum(x * x, axis=-1)
-    squared = squared_norms[:, None] + squared_norms[None, :] - 2.0 * tf.matmul(x, x, transpose_b=True)
-    return tf.sqrt(tf.maximum(squared, 1e-12))
+    squared_norms = ops.sum(x * x, axis=-1)
+    squared = squared_norms[:, None] + squared_norms[None, :] - 2.0 * _inner_products(x)
+    return ops.sqrt(at_least(squared, 1e-12))
+
+
+def _mean(values):
+    """The mean of all of ``values``, as a sum over a count: Keras' ``ops.mean`` (3.15) computes float64 tensors in
+    float32 on the JAX and PyTorch backends."""
+    return ops.sum(values) / ops.sum(ops.ones_like(values))
 
 
 def _masked_mean(values, mask):
-    mask = tf.cast(mask, values.dtype)
-    return tf.reduce_sum(values * mask) / tf.maximum(tf.reduce_sum(mask), 1.0)
+    mask = ops.cast(mask, values.dtype)
+    return ops.sum(values * mask) / at_least(ops.sum(mask), 1.0)
 
 
 def log_one_plus_sum_exp(logits, mask, axis):
     """``log(1 + sum_{mask} exp(logits))`` along ``axis``, stable, 0 with a zero gradient where the mask is empty."""
-    masked = tf.where(mask, logits, _NEG_INF)
-    shift = tf.stop_gradient(tf.maximum(tf.reduce_max(masked, axis=axis, keepdims=True), 0.0))
-    total = tf.exp(-shift) + tf.reduce_sum(tf.exp(masked - shift), axis=axis, keepdims=True)
-    return tf.squeeze(shift + tf.math.log(total), axis=axis)
+    masked = ops.where(mask, logits, ops.full_like(logits, _NEG_INF))
+    shift = ops.stop_gradient(at_least(ops.max(masked, axis=axis, keepdims=True), 0.0))
+    total = ops.exp(-shift) + ops.sum(ops.exp(masked - shift), axis=axis, keepdims=True)
+    return ops.squeeze(shift + ops.log(total), axis=axis)
+
+
+def sparse_cross_entropy(labels, logits):
+    """Per-example softmax cross-entropy of integer ``labels`` ``(B,)`` against ``logits`` ``(B, C)``
+    (``tf.nn.sparse_softmax_cross_entropy_with_logits`` on TensorFlow)."""
+    return ops.sparse_categorical_crossentropy(labels, logits, from_logits=True)
 
 
 def _per_replica(batch_loss):
     """A batch loss scaled by ``1 / replicas``: Keras sums the replicas' gradients and divides a loss by the number
     of replicas only when it reduces per-example values itself; these losses return their batch value as a scalar,
-    so each replica's share is divided here (under one replica nothing changes). Each replica's value is computed
-    on its own share of the batch (pairs and proxies' hardest terms within that share)."""
-    if batch_loss.shape.rank != 0:  # per-example values: Keras reduces them over the batch and the replicas
+    so each replica's share is divided here (under one replica, and on JAX and PyTorch, nothing changes). Each
+    replica's value is computed on its own share of the batch (pairs and proxies' hardest terms within that
+    share)."""
+    if len(batch_loss.shape) != 0:  # per-example values: Keras reduces them over the batch and the replicas
         return batch_loss
-    context = tf.distribute.get_replica_context()
-    replicas = context.num_replicas_in_sync if context is not None else 1
+    replicas = replicas_in_sync()
     return batch_loss if replicas == 1 else batch_loss / float(replicas)
 
 
@@ -70,7 +105,7 @@ class _MetricLoss(keras.losses.Loss):
         self.normalize = bool(normalize)
 
     def call(self, y_true, y_pred):
-        x = _normalized(y_pred) if self.normalize else tf.cast(y_pred, tf.float32)
+        x = _normalized(y_pred) if self.normalize else _as_compute_dtype(y_pred)
         return _per_replica(self.batch_loss(_labels(y_true), x))
 
     def get_config(self):
@@ -93,8 +128,8 @@ class ContrastiveLoss(_MetricLoss):
     def batch_loss(self, labels, x):
         positive, negative = _pair_masks(labels)
         d = _distances(x)
-        return (_masked_mean(tf.nn.relu(d - self.pos_margin), positive)
-                + _masked_mean(tf.nn.relu(self.neg_margin - d), negative))
+        return (_masked_mean(ops.relu(d - self.pos_margin), positive)
+                + _masked_mean(ops.relu(self.neg_margin - d), negative))
 
     def get_config(self):
         return {**super().get_config(), "pos_margin": self.pos_margin, "neg_margin": self.neg_margin}
@@ -114,9 +149,9 @@ class TripletLoss(_MetricLoss):
     def batch_loss(self, labels, x):
         positive, negative = _pair_masks(labels)
         d = _distances(x)
-        valid = tf.logical_and(positive[:, :, None], negative[:, None, :])  # (anchor, positive, negative)
-        losses = tf.nn.relu(d[:, :, None] - d[:, None, :] + self.margin)
-        return _masked_mean(losses, tf.logical_and(valid, losses > 0.0))
+        valid = ops.logical_and(positive[:, :, None], negative[:, None, :])  # (anchor, positive, negative)
+        losses = ops.relu(d[:, :, None] - d[:, None, :] + self.margin)
+        return _masked_mean(losses, ops.logical_and(valid, losses > 0.0))
 
     def get_config(self):
         return {**super().get_config(), "margin": self.margin}
@@ -141,14 +176,14 @@ class MultiSimilarityLoss(_MetricLoss):
 
     def batch_loss(self, labels, x):
         positive, negative = _pair_masks(labels)
-        s = tf.matmul(x, x, transpose_b=True)
-        hardest_negative = tf.reduce_max(tf.where(negative, s, _NEG_INF), axis=1, keepdims=True)
-        hardest_positive = tf.reduce_min(tf.where(positive, s, float("inf")), axis=1, keepdims=True)
-        mined_positive = tf.logical_and(positive, s - self.mining_margin < hardest_negative)
-        mined_negative = tf.logical_and(negative, s + self.mining_margin > hardest_positive)
+        s = _inner_products(x)
+        hardest_negative = ops.max(ops.where(negative, s, ops.full_like(s, _NEG_INF)), axis=1, keepdims=True)
+        hardest_positive = ops.min(ops.where(positive, s, ops.full_like(s, float("inf"))), axis=1, keepdims=True)
+        mined_positive = ops.logical_and(positive, s - self.mining_margin < hardest_negative)
+        mined_negative = ops.logical_and(negative, s + self.mining_margin > hardest_positive)
         pos_term = log_one_plus_sum_exp(-self.alpha * (s - self.base), mined_positive, axis=1) / self.alpha
         neg_term = log_one_plus_sum_exp(self.beta * (s - self.base), mined_negative, axis=1) / self.beta
-        return tf.reduce_mean(pos_term + neg_term)
+        return _mean(pos_term + neg_term)
 
     def get_config(self):
         return {**super().get_config(), "alpha": self.alpha, "beta": self.beta, "base": self.base,
@@ -165,8 +200,8 @@ class ProxyLoss(keras.losses.Loss):
         super().__init__(name=name, reduction=reduction, **kwargs)
 
     def call(self, y_true, y_pred):
-        similarity = tf.cast(y_pred, tf.float32)
-        if similarity.shape.rank != 3:
+        similarity = _as_compute_dtype(y_pred)
+        if len(similarity.shape) != 3:
             raise ValueError(f"`y_pred` of {type(self).__name__} must be the (B, num_classes, num_proxies) "
                              f"similarities of a ClassProxies layer, got shape {similarity.shape}.")
         return _per_replica(self.batch_loss(_labels(y_true), similarity))
@@ -185,9 +220,9 @@ class ProxyNCAPlusPlusLoss(ProxyLoss):
         self.temperature = check_positive("temperature", temperature)
 
     def batch_loss(self, labels, similarity):
-        squared_distance = 2.0 - 2.0 * tf.reduce_max(similarity, axis=-1)  # nearest proxy of each class
+        squared_distance = 2.0 - 2.0 * ops.max(similarity, axis=-1)  # nearest proxy of each class
         logits = -squared_distance / self.temperature
-        return tf.reduce_mean(tf.nn.sparse_softmax_cross_entropy_with_logits(labels=labels, logits=logits))
+        return _mean(sparse_cross_entropy(labels, logits))
 
     def get_config(self):
         return {**super().get_config(), "temperature": self.temperature}
@@ -209,13 +244,13 @@ class ProxyAnchorLoss(ProxyLoss):
 
     def batch_loss(self, labels, similarity):
         num_classes, per_class = similarity.shape[1], similarity.shape[2]
-        s = tf.reshape(similarity, [-1, num_classes * per_class])  # (B, P)
-        proxy_labels = tf.repeat(tf.range(num_classes), per_class)
-        positive = tf.equal(labels[:, None], proxy_labels[None, :])
+        s = ops.reshape(similarity, (-1, num_classes * per_class))  # (B, P)
+        proxy_labels = ops.repeat(ops.arange(num_classes, dtype="int32"), per_class)
+        positive = ops.equal(labels[:, None], proxy_labels[None, :])
         pos_term = log_one_plus_sum_exp(-self.alpha * (s - self.margin), positive, axis=0)
-        neg_term = log_one_plus_sum_exp(self.alpha * (s + self.margin), tf.logical_not(positive), axis=0)
-        has_positive = tf.reduce_any(positive, axis=0)
-        return _masked_mean(pos_term, has_positive) + tf.reduce_mean(neg_term)
+        neg_term = log_one_plus_sum_exp(self.alpha * (s + self.margin), ops.logical_not(positive), axis=0)
+        has_positive = ops.any(positive, axis=0)
+        return _masked_mean(pos_term, has_positive) + _mean(neg_term)
 
     def get_config(self):
         return {**super().get_config(), "margin": self.margin, "alpha": self.alpha}

@@ -15,11 +15,15 @@ are ``[ClassProxies(...)(embedding), ClassProxies(num_classes, dim=dv, output="p
 Under a distribution strategy each replica computes ``L_ZS`` on its own share of the batch (halves, ridge maps and
 predictions within that share), and the loss divides that scalar by the number of replicas (as the metric-learning
 losses do), so the summed replica gradients are the mean of the per-replica ``L_ZS`` gradients.
+
+Written in ``keras.ops``: runs on the TensorFlow, JAX and PyTorch backends (``tf.distribute`` is TensorFlow's; JAX
+and PyTorch count one replica). Computes in float32 (in float64 for float64 input).
 """
 import keras
-import tensorflow as tf
+from keras import ops
 
-from ot_layers.losses.metric_learning import _per_replica
+from ot_layers.losses.metric_learning import _as_compute_dtype, _per_replica, sparse_cross_entropy
+from ot_layers.tensor_ops import at_least
 from ot_layers.validation import check_positive
 
 ZERO_SHOT_WEIGHT = 0.1  # lambda of Eq. 5.2.5
@@ -31,16 +35,16 @@ def disjoint_class_halves(labels):
     All samples of a class fall on the same side, so the halves have disjoint classes; with a class-balanced batch
     (P classes x K samples) each half holds about P/2 classes. XLA-friendly (one sort, no ``unique``).
     """
-    median = tf.sort(labels)[tf.shape(labels)[0] // 2]
+    median = ops.sort(labels)[ops.shape(labels)[0] // 2]
     return labels < median
 
 
 def _ridge_map(z, targets, mask, ridge):
     """``A = Upsilon_b (Z_b^T Z_b + eps I)^{-1} Z_b^T`` ``(dv, m)`` fitted on the masked samples only."""
-    weight = tf.cast(mask, z.dtype)[:, None]
+    weight = ops.cast(mask, z.dtype)[:, None]
     z_b, v_b = z * weight, targets * weight  # zeroed rows drop out of the fit exactly
-    gram = tf.matmul(z_b, z_b, transpose_b=True) + ridge * tf.eye(tf.shape(z)[0], dtype=z.dtype)
-    return tf.matmul(v_b, tf.linalg.solve(gram, z_b), transpose_a=True)
+    gram = ops.einsum("id,jd->ij", z_b, z_b) + ridge * ops.eye(ops.shape(z)[0], dtype=z.dtype)
+    return ops.einsum("ik,id->kd", v_b, ops.solve(gram, z_b))
 
 
 @keras.saving.register_keras_serializable(package="ot_layers")
@@ -59,23 +63,23 @@ class ZeroShotPredictionLoss(keras.losses.Loss):
         self.scale = check_positive("scale", scale)
 
     def call(self, y_true, y_pred):
-        packed = tf.cast(y_pred, tf.float32)
-        if packed.shape.rank != 3:
+        packed = _as_compute_dtype(y_pred)
+        if len(packed.shape) != 3:
             raise ValueError("`y_pred` of ZeroShotPredictionLoss must be the (B, 1 + num_classes, D) output of "
                              f"ClassProxies(..., output='packed'), got shape {packed.shape}.")
-        labels = tf.reshape(tf.cast(y_true, tf.int32), [-1])
+        labels = ops.reshape(ops.cast(y_true, "int32"), (-1,))
         z = packed[:, 0, :]
         upsilon = packed[0, 1:, :]  # (c, D), the same in every row
-        targets = tf.gather(upsilon, labels)
+        targets = ops.take(upsilon, labels, axis=0)
         first = disjoint_class_halves(labels)
-        second = tf.logical_not(first)
+        second = ops.logical_not(first)
         total = 0.0
         for fit_on, evaluate_on in ((first, second), (second, first)):
             predictor = _ridge_map(z, targets, fit_on, self.ridge)  # (dv, m)
-            logits = self.scale * tf.matmul(tf.matmul(z, predictor, transpose_b=True), upsilon, transpose_b=True)
-            ce = tf.nn.sparse_softmax_cross_entropy_with_logits(labels=labels, logits=logits)
-            weight = tf.cast(evaluate_on, ce.dtype)
-            total += tf.reduce_sum(ce * weight) / tf.maximum(tf.reduce_sum(weight), 1.0)
+            logits = self.scale * ops.einsum("jd,cd->jc", ops.einsum("id,kd->ik", z, predictor), upsilon)
+            ce = sparse_cross_entropy(labels, logits)
+            weight = ops.cast(evaluate_on, ce.dtype)
+            total += ops.sum(ce * weight) / at_least(ops.sum(weight), 1.0)
         # A scalar batch loss: Keras sums the replicas' gradients without dividing a scalar by the replicas.
         return _per_replica(total)
 

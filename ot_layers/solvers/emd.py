@@ -5,27 +5,34 @@ For every leading index of ``cost`` ``(..., n, m)`` solves the transportation li
 
     W(C, a, b) = min_T <C, T>   s.t.  T 1 = a,  T^T 1 = b,  T >= 0
 
-- ``method="exact"``: POT's network simplex (its C++ core, ``ot.lp.emd_wrap.emd_c``) on each problem inside
-  ``tf.numpy_function``, in float64. Gradients by Danskin's theorem (the LP value is a min over a polytope that
-  depends on ``a``, ``b`` only through the constraints): ``dW/dC = T*`` (the optimal flow), ``dW/da = u - mean(u)``,
-  ``dW/db = v - mean(v)`` with ``(u, v)`` the optimal dual potentials (``u_i + v_j <= C_ij``, ``W = a.u + b.v``).
-  The duals are centred because only mass-preserving changes of the weights are defined. The optimal plan itself is
-  piecewise constant in ``C``; it is returned without a gradient. Not XLA-compilable and not exportable (a Python
-  function in the graph). The host computes in float64 and the results come back in the compute dtype (float32, or
-  float64 for float64 input). NaN/Inf costs or weights raise an error naming the argument and the problem
-  (``ValueError`` when called eagerly, ``InvalidArgumentError`` from inside a graph): the host checks them for free.
+- ``method="exact"``: POT's network simplex (its C++ core, ``ot.lp.emd_wrap.emd_c``) on each problem on the host,
+  in float64, through :func:`ot_layers.backends.host_call`: ``tf.numpy_function`` on TensorFlow (not XLA-compilable
+  and not exportable: a Python function in the graph), ``jax.pure_callback`` on JAX (inside ``jax.jit`` too), NumPy
+  on detached CPU arrays on PyTorch. Gradients by Danskin's theorem (the LP value is a min over a polytope that
+  depends on ``a``, ``b`` only through the constraints), given by :func:`ot_layers.backends.custom_gradient` on every
+  backend: ``dW/dC = T*`` (the optimal flow), ``dW/da = u - mean(u)``, ``dW/db = v - mean(v)`` with ``(u, v)`` the
+  optimal dual potentials (``u_i + v_j <= C_ij``, ``W = a.u + b.v``). The duals are centred because only
+  mass-preserving changes of the weights are defined. The optimal plan and the duals are piecewise constant in the
+  inputs; they are returned without a gradient. The host computes in float64 and the results come back in the
+  compute dtype (float32, or float64 for float64 input). NaN/Inf costs or weights raise an error naming the argument
+  and the problem: ``ValueError`` when the values are known (eager TensorFlow, PyTorch, JAX outside ``jit``); from
+  inside a graph the host's ``ValueError`` surfaces as TensorFlow's ``InvalidArgumentError`` (JAX: the callback's
+  error).
 - ``method="sinkhorn"``: :func:`ot_layers.solvers.sinkhorn` at a small ``epsilon``; ``cost`` is then the
   plan-weighted cost ``<C, T_eps>`` (not the entropic objective), which approaches ``W`` as ``epsilon -> 0``. Pure
-  TensorFlow: batched, XLA-compilable, exportable, with the Sinkhorn solver's implicit gradients, its zero-mass
-  handling and its NaN confinement (a NaN problem gives NaN, the others are unaffected).
+  ``keras.ops`` (TensorFlow, JAX, PyTorch): batched, XLA-compilable, exportable from TensorFlow, with the Sinkhorn
+  solver's implicit gradients, its zero-mass handling and its NaN confinement (a NaN problem gives NaN, the others
+  are unaffected).
 """
 from typing import NamedTuple
 import warnings
 
+import keras
 import numpy as np
-import tensorflow as tf
+from keras import ops
 from ot.lp.emd_wrap import check_result, emd_c
 
+from ot_layers.backends import custom_gradient, host_call, values_known
 from ot_layers.solvers.sinkhorn import prepare_problem, sinkhorn
 from ot_layers.validation import check_choice, check_non_negative, check_positive, check_positive_int
 
@@ -52,10 +59,10 @@ class EMDResult(NamedTuple):
     f, g: ``(..., n)``, ``(..., m)`` centred dual potentials (exact) or the Sinkhorn potentials.
     """
 
-    plan: tf.Tensor
-    cost: tf.Tensor
-    f: tf.Tensor
-    g: tf.Tensor
+    plan: object
+    cost: object
+    f: object
+    g: object
 
 
 def _check_finite(cost, a, b):
@@ -89,33 +96,47 @@ def _network_simplex(cost, a, b):
     return plans, values, f, g
 
 
+def _host_network_simplex(cost, a, b):
+    """:func:`_network_simplex` on arrays in the compute dtype: the host computes in float64 and answers in the
+    dtype it was given (float32, or float64 for float64 input)."""
+    dtype = cost.dtype
+    results = _network_simplex(*(np.asarray(x, dtype=np.float64) for x in (cost, a, b)))
+    return tuple(r.astype(dtype) for r in results)
+
+
+def _danskin_value(cost, a, b, value, plan, f, g):
+    """The EMD ``value`` (computed on the host) as a function of ``cost``, ``a``, ``b`` with Danskin's gradients
+    ``dW/dC = T*``, ``dW/da = f``, ``dW/db = g`` (centred duals); ``value``, ``plan``, ``f``, ``g`` are constants."""
+
+    @custom_gradient
+    def value_of(cost, a, b, value, plan, f, g):
+        def grad(d_value):
+            return (d_value[..., None, None] * plan, d_value[..., None] * f, d_value[..., None] * g,
+                    ops.zeros_like(value), ops.zeros_like(plan), ops.zeros_like(f), ops.zeros_like(g))
+
+        return value, grad
+
+    return value_of(cost, a, b, value, plan, f, g)
+
+
 def _exact(cost, a, b):
-    """Exact EMD of a batch ``(..., n, m)`` through the network simplex, with Danskin gradients."""
-
-    @tf.custom_gradient
-    def solve(cost, a, b):
-        shape = tf.shape(cost)
-        flat_cost = tf.reshape(tf.cast(cost, tf.float64), tf.concat([[-1], shape[-2:]], 0))
-        flat_a = tf.reshape(tf.cast(a, tf.float64), [-1, shape[-2]])
-        flat_b = tf.reshape(tf.cast(b, tf.float64), [-1, shape[-1]])
-        plan, value, f, g = tf.numpy_function(
-            _network_simplex, [flat_cost, flat_a, flat_b], [tf.float64] * 4, stateful=False
-        )
-        plan = tf.cast(tf.reshape(plan, shape), cost.dtype)
-        value = tf.cast(tf.reshape(value, shape[:-2]), cost.dtype)
-        f = tf.cast(tf.reshape(f, tf.shape(a)), cost.dtype)
-        g = tf.cast(tf.reshape(g, tf.shape(b)), cost.dtype)
-        for tensor, static in ((plan, cost.shape), (value, cost.shape[:-2]), (f, a.shape), (g, b.shape)):
-            tensor.set_shape(static)
-
-        def grad(d_plan, d_value, d_f, d_g):
-            # Danskin: dW/dC = T*, dW/da = f, dW/db = g (centred); plan and duals are locally constant.
-            del d_plan, d_f, d_g
-            return d_value[..., None, None] * plan, d_value[..., None] * f, d_value[..., None] * g
-
-        return (plan, value, f, g), grad
-
-    return solve(cost, a, b)
+    """Exact EMD of a batch ``(..., n, m)`` through the network simplex on the host
+    (:func:`ot_layers.backends.host_call`), with Danskin gradients for the value; plan and duals are constants
+    (piecewise constant in the inputs)."""
+    dtype = keras.backend.standardize_dtype(cost.dtype)
+    shape = ops.shape(cost)
+    n, m = shape[-2], shape[-1]
+    flat_cost = ops.reshape(ops.stop_gradient(cost), (-1, n, m))
+    flat_a = ops.reshape(ops.stop_gradient(a), (-1, n))
+    flat_b = ops.reshape(ops.stop_gradient(b), (-1, m))
+    outputs = [(tuple(flat_cost.shape), dtype), (tuple(flat_cost.shape)[:1], dtype), (tuple(flat_a.shape), dtype),
+               (tuple(flat_b.shape), dtype)]
+    plan, value, f, g = host_call(_host_network_simplex, [flat_cost, flat_a, flat_b], outputs)
+    plan = ops.stop_gradient(ops.reshape(plan, shape))
+    value = ops.stop_gradient(ops.reshape(value, shape[:-2]))
+    f = ops.stop_gradient(ops.reshape(f, ops.shape(a)))
+    g = ops.stop_gradient(ops.reshape(g, ops.shape(b)))
+    return plan, _danskin_value(cost, a, b, value, plan, f, g), f, g
 
 
 def emd(cost, a=None, b=None, *, method="exact", epsilon=SINKHORN_EPSILON, max_iter=SINKHORN_MAX_ITER,
@@ -128,8 +149,8 @@ def emd(cost, a=None, b=None, *, method="exact", epsilon=SINKHORN_EPSILON, max_i
         problem; uniform ``1/n``, ``1/m`` when ``None``. With ``method="exact"`` zero weights give valid flows but
         their dual entries (gradients) are not meaningful; with ``method="sinkhorn"`` they follow
         :func:`ot_layers.solvers.sinkhorn` (zero plan rows, gradient 0 there).
-      method: ``"exact"`` (network simplex, Danskin gradients, not exportable) or ``"sinkhorn"`` (entropic,
-        pure TensorFlow).
+      method: ``"exact"`` (network simplex on the host, Danskin gradients, not exportable) or ``"sinkhorn"``
+        (entropic, ``keras.ops``; exportable).
       epsilon, max_iter, threshold, domain: the Sinkhorn settings (``method="sinkhorn"`` only).
 
     Returns:
@@ -145,8 +166,9 @@ def emd(cost, a=None, b=None, *, method="exact", epsilon=SINKHORN_EPSILON, max_i
         return EMDResult(result.plan, result.transport_cost, result.f, result.g)
 
     cost, a, b = prepare_problem(cost, a, b)
-    if tf.executing_eagerly():
+    if values_known(cost) and values_known(a) and values_known(b):
         n, m = cost.shape[-2], cost.shape[-1]
-        _check_finite(cost.numpy().reshape(-1, n, m), a.numpy().reshape(-1, n), b.numpy().reshape(-1, m))
+        _check_finite(*(ops.convert_to_numpy(x).reshape(-1, size) for x, size in
+                        ((cost, n * m), (a, n), (b, m))))
     plan, value, f, g = _exact(cost, a, b)
     return EMDResult(plan, value, f, g)

@@ -8,7 +8,8 @@ restart probability ``1 - alpha``:
     F = (1 - alpha) (I - alpha S_bar)^{-1},        (eq. 9; column n of F is F_n for the query e_n)
 
 the fixed point of ``F <- alpha S_bar F + (1 - alpha) I``. ``F`` is symmetric; ``F_ij`` is the manifold similarity
-of ``x_i`` and ``x_j``. Differentiable (TensorFlow ops); leading batch axes are allowed.
+of ``x_i`` and ``x_j``. Differentiable; leading batch axes are allowed. Written in ``keras.ops``: runs on the
+TensorFlow, JAX and PyTorch backends.
 
 Numerics (all exact rewrites of eq. 9 unless stated):
 
@@ -19,13 +20,13 @@ Numerics (all exact rewrites of eq. 9 unless stated):
   underflow (a point far from all others at a tiny temperature) gets degree floored at 1e-30, so ``S_bar``'s row
   is zero: an isolated point, ``F_ii = 1 - alpha``.
 - ``I - alpha S_bar`` is symmetric positive definite (eigenvalues in ``[1 - alpha, 1 + alpha]``, since ``S_bar``'s
-  spectral radius is <= 1), so ``F`` comes from a linear solve (``tf.linalg.solve``), never an explicit inverse.
+  spectral radius is <= 1), so ``F`` comes from a linear solve (``keras.ops.solve``), never an explicit inverse.
 - a point with a non-finite coordinate is cut out of the graph (its affinities set to 0): the other points'
   similarities and their gradients equal those of a run without it; its own row and column of ``F`` are NaN.
 """
-import tensorflow as tf
+from keras import ops
 
-from ot_layers.tensor_ops import normalize_rows
+from ot_layers.tensor_ops import at_least, normalize_rows
 from ot_layers.validation import check_in_range, check_positive
 
 DEGREE_FLOOR = 1e-30
@@ -38,7 +39,7 @@ def random_walk_similarity(points, alpha=0.8, temperature=0.5):
     cosines inside the affinity ``exp(cos / temperature)`` (0.5).
     """
     f, valid = random_walk_similarity_and_mask(points, alpha, temperature)
-    return tf.where(tf.logical_and(valid[..., :, None], valid[..., None, :]), f, float("nan"))
+    return ops.where(ops.logical_and(valid[..., :, None], valid[..., None, :]), f, ops.full_like(f, float("nan")))
 
 
 def random_walk_similarity_and_mask(points, alpha=0.8, temperature=0.5):
@@ -47,19 +48,26 @@ def random_walk_similarity_and_mask(points, alpha=0.8, temperature=0.5):
     coordinate (``valid`` ``(..., n)`` False) is isolated, its row and column of ``F`` are ``(1 - alpha) e_i``."""
     alpha = float(check_in_range("alpha", alpha, 0.0, 1.0, low_open=True, high_open=True))
     temperature = float(check_positive("temperature", temperature))
-    x = tf.convert_to_tensor(points)
-    if x.shape.rank is not None and x.shape.rank < 2:
+    x = ops.convert_to_tensor(points)
+    try:
+        rank = len(x.shape)
+    except ValueError:  # TensorFlow: a shape of unknown rank
+        rank = None
+    if rank is not None and rank < 2:
         raise ValueError(f"`points` must have shape (..., n, d), got {x.shape}.")
-    x = tf.cast(x, tf.float32)
-    n = tf.shape(x)[-2]
-    valid = tf.reduce_all(tf.math.is_finite(x), axis=-1)  # (..., n)
-    x = normalize_rows(tf.where(valid[..., None], x, tf.zeros_like(x)))
-    eye = tf.eye(n, dtype=tf.bool)
-    pairs = tf.logical_and(tf.logical_and(valid[..., :, None], valid[..., None, :]), tf.logical_not(eye))
-    cosine = tf.matmul(x, x, transpose_b=True)
-    shift = tf.stop_gradient(tf.reduce_max(tf.where(pairs, cosine, -1.0), axis=[-2, -1], keepdims=True))
-    affinity = tf.exp(tf.where(pairs, (cosine - shift) / temperature, -float("inf")))  # masked before exp
-    inv_sqrt_degree = tf.math.rsqrt(tf.maximum(tf.reduce_sum(affinity, axis=-1), DEGREE_FLOOR))
+    x = ops.cast(x, "float32")
+    n = ops.shape(x)[-2]
+    valid = ops.all(ops.isfinite(x), axis=-1)  # (..., n)
+    x = normalize_rows(ops.where(valid[..., None], x, ops.zeros_like(x)))
+    index = ops.arange(n, dtype="int32")
+    off_diagonal = ops.not_equal(index[:, None], index[None, :])
+    pairs = ops.logical_and(ops.logical_and(valid[..., :, None], valid[..., None, :]), off_diagonal)
+    cosine = ops.einsum("...id,...jd->...ij", x, x)  # not matmul: TensorFlow's needs a known rank
+    shift = ops.stop_gradient(ops.max(ops.where(pairs, cosine, ops.full_like(cosine, -1.0)), axis=(-2, -1),
+                                      keepdims=True))
+    exponent = ops.where(pairs, (cosine - shift) / temperature, ops.full_like(cosine, -float("inf")))
+    affinity = ops.exp(exponent)  # masked before exp
+    inv_sqrt_degree = ops.rsqrt(at_least(ops.sum(affinity, axis=-1), DEGREE_FLOOR))
     normalized = affinity * inv_sqrt_degree[..., :, None] * inv_sqrt_degree[..., None, :]
-    identity = tf.broadcast_to(tf.eye(n, dtype=tf.float32), tf.shape(normalized))
-    return (1.0 - alpha) * tf.linalg.solve(identity - alpha * normalized, identity), valid
+    identity = ops.zeros_like(normalized) + ops.eye(n, dtype="float32")
+    return (1.0 - alpha) * ops.solve(identity - alpha * normalized, identity), valid

@@ -46,6 +46,17 @@ def value_and_grad(fn, *arrays):
     return float(value), [g.numpy() for g in tape.gradient(value, inputs)]
 
 
+def jitted(fn):
+    """``fn`` compiled the backend's way (``jax.jit``, ``tf.function`` with XLA); PyTorch runs eagerly."""
+    if BACKEND == "jax":
+        return jax.jit(fn)
+    if BACKEND == "tensorflow":
+        import tensorflow as tf
+
+        return tf.function(fn, jit_compile=True)
+    return fn
+
+
 def compiled_value_and_grad(fn, *arrays):
     """:func:`value_and_grad` compiled the backend's way (``jax.jit``; ``tf.function`` with XLA around the tape), or
     ``None`` on PyTorch (otzoo runs it eagerly)."""

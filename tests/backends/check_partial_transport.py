@@ -3,96 +3,16 @@ re-implementation of Prop. 5.2.1, central finite differences, and finiteness of 
 
     KERAS_BACKEND=jax python tests/backends/check_partial_transport.py
 
-Self-contained (its own backend-neutral helpers), prints one JSON line and exits non-zero when a check fails.
+Prints one JSON line and exits non-zero when a check fails (helpers: ``backend_tools``).
 """
-import json
-import sys
-
-import keras
+import keras  # noqa: F401
 import numpy as np
 from keras import ops
 
-BACKEND = keras.backend.backend()
-if BACKEND == "jax":
-    import jax
-
-    jax.config.update("jax_enable_x64", True)  # the float64 checks need float64 arrays
-
-from ot_layers.layers.generalized_sum_pooling import GeneralizedSumPooling, _clip_norm, _euclidean_cost  # noqa: E402
-from ot_layers.solvers.partial_transport import partial_transport  # noqa: E402
-from ot_layers.solvers.sinkhorn import FIXED_ITERATIONS_TOLERANCE  # noqa: E402
-
-
-def numpy(x):
-    return np.asarray(ops.convert_to_numpy(x))
-
-
-def tensor(x):
-    return ops.convert_to_tensor(np.asarray(x))
-
-
-def value_and_grad(fn, *arrays):
-    """``(fn(*arrays), [d fn / d array])`` for a scalar ``fn`` of backend tensors, as NumPy, on the active backend
-    (``jax.value_and_grad``, ``torch`` ``.backward()``, ``tf.GradientTape``)."""
-    if BACKEND == "jax":
-        value, grads = jax.value_and_grad(fn, argnums=tuple(range(len(arrays))))(*[tensor(a) for a in arrays])
-        return float(value), [np.asarray(g) for g in grads]
-    if BACKEND == "torch":
-        import torch
-
-        inputs = [torch.tensor(np.asarray(a), requires_grad=True) for a in arrays]
-        value = fn(*inputs)
-        value.backward()
-        return float(value.detach()), [x.grad.numpy() for x in inputs]
-    import tensorflow as tf
-
-    inputs = [tf.constant(a) for a in arrays]
-    with tf.GradientTape() as tape:
-        tape.watch(inputs)
-        value = fn(*inputs)
-    return float(value), [g.numpy() for g in tape.gradient(value, inputs)]
-
-
-def jitted(fn):
-    """``fn`` compiled the backend's way (``jax.jit``, ``tf.function`` with XLA); PyTorch runs eagerly."""
-    if BACKEND == "jax":
-        return jax.jit(fn)
-    if BACKEND == "tensorflow":
-        import tensorflow as tf
-
-        return tf.function(fn, jit_compile=True)
-    return fn
-
-
-def central_difference(fn, array, direction, step=1e-6):
-    """``(fn(array + step d) - fn(array - step d)) / 2 step`` in float64."""
-    return (float(numpy(fn(tensor(array + step * direction)))) - float(numpy(fn(tensor(array - step * direction))))) / (
-        2 * step)
-
-
-class Report:
-    """Named measurements and failed checks, printed as one JSON line; the exit status is 1 when a check failed."""
-
-    def __init__(self, name):
-        self.record = {"check": name, "backend": BACKEND}
-        self.failures = []
-
-    def measure(self, key, value, limit=None):
-        self.record[key] = float(value)
-        if limit is not None and not value <= limit:
-            self.failures.append(f"{key} = {value:.3g} > {limit:g}")
-
-    def expect(self, key, condition, detail=""):
-        self.record[key] = bool(condition) and self.record.get(key, True)  # a repeated key fails if any try failed
-        if not condition:
-            self.failures.append(f"{key} {detail}".strip())
-
-    def finish(self):
-        self.record["failures"] = self.failures
-        print(json.dumps(self.record))
-        sys.stdout.flush()
-        sys.exit(1 if self.failures else 0)
-
+from backend_tools import BACKEND, Report, central_difference, jitted, numpy, tensor, value_and_grad
+from ot_layers.layers.generalized_sum_pooling import GeneralizedSumPooling, _clip_norm, _euclidean_cost
+from ot_layers.solvers.partial_transport import partial_transport
+from ot_layers.solvers.sinkhorn import FIXED_ITERATIONS_TOLERANCE
 
 report = Report("partial_transport")
 rng = np.random.default_rng(0)

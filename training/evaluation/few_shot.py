@@ -56,8 +56,12 @@ def few_shot_accuracy(model, images, labels, ways=5, shots=1, queries=15, episod
     ops = keras.ops
     features = np.concatenate([ops.convert_to_numpy(embed(ops.convert_to_tensor(images[i:i + batch_size], "float32")))
                                for i in range(0, len(images), batch_size)])
-    if keras.backend.backend() == "tensorflow":  # one graph for the 1,000 episodes; JAX and PyTorch run eagerly
+    if keras.backend.backend() == "tensorflow":  # one compiled function for the 1,000 episodes (PyTorch: eager)
         classify = tf.function(classify)
+    elif keras.backend.backend() == "jax":
+        import jax
+
+        classify = jax.jit(classify)
     sampler = EpisodeSampler(labels, ways, shots, queries, seed)
     accuracies = []
     progress = keras.utils.Progbar(episodes, unit_name="episode") if verbose else None

@@ -1,0 +1,57 @@
+"""Data-parallel training of the MPW head through ``keras.distribution`` on JAX, on two host CPU devices.
+
+One epoch of ``model.fit`` with ``keras.distribution.DataParallel`` over two devices gives the weights of the same
+epoch on one device (the same global batches; the batch is split across the devices and the gradients averaged),
+within float32 round-off. On TensorFlow and PyTorch the script reports the check as not applicable: multi-device
+training there is TensorFlow's ``tf.distribute`` (tests/test_distributed*.py).
+
+    XLA_FLAGS=--xla_force_host_platform_device_count=2 KERAS_BACKEND=jax python tests/backends/check_data_parallel.py
+"""
+import os
+
+if "--xla_force_host_platform_device_count" not in os.environ.get("XLA_FLAGS", ""):
+    os.environ["XLA_FLAGS"] = (os.environ.get("XLA_FLAGS", "") + " --xla_force_host_platform_device_count=2").strip()
+
+import keras  # noqa: E402
+import numpy as np  # noqa: E402
+
+from backend_tools import BACKEND, Report  # noqa: E402
+from ot_layers import MultiProxyWasserstein  # noqa: E402
+
+report = Report("data_parallel")
+if BACKEND != "jax":
+    report.record["not_applicable"] = "keras.distribution data parallelism is checked on JAX"
+    report.finish()
+
+import jax  # noqa: E402
+
+rng = np.random.default_rng(0)
+x = rng.normal(size=(64, 4, 4, 8)).astype(np.float32)
+y = rng.integers(0, 5, size=64)
+
+
+def trained(distribution):
+    keras.distribution.set_distribution(distribution)
+    try:
+        keras.utils.set_random_seed(0)
+        inputs = keras.Input((4, 4, 8))
+        outputs = MultiProxyWasserstein(5, num_proxies=2)(keras.layers.Conv2D(8, 1)(inputs))
+        model = keras.Model(inputs, outputs)
+        model.compile(optimizer=keras.optimizers.SGD(0.1),
+                      loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True))
+        history = model.fit(x, y, epochs=2, batch_size=16, shuffle=False, verbose=0)
+        return [np.asarray(w) for w in model.get_weights()], history.history["loss"]
+    finally:
+        keras.distribution.set_distribution(None)
+
+
+devices = jax.devices("cpu")
+report.measure("devices", len(devices))
+report.expect("two_devices", len(devices) >= 2)
+single, single_loss = trained(None)
+parallel, parallel_loss = trained(keras.distribution.DataParallel(devices=devices[:2]))
+report.measure("weights_max_difference", max(np.abs(a - b).max() for a, b in zip(single, parallel)), 1e-5)
+report.measure("loss_single_last", single_loss[-1])
+report.measure("loss_parallel_last", parallel_loss[-1])
+report.expect("parallel_loss_decreases", parallel_loss[-1] < parallel_loss[0])
+report.finish()

@@ -1,0 +1,210 @@
+"""The metric-learning losses, the zero-shot loss, the random-walk similarity and ``ManifoldProxies``' random-walk
+modes on the active Keras backend, against NumPy implementations of their documented formulas, central finite
+differences (float64) and a compiled run.
+
+    KERAS_BACKEND=jax python tests/backends/check_losses.py
+
+Float32 values are compared relative to ``max(1, |reference|)`` (within 1e-5), float64 values (the losses built with
+``dtype="float64"``, which then compute in float64) within 1e-10, gradients along random directions within 1e-6 of
+``max(1, |exact|)``.
+"""
+import numpy as np
+import scipy.linalg
+from keras import ops
+
+from backend_tools import Report, central_difference, compiled_value_and_grad, numpy, tensor, value_and_grad
+from ot_layers import ManifoldProxies
+from ot_layers.losses import (ContrastiveLoss, MultiSimilarityLoss, ProxyAnchorLoss, ProxyNCAPlusPlusLoss,
+                              TripletLoss, ZeroShotPredictionLoss)
+from ot_layers.losses.metric_learning import replicas_in_sync
+from ot_layers.solvers import random_walk_similarity
+
+report = Report("losses")
+rng = np.random.default_rng(0)
+
+
+# NumPy references, in float64, written from the docstrings' formulas.
+def unit(x):
+    return x / np.maximum(np.linalg.norm(x, axis=-1, keepdims=True), 1e-6)
+
+
+def pair_masks(labels):
+    same = labels[:, None] == labels[None, :]
+    return same & ~np.eye(len(labels), dtype=bool), ~same
+
+
+def distances(x):
+    squared = (x * x).sum(-1)[:, None] + (x * x).sum(-1)[None, :] - 2.0 * x @ x.T
+    return np.sqrt(np.maximum(squared, 1e-12))
+
+
+def masked_mean(values, mask):
+    return values[mask].sum() / max(mask.sum(), 1)
+
+
+def relu(x):
+    return np.maximum(x, 0.0)
+
+
+def ref_contrastive(labels, x, normalize=True, pos_margin=0.2652, neg_margin=0.5409):
+    d = distances(unit(x) if normalize else x)
+    positive, negative = pair_masks(labels)
+    return masked_mean(relu(d - pos_margin), positive) + masked_mean(relu(neg_margin - d), negative)
+
+
+def ref_triplet(labels, x, margin=0.1):
+    d = distances(unit(x))
+    positive, negative = pair_masks(labels)
+    losses = relu(d[:, :, None] - d[:, None, :] + margin)
+    valid = positive[:, :, None] & negative[:, None, :]
+    return masked_mean(losses, valid & (losses > 0))
+
+
+def log1p_sum_exp(values):
+    return np.log1p(np.exp(values).sum()) if len(values) else 0.0
+
+
+def ref_multi_similarity(labels, x, alpha=2.0, beta=50.0, base=0.5, mining_margin=0.1):
+    s = unit(x) @ unit(x).T
+    positive, negative = pair_masks(labels)
+    total = 0.0
+    for i in range(len(labels)):
+        hardest_negative = s[i, negative[i]].max() if negative[i].any() else -np.inf
+        hardest_positive = s[i, positive[i]].min() if positive[i].any() else np.inf
+        kept_positive = positive[i] & (s[i] - mining_margin < hardest_negative)
+        kept_negative = negative[i] & (s[i] + mining_margin > hardest_positive)
+        total += (log1p_sum_exp(-alpha * (s[i, kept_positive] - base)) / alpha
+                  + log1p_sum_exp(beta * (s[i, kept_negative] - base)) / beta)
+    return total / len(labels)
+
+
+def cross_entropy(labels, logits):
+    shift = logits.max(-1, keepdims=True)
+    lse = np.log(np.exp(logits - shift).sum(-1)) + shift[:, 0]
+    return lse - logits[np.arange(len(labels)), labels]
+
+
+def ref_proxy_nca(labels, similarity, temperature=0.1):
+    logits = -(2.0 - 2.0 * similarity.max(-1)) / temperature
+    return cross_entropy(labels, logits).mean()
+
+
+def ref_proxy_anchor(labels, similarity, margin=0.1, alpha=32.0):
+    num_classes, per_class = similarity.shape[1:]
+    s = similarity.reshape(len(labels), -1)
+    proxy_labels = np.repeat(np.arange(num_classes), per_class)
+    positive = labels[:, None] == proxy_labels[None, :]
+    with_positive = [p for p in range(s.shape[1]) if positive[:, p].any()]
+    pos = sum(log1p_sum_exp(-alpha * (s[positive[:, p], p] - margin)) for p in with_positive) / len(with_positive)
+    neg = np.mean([log1p_sum_exp(alpha * (s[~positive[:, p], p] + margin)) for p in range(s.shape[1])])
+    return pos + neg
+
+
+def ref_zero_shot(labels, packed, ridge=0.05, scale=9.5):
+    z, upsilon = packed[:, 0], packed[0, 1:]
+    targets = upsilon[labels]
+    first = labels < np.sort(labels)[len(labels) // 2]
+    total = 0.0
+    for fit_on, evaluate_on in ((first, ~first), (~first, first)):
+        z_b, v_b = z[fit_on], targets[fit_on]
+        predictor = v_b.T @ scipy.linalg.solve(z_b @ z_b.T + ridge * np.eye(len(z_b)), z_b)  # A of (P3)
+        logits = scale * (z @ predictor.T) @ upsilon.T
+        total += cross_entropy(labels, logits)[evaluate_on].mean()
+    return total
+
+
+def ref_random_walk(points, alpha=0.8, temperature=0.5):
+    x = unit(np.asarray(points, np.float64))
+    affinity = np.exp(x @ np.swapaxes(x, -1, -2) / temperature)
+    n = x.shape[-2]
+    affinity = affinity * (1.0 - np.eye(n))
+    inv_sqrt_degree = 1.0 / np.sqrt(affinity.sum(-1))
+    normalized = affinity * inv_sqrt_degree[..., :, None] * inv_sqrt_degree[..., None, :]
+    flat = normalized.reshape(-1, n, n)
+    out = [(1.0 - alpha) * scipy.linalg.solve(np.eye(n) - alpha * s, np.eye(n), assume_a="pos") for s in flat]
+    return np.stack(out).reshape(normalized.shape)
+
+
+# Inputs: 4 classes twice and a fifth class once (a sample without positives), proxies for 6 classes (one without
+# positives in the batch).
+labels = np.array([0, 2, 1, 0, 3, 2, 1, 3, 4])
+embeddings = rng.normal(size=(len(labels), 6))
+similarities = np.tanh(rng.normal(size=(len(labels), 6, 2)))
+zs_labels = np.array([0, 2, 1, 0, 3, 2, 1, 3])
+packed = rng.normal(size=(len(zs_labels), 1 + 4, 5)) * 0.5
+packed[:, 1:] = packed[0, 1:]  # the packed ClassProxies output: every row holds the same class embeddings
+
+CASES = [  # name, loss class, keyword arguments, labels, y_pred, NumPy reference
+    ("contrastive", ContrastiveLoss, {}, labels, embeddings, ref_contrastive),
+    ("contrastive_unnormalized", ContrastiveLoss, {"normalize": False}, labels, embeddings * 0.3,
+     lambda y, x: ref_contrastive(y, x, normalize=False)),
+    ("triplet", TripletLoss, {"margin": 0.5}, labels, embeddings, lambda y, x: ref_triplet(y, x, margin=0.5)),
+    ("multi_similarity", MultiSimilarityLoss, {}, labels, embeddings, ref_multi_similarity),
+    ("proxy_nca_pp", ProxyNCAPlusPlusLoss, {}, labels, similarities, ref_proxy_nca),
+    ("proxy_anchor", ProxyAnchorLoss, {}, labels, similarities, ref_proxy_anchor),
+    ("zero_shot", ZeroShotPredictionLoss, {}, zs_labels, packed, ref_zero_shot),
+]
+
+for name, loss_class, kwargs, y, x, reference in CASES:
+    expected = reference(y, x)
+    report.measure(f"{name}_reference", expected)
+    # float32 (the default: Keras casts y_pred to the loss' float32 dtype)
+    got = float(numpy(loss_class(**kwargs)(tensor(y), tensor(x.astype(np.float32)))))
+    report.measure(f"{name}_float32_vs_numpy", abs(got - expected) / max(1.0, abs(expected)), 1e-5)
+    # float64: value, gradient against central differences, compiled against eager
+    loss64 = loss_class(dtype="float64", **kwargs)
+
+    def of(prediction, loss64=loss64, y=y):
+        return loss64(tensor(y), prediction)
+
+    value, (gradient,) = value_and_grad(of, x)
+    report.measure(f"{name}_float64_vs_numpy", abs(value - expected), 1e-10)
+    report.expect(f"{name}_gradient_finite", np.all(np.isfinite(gradient)))
+    worst = 0.0
+    for _ in range(2):
+        direction = rng.normal(size=x.shape)
+        exact = float(np.sum(gradient * direction))
+        worst = max(worst, abs(exact - central_difference(of, x, direction)) / max(1.0, abs(exact)))
+    report.measure(f"{name}_gradient_vs_finite_differences", worst, 1e-6)
+    compiled = compiled_value_and_grad(of, x)
+    if compiled is not None:
+        report.measure(f"{name}_compiled_vs_eager", max(abs(compiled[0] - value),
+                                                        np.abs(compiled[1][0] - gradient).max()), 1e-9)
+
+report.expect("one_replica_outside_a_strategy", replicas_in_sync() == 1)
+
+# The random-walk similarity (eq. 9) against a scipy solve, batched; a non-finite point is cut out of the graph.
+points = rng.normal(size=(2, 7, 4)).astype(np.float32)
+walk = numpy(random_walk_similarity(tensor(points)))
+report.expect("random_walk_float32", walk.dtype == np.float32)
+report.measure("random_walk_vs_scipy", np.abs(walk - ref_random_walk(points)).max(), 1e-5)
+report.measure("random_walk_symmetric", np.abs(walk - np.swapaxes(walk, -1, -2)).max(), 1e-5)
+poisoned = points[0].copy()
+poisoned[3, 1] = np.nan
+walk_poisoned = numpy(random_walk_similarity(tensor(poisoned)))
+kept = [0, 1, 2, 4, 5, 6]
+report.expect("random_walk_nan_row_only_for_the_bad_point",
+              np.all(np.isnan(walk_poisoned[3])) and np.all(np.isfinite(walk_poisoned[np.ix_(kept, kept)])))
+report.measure("random_walk_bad_point_cut_out", np.abs(walk_poisoned[np.ix_(kept, kept)]
+                                                       - ref_random_walk(points[0, kept])).max(), 1e-5)
+
+# ManifoldProxies' random-walk modes: outputs equal eq. 10-12 on the NumPy walk, finite, with finite gradients.
+batch, num_classes, dim = 8, 3, 6
+inputs = rng.normal(size=(batch, dim)).astype(np.float32)
+weights = tensor(rng.normal(size=(batch, num_classes)).astype(np.float32))
+for mode in ("contextual", "intrinsic"):
+    layer = ManifoldProxies(num_classes, dim, mode=mode)
+    out = numpy(layer(tensor(inputs)))
+    walk = ref_random_walk(np.concatenate([inputs, numpy(layer.proxies)]))[:, batch:]
+    expected = walk[:batch] if mode == "intrinsic" else walk[:batch] @ walk[batch:].T
+    report.expect(f"manifold_proxies_{mode}_finite", np.all(np.isfinite(out)))
+    report.measure(f"manifold_proxies_{mode}_vs_numpy", np.abs(out - expected).max(), 1e-5)
+    _, (gradient,) = value_and_grad(lambda t, layer=layer: ops.sum(layer(t) * weights), inputs)
+    report.expect(f"manifold_proxies_{mode}_gradient_finite",
+                  np.all(np.isfinite(gradient)) and np.abs(gradient).max() > 0)
+    compiled = compiled_value_and_grad(lambda t, layer=layer: ops.sum(layer(t) * weights), inputs)
+    if compiled is not None:
+        report.measure(f"manifold_proxies_{mode}_compiled_gradient_vs_eager",
+                       np.abs(compiled[1][0] - gradient).max(), 1e-5)
+
+report.finish()
