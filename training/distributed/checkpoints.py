@@ -28,6 +28,7 @@ sequence of orders in a new process.
 import json
 import os
 import shutil
+import tempfile
 import uuid
 
 import keras
@@ -212,8 +213,9 @@ class TrainingCheckpoint:
         os.makedirs(self.directory, exist_ok=True)
         if not self.chief:  # TensorFlow's pattern: the other workers write too (collectives), then delete
             config = tf_config() or {"task": {"type": "worker", "index": 0}}
-            scratch = os.path.join(self.directory, f".worker-{config['task']['type']}-{config['task']['index']}"
-                                                   f"-{os.getpid()}")
+            # Outside ``directory``: the chief removes that directory when training ends, possibly while this
+            # worker still writes its copy of the last checkpoint.
+            scratch = tempfile.mkdtemp(prefix=f"otzoo-{config['task']['type']}-{config['task']['index']}-")
             self.checkpoint.write(os.path.join(scratch, "state"))
             shutil.rmtree(scratch, ignore_errors=True)
             return None
