@@ -79,6 +79,29 @@ def compiled_value_and_grad(fn, *arrays):
     return None
 
 
+def fit_and_round_trip(report, model, x, y, epochs):
+    """Compiles ``model`` (Adam 0.01, sparse cross-entropy on logits), records its loss on ``(x, y)`` before and
+    after ``epochs`` of ``fit`` (a failure unless it drops), saves it to ``.keras`` and loads it back (a failure
+    unless the outputs are equal). Returns the loaded model."""
+    import tempfile
+
+    model.compile(optimizer=keras.optimizers.Adam(0.01),
+                  loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True))
+    before = model.evaluate(x, y, verbose=0)
+    model.fit(x, y, epochs=epochs, batch_size=16, verbose=0)
+    after = model.evaluate(x, y, verbose=0)
+    report.measure("fit_loss_before", before)
+    report.measure("fit_loss_after", after)
+    report.expect("fit_lowers_the_loss", after < before)
+    with tempfile.TemporaryDirectory() as folder:
+        path = f"{folder}/model.keras"
+        model.save(path)
+        loaded = keras.saving.load_model(path)
+        report.measure("keras_round_trip", np.abs(numpy(loaded(tensor(x[:8]))) - numpy(model(tensor(x[:8])))).max(),
+                       0.0)
+    return loaded
+
+
 def central_difference(fn, array, direction, step=1e-6):
     """``(fn(array + step d) - fn(array - step d)) / 2 step`` in float64."""
     plus = float(numpy(fn(tensor(array + step * direction))))

@@ -3,15 +3,13 @@ backend, against POT, finite differences and NumPy restatements of the documente
 
     KERAS_BACKEND=jax python tests/backends/check_emd.py
 """
-import os
-import tempfile
 
 import keras
 import numpy as np
 import ot
 from keras import ops
 
-from backend_tools import BACKEND, Report, central_difference, numpy, tensor, value_and_grad
+from backend_tools import BACKEND, Report, central_difference, fit_and_round_trip, numpy, tensor, value_and_grad
 from ot_layers import EMDHead, PatchExtractor, StructuredFC
 from ot_layers.solvers import emd
 
@@ -180,20 +178,8 @@ def sfc_model(method):
 
 keras.utils.set_random_seed(0)
 model = sfc_model("sinkhorn")
-model.compile(optimizer=keras.optimizers.Adam(0.01),
-              loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True))
-before = model.evaluate(x, y, verbose=0)
-model.fit(x, y, epochs=1, batch_size=16, verbose=0)
-after = model.evaluate(x, y, verbose=0)
-report.measure("fit_loss_before", before)
-report.measure("fit_loss_after", after)
-report.expect("fit_lowers_the_loss", after < before)
-with tempfile.TemporaryDirectory() as folder:
-    path = os.path.join(folder, "emd.keras")
-    model.save(path)
-    loaded = keras.saving.load_model(path)
-    report.measure("keras_round_trip", np.abs(numpy(loaded(tensor(x[:8]))) - numpy(model(tensor(x[:8])))).max(), 0.0)
-    report.expect("keras_round_trip_head_config", loaded.get_layer("sfc").head.method == "sinkhorn")
+loaded = fit_and_round_trip(report, model, x, y, epochs=1)
+report.expect("keras_round_trip_head_config", loaded.get_layer("sfc").head.method == "sinkhorn")
 
 exact_model = sfc_model("exact")
 exact_model.set_weights(model.get_weights())

@@ -3,15 +3,14 @@ and a float32 run of the same layer.
 
     KERAS_BACKEND=jax python tests/backends/check_sinkhorn.py
 """
-import os
-import tempfile
 
 import keras
 import numpy as np
 import ot
 from keras import ops
 
-from backend_tools import Report, central_difference, compiled_value_and_grad, numpy, tensor, value_and_grad
+from backend_tools import (Report, central_difference, compiled_value_and_grad, fit_and_round_trip, numpy, tensor,
+                           value_and_grad)
 from ot_layers import MultiProxyWasserstein, SinkhornMatch
 from ot_layers.layers.sinkhorn_match import safe_power
 from ot_layers.solvers import sinkhorn
@@ -121,19 +120,7 @@ def mpw_model():
 
 keras.utils.set_random_seed(0)
 model = mpw_model()
-model.compile(optimizer=keras.optimizers.Adam(0.01),
-              loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True))
-before = model.evaluate(x, y, verbose=0)
-model.fit(x, y, epochs=3, batch_size=16, verbose=0)
-after = model.evaluate(x, y, verbose=0)
-report.measure("fit_loss_before", before)
-report.measure("fit_loss_after", after)
-report.expect("fit_lowers_the_loss", after < before)
-with tempfile.TemporaryDirectory() as folder:
-    path = os.path.join(folder, "mpw.keras")
-    model.save(path)
-    loaded = keras.saving.load_model(path)
-    report.measure("keras_round_trip", np.abs(numpy(loaded(tensor(x[:8]))) - numpy(model(tensor(x[:8])))).max(), 0.0)
+fit_and_round_trip(report, model, x, y, epochs=3)
 
 for policy in ("mixed_float16", "mixed_bfloat16"):
     keras.config.set_dtype_policy(policy)
