@@ -4,6 +4,7 @@ One place for the small pieces every method needs: flattening a feature map into
 Euclidean distances between two point sets, and finding the layer a callback drives. Keeping them here means one
 definition of each guard (the ``1e-12`` floor of a norm, the clamp of a squared distance at 0).
 """
+import keras
 import numpy as np
 from keras import ops
 
@@ -25,6 +26,23 @@ def flatten_feature_map_np(features):
     """NumPy twin of :func:`flatten_feature_map` for callbacks: ``(..., d)`` -> ``(N, d)`` float64 rows."""
     features = np.asarray(features)
     return features.reshape(-1, features.shape[-1]).astype(np.float64)
+
+
+def dtype_name(x):
+    """The name of ``x``'s dtype (``"float32"``, ``"int32"``, ...) on any backend."""
+    return keras.backend.standardize_dtype(x.dtype)
+
+
+def compute_dtype(dtype):
+    """The dtype the solvers, OT layers and losses compute in: float64 for float64, float32 for everything else
+    (float16 and bfloat16 under mixed precision too). Takes any backend's dtype or its name; returns the name."""
+    return "float64" if keras.backend.standardize_dtype(dtype) == "float64" else "float32"
+
+
+def as_compute_dtype(x):
+    """``x`` as a backend tensor in :func:`compute_dtype` of its dtype."""
+    x = ops.convert_to_tensor(x)
+    return ops.cast(x, compute_dtype(x.dtype))
 
 
 def at_least(x, floor):

@@ -3,11 +3,10 @@ import keras
 from keras import ops
 
 from ot_layers.layers.base import ExportableLayer
-from ot_layers.tensor_ops import at_least, flatten_feature_map, normalize_rows
+from ot_layers.tensor_ops import at_least, compute_dtype, flatten_feature_map, normalize_rows
 from ot_layers.solvers.emd import (
     COSINE_KERNEL_LIMIT, METHODS, SINKHORN_EPSILON, SINKHORN_MAX_ITER, SINKHORN_THRESHOLD, emd,
 )
-from ot_layers.solvers.sinkhorn import compute_dtype
 from ot_layers.validation import (
     check_choice, check_non_negative, check_positive, check_positive_int, check_rank, check_same_dim,
 )

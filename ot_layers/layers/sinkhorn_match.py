@@ -6,8 +6,8 @@ from keras import ops
 
 from ot_layers.backends import custom_gradient
 from ot_layers.layers.base import ExportableLayer
-from ot_layers.solvers.sinkhorn import DOMAINS, GRADIENTS, KERNEL_DOMAIN_LIMIT, compute_dtype, sinkhorn
-from ot_layers.tensor_ops import at_least, flatten_feature_map, normalize_rows
+from ot_layers.solvers.sinkhorn import DOMAINS, GRADIENTS, KERNEL_DOMAIN_LIMIT, sinkhorn
+from ot_layers.tensor_ops import at_least, compute_dtype, flatten_feature_map, normalize_rows
 from ot_layers.validation import (
     check_choice, check_non_negative, check_positive, check_positive_int, check_rank, check_same_dim,
 )

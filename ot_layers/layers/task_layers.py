@@ -3,14 +3,10 @@ import keras
 from keras import ops
 
 from ot_layers.layers.base import ExportableLayer
-from ot_layers.tensor_ops import at_least, normalize_rows
+from ot_layers.tensor_ops import as_compute_dtype, at_least, normalize_rows
 from ot_layers.validation import check_choice, check_positive, check_positive_int, check_rank, check_same_dim
 
 PROTONET_METRICS = ("euclidean", "cosine")
-
-
-def _float32(x):
-    return ops.cast(x, "float64" if keras.backend.standardize_dtype(x.dtype) == "float64" else "float32")
 
 
 @keras.saving.register_keras_serializable(package="ot_layers")
@@ -19,7 +15,7 @@ class L2Normalization(ExportableLayer):
     row stays zero with a finite gradient (also under ``mixed_float16``), NaN stays in its row."""
 
     def call(self, inputs):
-        return ops.cast(normalize_rows(_float32(inputs)), self.compute_dtype)
+        return ops.cast(normalize_rows(as_compute_dtype(inputs)), self.compute_dtype)
 
     def compute_output_shape(self, input_shape):
         return tuple(input_shape)
@@ -53,7 +49,7 @@ class SupportClassMeans(ExportableLayer):
 
     def call(self, inputs):
         support, labels = inputs
-        support = _float32(support)
+        support = as_compute_dtype(support)
         labels = ops.reshape(ops.cast(labels, "int32"), (-1,))
         # one-hot by comparison: a label outside 0..ways-1 matches no class on every backend
         one_hot = ops.cast(ops.equal(labels[:, None], ops.arange(self.ways, dtype="int32")[None, :]), support.dtype)
@@ -91,7 +87,7 @@ class PrototypeLogits(ExportableLayer):
         check_rank("query", query.shape, (2,))
         check_rank("prototypes", prototypes.shape, (2,))
         check_same_dim("query", query.shape[-1], "prototypes", prototypes.shape[-1])
-        query, prototypes = _float32(query), _float32(prototypes)
+        query, prototypes = as_compute_dtype(query), as_compute_dtype(prototypes)
         if self.metric == "cosine":
             logits = ops.einsum("bd,nd->bn", normalize_rows(query), normalize_rows(prototypes))
         else:

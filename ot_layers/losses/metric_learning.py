@@ -17,20 +17,10 @@ import keras
 from keras import ops
 
 from ot_layers.backends import replicas_in_sync
-from ot_layers.tensor_ops import at_least, normalize_rows
+from ot_layers.tensor_ops import as_compute_dtype, at_least, normalize_rows
 from ot_layers.validation import check_non_negative, check_positive
 
 _NEG_INF = float("-inf")
-
-
-def compute_dtype(x):
-    """The losses compute in float32, and in float64 for float64 input (a loss built with ``dtype="float64"``)."""
-    return "float64" if keras.backend.standardize_dtype(x.dtype) == "float64" else "float32"
-
-
-def _as_compute_dtype(x):
-    x = ops.convert_to_tensor(x)
-    return ops.cast(x, compute_dtype(x))
 
 
 def _labels(y_true):
@@ -39,7 +29,7 @@ def _labels(y_true):
 
 def _normalized(x):
     """``x / max(||x||, 1e-6)`` per row (``tensor_ops.normalize_rows``, as ``tf.math.l2_normalize``)."""
-    return normalize_rows(_as_compute_dtype(x), axis=-1)
+    return normalize_rows(as_compute_dtype(x), axis=-1)
 
 
 def _pair_masks(labels):
@@ -105,7 +95,7 @@ class _MetricLoss(keras.losses.Loss):
         self.normalize = bool(normalize)
 
     def call(self, y_true, y_pred):
-        x = _normalized(y_pred) if self.normalize else _as_compute_dtype(y_pred)
+        x = _normalized(y_pred) if self.normalize else as_compute_dtype(y_pred)
         return _per_replica(self.batch_loss(_labels(y_true), x))
 
     def get_config(self):
@@ -200,7 +190,7 @@ class ProxyLoss(keras.losses.Loss):
         super().__init__(name=name, reduction=reduction, **kwargs)
 
     def call(self, y_true, y_pred):
-        similarity = _as_compute_dtype(y_pred)
+        similarity = as_compute_dtype(y_pred)
         if len(similarity.shape) != 3:
             raise ValueError(f"`y_pred` of {type(self).__name__} must be the (B, num_classes, num_proxies) "
                              f"similarities of a ClassProxies layer, got shape {similarity.shape}.")

@@ -22,7 +22,8 @@ and PyTorch count one replica). Computes in float32 (in float64 for float64 inpu
 import keras
 from keras import ops
 
-from ot_layers.losses.metric_learning import _as_compute_dtype, _per_replica, sparse_cross_entropy
+from ot_layers.losses.metric_learning import _per_replica, sparse_cross_entropy
+from ot_layers.tensor_ops import as_compute_dtype
 from ot_layers.tensor_ops import at_least
 from ot_layers.validation import check_positive
 
@@ -63,7 +64,7 @@ class ZeroShotPredictionLoss(keras.losses.Loss):
         self.scale = check_positive("scale", scale)
 
     def call(self, y_true, y_pred):
-        packed = _as_compute_dtype(y_pred)
+        packed = as_compute_dtype(y_pred)
         if len(packed.shape) != 3:
             raise ValueError("`y_pred` of ZeroShotPredictionLoss must be the (B, 1 + num_classes, D) output of "
                              f"ClassProxies(..., output='packed'), got shape {packed.shape}.")

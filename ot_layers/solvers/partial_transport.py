@@ -46,11 +46,11 @@ import math
 from typing import NamedTuple
 
 import keras
-import numpy as np
 from keras import ops
 
 from ot_layers.backends import custom_gradient, run_solver_loop
-from ot_layers.solvers.sinkhorn import FIXED_ITERATIONS_TOLERANCE, compute_dtype, per_problem_loop
+from ot_layers.solvers.sinkhorn import has_converged, initial_error, per_problem_loop
+from ot_layers.tensor_ops import compute_dtype, dtype_name
 from ot_layers.validation import check_choice, check_in_range, check_non_negative, check_positive, check_positive_int
 
 
@@ -80,13 +80,9 @@ GRADIENTS = ("implicit", "unrolled")
 __all__ = ["GRADIENTS", "PartialTransportResult", "compute_dtype", "partial_transport"]
 
 
-def _dtype(x):
-    return keras.backend.standardize_dtype(x.dtype)
-
-
 def _log_size(x):
     """``log n`` for the size ``n`` of the last axis of ``x`` (known or not), in ``x``'s dtype."""
-    return ops.log(ops.cast(ops.shape(x)[-1], _dtype(x)))
+    return ops.log(ops.cast(ops.shape(x)[-1], dtype_name(x)))
 
 
 def _log_residual(log_t, log_s, log_n):
@@ -106,7 +102,7 @@ def _fixed_point(cost, transport_ratio, epsilon, max_iter, threshold, differenti
     log_s = ops.logsumexp(-cost / epsilon, axis=1)  # (B, n)
     shift = ops.stop_gradient(ops.max(log_s, axis=-1, keepdims=True))  # (B, 1)
     log_n = _log_size(cost)
-    log_mu = ops.convert_to_tensor(math.log(transport_ratio), _dtype(cost))
+    log_mu = ops.convert_to_tensor(math.log(transport_ratio), dtype_name(cost))
 
     def step(i, error, log_t_prev, log_t, count):
         """One update of ``t``; ``error`` is that of the updated state ``(log_t, new)``."""
@@ -115,8 +111,7 @@ def _fixed_point(cost, transport_ratio, epsilon, max_iter, threshold, differenti
         return i + 1, error, log_t, new, count + 1
 
     log_t0 = -shift  # t = 1 for the column sums divided by their maximum
-    # Finite (the largest float), so that the stopping test, which ignores non-finite errors, enters the loop.
-    error0 = ops.full_like(shift[:, 0], float(np.finfo(_dtype(cost)).max))
+    error0 = initial_error(shift)
     count0 = ops.zeros_like(shift, dtype="int32")
     start = (ops.convert_to_tensor(0, "int32"), error0, log_t0, log_t0, count0)
     _, _, log_t_prev, log_t, count = per_problem_loop(step, start, max_iter, threshold, differentiable)
@@ -135,7 +130,7 @@ def _solution(cost, epsilon, log_t_prev, log_t):
 def _implicit_cost_gradient(logits, log_rho, log_t, rho, plan, d_rho, d_plan, epsilon):
     """``dL/dc`` of Prop. 5.2.2 in the guarded form of the module docstring; ``d_rho`` or ``d_plan`` may be ``None``
     (no gradient on that output: the formula is linear in the two, so the terms of a missing one are left out)."""
-    n = ops.cast(ops.shape(rho)[-1], _dtype(rho))
+    n = ops.cast(ops.shape(rho)[-1], dtype_name(rho))
     log_w = 2.0 * log_rho + log_t + ops.logsumexp(logits, axis=1)  # log rho_j + log q_j, q_j = t s_j rho_j
     weights = ops.softmax(log_w, axis=-1)
     if d_plan is None:
@@ -190,7 +185,7 @@ def _solve_unrolled(cost, transport_ratio, epsilon, max_iter, threshold):
 
 def _average_pooling_limit(cost, epsilon):
     """``mu = 1``: no residual; every element sends its mass ``1/n`` to the prototypes by a softmax over them."""
-    n = ops.cast(ops.shape(cost)[-1], _dtype(cost))
+    n = ops.cast(ops.shape(cost)[-1], dtype_name(cost))
     plan = ops.softmax(-cost / epsilon, axis=1) / n
     per_problem = plan[:, 0, 0]
     error = ops.zeros_like(per_problem)
@@ -228,8 +223,8 @@ def partial_transport(cost, transport_ratio=0.3, *, epsilon=0.2, max_iter=100, t
     cost = ops.convert_to_tensor(cost)
     if len(cost.shape) not in (2, 3):
         raise ValueError(f"`cost` must have shape (m, n) or (B, m, n), got {tuple(cost.shape)}.")
-    if not keras.backend.is_float_dtype(_dtype(cost)):
-        raise ValueError(f"`cost` must be a floating tensor, got {_dtype(cost)}.")
+    if not keras.backend.is_float_dtype(dtype_name(cost)):
+        raise ValueError(f"`cost` must be a floating tensor, got {dtype_name(cost)}.")
     cost = ops.cast(cost, compute_dtype(cost.dtype))
     batched = len(cost.shape) == 3
     if not batched:
@@ -241,8 +236,7 @@ def partial_transport(cost, transport_ratio=0.3, *, epsilon=0.2, max_iter=100, t
         rho, plan, log_t_prev, log_t, shift, iterations = solve(cost, transport_ratio, epsilon, max_iter, threshold)
         log_t_prev, log_t = ops.stop_gradient(log_t_prev), ops.stop_gradient(log_t)
         error = transport_ratio * ops.abs(ops.exp(log_t_prev - log_t) - 1.0)[:, 0]
-        tolerance = threshold if threshold else FIXED_ITERATIONS_TOLERANCE
-        converged = ops.logical_and(ops.isfinite(error), error <= tolerance)
+        converged = has_converged(error, threshold)
         result = PartialTransportResult(rho, plan, ops.exp(log_t + shift)[:, 0], iterations, error, converged)
     if not batched:
         result = PartialTransportResult(*(field[0] for field in result))

@@ -45,13 +45,12 @@ is in :mod:`ot_layers.backends`.
 """
 from typing import NamedTuple
 
-import keras
 import numpy as np
 from keras import ops
 
-from ot_layers.backends import DIFFERENTIABLE_WHILE_LOOP, custom_gradient, fused_small_products, run_solver_loop
-from ot_layers.backends import values_known
-from ot_layers.tensor_ops import at_least
+from ot_layers.backends import (DIFFERENTIABLE_WHILE_LOOP, custom_gradient, fused_small_products, run_solver_loop,
+                                values_known)
+from ot_layers.tensor_ops import at_least, compute_dtype, dtype_name
 from ot_layers.validation import check_choice, check_non_negative, check_positive, check_positive_int
 
 # exp(-x) stays a normal number for x below ~87 in float32 and ~708 in float64; keep a safety margin so that the
@@ -92,18 +91,8 @@ class SinkhornResult(NamedTuple):
     converged: object
 
 
-def compute_dtype(dtype):
-    """Sinkhorn runs in float64 for float64 input and in float32 otherwise (also under mixed precision). Takes any
-    backend's dtype or its name; returns the name."""
-    return "float64" if keras.backend.standardize_dtype(dtype) == "float64" else "float32"
-
-
-def _dtype(x):
-    return keras.backend.standardize_dtype(x.dtype)
-
-
 def _tiny(x):
-    return float(np.finfo(_dtype(x)).tiny)
+    return float(np.finfo(dtype_name(x)).tiny)
 
 
 def _constant_like(x, value):
@@ -115,9 +104,18 @@ def _marginal_error(row_sums, a):
     return ops.sum(ops.abs(row_sums - a), axis=-1) / at_least(mass, _tiny(a))
 
 
-def _initial_error(a):
-    # Finite, so that the stopping test (which ignores non-finite errors) enters the loop.
-    return _constant_like(a[..., 0], float(np.finfo(_dtype(a)).max))
+def initial_error(a):
+    """``(...)`` errors to start :func:`per_problem_loop` with for variables ``a`` ``(..., k)``: the largest finite
+    number, so that the stopping test (which ignores non-finite errors) enters the loop."""
+    return _constant_like(a[..., 0], float(np.finfo(dtype_name(a)).max))
+
+
+def has_converged(error, threshold):
+    """Whether each ``error`` is finite and at most ``threshold`` (at most ``FIXED_ITERATIONS_TOLERANCE`` when
+    ``threshold`` is 0 or None, a fixed number of updates): the stopping test of :func:`per_problem_loop` and the
+    ``converged`` of the solvers' results."""
+    tolerance = threshold if threshold else FIXED_ITERATIONS_TOLERANCE
+    return ops.logical_and(ops.isfinite(error), error <= tolerance)
 
 
 def per_problem_loop(body, state, max_iter, threshold, differentiable=False):
@@ -141,15 +139,12 @@ def per_problem_loop(body, state, max_iter, threshold, differentiable=False):
             return ops.fori_loop(0, max_iter, lambda _, s: tuple(body(*s)), tuple(state))
         return ops.while_loop(lambda i, *_: i < max_iter, body, tuple(state), maximum_iterations=max_iter)
 
-    def converged(error):
-        return ops.logical_and(ops.isfinite(error), error <= threshold)
-
     def cond(i, error, *_):
         pending = ops.logical_and(ops.isfinite(error), error > threshold)
         return ops.logical_and(i < max_iter, ops.any(pending))
 
     def body_of_pending_problems(i, error, *variables):
-        done = converged(error)  # measured on ``variables`` by the previous step: a lone solve would have stopped
+        done = has_converged(error, threshold)  # measured on ``variables`` by the previous step: a lone solve would have stopped
         i, new_error, *updated = body(i, error, *variables)
         kept = [ops.where(done[..., None], old, new) for old, new in zip(variables, updated)]
         return (i, ops.where(done, error, new_error), *kept)
@@ -166,7 +161,7 @@ def _masked_log(x, positive):
 
 def _start(a):
     """The loop state's counters: the loop index, the initial (finite) error and each problem's update count."""
-    return ops.convert_to_tensor(0, "int32"), _initial_error(a), ops.zeros_like(a[..., :1], dtype="int32")
+    return ops.convert_to_tensor(0, "int32"), initial_error(a), ops.zeros_like(a[..., :1], dtype="int32")
 
 
 def _solve_log(cost, a, b, epsilon, max_iter, threshold, differentiable):
@@ -235,7 +230,7 @@ def _solve(cost, a, b, epsilon, max_iter, threshold, domain, differentiable=Fals
     spread = ops.max(cost, axis=(-2, -1)) - ops.min(cost, axis=(-2, -1))
     # A NaN problem must not decide the domain of the others (max propagates NaN).
     spread = ops.max(ops.where(ops.isnan(spread), ops.zeros_like(spread), spread))
-    safe = spread / epsilon < KERNEL_DOMAIN_LIMIT[_dtype(cost)]
+    safe = spread / epsilon < KERNEL_DOMAIN_LIMIT[dtype_name(cost)]
     return ops.cond(
         safe,
         lambda: _solve_kernel(cost, a, b, epsilon, max_iter, threshold, differentiable),
@@ -293,7 +288,7 @@ def _entropic_value(plan, f, g, epsilon):
 
 def _centred(x, positive):
     """``x`` minus its mean over the ``positive`` entries, and 0 at the others (zero-mass entries)."""
-    count = ops.sum(ops.cast(positive, _dtype(x)), axis=-1, keepdims=True)
+    count = ops.sum(ops.cast(positive, dtype_name(x)), axis=-1, keepdims=True)
     mean = ops.sum(ops.where(positive, x, ops.zeros_like(x)), axis=-1, keepdims=True) / at_least(count, 1.0)
     return ops.where(positive, x - mean, ops.zeros_like(x))
 
@@ -329,7 +324,7 @@ def _unrolled_cholesky_solve(matrix, rhs):
 def _identity_like(matrix):
     """Identity matrices with ``matrix``'s (possibly unknown) batch shape and size."""
     index = ops.cumsum(ops.ones_like(matrix[..., 0, :]), axis=-1)  # (..., m) = 1..m
-    return ops.cast(ops.equal(index[..., :, None], index[..., None, :]), _dtype(matrix))
+    return ops.cast(ops.equal(index[..., :, None], index[..., None, :]), dtype_name(matrix))
 
 
 def _spd_solve(matrix, rhs):
@@ -371,7 +366,7 @@ def _adjoint(plan, upstream):
     scale = scale[..., None]
     # + 1 1^T removes the gauge direction; a ridge of a few ulps keeps the solve finite when underflowed plan
     # entries split the problem into disconnected blocks (tiny epsilon, float32), each adding a null direction.
-    ridge = 10.0 * float(np.finfo(_dtype(plan)).eps)
+    ridge = 10.0 * float(np.finfo(dtype_name(plan)).eps)
     schur = schur + scale * (ops.ones_like(schur) + ridge * eye)
     y = _spd_solve(schur, rhs_cols - _matvec(scaled, rhs_rows, transpose=True))
     x = (rhs_rows - _matvec(plan, y)) / rows
@@ -500,7 +495,7 @@ def sinkhorn(
 
     cost, a, b = prepare_problem(cost, a, b)
     scale = float(epsilon)  # a Python number where a custom gradient closes over it (JAX traces no closed tensors)
-    epsilon = ops.convert_to_tensor(scale, _dtype(cost))
+    epsilon = ops.convert_to_tensor(scale, dtype_name(cost))
     a_solve, b_solve, empty = _safe_marginals(a, b)
 
     if gradient == "implicit":
@@ -519,6 +514,4 @@ def sinkhorn(
         value = _entropic_value(plan, f, g, epsilon)
     transport_cost = ops.sum(plan * cost, axis=(-2, -1))
     error = _marginal_error(ops.sum(plan, axis=-1), a)
-    tolerance = threshold if threshold else FIXED_ITERATIONS_TOLERANCE
-    converged = ops.logical_and(ops.isfinite(error), error <= tolerance)
-    return SinkhornResult(plan, f, g, value, transport_cost, iterations, error, converged)
+    return SinkhornResult(plan, f, g, value, transport_cost, iterations, error, has_converged(error, threshold))

@@ -9,7 +9,8 @@ Under whatever ``KERAS_BACKEND`` is set (tensorflow, jax, torch), for each layer
 3. a tiny model holding the layer trains for one ``model.fit`` epoch with a lower loss after than before, and
    round-trips through ``model.save("x.keras")`` / ``keras.saving.load_model`` with equal outputs.
 
-Prints one JSON line (``{"backend": ..., "ok": ..., "checks": {...}}``) and exits 1 on any failure.
+Prints one JSON line (``{"check", "backend", "checks": {...}, "failures": [...]}``, the report every backend check
+prints) and exits 1 on any failure.
 
     KERAS_BACKEND=jax python tests/backends/check_prototype_layers.py
 """
@@ -309,7 +310,7 @@ CHECKS = {
 
 def main():
     keras.utils.set_random_seed(0)
-    results, ok = {}, True
+    results, failures = {}, []
     for name, check in CHECKS.items():
         if check is None:
             results[name] = "skipped"
@@ -317,11 +318,11 @@ def main():
         try:
             results[name] = check()
         except Exception as error:  # report every check, then fail
-            ok = False
+            failures.append(f"{name}: {type(error).__name__}: {error}")
             results[name] = {"error": f"{type(error).__name__}: {error}"}
             traceback.print_exc(file=sys.stderr)
-    print(json.dumps({"backend": BACKEND, "ok": ok, "checks": results}))
-    return 0 if ok else 1
+    print(json.dumps({"check": "prototype_layers", "backend": BACKEND, "checks": results, "failures": failures}))
+    return 1 if failures else 0
 
 
 if __name__ == "__main__":
