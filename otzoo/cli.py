@@ -31,7 +31,7 @@ from otzoo.arguments import (
 from training.data.datasets import DATASETS
 from training.data.errors import DataUnavailableError, EmptySliceError
 from training.data.fashion_mnist import load_fashion_mnist
-from training.data.pipelines import image_dataset
+from training.data.pipelines import array_batches
 from training.distributed.launch import SCRATCH_ENV, run_cluster
 from training.recipes import RECIPES, evaluate_preset, recipe_for, train_preset
 from training.recipes.common import preset_spec
@@ -73,9 +73,12 @@ def train(args):
     few-shot presets, its class split; --image-size sets the TFDS images' side. --recipe FIELD=VALUE overrides any
     recipe field (VALUE in JSON, e.g. --recipe optimizer=adam --recipe 'callbacks=[]').
 
-    Runs under a tf.distribute strategy (--strategy; auto: all local GPUs, else the CPU, or the workers TF_CONFIG
-    names). --workers N starts N local worker processes on 127.0.0.1 (each with its TF_CONFIG) running this command
-    with --strategy multi_worker; on a real cluster, start the command on every host with its TF_CONFIG instead.
+    On TensorFlow it runs under a tf.distribute strategy (--strategy; auto: all local GPUs, else the CPU, or the
+    workers TF_CONFIG names). --workers N starts N local worker processes on 127.0.0.1 (each with its TF_CONFIG)
+    running this command with --strategy multi_worker; on a real cluster, start the command on every host with its
+    TF_CONFIG instead. On JAX and PyTorch (otzoo --backend jax train ...) classification and retrieval presets
+    train with model.fit (--strategy auto: JAX spreads each batch over all local devices with keras.distribution;
+    one_device: one device), and the card records the backend.
     A run killed before it finished resumes from --out/backup with --resume.
     """
 
@@ -279,12 +282,12 @@ def demo(args):
     model.compile(optimizer=keras.optimizers.SGD(args.learning_rate, momentum=0.9),
                   loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True), metrics=["accuracy"],
                   jit_compile=True)
-    _, before = model.evaluate(image_dataset(x_test, y_test, 256), verbose=0)
+    _, before = model.evaluate(array_batches(x_test, y_test, 256), verbose=0)
     print(f"2. model.evaluate on {len(x_test):,} Fashion-MNIST test images (raw 0-255 pixels): accuracy {before:.4f}")
     x_train, y_train = load_fashion_mnist("train", limit=args.limit, normalize=False)
-    history = model.fit(image_dataset(x_train, y_train, FINE_TUNE_BATCH, training=True, seed=args.seed), epochs=1,
+    history = model.fit(array_batches(x_train, y_train, FINE_TUNE_BATCH, training=True, seed=args.seed), epochs=1,
                         verbose=0)
-    _, after = model.evaluate(image_dataset(x_test, y_test, 256), verbose=0)
+    _, after = model.evaluate(array_batches(x_test, y_test, 256), verbose=0)
     print(f"3. model.fit, 1 epoch on {len(x_train):,} training images (loss {history.history['loss'][-1]:.4f}): "
           f"test accuracy {after:.4f}")
     export_dir = export.to_saved_model(model, os.path.join(args.out, "saved_model"))
@@ -300,8 +303,9 @@ def demo(args):
 USER_ERRORS = (CommandError, EmptySliceError, DataUnavailableError, WeightsIntegrityError, MissingExtraError)
 
 
-# Commands built on TensorFlow-only machinery: tf.distribute (train, tune) and the SavedModel / ONNX converters (export).
-TENSORFLOW_COMMANDS = ("train", "tune", "export")
+# Commands built on TensorFlow-only machinery: keras-tuner's tf.distribute trials (tune) and the SavedModel / ONNX
+# converters (export). ``train`` runs on every backend but for the parts named in :func:`check_train_backend`.
+TENSORFLOW_COMMANDS = ("tune", "export")
 
 
 def check_backend(args):
@@ -314,15 +318,33 @@ def check_backend(args):
     if args.command in TENSORFLOW_COMMANDS and active != "tensorflow":
         raise CommandError(f"backend: otzoo {args.command} runs on the TensorFlow backend (tf.distribute, the SavedModel "
                            f"and ONNX converters), and Keras runs on {active}. On {active}, use otzoo evaluate and "
-                           f"otzoo fine-tune, or zoo.load and model.fit; weights saved there train on and export "
-                           f"from TensorFlow.")
+                           f"otzoo train, otzoo evaluate and otzoo fine-tune, or zoo.load and model.fit; weights "
+                           f"saved there load on and export from TensorFlow.")
+    if args.command == "train" and active != "tensorflow":
+        check_train_backend(args, active)
+
+
+def check_train_backend(args, active):
+    """``otzoo train`` on JAX or PyTorch: classification and retrieval presets through ``model.fit`` (JAX: data
+    parallel over all devices by ``keras.distribution``); the multi-worker cluster, the ``tf.distribute``
+    strategies and the few-shot meta-training loop are TensorFlow's (a :class:`CommandError` names the option)."""
+    if args.workers > 1 or args.strategy not in ("auto", "one_device"):
+        option = "--workers" if args.workers > 1 else "--strategy"
+        raise CommandError(f"{option}: multi-worker and tf.distribute training run on the TensorFlow backend; on "
+                           f"{active} otzoo train uses every local device through keras.distribution "
+                           f"(--strategy auto) or one (--strategy one_device).")
+    task = PRESETS[args.preset].task
+    if task == "few_shot":
+        raise CommandError(f"backend: the few-shot meta-training loop of {args.preset} runs on the TensorFlow "
+                           f"backend; on {active}, otzoo train takes classification and retrieval presets, and "
+                           f"otzoo evaluate and otzoo fine-tune take {args.preset}.")
 
 
 def main(argv=None):
     parser = ArgumentParser(prog="otzoo", description="Optimal-transport and prototype layers for Keras: the model zoo.")
     parser.add_argument("--backend", choices=BACKENDS, default=None,
                         help="the Keras backend (default: KERAS_BACKEND, else tensorflow); must come first when "
-                             "otzoo is run as a command; train, tune and export run on tensorflow only")
+                             "otzoo is run as a command; tune and export run on tensorflow only")
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND", parser_class=ArgumentParser)
 
     sub = commands.add_parser("list", help="list the presets with task and headline metric",
@@ -345,7 +367,8 @@ def main(argv=None):
                           "(its output directory) instead of pre-training")
     sub.add_argument("--out", default=None, help="output directory (default otzoo_runs/PRESET)")
     sub.add_argument("--strategy", choices=["auto", "one_device", "mirrored", "multi_worker"], default="auto",
-                     help="tf.distribute strategy (default auto: all local GPUs, else the CPU; TF_CONFIG's workers)")
+                     help="tf.distribute strategy (default auto: all local GPUs, else the CPU; TF_CONFIG's workers); "
+                          "on jax/torch: auto (all local devices) or one_device")
     sub.add_argument("--workers", type=positive_int, default=1,
                      help="start N local worker processes on 127.0.0.1 (multi-worker training)")
     sub.add_argument("--resume", action="store_true", help="continue the unfinished run in --out")

@@ -155,11 +155,16 @@ def test_a_backend_chosen_too_late_is_named(capsys):
     _fails_with(["--backend", "jax", "list"], "backend: Keras already runs on tensorflow", capsys)
 
 
-@pytest.mark.parametrize("command", [["train", "resnet20_mpw_fashion_mnist", "--limit", "8"],
-                                     ["export", "resnet20_mpw_fashion_mnist", "--out", "unused"]])
-def test_tensorflow_commands_refuse_other_backends(command, tmp_path):
-    """``otzoo --backend jax train|export`` (the backend picked on the command line, before Keras is imported)
-    ends in one line naming the TensorFlow backend, before anything is written."""
+@pytest.mark.parametrize("command, expected", [
+    (["export", "resnet20_mpw_fashion_mnist", "--out", "unused"], "backend: otzoo export runs on the TensorFlow backend"),
+    (["train", "resnet20_emd_fewshot_fashion_mnist", "--limit", "8"], "backend: the few-shot meta-training loop"),
+    (["train", "resnet20_mpw_fashion_mnist", "--limit", "8", "--workers", "2"], "--workers: multi-worker"),
+    (["train", "resnet20_mpw_fashion_mnist", "--limit", "8", "--strategy", "mirrored"], "--strategy: multi-worker"),
+])
+def test_tensorflow_only_parts_refuse_other_backends(command, expected, tmp_path):
+    """``otzoo --backend jax`` (the backend picked on the command line, before Keras is imported) with a part that
+    runs on TensorFlow only (export, the few-shot meta-training, multi-worker or tf.distribute training) ends in one
+    line naming the option and the backend, before anything is written."""
     pytest.importorskip("jax")
     env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3")
     env.pop("KERAS_BACKEND", None)
@@ -167,5 +172,5 @@ def test_tensorflow_commands_refuse_other_backends(command, tmp_path):
                           text=True, env=env, cwd=str(tmp_path))
     lines = [line for line in proc.stderr.splitlines() if line.startswith("otzoo")]
     assert proc.returncode == 2, proc.stderr[-2000:]
-    assert lines and "runs on the TensorFlow backend" in lines[-1] and "Keras runs on jax" in lines[-1]
+    assert lines and expected in lines[-1] and "jax" in lines[-1], lines
     assert "Traceback" not in proc.stderr and os.listdir(tmp_path) == []

@@ -6,7 +6,8 @@
 the user's machine). A recipe reads one part of a data set: the ``"train"`` or ``"test"`` split for classification,
 a part of a class-split protocol (``CLASS_SPLITS``: ``"retrieval"`` ``train`` / ``test``, ``"few_shot"`` ``base`` /
 ``novel``) otherwise. Every loader gives the same two things: :meth:`batches` (a ``tf.data`` pipeline of
-``(float32 pixels in 0-255, int32 labels)`` with the recipe's augmentation) and :meth:`arrays` (the part in memory,
+``(float32 pixels in 0-255, int32 labels)`` with the recipe's augmentation; for Fashion-MNIST on JAX and PyTorch a
+``training.data.arrays.ArrayBatches``, which needs no TensorFlow) and :meth:`arrays` (the part in memory,
 for episodes).
 """
 from dataclasses import dataclass
@@ -17,7 +18,8 @@ import tensorflow as tf
 
 from training.data.errors import EmptySliceError
 from training.data.fashion_mnist import fashion_mnist_split, load_fashion_mnist
-from training.data.pipelines import check_augmentation, image_dataset
+from training.data.arrays import check_augmentation
+from training.data.pipelines import array_batches
 from training.data.splits import CLASS_SPLITS, protocol_split
 from training.data.tfds import TFDS_AUGMENTATIONS, TFDS_DATASETS, tfds_dataset
 from zoo.spec import DataSpec
@@ -101,7 +103,7 @@ def check_dataset_augmentation(name, augment):
 
 
 class Batches:
-    """A ``tf.data`` pipeline of one data part with its number of examples (``examples``, before dropping an
+    """A ``tf.data`` pipeline (or ``ArrayBatches``) of one data part with its number of examples (``examples``, before dropping an
     incomplete batch) and ``sample``: up to 256 of its images, unaugmented, as float32 (for layer initializations
     such as ``GSPPrototypeInit``)."""
 
@@ -110,7 +112,8 @@ class Batches:
 
 
 class IdxLoader:
-    """Fashion-MNIST from the IDX files, in memory: the pipelines of ``training.data.pipelines.image_dataset``."""
+    """Fashion-MNIST from the IDX files, in memory: the batches of ``training.data.pipelines.array_batches``
+    (``tf.data`` on TensorFlow, NumPy on JAX and PyTorch)."""
 
     def arrays(self, name, part, protocol=None, limit=None, relabel=False, image_size=None, data_dir=None):
         input_shape_of(name, image_size)
@@ -122,7 +125,7 @@ class IdxLoader:
                 limit=None, relabel=False, image_size=None, data_dir=None):
         images, labels = self.arrays(name, part, protocol, limit, relabel, image_size, data_dir)
         _check_not_empty(len(labels), name, part, protocol, limit)
-        dataset = image_dataset(images, labels, batch_size, training=training, pad=pad, seed=seed, augment=augment)
+        dataset = array_batches(images, labels, batch_size, training=training, pad=pad, seed=seed, augment=augment)
         return Batches(dataset, len(labels), images[:256].astype("float32"))
 
 

@@ -1,7 +1,11 @@
-"""``tf.data`` pipelines of in-memory image arrays, with the pad-crop-flip augmentation (or none)."""
+"""``tf.data`` pipelines of in-memory image arrays, with the pad-crop-flip augmentation (or none), and the choice
+between them and ``training.data.arrays.ArrayBatches`` by backend (:func:`array_batches`)."""
+import keras
+import numpy as np
 import tensorflow as tf
 
 from ot_layers.validation import check_non_negative, check_positive_int
+from training.data.arrays import ArrayBatches, check_arrays, check_augmentation
 
 
 def pad_crop_flip(image, pad, seed):
@@ -12,17 +16,6 @@ def pad_crop_flip(image, pad, seed):
     crop_seed, flip_seed = tf.unstack(tf.random.experimental.stateless_split(seed, 2))
     cropped = tf.image.stateless_random_crop(padded, [height, width, image.shape[2]], seed=crop_seed)
     return tf.image.stateless_random_flip_left_right(cropped, seed=flip_seed)
-
-
-# The training augmentations of in-memory arrays, by the name a recipe's ``augment`` gives.
-AUGMENTATIONS = ("pad_crop_flip", "none")
-
-
-def check_augmentation(augment, accepted=AUGMENTATIONS, where="in-memory image arrays"):
-    """``augment`` if it is one of ``accepted``, else a ``ValueError`` naming the recipe field."""
-    if augment not in accepted:
-        raise ValueError(f"recipe field `augment` must be one of {list(accepted)} for {where}, got {augment!r}.")
-    return augment
 
 
 def image_dataset(images, labels, batch_size, training=False, pad=2, seed=0, drop_remainder=None,
@@ -37,10 +30,7 @@ def image_dataset(images, labels, batch_size, training=False, pad=2, seed=0, dro
     batch_size = check_positive_int("batch_size", batch_size)
     augment = check_augmentation(augment)
     pad = int(check_non_negative("pad", pad))
-    if len(images) != len(labels):
-        raise ValueError(f"`images` has {len(images)} samples but `labels` has {len(labels)}.")
-    if len(images) == 0:
-        raise ValueError("`images` is empty: the data slice holds no samples.")
+    check_arrays(images, labels)
     data = tf.data.Dataset.from_tensor_slices((images, labels))
     cast = lambda x, y: (tf.cast(x, tf.float32), tf.cast(y, tf.int32))  # noqa: E731
     if not training:
@@ -55,3 +45,19 @@ def image_dataset(images, labels, batch_size, training=False, pad=2, seed=0, dro
     data = data.map(transform, num_parallel_calls=tf.data.AUTOTUNE)
     drop = True if drop_remainder is None else bool(drop_remainder)
     return data.batch(batch_size, drop_remainder=drop).prefetch(tf.data.AUTOTUNE)
+
+
+def array_batches(images, labels, batch_size, training=False, pad=2, seed=0, drop_remainder=None,
+                  augment="pad_crop_flip"):
+    """The batches of in-memory arrays a recipe reads on the active Keras backend: :func:`image_dataset` (``tf.data``)
+    on TensorFlow, ``training.data.arrays.ArrayBatches`` (NumPy) on JAX and PyTorch; same arguments and batches."""
+    if keras.backend.backend() == "tensorflow":
+        return image_dataset(images, labels, batch_size, training=training, pad=pad, seed=seed,
+                             drop_remainder=drop_remainder, augment=augment)
+    return ArrayBatches(images, labels, batch_size, training=training, pad=pad, seed=seed,
+                        drop_remainder=drop_remainder, augment=augment)
+
+
+def batch_labels(batches):
+    """The labels of ``(images, labels)`` batches (a ``tf.data`` pipeline or ``ArrayBatches``), concatenated."""
+    return np.concatenate([np.asarray(labels) for labels in batches.map(lambda x, y: y)])

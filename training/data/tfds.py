@@ -4,7 +4,8 @@ import tensorflow as tf
 from ot_layers.optional import require
 from ot_layers.validation import check_non_negative, check_positive_int
 from training.data.errors import DataUnavailableError
-from training.data.pipelines import check_augmentation, pad_crop_flip
+from training.data.arrays import check_augmentation
+from training.data.pipelines import pad_crop_flip
 from training.data.splits import protocol_split
 
 

@@ -47,6 +47,7 @@ import tensorflow as tf
 
 from ot_layers.validation import check_positive_int
 from training.distributed.checkpoints import AtomicBackupAndRestore, TrainingCheckpoint
+from training.distributed.keras_distribution import keras_distribution
 from training.distributed.strategies import is_chief, make_strategy, strategy_name
 
 # Callbacks that write files or print: under several workers only the chief runs them (each worker would
@@ -115,6 +116,11 @@ def fit(model, data, epochs=1, strategy="auto", callbacks=None, validation_data=
         save_freq = check_positive_int("save_freq", save_freq)
     if steps_per_epoch is not None:
         steps_per_epoch = check_positive_int("steps_per_epoch", steps_per_epoch)
+    if keras.backend.backend() != "tensorflow":
+        history = keras_backend_fit(model, data, epochs, strategy, list(callbacks or []), validation_data,
+                                    checkpoint_dir, save_freq, steps_per_epoch, validation_steps, initial_epoch,
+                                    verbose)
+        return model, history
     if not (isinstance(data, tf.data.Dataset) or callable(data)):
         raise ValueError(f"`data` must be a tf.data.Dataset of (x, y) batches or a function epoch -> Dataset, got "
                          f"{type(data).__name__}.")
@@ -127,17 +133,41 @@ def fit(model, data, epochs=1, strategy="auto", callbacks=None, validation_data=
     if not isinstance(data, tf.data.Dataset):
         raise ValueError("`data` as a function of the epoch is supported by the multi-worker loop only; under "
                          f"{type(strategy).__name__} pass a tf.data.Dataset.")
-    plain = [cb for cb in callbacks if type(cb) is keras.callbacks.BackupAndRestore]  # made atomic below
+    history = _model_fit(model, data, epochs, callbacks, validation_data, checkpoint_dir, save_freq,
+                         steps_per_epoch, validation_steps, initial_epoch, verbose)
+    return model, history
+
+
+def _model_fit(model, data, epochs, callbacks, validation_data, checkpoint_dir, save_freq, steps_per_epoch,
+               validation_steps, initial_epoch, verbose):
+    """``model.fit`` with a plain ``BackupAndRestore`` in ``callbacks`` (or ``checkpoint_dir``) made atomic."""
+    plain = [cb for cb in callbacks if type(cb) is keras.callbacks.BackupAndRestore]
     if plain:
         callbacks, checkpoint_dir, save_freq = _split_backup_callbacks(callbacks, checkpoint_dir, save_freq,
                                                                        only_plain=True)
     if checkpoint_dir is not None:
         delete = all(cb.delete_checkpoint for cb in plain)
         callbacks.append(AtomicBackupAndRestore(checkpoint_dir, save_freq=save_freq, delete_checkpoint=delete))
-    history = model.fit(data, epochs=epochs, callbacks=callbacks, validation_data=validation_data,
-                        steps_per_epoch=steps_per_epoch, validation_steps=validation_steps,
-                        initial_epoch=initial_epoch, verbose=verbose)
-    return model, history
+    return model.fit(data, epochs=epochs, callbacks=callbacks, validation_data=validation_data,
+                     steps_per_epoch=steps_per_epoch, validation_steps=validation_steps, initial_epoch=initial_epoch,
+                     verbose=verbose)
+
+
+def keras_backend_fit(model, data, epochs, strategy, callbacks, validation_data, checkpoint_dir, save_freq,
+                      steps_per_epoch, validation_steps, initial_epoch, verbose):
+    """:func:`fit` on Keras' JAX and PyTorch backends: ``model.fit`` on ``data`` (a ``keras.utils.PyDataset`` such
+    as ``training.data.arrays.ArrayBatches``, a ``tf.data.Dataset`` where TensorFlow is installed, or any input
+    ``model.fit`` reads), with a ``BackupAndRestore`` (or ``checkpoint_dir``) made atomic as on TensorFlow.
+    ``strategy``: ``"auto"`` or ``"one_device"`` (the device layout was chosen when the model was built; see
+    ``training.distributed.keras_distribution``); a ``tf.distribute`` strategy's name raises ``ValueError``."""
+    if not isinstance(model, keras.Model):
+        raise ValueError(f"`model` must be a compiled keras.Model on the {keras.backend.backend()} backend (build "
+                         f"functions serve tf.distribute strategies), got {model!r}.")
+    _check_compiled(model)
+    if strategy is not None and strategy != "auto":
+        keras_distribution(strategy)  # a tf.distribute name: the ValueError naming `strategy`
+    return _model_fit(model, data, epochs, callbacks, validation_data, checkpoint_dir, save_freq, steps_per_epoch,
+                      validation_steps, initial_epoch, verbose)
 
 
 # --- the multi-worker loop ---------------------------------------------------------------------------------------

@@ -14,15 +14,15 @@ from typing import Any, Callable, List
 
 import keras
 import numpy as np
-import tensorflow as tf
 
 from ot_layers.callbacks.layer_signals import LayerSignals
 from training.data.datasets import Batches, image_batches
 from training.data.errors import EmptySliceError
 from training.data.fashion_mnist import load_fashion_mnist
-from training.data.pipelines import image_dataset
+from training.data.pipelines import array_batches, batch_labels
 from training.distributed.fit import fit
 from training.recipes.common import (
+    current_strategy,
     check_fine_tune_batch,
     evaluation_target,
     merged_overrides,
@@ -32,7 +32,7 @@ from training.recipes.common import (
     standard_callbacks,
     write_preset,
 )
-from training.recipes.components import make_callbacks, make_loss, make_optimizer
+from training.recipes.components import compiled_step, make_callbacks, make_loss, make_optimizer
 from training.recipes.validation import carve_validation, validation_split
 from zoo.loading import build
 
@@ -79,12 +79,12 @@ def training_setup(spec, limit=None, strategy=None, head_overrides=None, data_di
         raise EmptySliceError(f"{train.examples} training images, fewer than one batch of {recipe.batch_size}.",
                               "limit", limit)
     steps = train.examples // recipe.batch_size * recipe.epochs
-    strategy = strategy or tf.distribute.get_strategy()
+    strategy = current_strategy(strategy)
     with strategy.scope():
         model = build(spec, l2=recipe.l2, **(head_overrides or {}))
         trained, loss, feed = make_loss(recipe, spec.task, model, data.num_classes)
         optimizer = make_optimizer(recipe, steps)
-        trained.compile(optimizer=optimizer, loss=loss, metrics=["accuracy"], jit_compile=recipe.jit_compile)
+        trained.compile(optimizer=optimizer, loss=loss, metrics=["accuracy"], jit_compile=compiled_step(recipe))
     # Layer-state callbacks go before BackupAndRestore so that an epoch's backup holds that epoch's state.
     callbacks = make_callbacks(recipe, model, train.sample)
     return TrainingSetup(spec, model, trained, optimizer, loss, callbacks, train, test, feed, steps)
@@ -134,9 +134,9 @@ def classification_accuracy(model, images, labels=None, batch_size=256):
     """The share of images whose largest logit is at their label: ``images`` (raw pixels) with ``labels``, or a
     ``tf.data`` pipeline of ``(images, labels)`` batches."""
     if labels is not None:
-        images = image_dataset(images, labels, batch_size)
+        images = array_batches(images, labels, batch_size)
     logits = model.predict(images.map(lambda x, y: x), verbose=0)  # model.predict: any tf.distribute strategy
-    labels = np.concatenate([y.numpy() for y in images.map(lambda x, y: y)])
+    labels = batch_labels(images)
     return float(np.mean(np.argmax(logits, axis=-1) == labels))
 
 
@@ -165,7 +165,7 @@ def fine_tune_setup(name, model, limit, seed, batch_size, queries):
     images, labels = load_fashion_mnist("train", limit=limit, normalize=False)
     check_fine_tune_batch(images, batch_size, limit, "training images")
     trained, loss, _, feed = classification_training(name, model)
-    return trained, loss, image_dataset(images, labels, batch_size, training=True, seed=seed).map(feed)
+    return trained, loss, array_batches(images, labels, batch_size, training=True, seed=seed).map(feed)
 
 
 def tuning_data(limit, validation_fraction, seed):

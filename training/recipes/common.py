@@ -10,7 +10,6 @@ import dataclasses
 import datetime
 import json
 import os
-import platform
 
 import keras
 import numpy as np
@@ -19,17 +18,18 @@ import tensorflow as tf
 from ot_layers.optional import require
 from training.data.datasets import check_dataset_augmentation, data_spec
 from training.data.errors import EmptySliceError
+from training.distributed.keras_distribution import (
+    KerasDistribution,
+    describe_distribution,
+    hardware_description,
+    keras_distribution,
+)
 from training.distributed.strategies import is_chief, make_strategy, strategy_name, tf_config
 from training.recipes.components import check_recipe
 from training.recipes.tuned_config import load_tuned_config
 from zoo.loading import CARD_FILE, CONFIG_FILE, WEIGHTS_FILE, load, model_card, sha256_of
 from zoo.registry import PRESETS
 from zoo.spec import PresetSpec, published_recipe, recipe_from_dict
-
-
-def hardware_description():
-    return f"{platform.machine()} CPU x{os.cpu_count()}" + "".join(
-        f", {d.name}" for d in tf.config.list_physical_devices("GPU"))
 
 
 def run_options(name, strategy="auto", config=None, tensorboard=None):
@@ -45,8 +45,32 @@ def run_options(name, strategy="auto", config=None, tensorboard=None):
     if tensorboard:  # tf.summary needs the tensorboard package (the tune extra), checked before training starts
         require("tensorboard", "tune", "--tensorboard")
     callbacks = [keras.callbacks.TensorBoard(tensorboard)] if tensorboard else []
-    return (make_strategy(strategy), dict(tuned["head_kwargs"]) if tuned else {},
+    return (run_strategy(strategy), dict(tuned["head_kwargs"]) if tuned else {},
             tuned["learning_rate"] if tuned else None, callbacks)
+
+
+def run_strategy(name="auto"):
+    """The device layout a run builds and trains under: ``training.distributed.strategies.make_strategy(name)`` on
+    the TensorFlow backend, ``training.distributed.keras_distribution.keras_distribution(name)`` on JAX and
+    PyTorch (a strategy object of either kind is returned as is)."""
+    if keras.backend.backend() == "tensorflow":
+        return make_strategy(name)
+    return keras_distribution(name)
+
+
+def current_strategy(strategy=None):
+    """``strategy``, else the one a model is built under when none is named: TensorFlow's current strategy, or one
+    device on JAX and PyTorch."""
+    if strategy is not None:
+        return strategy
+    return tf.distribute.get_strategy() if keras.backend.backend() == "tensorflow" else keras_distribution("auto")
+
+
+def describe_strategy(strategy):
+    """The card's ``strategy`` line."""
+    if isinstance(strategy, KerasDistribution):
+        return describe_distribution(strategy)
+    return f"{type(strategy).__name__} ({strategy_name(strategy)}, {strategy.num_replicas_in_sync} replica(s))"
 
 
 def preset_spec(name, dataset=None, image_size=None, **recipe_overrides):
@@ -141,7 +165,9 @@ def reproducing_command(name, recipe_overrides=None, **options):
     for each of ``recipe_overrides``."""
     recipe = [f"--recipe {field}={json.dumps(list(value) if isinstance(value, tuple) else value)}"
               for field, value in (recipe_overrides or {}).items()]
-    return " ".join([f"otzoo train {name}"] + [f"--{flag.replace('_', '-')} {value}"
+    backend = keras.backend.backend()
+    program = "otzoo train" if backend == "tensorflow" else f"otzoo --backend {backend} train"
+    return " ".join([f"{program} {name}"] + [f"--{flag.replace('_', '-')} {value}"
                                                for flag, value in options.items() if value is not None] + recipe)
 
 
@@ -181,8 +207,7 @@ def write_preset(model, spec, out_dir, recipe, metrics, train_time, strategy, co
                 description=description, recipe=published_recipe(recipe), metrics=metrics,
                 parameters=int(model.count_params()), weights_sha256=sha256_of(weights),
                 train_time_s=round(train_time, 1), hardware=hardware_description(), backend=keras.backend.backend(),
-                strategy=f"{type(strategy).__name__} ({strategy_name(strategy)}, "
-                         f"{strategy.num_replicas_in_sync} replica(s))",
+                strategy=describe_strategy(strategy),
                 command=command, date=datetime.date.today().isoformat(),
                 note="train_time_s counts this process only (a resumed run restarts the clock)")
     card["input_shape"] = list(spec.data.input_shape)

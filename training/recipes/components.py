@@ -56,6 +56,13 @@ def make_optimizer(recipe, steps):
     return choose(OPTIMIZERS, "optimizer", recipe.optimizer)(schedule, recipe.momentum, recipe.nesterov)
 
 
+def compiled_step(recipe):
+    """``model.compile``'s ``jit_compile`` for the recipe's: XLA on TensorFlow and JAX as the recipe says; eager on
+    PyTorch, where Keras would hand the step to ``torch.compile``, which retraces the solvers' loops for every new
+    iteration count and batch shape (minutes per step on a CPU)."""
+    return bool(recipe.jit_compile) and keras.backend.backend() != "torch"
+
+
 def make_meta_optimizer(recipe):
     """The few-shot recipe's ``meta_optimizer`` at the constant ``meta_learning_rate`` (``meta_momentum`` for SGD,
     without Nesterov)."""

@@ -35,6 +35,7 @@ from training.data.fashion_mnist import fashion_mnist_split
 from training.data.pipelines import image_dataset
 from training.evaluation.few_shot import few_shot_accuracy
 from training.recipes.common import (
+    current_strategy,
     evaluation_slice,
     evaluation_target,
     merged_overrides,
@@ -115,7 +116,7 @@ def training_setup(spec, limit=None, strategy=None, data_dir=None):
                               f"{recipe.batch_size}.", "limit", limit)
     _check_episodes(labels, recipe, limit)
     steps = len(images) // recipe.batch_size * recipe.pretrain_epochs
-    with (strategy or tf.distribute.get_strategy()).scope():
+    with current_strategy(strategy).scope():
         model = build(spec, l2=recipe.l2)
         classifier = image_classifier(model.get_layer("backbone"), "gap_fc", len(data.train_classes),
                                       data.pixel_mean, data.pixel_std, name=f"{spec.name}_pretraining")

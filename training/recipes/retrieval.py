@@ -20,17 +20,17 @@ import time
 
 import keras
 import numpy as np
-import tensorflow as tf
 
 from ot_layers.callbacks.layer_signals import LayerSignals
 from training.data.datasets import image_batches
 from training.data.errors import EmptySliceError
 from training.data.fashion_mnist import fashion_mnist_split
-from training.data.pipelines import image_dataset
+from training.data.pipelines import array_batches, batch_labels
 from training.distributed.fit import fit
 from training.evaluation.retrieval import retrieval_metrics
 from training.recipes.classification import TrainingSetup
 from training.recipes.common import (
+    current_strategy,
     check_fine_tune_batch,
     evaluation_slice,
     evaluation_target,
@@ -41,7 +41,7 @@ from training.recipes.common import (
     standard_callbacks,
     write_preset,
 )
-from training.recipes.components import make_callbacks, make_loss, make_optimizer
+from training.recipes.components import compiled_step, make_callbacks, make_loss, make_optimizer
 from training.recipes.validation import VALIDATION_IMAGES_PER_CLASS, carve_validation, held_out_classes_split
 from zoo.loading import build
 
@@ -59,7 +59,7 @@ def embed(model, batches):
     """``(outputs, labels)`` of ``model`` over a ``tf.data`` pipeline of ``(images, labels)`` batches (read in a fixed
     order: an evaluation pipeline)."""
     outputs = model.predict(batches.map(lambda x, y: x), verbose=0)  # model.predict: any tf.distribute strategy
-    return outputs, np.concatenate([y.numpy() for y in batches.map(lambda x, y: y)])
+    return outputs, batch_labels(batches)
 
 
 def retrieval_scores(model, images, labels=None, batch_size=256):
@@ -67,7 +67,7 @@ def retrieval_scores(model, images, labels=None, batch_size=256):
     with ``labels``, or of a ``tf.data`` pipeline of ``(images, labels)`` batches. Classes with a single image
     (no relevant item for its query) are left out."""
     if labels is not None:
-        images = image_dataset(images, labels, batch_size)
+        images = array_batches(images, labels, batch_size)
     embeddings, labels = embed(model, images)
     classes, counts = np.unique(labels, return_counts=True)
     keep = np.isin(labels, classes[counts >= 2])  # a query needs another image of its class
@@ -97,7 +97,7 @@ def compile_embedding(spec, recipe, steps, num_classes, strategy, overrides=None
         model = build(spec, l2=recipe.l2, **(overrides or {}))
         trained, loss, _ = make_loss(recipe, "retrieval", model, num_classes)
         optimizer = make_optimizer(recipe, steps)
-        trained.compile(optimizer=optimizer, loss=loss, jit_compile=recipe.jit_compile)
+        trained.compile(optimizer=optimizer, loss=loss, jit_compile=compiled_step(recipe))
     return model, trained, optimizer, loss
 
 
@@ -117,7 +117,7 @@ def training_setup(spec, limit=None, strategy=None, head_overrides=None, data_di
                               f"{recipe.batch_size}.", "limit", limit)
     steps = train.examples // recipe.batch_size * recipe.epochs
     model, trained, optimizer, loss = compile_embedding(spec, recipe, steps, len(data.train_classes),
-                                                        strategy or tf.distribute.get_strategy(), head_overrides)
+                                                        current_strategy(strategy), head_overrides)
     callbacks = make_callbacks(recipe, model, train.sample)  # before BackupAndRestore: a backup holds their state
     return TrainingSetup(spec, model, trained, optimizer, loss, callbacks, train, None, lambda x, y: (x, y), steps)
 
@@ -134,7 +134,7 @@ def fit_embedding(name, images, labels, recipe, strategy, overrides=None, callba
     keras.utils.set_random_seed(recipe.seed)
     steps = len(images) // recipe.batch_size * recipe.epochs
     model, trained, _, _ = compile_embedding(spec, recipe, steps, int(labels.max()) + 1, strategy, overrides)
-    train = image_dataset(images, labels, recipe.batch_size, training=True, pad=recipe.pad, seed=recipe.seed,
+    train = array_batches(images, labels, recipe.batch_size, training=True, pad=recipe.pad, seed=recipe.seed,
                           augment=recipe.augment)
     start = time.time()
     fit(trained, train, epochs=recipe.epochs, verbose=verbose,
@@ -211,7 +211,7 @@ def fine_tune_setup(name, model, limit, seed, batch_size, queries):
     images, labels = fashion_mnist_split("retrieval", "train", limit=limit, normalize=False, relabel=True)
     check_fine_tune_batch(images, batch_size, limit, "training images of the seen classes")
     trained, loss = retrieval_training(spec, model, spec.recipe)
-    return trained, loss, image_dataset(images, labels, batch_size, training=True, seed=seed)
+    return trained, loss, array_batches(images, labels, batch_size, training=True, seed=seed)
 
 
 def tuning_data(limit, validation_fraction, seed):

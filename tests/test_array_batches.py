@@ -1,0 +1,123 @@
+"""``training.data.arrays.ArrayBatches``: the NumPy batches the recipes read on JAX and PyTorch.
+
+Each augmented image is checked against its source, recovered through its label (the labels are the sample
+indices): it must be a window of the zero-padded source, possibly mirrored. The orders are permutations,
+reproducible from the seed and new every epoch; ``map`` composes feeds as ``tf.data`` does; ``model.predict`` and
+``model.fit`` read them.
+"""
+import keras
+import numpy as np
+import pytest
+
+from training.data.arrays import ArrayBatches, pad_crop_flip_batch
+from training.data.pipelines import array_batches, batch_labels
+
+
+def _images(n=50, side=6, channels=2):
+    rng = np.random.default_rng(7)
+    return rng.integers(1, 256, size=(n, side, side, channels)).astype(np.uint8), np.arange(n)
+
+
+def _windows(source, pad):
+    """Every pad-crop(-flip) of ``source``."""
+    padded = np.pad(source.astype(np.float32), [(pad, pad), (pad, pad), (0, 0)])
+    side = source.shape[0]
+    for row in range(2 * pad + 1):
+        for col in range(2 * pad + 1):
+            crop = padded[row:row + side, col:col + side]
+            yield (row, col, False), crop
+            yield (row, col, True), crop[:, ::-1]
+
+
+def test_evaluation_batches_are_the_arrays_in_order():
+    images, labels = _images()
+    batches = ArrayBatches(images, labels, 16)
+    assert len(batches) == 4  # 16 + 16 + 16 + 2: nothing dropped
+    x = np.concatenate([batch[0] for batch in batches])
+    assert x.dtype == np.float32 and np.array_equal(x, images.astype(np.float32))
+    assert batches[0][1].dtype == np.int32 and np.array_equal(batch_labels(batches), labels)
+    with pytest.raises(IndexError):
+        batches[4]
+
+
+def test_training_batches_are_padded_crops_and_flips_of_their_sources():
+    images, labels = _images()
+    pad = 2
+    batches = ArrayBatches(images, labels, 16, training=True, pad=pad, seed=3)
+    assert len(batches) == 3  # the incomplete batch dropped
+    seen, draws = [], []
+    for x, y in batches:
+        for image, index in zip(x, y):
+            matches = [draw for draw, window in _windows(images[index], pad) if np.array_equal(window, image)]
+            assert matches, f"image of sample {index} is no window of its padded source"
+            draws.append(matches[0])
+        seen.extend(y.tolist())
+    assert len(set(seen)) == len(seen) == 48  # a permutation, 48 of the 50 samples
+    assert len({draw[:2] for draw in draws}) > 10 and {draw[2] for draw in draws} == {False, True}
+
+
+def test_pad_crop_flip_draws_cover_every_offset_and_flip_half_the_time():
+    """A 3 x 3 image marked at its corner, padded by 1: the corner stays in the window for 4 of the 9 offsets, at
+    column 1 - c for column offset c (c in {0, 1}) and at 1 + c when mirrored; uniform offsets and fair flips put it
+    in columns 0, 1, 2 a quarter, a half and a quarter of the time."""
+    x = np.zeros((4000, 3, 3, 1), np.float32)
+    x[:, 0, 0, 0] = 1.0
+    out = pad_crop_flip_batch(x, 1, np.random.default_rng(0))
+    visible = out[:, :, :, 0].sum(axis=(1, 2))
+    assert out.shape == x.shape and set(np.unique(visible)) <= {0.0, 1.0}
+    assert abs(np.mean(visible) - 4 / 9) < 0.05
+    columns = np.argwhere(out[:, :, :, 0] == 1.0)[:, 2]
+    assert np.allclose(np.bincount(columns, minlength=3) / len(columns), [0.25, 0.5, 0.25], atol=0.05)
+
+
+def test_orders_follow_the_seed_and_change_every_epoch():
+    images, labels = _images()
+
+    def epochs(seed, count=3):
+        batches = ArrayBatches(images, labels, 10, training=True, seed=seed)
+        orders = []
+        for _ in range(count):
+            orders.append(np.concatenate([y for _, y in batches]))
+            batches.on_epoch_end()
+        return orders
+
+    first, again, other = epochs(0), epochs(0), epochs(1)
+    assert all(np.array_equal(a, b) for a, b in zip(first, again))
+    assert not np.array_equal(first[0], first[1]) and not np.array_equal(first[0], other[0])
+
+
+def test_map_composes_feeds_and_model_reads_the_batches():
+    images, labels = _images(n=40, side=4, channels=1)
+    batches = ArrayBatches(images, labels, 8).map(lambda x, y: ((x, y), y)).map(lambda xy, y: (xy[0] * 2, y))
+    x, y = batches[1]
+    assert np.array_equal(x, 2 * images[8:16].astype(np.float32)) and np.array_equal(y, labels[8:16])
+    model = keras.Sequential([keras.Input((4, 4, 1)), keras.layers.Flatten(), keras.layers.Dense(40)])
+    model.compile("sgd", keras.losses.SparseCategoricalCrossentropy(from_logits=True))
+    history = model.fit(ArrayBatches(images, labels, 8, training=True, augment="none"), epochs=2, verbose=0)
+    assert len(history.history["loss"]) == 2
+    assert model.predict(ArrayBatches(images, labels, 8).map(lambda x, y: x), verbose=0).shape == (40, 40)
+
+
+def test_bad_input_names_the_argument():
+    images, labels = _images()
+    with pytest.raises(ValueError, match="`labels` has 49"):
+        ArrayBatches(images, labels[:49], 8)
+    with pytest.raises(ValueError, match="`images` is empty"):
+        ArrayBatches(images[:0], labels[:0], 8)
+    with pytest.raises(ValueError, match="recipe field `augment`"):
+        ArrayBatches(images, labels, 8, augment="mixup")
+    with pytest.raises(ValueError, match="batch_size"):
+        ArrayBatches(images, labels, 0)
+
+
+def test_the_tensorflow_backend_keeps_tf_data():
+    """The recipes read ``tf.data`` on TensorFlow (the published presets' pipeline) and ``ArrayBatches`` elsewhere."""
+    images, labels = _images()
+    batches = array_batches(images, labels, 16)
+    if keras.backend.backend() == "tensorflow":
+        import tensorflow as tf
+
+        assert isinstance(batches, tf.data.Dataset)
+    else:
+        assert isinstance(batches, ArrayBatches)
+    assert np.array_equal(batch_labels(batches), labels)

@@ -1,0 +1,105 @@
+"""Batches of in-memory image arrays for every Keras backend: a ``keras.utils.PyDataset`` in NumPy, with the
+pad-crop-flip augmentation (or none).
+
+On the TensorFlow backend the recipes read arrays through ``tf.data`` (``training.data.pipelines``); on JAX and
+PyTorch through :class:`ArrayBatches`, which needs no TensorFlow (the machines those backends run on may lack it).
+Both give the same batches: ``(float32 pixels in 0-255, int32 labels)``, shuffled and augmented every epoch when
+training, the last incomplete batch dropped. The random draws differ (NumPy's generator, not TensorFlow's stateless
+ops), so the two orders are not the same sequence; each is reproducible from its seed.
+"""
+import keras
+import numpy as np
+
+from ot_layers.validation import check_non_negative, check_positive_int
+
+# The training augmentations of in-memory arrays, by the name a recipe's ``augment`` gives.
+AUGMENTATIONS = ("pad_crop_flip", "none")
+
+
+def check_augmentation(augment, accepted=AUGMENTATIONS, where="in-memory image arrays"):
+    """``augment`` if it is one of ``accepted``, else a ``ValueError`` naming the recipe field."""
+    if augment not in accepted:
+        raise ValueError(f"recipe field `augment` must be one of {list(accepted)} for {where}, got {augment!r}.")
+    return augment
+
+
+def check_arrays(images, labels):
+    """A ``ValueError`` when ``images`` and ``labels`` differ in length or hold no sample."""
+    if len(images) != len(labels):
+        raise ValueError(f"`images` has {len(images)} samples but `labels` has {len(labels)}.")
+    if len(images) == 0:
+        raise ValueError("`images` is empty: the data slice holds no samples.")
+
+
+def pad_crop_flip_batch(images, pad, rng):
+    """Each image of ``images`` ``(B, H, W, C)`` zero-padded by ``pad`` pixels on each side, cropped back to
+    ``H x W`` at a random place and flipped left-right with probability 1/2 (the CIFAR augmentation of He et al.
+    2016), with the draws of NumPy generator ``rng``."""
+    batch, height, width = images.shape[:3]
+    padded = np.pad(images, [(0, 0), (pad, pad), (pad, pad), (0, 0)])
+    rows = rng.integers(0, 2 * pad + 1, size=batch)
+    cols = rng.integers(0, 2 * pad + 1, size=batch)
+    flips = rng.random(batch) < 0.5
+    out = np.empty_like(images)
+    for i in range(batch):
+        crop = padded[i, rows[i]:rows[i] + height, cols[i]:cols[i] + width]
+        out[i] = crop[:, ::-1] if flips[i] else crop
+    return out
+
+
+class ArrayBatches(keras.utils.PyDataset):
+    """Batches of ``(float32 pixels in 0-255, int32 labels)`` from arrays ``images (N, H, W, C)``, ``labels (N,)``,
+    passed through ``feed(x, y)`` (the recipe's batch feed; default ``(x, y)``).
+
+    With ``training``: a new seeded order every epoch, each batch augmented by ``augment`` (``"pad_crop_flip"`` with
+    ``pad`` pixels, or ``"none"``), the last incomplete batch dropped unless ``drop_remainder=False``. The ``e``-th
+    epoch this object serves (counted by ``on_epoch_end``) draws its order and augmentation from
+    ``numpy.random.default_rng([seed, e, ...])``: the same seed gives the same batches, and a run resumed from a
+    backup starts the count again (a new order, as ``tf.data``'s reshuffling does). Without ``training``: the arrays
+    in order, every sample kept.
+    :meth:`map` gives the same batches through another feed, as ``tf.data.Dataset.map`` does.
+    """
+
+    def __init__(self, images, labels, batch_size, training=False, pad=2, seed=0, drop_remainder=None,
+                 augment="pad_crop_flip", feed=None):
+        super().__init__()
+        self.batch_size = check_positive_int("batch_size", batch_size)
+        self.augment = check_augmentation(augment)
+        self.pad = int(check_non_negative("pad", pad))
+        check_arrays(images, labels)
+        self.images, self.labels = images, np.asarray(labels)
+        self.training, self.seed, self.feed = bool(training), int(seed), feed
+        self.drop_remainder = self.training if drop_remainder is None else bool(drop_remainder)
+        self.epoch = 0
+        self._order = self._epoch_order()
+
+    def _epoch_order(self):
+        if not self.training:
+            return np.arange(len(self.labels))
+        return np.random.default_rng([self.seed, self.epoch]).permutation(len(self.labels))
+
+    def __len__(self):
+        full, rest = divmod(len(self.labels), self.batch_size)
+        return full if self.drop_remainder or not rest else full + 1
+
+    def __getitem__(self, index):
+        if not 0 <= index < len(self):
+            raise IndexError(f"batch {index} of {len(self)}")
+        chosen = self._order[index * self.batch_size:(index + 1) * self.batch_size]
+        x = self.images[chosen].astype(np.float32)
+        if self.training and self.augment == "pad_crop_flip":
+            x = pad_crop_flip_batch(x, self.pad, np.random.default_rng([self.seed, self.epoch, index]))
+        y = self.labels[chosen].astype(np.int32)
+        return self.feed(x, y) if self.feed is not None else (x, y)
+
+    def on_epoch_end(self):
+        self.epoch += 1
+        self._order = self._epoch_order()
+
+    def map(self, feed):
+        """The same batches passed through ``feed(x, y)`` after this one's feed."""
+        inner = self.feed
+        mapped = ArrayBatches.__new__(ArrayBatches)
+        mapped.__dict__.update(self.__dict__)
+        mapped.feed = feed if inner is None else (lambda x, y: feed(*inner(x, y)))
+        return mapped
