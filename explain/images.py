@@ -7,9 +7,10 @@ import os
 
 import keras
 import numpy as np
-import tensorflow as tf
 
-from ot_layers.optional import require
+from ot_layers.optional import require, tensorflow_if_installed
+
+tf = tensorflow_if_installed("explain's image tools")
 
 
 def model_input_shape(model):

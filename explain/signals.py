@@ -22,8 +22,8 @@ from typing import NamedTuple
 
 import keras
 import numpy as np
-import tensorflow as tf
 
+from ot_layers.optional import tensorflow_if_installed
 from explain.images import model_input_shape, prepare_images
 from ot_layers.layers.emd_head import EMDHead
 from ot_layers.layers.generalized_sum_pooling import GeneralizedSumPooling
@@ -31,6 +31,8 @@ from ot_layers.layers.hyperspherical_prototypes import HypersphericalPrototypes
 from ot_layers.layers.multi_proxy_wasserstein import MultiProxyWasserstein
 from ot_layers.tensor_ops import find_layer, flatten_feature_map, normalize_rows_np
 from ot_layers.validation import check_positive_int
+
+tf = tensorflow_if_installed("explain's layer signals")
 
 # Fashion-MNIST's label names, in label order (Xiao et al. 2017).
 FASHION_MNIST_CLASSES = ("T-shirt/top", "Trouser", "Pullover", "Dress", "Coat", "Sandal", "Shirt", "Sneaker", "Bag",

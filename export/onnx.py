@@ -8,10 +8,10 @@ import os
 import tempfile
 import warnings
 
-import tensorflow as tf
-
 from export.signatures import serving_spec
-from ot_layers.optional import require
+from ot_layers.optional import require, tensorflow_if_installed
+
+tf = tensorflow_if_installed("ONNX export")
 
 
 def _check_opset(opset):

@@ -25,10 +25,12 @@ import re
 from dataclasses import dataclass
 
 import numpy as np
-import tensorflow as tf
 
+from ot_layers.optional import tensorflow_if_installed
 from ot_layers.task_model import TASKS, model_task
 from ot_layers.tensor_ops import walk_layers
+
+tf = tensorflow_if_installed("SavedModel export")
 
 DEFAULT_SIGNATURE = "serving_default"
 UINT8_SIGNATURE = "serving_uint8"

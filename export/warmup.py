@@ -8,9 +8,10 @@ request carries a support set of one image per class (labels ``0..ways-1``).
 import os
 
 import numpy as np
-import tensorflow as tf
 
-from ot_layers.optional import require
+from ot_layers.optional import require, tensorflow_if_installed
+
+tf = tensorflow_if_installed("SavedModel warm-up records")
 
 WARMUP_DIR = "assets.extra"
 WARMUP_FILE = "tf_serving_warmup_requests"

@@ -39,3 +39,32 @@ def check_installed(module_name, extra, feature=None):
         found = False
     if not found:
         raise MissingExtraError(_message(module_name, extra, feature), name=module_name)
+
+
+class AbsentModule:
+    """Stands for a library that is not installed, in a module that needs it only for some of its functions: any
+    use of an attribute raises ``ModuleNotFoundError`` naming the library and the ``feature`` that needs it."""
+
+    def __init__(self, module_name, feature, advice):
+        self._module_name, self._feature, self._advice = module_name, feature, advice
+
+    def __getattr__(self, attribute):
+        raise ModuleNotFoundError(f"{self._feature} needs {self._module_name}, which is not installed here"
+                                  f"{self._advice}", name=self._module_name)
+
+    def __repr__(self):
+        return f"<{self._module_name}: not installed>"
+
+
+def tensorflow_if_installed(feature):
+    """The ``tensorflow`` module, or where it is not installed (a machine with JAX or PyTorch only) an
+    :class:`AbsentModule` that names ``feature`` (a TensorFlow-backend feature: ``tf.data`` pipelines,
+    ``tf.distribute``, the exporters) when it is used. The modules that import TensorFlow this way import without it,
+    so the parts that run on JAX and PyTorch (``otzoo --backend jax train``, ``evaluate``, ``fine-tune``) do too."""
+    try:
+        return importlib.import_module("tensorflow")
+    except ModuleNotFoundError as error:
+        if (error.name or "").partition(".")[0] != "tensorflow":
+            raise
+        return AbsentModule("tensorflow", feature, "; it runs on the TensorFlow backend (pip install tensorflow, "
+                                                   "KERAS_BACKEND=tensorflow)")

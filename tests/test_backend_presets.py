@@ -6,7 +6,9 @@ reproduces its card: accuracy and MAP@R within 0.3 points, few-shot accuracy wit
 1e-4 relative to their scale. A preset fine-tuned one epoch with ``model.fit`` on JAX lowers its loss on the slice,
 and its weights load in TensorFlow and export (SavedModel, ONNX) with parity <= 1e-5. ``otzoo train`` on JAX (one
 device, and data parallel over two host devices) and PyTorch writes a card that names the backend and the device
-layout, and whose metrics ``otzoo evaluate`` reproduces on TensorFlow from the weights it wrote.
+layout, and whose metrics ``otzoo evaluate`` reproduces on TensorFlow from the weights it wrote; and ``otzoo train``,
+``evaluate`` and ``fine-tune`` run on JAX and PyTorch in a process where TensorFlow cannot be imported
+(``tests/backends/train_without_tensorflow.py``), as on a GPU machine without it.
 """
 import json
 import os
@@ -114,3 +116,12 @@ def test_otzoo_train_on_backend_evaluates_the_same_on_tensorflow(backend, preset
     for metric, value in card["metrics"].items():
         found = float(re.search(rf"{metric} ([0-9.]+)", printed).group(1))
         assert abs(found - value) <= 0.003, (metric, found, value, printed)
+
+
+@pytest.mark.parametrize("backend", ["jax", "torch"])
+def test_train_evaluate_fine_tune_without_tensorflow(backend, tmp_path):
+    pytest.importorskip(backend)
+    printed = _run([os.path.join(ROOT, "tests", "backends", "train_without_tensorflow.py"), str(tmp_path)], backend,
+                   str(tmp_path))
+    report = json.loads([line for line in printed.splitlines() if line.startswith("{")][-1])
+    assert report["card_backend"] == backend and not report["tensorflow_loaded"] and not report["failures"], report

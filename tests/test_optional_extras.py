@@ -15,7 +15,7 @@ import explain
 import export
 import otzoo.cli
 from export.warmup import WARMUP_DIR
-from ot_layers.optional import MissingExtraError, check_installed, require
+from ot_layers.optional import AbsentModule, MissingExtraError, check_installed, require, tensorflow_if_installed
 from training.data.tfds import tfds_dataset
 from training.recipes.common import run_options
 from training.tuning.search import tune
@@ -56,6 +56,33 @@ def test_require_imports_or_names_the_extra(monkeypatch):
     _block(monkeypatch, "tf2onnx")
     with pytest.raises(MissingExtraError):
         check_installed("tf2onnx", "export")
+
+
+def test_tensorflow_if_installed_stands_in_where_tensorflow_is_missing(monkeypatch):
+    """With TensorFlow installed it is the module; without it (a JAX or PyTorch machine) a stand-in whose use names
+    the feature; a missing dependency of an installed TensorFlow keeps its own error."""
+    import importlib
+
+    import tensorflow as tf
+
+    assert tensorflow_if_installed("tf.data pipelines") is tf
+    real = importlib.import_module
+
+    def missing(name, error_name):
+        def fake(module_name, *args):
+            if module_name == "tensorflow":
+                raise ModuleNotFoundError(f"No module named {error_name!r}", name=error_name)
+            return real(module_name, *args)
+        return fake
+
+    monkeypatch.setattr(importlib, "import_module", missing("tensorflow", "tensorflow"))
+    stand_in = tensorflow_if_installed("tf.data pipelines")
+    assert isinstance(stand_in, AbsentModule)
+    with pytest.raises(ModuleNotFoundError, match=r"tf\.data pipelines needs tensorflow, which is not installed here"):
+        stand_in.data.Dataset
+    monkeypatch.setattr(importlib, "import_module", missing("tensorflow", "otzoo_missing_dependency"))
+    with pytest.raises(ModuleNotFoundError, match="otzoo_missing_dependency"):
+        tensorflow_if_installed("tf.data pipelines")
 
 
 def test_a_broken_installed_module_keeps_its_own_error(tmp_path, monkeypatch):

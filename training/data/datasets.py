@@ -14,8 +14,8 @@ from dataclasses import dataclass
 from typing import Tuple
 
 import numpy as np
-import tensorflow as tf
 
+from ot_layers.optional import tensorflow_if_installed
 from training.data.errors import EmptySliceError
 from training.data.fashion_mnist import fashion_mnist_split, load_fashion_mnist
 from training.data.arrays import check_augmentation
@@ -23,6 +23,8 @@ from training.data.pipelines import array_batches
 from training.data.splits import CLASS_SPLITS, protocol_split
 from training.data.tfds import TFDS_AUGMENTATIONS, TFDS_DATASETS, tfds_dataset
 from zoo.spec import DataSpec
+
+tf = tensorflow_if_installed("the TFDS data sets")
 
 
 @dataclass(frozen=True)

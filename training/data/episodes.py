@@ -1,8 +1,10 @@
 """N-way K-shot episodes: the sampler and a ``tf.data`` pipeline of episodes for ``model.fit``."""
 import numpy as np
-import tensorflow as tf
 
+from ot_layers.optional import tensorflow_if_installed
 from ot_layers.validation import check_positive_int
+
+tf = tensorflow_if_installed("episode pipelines (tf.data)")
 
 
 class EpisodeSampler:

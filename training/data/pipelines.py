@@ -2,10 +2,12 @@
 between them and ``training.data.arrays.ArrayBatches`` by backend (:func:`array_batches`)."""
 import keras
 import numpy as np
-import tensorflow as tf
 
+from ot_layers.optional import tensorflow_if_installed
 from ot_layers.validation import check_non_negative, check_positive_int
 from training.data.arrays import ArrayBatches, check_arrays, check_augmentation
+
+tf = tensorflow_if_installed("tf.data pipelines")
 
 
 def pad_crop_flip(image, pad, seed):

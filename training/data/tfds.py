@@ -1,12 +1,13 @@
 """The TFDS data sets by name (CIFAR-10/100, CUB-200-2011, Cars196, Stanford Online Products): their pipelines, augmentations and class-split protocols."""
-import tensorflow as tf
 
-from ot_layers.optional import require
+from ot_layers.optional import require, tensorflow_if_installed
 from ot_layers.validation import check_non_negative, check_positive_int
 from training.data.errors import DataUnavailableError
 from training.data.arrays import check_augmentation
 from training.data.pipelines import pad_crop_flip
 from training.data.splits import protocol_split
+
+tf = tensorflow_if_installed("the TFDS data sets")
 
 
 class _TfdsSpec:

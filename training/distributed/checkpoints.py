@@ -32,10 +32,12 @@ import tempfile
 import uuid
 
 import keras
-import tensorflow as tf
 
+from ot_layers.optional import tensorflow_if_installed
 from ot_layers.validation import check_positive_int
 from training.distributed.strategies import is_chief, tf_config
+
+tf = tensorflow_if_installed("tf.distribute checkpoints")
 
 POINTER_FILE = "latest"
 PREFIX = "ckpt-"

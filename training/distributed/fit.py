@@ -43,12 +43,14 @@ exactly: the batches already done are skipped. Under ``model.fit`` a plain ``Bac
 ``AtomicBackupAndRestore`` on the same directory.
 """
 import keras
-import tensorflow as tf
 
+from ot_layers.optional import tensorflow_if_installed
 from ot_layers.validation import check_positive_int
 from training.distributed.checkpoints import AtomicBackupAndRestore, TrainingCheckpoint
 from training.distributed.keras_distribution import keras_distribution
 from training.distributed.strategies import is_chief, make_strategy, strategy_name
+
+tf = tensorflow_if_installed("tf.distribute training")
 
 # Callbacks that write files or print: under several workers only the chief runs them (each worker would
 # otherwise write the same files).

@@ -12,7 +12,9 @@ A process holds at most one: later calls return the same object (a second one wo
 import json
 import os
 
-import tensorflow as tf
+from ot_layers.optional import tensorflow_if_installed
+
+tf = tensorflow_if_installed("tf.distribute strategies")
 
 STRATEGIES = ("auto", "one_device", "mirrored", "multi_worker", "tpu")
 

@@ -1,11 +1,13 @@
 """Few-shot evaluation: mean accuracy over N-way K-shot episodes with its 95 % confidence interval."""
 import keras
 import numpy as np
-import tensorflow as tf
 
+from ot_layers.optional import tensorflow_if_installed
 from ot_layers.validation import check_positive_int
 from training.data.episodes import EpisodeSampler
 from zoo.tasks import few_shot_parts
+
+tf = tensorflow_if_installed("few-shot evaluation on TensorFlow")
 
 Z_95 = 1.96
 

@@ -1,9 +1,11 @@
 """Fine-tuning DeepEMD's structured FC on a k-shot support set with the backbone frozen (Zhang et al. 2022, Sec.
 3.4)."""
 import numpy as np
-import tensorflow as tf
 
+from ot_layers.optional import tensorflow_if_installed
 from ot_layers.validation import check_positive, check_positive_int
+
+tf = tensorflow_if_installed("the structured FC evaluation")
 
 STEPS = 100
 BATCH_SIZE = 4

@@ -13,9 +13,8 @@ import os
 
 import keras
 import numpy as np
-import tensorflow as tf
 
-from ot_layers.optional import require
+from ot_layers.optional import require, tensorflow_if_installed
 from training.data.datasets import check_dataset_augmentation, data_spec
 from training.data.errors import EmptySliceError
 from training.distributed.keras_distribution import (
@@ -30,6 +29,8 @@ from training.recipes.tuned_config import load_tuned_config
 from zoo.loading import CARD_FILE, CONFIG_FILE, WEIGHTS_FILE, load, model_card, sha256_of
 from zoo.registry import PRESETS
 from zoo.spec import PresetSpec, published_recipe, recipe_from_dict
+
+tf = tensorflow_if_installed("tf.distribute strategies")
 
 
 def run_options(name, strategy="auto", config=None, tensorboard=None):

@@ -25,8 +25,8 @@ from typing import Any
 
 import keras
 import numpy as np
-import tensorflow as tf
 
+from ot_layers.optional import tensorflow_if_installed
 from ot_layers.validation import check_positive_int
 from training.data.datasets import image_arrays
 from training.data.episodes import EpisodeSampler, episode_dataset
@@ -48,6 +48,8 @@ from training.recipes.common import (
 from training.recipes.components import make_meta_optimizer, make_optimizer
 from zoo.loading import build
 from zoo.models import image_classifier
+
+tf = tensorflow_if_installed("the few-shot meta-training loop")
 
 PRETRAINED_FILE = "pretrained_backbone.weights.h5"
 # The ``otzoo train`` options beyond the common ones that this task's ``train`` accepts (``--episodes``: the
