@@ -1,0 +1,226 @@
+"""The presets trained to convergence over several seeds, the training budget chosen on validation data: meant for a
+GPU through Keras' JAX backend (TensorFlow is not needed), and runnable on a CPU at a small scale.
+
+Protocol, the same for every preset of a comparison (same budget grid, same seeds, same care):
+
+1. ``select``: for each preset and each budget ``E`` of ``--budgets`` (epochs; the recipe's schedule spans the whole
+   run, so each budget is a run of its own), train by the preset's recipe on its training images minus a validation
+   part carved from them, the part ``otzoo tune`` scores trials on (classification: a class-stratified
+   ``--validation-fraction`` of the images, the same for every run; retrieval: the last seen classes held out, scored by MAP@R among them),
+   once per ``--select-seeds`` seed. The test split is never read. The preset's budget is the ``E`` with the best mean
+   validation score (the smaller ``E`` on a tie).
+2. ``final``: train the preset by its recipe at its budget on its whole training split with each of ``--seeds``
+   (``training.recipes.train_preset``, what ``otzoo --backend jax train PRESET --epochs E --seed S`` runs); the test
+   metrics are the card's. Seed 0's run directory (weights and card, which names the backend, the accelerator and
+   the budget) is the one to ship.
+3. ``report``: each preset's mean and sample standard deviation over the seeds, and the comparisons (MPW vs GAP
+   accuracy, GSP vs GAP MAP@R) by Welch's t-test (``scipy.stats.ttest_ind(equal_var=False)``).
+
+Every run is one JSON record in ``--results`` (named by phase, preset, budget and seed); a run with a record is
+skipped, so the work spreads over several calls of a GPU lease: ``--time-limit`` stops starting runs when the next
+one would not end in time (estimated from the slowest epoch seen so far in this call). Final runs write their
+preset directories under ``--runs``.
+
+    KERAS_BACKEND=jax python experiments/gpu_presets.py run --results experiments/results/gpu_presets \\
+        --runs gpu_runs --budgets 15 30 60 --select-seeds 0 --seeds 0 1 2 3 4 --time-limit 540
+    python experiments/gpu_presets.py report --results experiments/results/gpu_presets
+"""
+import argparse
+import glob
+import json
+import os
+import sys
+import time
+
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+import keras  # noqa: E402
+import numpy as np  # noqa: E402
+from scipy import stats  # noqa: E402
+
+from training.data.pipelines import array_batches  # noqa: E402
+from training.distributed.keras_distribution import hardware_description  # noqa: E402
+from training.recipes import recipe_for, train_preset  # noqa: E402
+from training.recipes.common import preset_spec  # noqa: E402
+from training.recipes.components import compiled_step, make_optimizer  # noqa: E402
+from zoo.loading import build  # noqa: E402
+
+PRESETS = ("resnet20_mpw_fashion_mnist", "resnet20_gap_fashion_mnist", "resnet20_hyperspherical_fashion_mnist",
+           "resnet20_gsp_retrieval_fashion_mnist", "resnet20_gap_retrieval_fashion_mnist")
+# The comparisons the runs settle: (preset, baseline, metric of the card).
+COMPARISONS = (("resnet20_mpw_fashion_mnist", "resnet20_gap_fashion_mnist", "accuracy"),
+               ("resnet20_gsp_retrieval_fashion_mnist", "resnet20_gap_retrieval_fashion_mnist", "map_at_r"))
+
+
+def validation_score(preset, epochs, seed, limit=None, fraction=0.1, verbose=2):
+    """Train ``preset`` by its recipe for ``epochs`` epochs with ``seed`` on its training images (the first
+    ``limit``) minus the validation part its task carves (``fraction``), and score it there: ``(score, loss per
+    epoch)``."""
+    spec = preset_spec(preset, epochs=epochs, seed=seed)
+    recipe, task = spec.recipe, recipe_for(spec.task)
+    train, (val_images, val_labels), _ = task.tuning_data(limit, fraction, 0)  # one validation part for all runs
+    images, labels = train
+    keras.utils.set_random_seed(seed)
+    model = build(spec, l2=recipe.l2)
+    trained, loss, callbacks, feed = task.tuning_parts(spec, model, train, recipe)
+    steps = len(images) // recipe.batch_size * epochs
+    trained.compile(optimizer=make_optimizer(recipe, steps), loss=loss, jit_compile=compiled_step(recipe))
+    data = array_batches(images, labels, recipe.batch_size, training=True, augment=recipe.augment, pad=recipe.pad,
+                         seed=seed)
+    history = trained.fit(data.map(feed) if feed is not None else data, epochs=epochs, callbacks=callbacks,
+                          verbose=verbose)
+    outputs = model.predict(array_batches(val_images, val_labels, 256).map(lambda x, y: x), verbose=0)
+    return float(task.tuning_score(outputs, val_labels)), [round(float(v), 4) for v in history.history["loss"]]
+
+
+def _record_path(results, phase, preset, epochs, seed):
+    return os.path.join(results, f"{phase}-{preset}-e{epochs}-s{seed}.json")
+
+
+def read_records(results):
+    records = []
+    for path in sorted(glob.glob(os.path.join(results, "*.json"))):
+        with open(path) as handle:
+            record = json.load(handle)
+        if isinstance(record, dict) and record.get("phase") in ("select", "final"):
+            records.append(record)
+    return records
+
+
+def chosen_budget(records, preset, budgets):
+    """The budget of ``budgets`` with the best mean validation score of ``preset`` (the smaller on a tie), or
+    ``None`` while a budget has no select record."""
+    scores = {}
+    for epochs in budgets:
+        found = [r["validation_score"] for r in records
+                 if r["phase"] == "select" and r["preset"] == preset and r["epochs"] == epochs]
+        if not found:
+            return None
+        scores[epochs] = float(np.mean(found))
+    best = max(scores.values())
+    return min(epochs for epochs, score in scores.items() if score == best)
+
+
+class Clock:
+    """Whether another run of ``epochs`` epochs fits before ``limit`` seconds from now, judged by the slowest
+    epoch seen so far (a run's start-up counted in)."""
+
+    def __init__(self, limit):
+        self.start, self.limit, self.per_epoch = time.time(), limit, 0.0
+
+    def fits(self, epochs):
+        return self.limit is None or time.time() - self.start + self.per_epoch * epochs <= self.limit
+
+    def record(self, seconds, epochs):
+        self.per_epoch = max(self.per_epoch, seconds / epochs)
+
+
+def run(args):
+    os.makedirs(args.results, exist_ok=True)
+    clock = Clock(args.time_limit)
+    environment = dict(backend=keras.backend.backend(), hardware=hardware_description(), limit=args.limit)
+    for phase in ("select", "final"):
+        if args.phase not in (phase, "all"):
+            continue
+        for preset in args.presets:
+            if phase == "select":
+                jobs = [(epochs, seed) for epochs in args.budgets for seed in args.select_seeds]
+            else:
+                budget = chosen_budget(read_records(args.results), preset, args.budgets)
+                if budget is None:
+                    print(f"{preset}: no budget chosen yet (select runs missing); final runs wait")
+                    continue
+                jobs = [(budget, seed) for seed in args.seeds]
+            for epochs, seed in jobs:
+                path = _record_path(args.results, phase, preset, epochs, seed)
+                if os.path.exists(path):
+                    continue
+                if not clock.fits(epochs):
+                    print(f"time limit: stopping before {phase} {preset} e{epochs} s{seed}")
+                    return 0
+                start = time.time()
+                record = dict(phase=phase, preset=preset, epochs=epochs, seed=seed, **environment)
+                if phase == "select":
+                    score, losses = validation_score(preset, epochs, seed, args.limit, args.validation_fraction)
+                    record.update(validation_score=round(score, 4), loss=losses,
+                                  validation=f"validation_fraction {args.validation_fraction} of the training "
+                                             "images (the test split is not read)")
+                else:
+                    out_dir = os.path.join(args.runs, f"{preset}-seed{seed}")
+                    card = train_preset(preset, out_dir, epochs=epochs, seed=seed, limit=args.limit)
+                    record.update(metrics=card["metrics"], out_dir=out_dir, strategy=card["strategy"],
+                                  train_time_s=card["train_time_s"])
+                seconds = time.time() - start
+                clock.record(seconds, epochs)
+                record["seconds"] = round(seconds, 1)
+                with open(path, "w") as handle:
+                    json.dump(record, handle, indent=1)
+                print(f"{phase} {preset} e{epochs} s{seed}: "
+                      f"{record.get('validation_score', record.get('metrics'))} ({seconds:.0f} s)")
+    return 0
+
+
+def report(args):
+    """Each preset's chosen budget, validation scores, and test metrics over the seeds; the comparisons."""
+    records = read_records(args.results)
+    presets = sorted({r["preset"] for r in records})
+    summary = {"presets": {}, "comparisons": []}
+    for preset in presets:
+        select = {}
+        for r in records:
+            if r["phase"] == "select" and r["preset"] == preset:
+                select.setdefault(r["epochs"], []).append(r["validation_score"])
+        finals = sorted((r for r in records if r["phase"] == "final" and r["preset"] == preset),
+                        key=lambda r: r["seed"])
+        entry = {"validation_by_budget": {str(e): float(np.mean(v)) for e, v in sorted(select.items())},
+                 "budget": finals[0]["epochs"] if finals else None, "seeds": [r["seed"] for r in finals],
+                 "hardware": sorted({r["hardware"] for r in finals}), "backend": sorted({r["backend"] for r in finals}),
+                 "limit": sorted({str(r["limit"]) for r in finals})}
+        for metric in (finals[0]["metrics"] if finals else {}):
+            values = [r["metrics"][metric] for r in finals]
+            entry[metric] = {"values": values, "mean": float(np.mean(values)),
+                             "sd": float(np.std(values, ddof=1)) if len(values) > 1 else None}
+        summary["presets"][preset] = entry
+    for preset, baseline, metric in COMPARISONS:
+        a = summary["presets"].get(preset, {}).get(metric)
+        b = summary["presets"].get(baseline, {}).get(metric)
+        if not a or not b or len(a["values"]) < 2 or len(b["values"]) < 2:
+            continue
+        test = stats.ttest_ind(a["values"], b["values"], equal_var=False)
+        summary["comparisons"].append({"preset": preset, "baseline": baseline, "metric": metric,
+                                       "difference": a["mean"] - b["mean"], "welch_t": float(test.statistic),
+                                       "p_value": float(test.pvalue), "seeds": [len(a["values"]), len(b["values"])]})
+    text = json.dumps(summary, indent=1)
+    print(text)
+    if args.output:
+        with open(args.output, "w") as handle:
+            handle.write(text + "\n")
+    return 0
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    commands = parser.add_subparsers(dest="command", required=True)
+    sub = commands.add_parser("run", help="train the runs that have no record yet")
+    sub.add_argument("--results", required=True, help="folder of the run records (JSON)")
+    sub.add_argument("--runs", default="gpu_runs", help="folder of the final runs' preset directories")
+    sub.add_argument("--phase", choices=["select", "final", "all"], default="all")
+    sub.add_argument("--presets", nargs="+", default=list(PRESETS))
+    sub.add_argument("--budgets", nargs="+", type=int, default=[15, 30, 60])
+    sub.add_argument("--select-seeds", nargs="+", type=int, default=[0])
+    sub.add_argument("--seeds", nargs="+", type=int, default=[0, 1, 2, 3, 4])
+    sub.add_argument("--validation-fraction", type=float, default=0.1)
+    sub.add_argument("--limit", type=int, default=None, help="the first N training images (a CPU-sized check)")
+    sub.add_argument("--time-limit", type=float, default=None, help="seconds: start no run that would end later")
+    sub.set_defaults(run=run)
+    sub = commands.add_parser("report", help="summarize the records")
+    sub.add_argument("--results", required=True)
+    sub.add_argument("--output", default=None)
+    sub.set_defaults(run=report)
+    args = parser.parse_args(argv)
+    return args.run(args)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
