@@ -8,7 +8,9 @@ and its weights load in TensorFlow and export (SavedModel, ONNX) with parity <= 
 device, and data parallel over two host devices) and PyTorch writes a card that names the backend and the device
 layout, and whose metrics ``otzoo evaluate`` reproduces on TensorFlow from the weights it wrote; and ``otzoo train``,
 ``evaluate`` and ``fine-tune`` run on JAX and PyTorch in a process where TensorFlow cannot be imported
-(``tests/backends/train_without_tensorflow.py``), as on a GPU machine without it.
+(``tests/backends/train_without_tensorflow.py``), as on a GPU machine without it. A TFDS data set (its ``tf.data``
+pipeline, on TFDS's offline mock data) trains on JAX and PyTorch through ``model.fit`` and evaluates the same on
+TensorFlow.
 """
 import json
 import os
@@ -112,10 +114,33 @@ def test_otzoo_train_on_backend_evaluates_the_same_on_tensorflow(backend, preset
     assert card["backend"] == backend and f"keras.distribution ({layout}" in card["strategy"], card
     assert card["command"].startswith(f"otzoo --backend {backend} train {preset}")
     assert not os.path.exists(os.path.join(out, "backup"))  # the finished run's backup is removed
-    printed = _run(["-m", "otzoo", "evaluate", out], "tensorflow", str(tmp_path))
+    _metrics_reproduced_on_tensorflow(card, out, str(tmp_path))
+
+
+def _metrics_reproduced_on_tensorflow(card, out, cwd, command=("-m", "otzoo")):
+    printed = _run([*command, "evaluate", out], "tensorflow", cwd)
     for metric, value in card["metrics"].items():
         found = float(re.search(rf"{metric} ([0-9.]+)", printed).group(1))
         assert abs(found - value) <= 0.003, (metric, found, value, printed)
+
+
+@pytest.mark.parametrize("backend, preset, dataset", [
+    ("jax", "resnet20_gap_fashion_mnist", "cifar10"),
+    ("torch", "resnet20_gsp_retrieval_fashion_mnist", "caltech_birds2011"),  # with GSP's prototype initialization
+])
+def test_tfds_data_set_trains_on_backend(backend, preset, dataset, tmp_path):
+    """A TFDS data set's ``tf.data`` pipeline feeds ``model.fit`` on JAX and PyTorch (TensorFlow installed, the
+    model on the other backend); TensorFlow reproduces the card's metrics on the same (mock) test images."""
+    pytest.importorskip(backend)
+    pytest.importorskip("tensorflow_datasets")
+    out = str(tmp_path / "run")
+    command = (os.path.join(ROOT, "tests", "backends", "otzoo_on_mock_tfds.py"),)
+    _run([*command, "--backend", backend, "train", preset, "--dataset", dataset, "--image-size", "32", "--limit",
+          "256", "--batch-size", "32", "--epochs", "1", "--out", out], backend, str(tmp_path))
+    with open(os.path.join(out, "metadata.json")) as handle:
+        card = json.load(handle)
+    assert card["backend"] == backend and card["dataset"] == dataset and card["input_shape"] == [32, 32, 3], card
+    _metrics_reproduced_on_tensorflow(card, out, str(tmp_path), command)
 
 
 @pytest.mark.parametrize("backend", ["jax", "torch"])
