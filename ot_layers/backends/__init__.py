@@ -7,8 +7,12 @@ Every module gives the same names:
   outside ``jit``), so that argument checks on values (non-negative marginals, equal masses) can run;
 - ``run_solver_loop(fn, *args)``: runs a solver's iteration loop (TensorFlow compiles an eager loop into one graph;
   the other backends call ``fn``);
-- ``fused_small_products()``: whether batched small matrix products are faster as fused multiply-and-sum than as
-  dots here (TensorFlow while tracing for XLA on CPU);
+- ``fused_small_products()``: whether batched small matrix products (Gram matrices) and tiny linear solves are
+  faster as fused multiply-and-sum and unrolled Cholesky steps than as dots and a batched solver here (TensorFlow
+  while tracing for XLA on CPU);
+- ``fused_matvec(matrix)``: the same for the batched small matrix-vector products of the Sinkhorn iterations with
+  ``matrix`` (TensorFlow under XLA, as above; PyTorch for a tensor on the CPU, whose batched matmul kernels are slow
+  for many small matrices);
 - ``DIFFERENTIABLE_WHILE_LOOP``: whether the backend can reverse-differentiate a ``while_loop`` whose trip count
   depends on data (JAX cannot: its unrolled solvers run a static-bound loop instead);
 - ``host_call(fn, arrays, outputs)``: runs a NumPy function on the host inside a computation (the exact EMD's
@@ -27,14 +31,17 @@ import keras
 BACKEND = keras.backend.backend()
 
 if BACKEND == "tensorflow":
-    from ot_layers.backends.tensorflow_backend import (DIFFERENTIABLE_WHILE_LOOP, eager_scope, fused_small_products,
-                                                       host_call, replicas_in_sync, run_solver_loop, values_known)
+    from ot_layers.backends.tensorflow_backend import (DIFFERENTIABLE_WHILE_LOOP, eager_scope, fused_matvec,
+                                                       fused_small_products, host_call, replicas_in_sync,
+                                                       run_solver_loop, values_known)
 elif BACKEND == "jax":
-    from ot_layers.backends.jax_backend import (DIFFERENTIABLE_WHILE_LOOP, eager_scope, fused_small_products,
-                                                       host_call, replicas_in_sync, run_solver_loop, values_known)
+    from ot_layers.backends.jax_backend import (DIFFERENTIABLE_WHILE_LOOP, eager_scope, fused_matvec,
+                                                fused_small_products, host_call, replicas_in_sync, run_solver_loop,
+                                                values_known)
 elif BACKEND == "torch":
-    from ot_layers.backends.torch_backend import (DIFFERENTIABLE_WHILE_LOOP, eager_scope, fused_small_products,
-                                                       host_call, replicas_in_sync, run_solver_loop, values_known)
+    from ot_layers.backends.torch_backend import (DIFFERENTIABLE_WHILE_LOOP, eager_scope, fused_matvec,
+                                                  fused_small_products, host_call, replicas_in_sync, run_solver_loop,
+                                                  values_known)
 else:
     raise ImportError(f"ot_layers runs on the Keras backends 'tensorflow', 'jax' and 'torch'; KERAS_BACKEND is "
                       f"{BACKEND!r}.")
@@ -61,5 +68,5 @@ def custom_gradient(forward):
     return wrapped
 
 
-__all__ = ["BACKEND", "custom_gradient", "DIFFERENTIABLE_WHILE_LOOP", "eager_scope", "fused_small_products",
-           "host_call", "replicas_in_sync", "run_solver_loop", "values_known"]
+__all__ = ["BACKEND", "custom_gradient", "DIFFERENTIABLE_WHILE_LOOP", "eager_scope", "fused_matvec",
+           "fused_small_products", "host_call", "replicas_in_sync", "run_solver_loop", "values_known"]

@@ -48,8 +48,8 @@ from typing import NamedTuple
 import numpy as np
 from keras import ops
 
-from ot_layers.backends import (DIFFERENTIABLE_WHILE_LOOP, custom_gradient, fused_small_products, run_solver_loop,
-                                values_known)
+from ot_layers.backends import (DIFFERENTIABLE_WHILE_LOOP, custom_gradient, fused_matvec, fused_small_products,
+                                run_solver_loop, values_known)
 from ot_layers.tensor_ops import at_least, compute_dtype, dtype_name
 from ot_layers.validation import check_choice, check_non_negative, check_positive, check_positive_int
 
@@ -194,8 +194,8 @@ def _batched(equation, matrix):
 
 def _matvec(matrix, vector, transpose=False):
     """``matrix @ vector`` (``matrix^T @ vector`` with ``transpose``) over batches of small matrices, as dots or as
-    fused multiply-and-sum where the backend runs those faster (:func:`ot_layers.backends.fused_small_products`)."""
-    if fused_small_products():
+    fused multiply-and-sum where the backend runs those faster (:func:`ot_layers.backends.fused_matvec`)."""
+    if fused_matvec(matrix):
         if transpose:
             return ops.sum(matrix * vector[..., :, None], axis=-2)
         return ops.sum(matrix * vector[..., None, :], axis=-1)

@@ -3,6 +3,7 @@ and a float32 run of the same layer.
 
     KERAS_BACKEND=jax python tests/backends/check_sinkhorn.py
 """
+import importlib
 
 import keras
 import numpy as np
@@ -40,6 +41,20 @@ for dtype, limit in ((np.float64, 1e-5), (np.float32, 1e-4)):
         name = np.dtype(dtype).name
         report.measure(f"plan_vs_pot_{domain}_{name}", np.abs(numpy(result.plan) - reference).max(), limit)
         report.expect(f"result_dtype_{domain}_{name}", numpy(result.plan).dtype == dtype)
+
+# Both forms of the kernel-domain matrix-vector products (fused multiply-and-sum, einsum), whichever the backend and
+# device pick (ot_layers.backends.fused_matvec), give POT's plan.
+solver_module = importlib.import_module("ot_layers.solvers.sinkhorn")  # the module (the package exports the function)
+picked = solver_module.fused_matvec
+try:
+    for fused in (True, False):
+        solver_module.fused_matvec = lambda matrix, fused=fused: fused
+        result = sinkhorn(tensor(cost), tensor(a), tensor(b), epsilon=0.1, max_iter=5000, threshold=1e-9,
+                          domain="kernel")
+        report.measure(f"plan_vs_pot_kernel_{'fused' if fused else 'einsum'}_matvec_float32",
+                       np.abs(numpy(result.plan) - reference).max(), 1e-4)
+finally:
+    solver_module.fused_matvec = picked
 
 # The result vocabulary: per-problem counts equal to the problems solved alone, and converged flags.
 cost, a, b = problems(np.float64)
