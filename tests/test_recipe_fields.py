@@ -230,6 +230,7 @@ def test_retrieval_on_cars196_end_to_end(tmp_path, capsys):
     assert card["train_classes"] == list(range(98)) and card["eval_classes"] == list(range(98, 196))
 
 
+@pytest.mark.slow  # the fast suite keeps one classification (CIFAR-10) and one retrieval (Cars196) data set
 @pytest.mark.parametrize("preset, dataset, seen", [
     ("resnet20_gsp_retrieval_fashion_mnist", "caltech_birds2011", 100),  # GSP with its prototype initialization
     ("resnet20_gap_retrieval_fashion_mnist", "stanford_online_products", 11318),
