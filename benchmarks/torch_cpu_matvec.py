@@ -25,15 +25,15 @@ import statistics
 import sys
 import time
 
+HERE = os.path.dirname(os.path.abspath(__file__))
 os.environ["KERAS_BACKEND"] = "torch"
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+sys.path.insert(0, os.path.dirname(HERE))
 
 import numpy as np  # noqa: E402
 import torch  # noqa: E402
 
 from ot_layers.layers.emd_head import EMDHead  # noqa: E402
 
-HERE = os.path.dirname(os.path.abspath(__file__))
 SOLVER = importlib.import_module("ot_layers.solvers.sinkhorn")  # the module (the package exports the function)
 EPISODE = dict(queries=75, ways=5, side=7, dim=64)
 

@@ -37,6 +37,13 @@ def _run(args, backend, cwd, **environment):
     return proc.stdout
 
 
+def _metrics_reproduced_on_tensorflow(card, out, cwd, command=("-m", "otzoo")):
+    printed = _run([*command, "evaluate", out], "tensorflow", cwd)
+    for metric, value in card["metrics"].items():
+        found = float(re.search(rf"{metric} ([0-9.]+)", printed).group(1))
+        assert abs(found - value) <= 0.003, (metric, found, value, printed)
+
+
 # Every preset on JAX and PyTorch; the DeepEMD preset's 2,000 episodes take about 2 minutes on JAX (a compiled
 # episode function) and 6 on PyTorch (eager).
 CARD_RUNS = [(preset, backend) for preset in PORTED + ["resnet20_emd_fewshot_fashion_mnist"]
@@ -115,13 +122,6 @@ def test_otzoo_train_on_backend_evaluates_the_same_on_tensorflow(backend, preset
     assert card["command"].startswith(f"otzoo --backend {backend} train {preset}")
     assert not os.path.exists(os.path.join(out, "backup"))  # the finished run's backup is removed
     _metrics_reproduced_on_tensorflow(card, out, str(tmp_path))
-
-
-def _metrics_reproduced_on_tensorflow(card, out, cwd, command=("-m", "otzoo")):
-    printed = _run([*command, "evaluate", out], "tensorflow", cwd)
-    for metric, value in card["metrics"].items():
-        found = float(re.search(rf"{metric} ([0-9.]+)", printed).group(1))
-        assert abs(found - value) <= 0.003, (metric, found, value, printed)
 
 
 @pytest.mark.parametrize("backend, preset, dataset", [
