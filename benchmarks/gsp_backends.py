@@ -48,6 +48,10 @@ the load of other processes on this shared machine affects all alike (interleave
 minimum per method, and their ratios to OTT-JAX's fastest variant and to TensorFlow XLA.
 
     python benchmarks/gsp_backends.py [--repeats 10] [--out benchmarks/results/gsp_backends.json]
+
+Where TensorFlow is not installed (the GPU machine), ``otzoo_tf_xla`` is reported as skipped and the ratios are
+against OTT-JAX; on a GPU the other workers run there (each result names its ``device``; PyTorch's ``float(loss)``
+waits for the device's queued work, backward included).
 """
 import argparse
 import json
@@ -162,7 +166,7 @@ def _keras_step(threads=None):
 
     if threads:
         torch.set_num_threads(threads)
-    x0, w = torch.as_tensor(features), torch.as_tensor(weights)
+    x0, w = (keras.ops.convert_to_tensor(t) for t in (features, weights))  # on Keras' device (a GPU's)
     prototypes_value = layer.prototypes.value
 
     def run():
@@ -171,7 +175,7 @@ def _keras_step(threads=None):
         pooled, z = layer(x)
         loss = torch.sum(pooled * w) + torch.sum(z * z)
         loss.backward()
-        return float(loss.detach())
+        return float(loss.detach())  # waits for the queued work on a GPU, backward included
 
     return run
 
@@ -383,7 +387,8 @@ def _serve(run, info):
 
 
 def _env(**extra):
-    return dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3", PYTHONPATH=ROOT, **extra)
+    # The workers live side by side: on a GPU, JAX must not claim most of its memory up front in each of them.
+    return dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3", PYTHONPATH=ROOT, XLA_PYTHON_CLIENT_PREALLOCATE="false", **extra)
 
 
 class _Worker:
@@ -441,7 +446,7 @@ def time_methods(repeats):
     for name, worker in list(workers.items()):
         try:
             ready = worker.read()
-            results[name].update(loss=ready["loss"], versions=ready["versions"])
+            results[name].update(loss=ready["loss"], versions=ready["versions"], device=ready["device"])
         except RuntimeError as error:
             results[name]["skipped"] = str(error)
             worker.close()
@@ -531,7 +536,10 @@ def main():
             _emit(_check_float64() if arg == "float64" else _check_float32())
         else:
             threads = int(arg.split(":")[1]) if ":" in arg else None
-            _serve(_keras_step(threads) if kind == "keras" else _ott_step(arg), {"versions": _versions()})
+            import accelerator  # after the backend is fixed by the environment: every worker has KERAS_BACKEND
+
+            run = _keras_step(threads) if kind == "keras" else _ott_step(arg)
+            _serve(run, {"versions": _versions(), "device": accelerator.device_name()})
         return
 
     load_before = os.getloadavg()
@@ -542,7 +550,8 @@ def main():
               "threshold": 0.0, "gradient": "implicit (otzoo); OTT-JAX implicit and unrolled",
               "ott_inner_iterations": OTT_INNER_ITERATIONS, "repeats": args.repeats, "warmup_calls": WARMUP_CALLS,
               "cpu_count": os.cpu_count(), "load_average_before": load_before, "load_average_after": os.getloadavg(),
-              "platform": platform.platform(), "results": results, "ratios": ratios,
+              "platform": platform.platform(),
+              "devices": sorted({r["device"] for r in results.values() if "device" in r}), "results": results, "ratios": ratios,
               "max_plan_difference": _plan_summary(checks), "plan_check": checks}
     os.makedirs(os.path.dirname(args.out), exist_ok=True)
     with open(args.out, "w") as handle:

@@ -2,18 +2,20 @@
 ``KERAS_BACKEND`` = ``jax`` (in the fast suite: the backend the GPU runs use), ``torch`` and ``tensorflow`` (in the
 slow job, which CI runs too; the TensorFlow suite checks the same layers in more detail). A script prints one JSON
 line of measurements and exits non-zero when one fails (values against POT / NumPy closed forms, gradients against
-central finite differences, compiled against eager, ``fit``, ``.keras`` round trip, mixed precision)."""
+central finite differences, compiled against eager, ``fit``, ``.keras`` round trip, mixed precision). The same
+matrix runs without pytest through ``tests/backends/run_checks.py`` (the GPU machine's way)."""
 import importlib.util
 import json
 import os
-import subprocess
-import sys
 
 import pytest
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-ROOT = os.path.dirname(HERE)
-CHECKS = sorted(name for name in os.listdir(os.path.join(HERE, "backends")) if name.startswith("check_"))
+_spec = importlib.util.spec_from_file_location(
+    "run_checks", os.path.join(os.path.dirname(os.path.abspath(__file__)), "backends", "run_checks.py"))
+run_checks = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(run_checks)  # the matrix runner, also run without pytest (tests/backends/run_checks.py)
+
+CHECKS = run_checks.CHECKS
 BACKENDS = [
     pytest.param("jax", marks=pytest.mark.skipif(importlib.util.find_spec("jax") is None, reason="jax not installed")),
     pytest.param("torch", marks=[pytest.mark.slow, pytest.mark.skipif(importlib.util.find_spec("torch") is None,
@@ -25,13 +27,20 @@ BACKENDS = [
 @pytest.mark.parametrize("backend", BACKENDS)
 @pytest.mark.parametrize("check", CHECKS)
 def test_check_passes_on_backend(check, backend, tmp_path):
-    env = dict(os.environ, KERAS_BACKEND=backend, PYTHONPATH=ROOT, TF_CPP_MIN_LOG_LEVEL="3",
-               KERAS_HOME=str(tmp_path))
-    proc = subprocess.run([sys.executable, os.path.join(HERE, "backends", check)], capture_output=True, text=True,
-                          env=env, cwd=str(tmp_path), timeout=900)
-    lines = [line for line in proc.stdout.splitlines() if line.startswith("{")]
-    assert lines, f"{check} printed no report under {backend}:\n{proc.stderr[-3000:]}"
-    report = json.loads(lines[-1])
-    assert report["backend"] == backend
-    assert proc.returncode == 0 and not report["failures"], f"{check} on {backend}: {report['failures']}\n" \
-                                                            f"{proc.stderr[-3000:]}"
+    cell = run_checks.run_check(check, backend, tmp_path)
+    assert cell["report"], f"{check} printed no report under {backend}:\n{cell['stderr_tail']}"
+    assert cell["passed"], f"{check} on {backend}: {cell['failures']}\n{cell['stderr_tail']}"
+
+
+def test_runner_time_limit_lists_the_cells_it_did_not_start(tmp_path, capsys):
+    """The runner the GPU machine uses (no pytest there): past ``--time-limit`` it starts no check, marks every cell
+    "not run" in its JSON summary and does not count them as failures."""
+    out = tmp_path / "matrix.json"
+    status = run_checks.main(["--backends", "jax", "torch", "--checks", "check_sinkhorn.py", "check_emd.py",
+                              "--time-limit", "-1", "--out", str(out)])
+    summary = json.loads(out.read_text())
+    assert status == 0
+    assert (summary["passed"], summary["failed"], summary["not_run"]) == (0, 0, 4)
+    assert {(c["backend"], c["check"]) for c in summary["cells"]} == {
+        (b, c) for b in ("jax", "torch") for c in ("check_sinkhorn.py", "check_emd.py")}
+    assert "0 passed, 0 failed, 4 not run" in capsys.readouterr().out

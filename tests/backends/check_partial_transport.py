@@ -54,11 +54,9 @@ def layer_gradients(layer, x, upstream):
         _, grads = value_and_grad(loss, x, numpy(layer.prototypes))
         return grads
     if BACKEND == "torch":
-        import torch
-
-        x = torch.tensor(x, requires_grad=True)
+        x = tensor(x).detach().clone().requires_grad_(True)  # on Keras' device (a GPU's)
         ops.sum(layer(x) * upstream).backward()
-        return x.grad.numpy(), layer.prototypes.value.grad.detach().cpu().numpy()
+        return x.grad.detach().cpu().numpy(), layer.prototypes.value.grad.detach().cpu().numpy()
     import tensorflow as tf
 
     x = tf.constant(x)

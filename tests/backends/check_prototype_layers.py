@@ -91,8 +91,6 @@ def gradients(call, inputs, variables):
         gx, gw = jax.grad(f, argnums=(0, 1))(xs, [v.value for v in variables])
         return [np.asarray(g) for g in list(gx) + list(gw)]
     if BACKEND == "torch":
-        import torch
-
         xs = [ops.convert_to_tensor(x).detach().requires_grad_(True) for x in inputs]
         params = [v.value for v in variables]
         for p in params:

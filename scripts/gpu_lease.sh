@@ -1,0 +1,63 @@
+#!/usr/bin/env bash
+# One step of the GPU work, run on the GPU machine the `device` tool lends (JAX and PyTorch with CUDA, Python 3.12,
+# no TensorFlow), in the copy of this checkout there, with .whl/ and .fashion-mnist/ carried (scripts/device_carry.sh
+# fills them here). Each step fits one call (10 minutes) and writes what it measured under $OUT:
+#
+#     bash scripts/gpu_lease.sh matrix [SECONDS]      the backend checks on JAX and PyTorch (tests/backends/), float32
+#                                                     matrix products at full precision (see below): matrix_gpu.json
+#     bash scripts/gpu_lease.sh benchmarks            the MPW head (benchmarks/sinkhorn.py) and GSP
+#                                                     (benchmarks/gsp_backends.py) beside OTT-JAX on the same GPU,
+#                                                     and the solver checks at JAX's default precision (a record)
+#     bash scripts/gpu_lease.sh presets [SECONDS]     experiments/gpu_presets.py through the JAX backend, resumable:
+#                                                     the run records and seed 0's preset directories, gpu_presets.tgz
+#
+# SECONDS (default 480) is when the step starts nothing new; BACKENDS="torch" runs the matrix of one backend (the
+# cells a first call left "not run"). Every step also writes gpu.txt (nvidia-smi's GPU, driver
+# and CUDA) and its log. JAX runs float32 matrix products in TensorFloat-32 on this GPU by default (about 3 decimal
+# digits); the matrix step sets JAX_DEFAULT_MATMUL_PRECISION=highest because its checks compare float32 values with
+# references at 1e-4 to 1e-5; mixed_bfloat16 is checked on its own (check_sinkhorn.py). The benchmarks and the
+# presets keep the defaults a user gets.
+#
+# Rehearsal on a machine with TensorFlow (nothing installed, TensorFlow blocked from import in the checks):
+#     OUT=/tmp/gpu PYTHON=.venv/bin/python OTZOO_REHEARSAL=1 bash scripts/gpu_lease.sh matrix
+set -uo pipefail
+cd "$(dirname "$0")/.."
+step="${1:?usage: gpu_lease.sh matrix|benchmarks|presets [SECONDS]}"
+limit="${2:-480}"
+out="${OUT:?set OUT to the folder the results go to}"
+python="${PYTHON:-python3}"
+mkdir -p "$out"
+block=()
+if [ -n "${OTZOO_REHEARSAL:-}" ]; then
+    block=(--block-tensorflow)
+else
+    "$python" -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site \
+        .whl/*.whl || exit 1
+    export PYTHONPATH="/tmp/site:$PWD"
+fi
+export OTZOO_FASHION_MNIST="${OTZOO_FASHION_MNIST:-$PWD/.fashion-mnist}"
+(nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv && nvidia-smi | grep -m1 "CUDA Version") \
+    > "$out/gpu.txt" 2>&1 || echo "no nvidia-smi" > "$out/gpu.txt"
+
+case "$step" in
+    matrix)
+        JAX_DEFAULT_MATMUL_PRECISION=highest "$python" tests/backends/run_checks.py --backends ${BACKENDS:-jax torch} \
+            --out "$out/matrix_gpu.json" --time-limit "$limit" "${block[@]}" 2>&1 | tee "$out/matrix.log"
+        ;;
+    benchmarks)
+        { "$python" benchmarks/sinkhorn.py --repeats 20 --out "$out/sinkhorn_gpu.json"
+          "$python" benchmarks/gsp_backends.py --repeats 20 --out "$out/gsp_backends_gpu.json"
+          # what a user's defaults give: the solver checks on JAX with TensorFloat-32 products (a record, not a gate)
+          "$python" tests/backends/run_checks.py --backends jax --checks check_sinkhorn.py check_partial_transport.py \
+              --out "$out/matrix_gpu_default_precision.json" "${block[@]}" || true; } 2>&1 | tee "$out/benchmarks.log"
+        ;;
+    presets)
+        KERAS_BACKEND=jax "$python" experiments/gpu_presets.py run --results experiments/results/gpu_presets \
+            --runs gpu_runs --time-limit "$limit" 2>&1 | tail -200 > "$out/presets.log"
+        tar czf "$out/gpu_presets.tgz" experiments/results/gpu_presets $(ls -d gpu_runs/*-seed0 2>/dev/null)
+        ;;
+    *)
+        echo "unknown step: $step (matrix, benchmarks or presets)" >&2
+        exit 2
+        ;;
+esac
