@@ -1,6 +1,6 @@
 """The per-layer checks on every Keras backend: each script in ``tests/backends/`` runs in a fresh process under
-``KERAS_BACKEND`` = ``jax`` (in the fast suite: the backend the GPU runs use), ``torch`` and ``tensorflow`` (in the
-slow job, which CI runs too; the TensorFlow suite checks the same layers in more detail). A script prints one JSON
+``KERAS_BACKEND`` = ``jax``, ``torch`` and ``tensorflow`` (the fast suite runs two JAX cells, the slow job, which CI
+runs too, the rest; the TensorFlow suite checks the same layers in more detail). A script prints one JSON
 line of measurements and exits non-zero when one fails (values against POT / NumPy closed forms, gradients against
 central finite differences, compiled against eager, ``fit``, ``.keras`` round trip, mixed precision). The same
 matrix runs without pytest through ``tests/backends/run_checks.py`` (the GPU machine's way)."""
@@ -16,16 +16,21 @@ run_checks = importlib.util.module_from_spec(_spec)
 _spec.loader.exec_module(run_checks)  # the matrix runner, also run without pytest (tests/backends/run_checks.py)
 
 CHECKS = run_checks.CHECKS
-BACKENDS = [
-    pytest.param("jax", marks=pytest.mark.skipif(importlib.util.find_spec("jax") is None, reason="jax not installed")),
-    pytest.param("torch", marks=[pytest.mark.slow, pytest.mark.skipif(importlib.util.find_spec("torch") is None,
-                                                                      reason="torch not installed")]),
-    pytest.param("tensorflow", marks=pytest.mark.slow),
-]
+# In the fast suite: JAX (the backend of the GPU runs) without TensorFlow, and its keras.distribution data
+# parallelism; every other cell (20 s to a minute each on JAX, which compiles each solver loop) runs in the slow
+# job, which CI runs too.
+FAST_JAX_CHECKS = {"check_without_tensorflow.py", "check_data_parallel.py"}
+INSTALLED = {backend: importlib.util.find_spec(backend) is not None for backend in ("jax", "torch")}
+INSTALLED["tensorflow"] = True
 
 
-@pytest.mark.parametrize("backend", BACKENDS)
-@pytest.mark.parametrize("check", CHECKS)
+def _cell(check, backend):
+    marks = [] if backend == "jax" and check in FAST_JAX_CHECKS else [pytest.mark.slow]
+    marks.append(pytest.mark.skipif(not INSTALLED[backend], reason=f"{backend} not installed"))
+    return pytest.param(check, backend, marks=marks, id=f"{check}-{backend}")
+
+
+@pytest.mark.parametrize("check, backend", [_cell(c, b) for b in ("jax", "torch", "tensorflow") for c in CHECKS])
 def test_check_passes_on_backend(check, backend, tmp_path):
     cell = run_checks.run_check(check, backend, tmp_path)
     assert cell["report"], f"{check} printed no report under {backend}:\n{cell['stderr_tail']}"
