@@ -14,18 +14,17 @@ def _framework():
 
 
 def device_name():
-    """The device the active Keras backend computes on: a GPU's name (``NVIDIA H100 80GB HBM3``), else ``cpu``."""
-    backend = _framework()
-    if backend == "jax":
-        import jax
+    """The device the active Keras backend computes on: its first accelerator's name (``NVIDIA H100 80GB HBM3``),
+    else ``cpu``."""
+    from ot_layers.backends import accelerator_names
 
-        device = jax.devices()[0]
-        return "cpu" if device.platform == "cpu" else device.device_kind
-    if backend == "torch":
-        import torch
+    names = accelerator_names()
+    return names[0] if names else "cpu"
 
-        return torch.cuda.get_device_name() if torch.cuda.is_available() else "cpu"
-    return "cpu"  # the TensorFlow workers run where TensorFlow is installed: this project's CPU machines
+
+def devices_in(results):
+    """The devices a benchmark's results ran on (each worker's ``device``), for the report."""
+    return sorted({result["device"] for result in results.values() if "device" in result})
 
 
 def on_accelerator():

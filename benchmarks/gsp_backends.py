@@ -65,6 +65,8 @@ import time
 
 import numpy as np
 
+import accelerator  # benchmarks/accelerator.py (imports no framework until called)
+
 SHAPE = {"batch": 64, "side": 14, "channels": 128, "prototypes": 64}
 TRANSPORT_RATIO = 0.3
 EPSILON = 0.2
@@ -536,8 +538,6 @@ def main():
             _emit(_check_float64() if arg == "float64" else _check_float32())
         else:
             threads = int(arg.split(":")[1]) if ":" in arg else None
-            import accelerator  # after the backend is fixed by the environment: every worker has KERAS_BACKEND
-
             run = _keras_step(threads) if kind == "keras" else _ott_step(arg)
             _serve(run, {"versions": _versions(), "device": accelerator.device_name()})
         return
@@ -551,7 +551,7 @@ def main():
               "ott_inner_iterations": OTT_INNER_ITERATIONS, "repeats": args.repeats, "warmup_calls": WARMUP_CALLS,
               "cpu_count": os.cpu_count(), "load_average_before": load_before, "load_average_after": os.getloadavg(),
               "platform": platform.platform(),
-              "devices": sorted({r["device"] for r in results.values() if "device" in r}), "results": results, "ratios": ratios,
+              "devices": accelerator.devices_in(results), "results": results, "ratios": ratios,
               "max_plan_difference": _plan_summary(checks), "plan_check": checks}
     os.makedirs(os.path.dirname(args.out), exist_ok=True)
     with open(args.out, "w") as handle:

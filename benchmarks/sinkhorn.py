@@ -31,6 +31,8 @@ import time
 
 import numpy as np
 
+import accelerator  # benchmarks/accelerator.py (imports no framework until called)
+
 SHAPE = dict(batch=64, classes=100, elements=64, proxies=4, dim=64)
 EPSILON = 0.1
 ITERATIONS = 20
@@ -92,8 +94,6 @@ def _time_python(step, repeats):
 def _time_keras(step, repeats):
     """:func:`_time_python` for otzoo's head on the JAX or PyTorch backend, with the device it ran on; on a GPU the
     memory is the framework allocator's peak (the resident set size does not see device memory)."""
-    import accelerator
-
     accelerator.reset_peak_memory()
     result = dict(_time_python(step, repeats), device=accelerator.device_name())
     gpu_peak = accelerator.peak_memory_mb()
@@ -162,8 +162,6 @@ def _keras_step():
 
         compiled = jax.jit(jax.value_and_grad(loss, argnums=(0, 1)))
         return lambda: jax.block_until_ready(compiled(features, proxies))
-    import accelerator
-
     def step():
         x, p = (t.detach().clone().requires_grad_(True) for t in (features, proxies))
         loss(x, p).backward()
@@ -337,7 +335,7 @@ def main():
         print(f"{method:>20}: {result}", flush=True)
 
     ratios, targets = _ratios(results)
-    devices = sorted({r["device"] for r in results.values() if "device" in r})
+    devices = accelerator.devices_in(results)
     report = {"shape": SHAPE, "epsilon": EPSILON, "iterations": ITERATIONS, "results": results,
               "ratios": ratios, "targets": targets, "cpu_count": os.cpu_count(), "devices": devices}
     os.makedirs(os.path.dirname(args.out), exist_ok=True)

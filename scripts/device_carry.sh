@@ -23,5 +23,4 @@ python3 -m pip download -q --no-deps --only-binary=:all: --python-version 3.12 -
 source="${OTZOO_FASHION_MNIST:-/usr/share/datasets/fashion-mnist}"
 cp "$source"/*-ubyte.gz .fashion-mnist/
 du -sh .whl .fashion-mnist
-echo 'on the GPU machine: bash scripts/gpu_lease.sh matrix|benchmarks|presets (it installs .whl/ first), or by hand:'
-echo 'python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl && export PYTHONPATH=/tmp/site:$PWD OTZOO_FASHION_MNIST=$PWD/.fashion-mnist KERAS_BACKEND=jax || exit;'
+echo 'on the GPU machine: bash scripts/gpu_lease.sh matrix|benchmarks|presets (it installs .whl/ first)'

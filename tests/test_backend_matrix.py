@@ -20,8 +20,7 @@ CHECKS = run_checks.CHECKS
 # parallelism; every other cell (20 s to a minute each on JAX, which compiles each solver loop) runs in the slow
 # job, which CI runs too.
 FAST_JAX_CHECKS = {"check_without_tensorflow.py", "check_data_parallel.py"}
-INSTALLED = {backend: importlib.util.find_spec(backend) is not None for backend in ("jax", "torch")}
-INSTALLED["tensorflow"] = True
+INSTALLED = {backend: importlib.util.find_spec(backend) is not None for backend in ("jax", "torch", "tensorflow")}
 
 
 def _cell(check, backend):

@@ -21,6 +21,8 @@ Every module gives the same names:
   ``(shape, dtype)``, and no gradient flows through the call (wrap it in :func:`custom_gradient`);
 - ``replicas_in_sync()``: the replicas of a running ``tf.distribute`` strategy on TensorFlow, 1 elsewhere (a loss
   that returns its batch value divides it by this);
+- ``accelerator_names()``: the accelerators the backend computes on (GPU models on JAX and PyTorch, TensorFlow's
+  device names), empty on a CPU-only machine;
 - ``eager_scope()``: a scope where variables are read and assigned eagerly (``tf.init_scope`` on TensorFlow, for a
   first call made while a ``tf.function`` is traced; nothing elsewhere).
 
@@ -31,17 +33,17 @@ import keras
 BACKEND = keras.backend.backend()
 
 if BACKEND == "tensorflow":
-    from ot_layers.backends.tensorflow_backend import (DIFFERENTIABLE_WHILE_LOOP, eager_scope, fused_matvec,
-                                                       fused_small_products, host_call, replicas_in_sync,
+    from ot_layers.backends.tensorflow_backend import (DIFFERENTIABLE_WHILE_LOOP, accelerator_names, eager_scope,
+                                                       fused_matvec, fused_small_products, host_call, replicas_in_sync,
                                                        run_solver_loop, values_known)
 elif BACKEND == "jax":
-    from ot_layers.backends.jax_backend import (DIFFERENTIABLE_WHILE_LOOP, eager_scope, fused_matvec,
-                                                fused_small_products, host_call, replicas_in_sync, run_solver_loop,
-                                                values_known)
+    from ot_layers.backends.jax_backend import (DIFFERENTIABLE_WHILE_LOOP, accelerator_names, eager_scope,
+                                                fused_matvec, fused_small_products, host_call, replicas_in_sync,
+                                                run_solver_loop, values_known)
 elif BACKEND == "torch":
-    from ot_layers.backends.torch_backend import (DIFFERENTIABLE_WHILE_LOOP, eager_scope, fused_matvec,
-                                                  fused_small_products, host_call, replicas_in_sync, run_solver_loop,
-                                                  values_known)
+    from ot_layers.backends.torch_backend import (DIFFERENTIABLE_WHILE_LOOP, accelerator_names, eager_scope,
+                                                  fused_matvec, fused_small_products, host_call, replicas_in_sync,
+                                                  run_solver_loop, values_known)
 else:
     raise ImportError(f"ot_layers runs on the Keras backends 'tensorflow', 'jax' and 'torch'; KERAS_BACKEND is "
                       f"{BACKEND!r}.")
@@ -68,5 +70,5 @@ def custom_gradient(forward):
     return wrapped
 
 
-__all__ = ["BACKEND", "custom_gradient", "DIFFERENTIABLE_WHILE_LOOP", "eager_scope", "fused_matvec",
-           "fused_small_products", "host_call", "replicas_in_sync", "run_solver_loop", "values_known"]
+__all__ = ["BACKEND", "accelerator_names", "custom_gradient", "DIFFERENTIABLE_WHILE_LOOP", "eager_scope",
+           "fused_matvec", "fused_small_products", "host_call", "replicas_in_sync", "run_solver_loop", "values_known"]

@@ -47,3 +47,8 @@ def replicas_in_sync():
 def eager_scope():
     """Nothing: outside a stateless scope, variables always hold concrete values."""
     return contextlib.nullcontext()
+
+
+def accelerator_names():
+    """The models of the accelerators JAX computes on (``NVIDIA H100 80GB HBM3``), empty on a CPU-only machine."""
+    return [device.device_kind for device in jax.devices() if device.platform != "cpu"]

@@ -62,3 +62,8 @@ def replicas_in_sync():
 def eager_scope():
     """A scope where variables are read and assigned eagerly, also while a ``tf.function`` is traced."""
     return tf.init_scope()
+
+
+def accelerator_names():
+    """TensorFlow's names of the GPUs it sees, empty on a CPU-only machine."""
+    return [device.name for device in tf.config.list_physical_devices("GPU")]

@@ -48,3 +48,8 @@ def replicas_in_sync():
 def eager_scope():
     """Nothing: outside a stateless scope, variables always hold concrete values."""
     return contextlib.nullcontext()
+
+
+def accelerator_names():
+    """The models of the CUDA GPUs PyTorch sees, empty on a CPU-only machine."""
+    return [torch.cuda.get_device_name(i) for i in range(torch.cuda.device_count())]

@@ -25,13 +25,18 @@ def tensor(x):
     return keras.ops.convert_to_tensor(np.asarray(x))
 
 
+def torch_leaf(array):
+    """``array`` as a PyTorch tensor on Keras' device (a GPU's where there is one) that records its gradient."""
+    return tensor(array).detach().clone().requires_grad_(True)
+
+
 def value_and_grad(fn, *arrays):
     """``(fn(*arrays), [d fn / d array])`` for a scalar ``fn`` of backend tensors, as NumPy, on the active backend."""
     if BACKEND == "jax":
         value, grads = jax.value_and_grad(fn, argnums=tuple(range(len(arrays))))(*[tensor(a) for a in arrays])
         return float(value), [np.asarray(g) for g in grads]
     if BACKEND == "torch":
-        inputs = [tensor(a).detach().clone().requires_grad_(True) for a in arrays]  # on Keras' device (a GPU's)
+        inputs = [torch_leaf(a) for a in arrays]
         value = fn(*inputs)
         value.backward()
         return float(value.detach()), [x.grad.detach().cpu().numpy() for x in inputs]
@@ -130,6 +135,9 @@ class Report:
             self.failures.append(f"{key} {detail}".strip())
 
     def finish(self):
+        from ot_layers.backends import accelerator_names
+
+        self.record["accelerators"] = accelerator_names()  # what this process computed on (empty: the CPU)
         self.record["failures"] = self.failures
         print(json.dumps(self.record))
         sys.stdout.flush()

@@ -9,7 +9,8 @@ import keras  # noqa: F401
 import numpy as np
 from keras import ops
 
-from backend_tools import BACKEND, Report, central_difference, jitted, numpy, tensor, value_and_grad
+from backend_tools import (BACKEND, Report, central_difference, jitted, numpy, tensor, torch_leaf,
+                           value_and_grad)
 from ot_layers.layers.generalized_sum_pooling import GeneralizedSumPooling, _clip_norm, _euclidean_cost
 from ot_layers.solvers.partial_transport import partial_transport
 from ot_layers.solvers.sinkhorn import FIXED_ITERATIONS_TOLERANCE
@@ -54,7 +55,7 @@ def layer_gradients(layer, x, upstream):
         _, grads = value_and_grad(loss, x, numpy(layer.prototypes))
         return grads
     if BACKEND == "torch":
-        x = tensor(x).detach().clone().requires_grad_(True)  # on Keras' device (a GPU's)
+        x = torch_leaf(x)
         ops.sum(layer(x) * upstream).backward()
         return x.grad.detach().cpu().numpy(), layer.prototypes.value.grad.detach().cpu().numpy()
     import tensorflow as tf

@@ -52,22 +52,13 @@ def run_check(check, backend, workdir, block_tensorflow=False, timeout=900):
             "returncode": returncode, "failures": failures, "report": report, "stderr_tail": stderr[-3000:]}
 
 
-def _devices():
-    """What the backends compute on here (GPU names where there are GPUs), for the record."""
+def _devices(cells):
+    """What each backend computed on (its checks' ``accelerators``, GPU names; ``cpu`` where none), for the record."""
     found = {}
-    try:
-        import jax
-
-        found["jax"] = [str(device.device_kind) for device in jax.devices()]
-    except ImportError:
-        pass
-    try:
-        import torch
-
-        found["torch"] = [torch.cuda.get_device_name(i) for i in range(torch.cuda.device_count())] or ["cpu"]
-    except ImportError:
-        pass
-    return found
+    for cell in cells:
+        if cell.get("report"):
+            found.setdefault(cell["backend"], set()).update(cell["report"].get("accelerators") or ["cpu"])
+    return {backend: sorted(names) for backend, names in found.items()}
 
 
 def main(argv=None):
@@ -98,8 +89,7 @@ def main(argv=None):
             if not cell["passed"]:
                 print(cell["stderr_tail"], file=sys.stderr, flush=True)
     failed = [c for c in cells if c["passed"] is False]
-    ran = any(c["passed"] is not None for c in cells)
-    summary = {"python": platform.python_version(), "devices": _devices() if ran else {},
+    summary = {"python": platform.python_version(), "devices": _devices(cells),
                "environment": {k: v for k, v in os.environ.items() if k.startswith(("JAX_", "XLA_", "KERAS_"))},
                "passed": sum(c["passed"] is True for c in cells), "failed": len(failed),
                "not_run": sum(c["passed"] is None for c in cells), "cells": cells}

@@ -18,6 +18,8 @@ import platform
 
 import keras
 
+from ot_layers.backends import accelerator_names
+
 KERAS_STRATEGIES = ("auto", "one_device")
 
 
@@ -66,23 +68,6 @@ def describe_distribution(distribution):
     """The card's ``strategy`` line for a :class:`KerasDistribution`."""
     return (f"keras.distribution ({distribution.name}, {distribution.num_replicas_in_sync} device(s), "
             f"{keras.backend.backend()} backend)")
-
-
-def accelerator_names():
-    """The names of the accelerators the active backend sees (GPU models on JAX and PyTorch, TensorFlow's device
-    names), empty on a CPU-only machine."""
-    backend = keras.backend.backend()
-    if backend == "jax":
-        import jax  # noqa: PLC0415 - the active backend's library, imported with it
-
-        return [device.device_kind for device in jax.devices() if device.platform != "cpu"]
-    if backend == "torch":
-        import torch  # noqa: PLC0415
-
-        return [torch.cuda.get_device_name(i) for i in range(torch.cuda.device_count())]
-    import tensorflow as tf  # noqa: PLC0415
-
-    return [device.name for device in tf.config.list_physical_devices("GPU")]
 
 
 def hardware_description():
