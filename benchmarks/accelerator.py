@@ -1,10 +1,24 @@
 """What a benchmark worker computes on, for the JAX and PyTorch backends: the device's name, a wait for its queued
-work, and its allocator's peak memory.
+work, its allocator's peak memory, and the environment a worker process starts with.
 
 On a GPU both frameworks return before the device has finished: a timed step must end with :func:`synchronize`
 (JAX's ``block_until_ready`` does the same for the arrays it is given). Memory on a GPU is the framework's own
 allocator peak, not the process' resident set size, which does not see device memory.
 """
+
+import os
+
+REPOSITORY_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def worker_env(**extra):
+    """The environment of a benchmark's worker process: this checkout first on ``PYTHONPATH``, ahead of the caller's
+    own entries (kept: on a GPU machine the carried packages are found through them), TensorFlow's log quiet, and
+    JAX allocating GPU memory as it goes (workers may run side by side; the default reserves most of the GPU in
+    each). ``extra`` sets further variables."""
+    path = os.pathsep.join(filter(None, [REPOSITORY_ROOT, os.environ.get("PYTHONPATH")]))
+    return dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3", PYTHONPATH=path, XLA_PYTHON_CLIENT_PREALLOCATE="false",
+                **extra)
 
 
 def _framework():

@@ -388,11 +388,6 @@ def _serve(run, info):
         _emit({"seconds": time.perf_counter() - start})
 
 
-def _env(**extra):
-    # The workers live side by side: on a GPU, JAX must not claim most of its memory up front in each of them.
-    return dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3", PYTHONPATH=ROOT, XLA_PYTHON_CLIENT_PREALLOCATE="false", **extra)
-
-
 class _Worker:
     def __init__(self, name, argv, env):
         self.name = name
@@ -429,7 +424,7 @@ def _run_check(kind):
     extra = {"KERAS_BACKEND": "jax"}
     if kind == "float64":
         extra["JAX_ENABLE_X64"] = "1"
-    worker = _Worker(f"check {kind}", _worker_argv("check", kind), _env(**extra))
+    worker = _Worker(f"check {kind}", _worker_argv("check", kind), accelerator.worker_env(**extra))
     try:
         return worker.read()
     except RuntimeError as error:
@@ -442,7 +437,7 @@ def time_methods(repeats):
     """``{method: result}``: every method in its own process, timed in interleaved, rotated rounds."""
     workers, results = {}, {}
     for name, (kind, arg, label) in METHODS.items():
-        env = _env(KERAS_BACKEND=arg.split(":")[0] if kind == "keras" else "jax")
+        env = accelerator.worker_env(KERAS_BACKEND=arg.split(":")[0] if kind == "keras" else "jax")
         workers[name] = _Worker(name, _worker_argv(kind, arg), env)
         results[name] = {"label": label}
     for name, worker in list(workers.items()):
@@ -562,8 +557,10 @@ def main():
         if "median_ms" not in result:
             print(f"{result['label']:<64}  skipped: {result['skipped']}")
             continue
-        over_tf = ratios.get(f"{name}_time_over_tf_xla_median", 1.0)
-        print(f"{result['label']:<64}{result['median_ms']:>10.1f}{result['min_ms']:>9.1f}{over_tf:>10.2f}"
+        # "-" where TensorFlow did not run (the GPU machine has none); TensorFlow's own row is 1 by definition.
+        over_tf = ratios.get(f"{name}_time_over_tf_xla_median", 1.0 if name == "otzoo_tf_xla" else None)
+        over_tf = "-" if over_tf is None else f"{over_tf:.2f}"
+        print(f"{result['label']:<64}{result['median_ms']:>10.1f}{result['min_ms']:>9.1f}{over_tf:>10}"
               f"{result['loss']:>14.6g}")
     for name, value in ratios.items():
         print(f"{name}: {value:.3g}" if isinstance(value, float) else f"{name}: {value}")

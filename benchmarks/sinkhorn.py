@@ -256,8 +256,7 @@ OTHER_METHODS = {
 
 
 def _run_json(cmd, **env_vars):
-    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3", TF_CPU_ALLOCATOR_USE_BFC="true",
-               PYTHONPATH=os.path.dirname(HERE), **env_vars)
+    env = accelerator.worker_env(TF_CPU_ALLOCATOR_USE_BFC="true", **env_vars)
     proc = subprocess.run(cmd, capture_output=True, text=True, env=env)
     if proc.returncode != 0:
         last = proc.stderr.strip().splitlines()[-1] if proc.stderr.strip() else "?"

@@ -12,7 +12,6 @@ import tempfile
 import warnings
 
 import keras
-from google.protobuf import text_encoding  # protobuf comes with TensorFlow
 
 from export.signatures import DEFAULT_SIGNATURE, UINT8_SIGNATURE, serving_spec
 from export.warmup import serving_apis, write_warmup_requests
@@ -41,6 +40,8 @@ def model_config_text(name, base_path):
     ``tensorflow_model_server --model_config_file=...``), escaped as protobuf's ``text_format`` writes it with
     ``as_utf8=False`` (ASCII; no tensorflow-serving-api needed: ``tests/test_optional_extras.py`` checks it
     against the proto)."""
+    # Imported here: protobuf comes with TensorFlow, and ``otzoo`` imports this module on machines without either.
+    from google.protobuf import text_encoding
 
     def quoted(value):
         return '"' + text_encoding.CEscape(value.encode("utf-8"), as_utf8=False) + '"'

@@ -4,16 +4,25 @@ runs too, the rest; the TensorFlow suite checks the same layers in more detail).
 line of measurements and exits non-zero when one fails (values against POT / NumPy closed forms, gradients against
 central finite differences, compiled against eager, ``fit``, ``.keras`` round trip, mixed precision). The same
 matrix runs without pytest through ``tests/backends/run_checks.py`` (the GPU machine's way)."""
+import importlib.metadata
 import importlib.util
 import json
 import os
 
 import pytest
 
-_spec = importlib.util.spec_from_file_location(
-    "run_checks", os.path.join(os.path.dirname(os.path.abspath(__file__)), "backends", "run_checks.py"))
-run_checks = importlib.util.module_from_spec(_spec)
-_spec.loader.exec_module(run_checks)  # the matrix runner, also run without pytest (tests/backends/run_checks.py)
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def _load(name, *parts):
+    """A script of this checkout that is no package module, loaded by its path."""
+    spec = importlib.util.spec_from_file_location(name, os.path.join(ROOT, *parts))
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+run_checks = _load("run_checks", "tests", "backends", "run_checks.py")  # the matrix runner, also run without pytest
 
 CHECKS = run_checks.CHECKS
 # In the fast suite: JAX (the backend of the GPU runs) without TensorFlow, and its keras.distribution data
@@ -48,3 +57,21 @@ def test_runner_time_limit_lists_the_cells_it_did_not_start(tmp_path, capsys):
     assert {(c["backend"], c["check"]) for c in summary["cells"]} == {
         (b, c) for b in ("jax", "torch") for c in ("check_sinkhorn.py", "check_emd.py")}
     assert "0 passed, 0 failed, 4 not run" in capsys.readouterr().out
+    assert summary["versions"]["keras"] == importlib.metadata.version("keras")
+
+
+def test_child_processes_keep_the_callers_python_path(tmp_path, monkeypatch):
+    """On the GPU machine Keras, POT and OTT-JAX are found only through ``PYTHONPATH`` (the carried wheels are
+    installed in a folder of their own): the check and benchmark processes must put the checkout first and keep
+    the caller's entries after it."""
+    carried = str(tmp_path / "site")
+    monkeypatch.setenv("PYTHONPATH", carried)
+    env = run_checks.check_environment("jax", tmp_path)
+    assert env["PYTHONPATH"].split(os.pathsep) == [run_checks.ROOT, run_checks.HERE, carried]
+    assert (env["KERAS_BACKEND"], env["KERAS_HOME"]) == ("jax", str(tmp_path))
+    accelerator = _load("benchmark_accelerator", "benchmarks", "accelerator.py")
+    worker = accelerator.worker_env(KERAS_BACKEND="torch")
+    assert worker["PYTHONPATH"].split(os.pathsep) == [ROOT, carried] and worker["KERAS_BACKEND"] == "torch"
+    monkeypatch.delenv("PYTHONPATH")
+    assert run_checks.check_environment("jax", tmp_path)["PYTHONPATH"].split(os.pathsep) == [
+        run_checks.ROOT, run_checks.HERE]

@@ -14,6 +14,7 @@ import argparse
 import json
 import os
 import platform
+from importlib import metadata
 import subprocess
 import sys
 import tempfile
@@ -26,6 +27,15 @@ _BLOCKED_RUN = ("import runpy, sys; sys.path.insert(0, {here!r}); from no_tensor
                 "block_tensorflow(); sys.argv = [{path!r}]; runpy.run_path({path!r}, run_name='__main__')")
 
 
+def check_environment(backend, workdir):
+    """The environment a check runs in: ``KERAS_BACKEND=backend``, ``KERAS_HOME=workdir``, and this checkout and
+    this folder first on ``PYTHONPATH``, the caller's entries kept after them (on the GPU machine the carried
+    packages are found through them)."""
+    python_path = os.pathsep.join(filter(None, [ROOT, HERE, os.environ.get("PYTHONPATH")]))
+    return dict(os.environ, KERAS_BACKEND=backend, PYTHONPATH=python_path, TF_CPP_MIN_LOG_LEVEL="3",
+                KERAS_HOME=str(workdir))
+
+
 def run_check(check, backend, workdir, block_tensorflow=False, timeout=900):
     """Runs ``check`` (a file name in this folder) under ``KERAS_BACKEND=backend`` in a fresh process, in
     ``workdir`` (also its ``KERAS_HOME``). Returns ``{"check", "backend", "passed", "seconds", "report",
@@ -34,8 +44,7 @@ def run_check(check, backend, workdir, block_tensorflow=False, timeout=900):
     path = os.path.join(HERE, check)
     command = [sys.executable, "-c", _BLOCKED_RUN.format(here=HERE, path=path)] if block_tensorflow else \
         [sys.executable, path]
-    env = dict(os.environ, KERAS_BACKEND=backend, PYTHONPATH=os.pathsep.join([ROOT, HERE]),
-               TF_CPP_MIN_LOG_LEVEL="3", KERAS_HOME=str(workdir))
+    env = check_environment(backend, workdir)
     start = time.perf_counter()
     try:
         proc = subprocess.run(command, capture_output=True, text=True, env=env, cwd=str(workdir), timeout=timeout)
@@ -59,6 +68,17 @@ def _devices(cells):
         if cell.get("report"):
             found.setdefault(cell["backend"], set()).update(cell["report"].get("accelerators") or ["cpu"])
     return {backend: sorted(names) for backend, names in found.items()}
+
+
+def _versions(names=("keras", "jax", "jaxlib", "torch", "tensorflow", "numpy", "scipy", "POT")):
+    """The installed versions of the packages the checks use (``None`` where one is missing), for the record."""
+    found = {}
+    for name in names:
+        try:
+            found[name] = metadata.version(name)
+        except metadata.PackageNotFoundError:
+            found[name] = None
+    return found
 
 
 def main(argv=None):
@@ -89,7 +109,7 @@ def main(argv=None):
             if not cell["passed"]:
                 print(cell["stderr_tail"], file=sys.stderr, flush=True)
     failed = [c for c in cells if c["passed"] is False]
-    summary = {"python": platform.python_version(), "devices": _devices(cells),
+    summary = {"python": platform.python_version(), "versions": _versions(), "devices": _devices(cells),
                "environment": {k: v for k, v in os.environ.items() if k.startswith(("JAX_", "XLA_", "KERAS_"))},
                "passed": sum(c["passed"] is True for c in cells), "failed": len(failed),
                "not_run": sum(c["passed"] is None for c in cells), "cells": cells}
