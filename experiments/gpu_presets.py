@@ -39,6 +39,7 @@ import keras  # noqa: E402
 import numpy as np  # noqa: E402
 from scipy import stats  # noqa: E402
 
+from training.data.errors import EmptySliceError  # noqa: E402
 from training.data.pipelines import array_batches  # noqa: E402
 from training.distributed.keras_distribution import hardware_description  # noqa: E402
 from training.recipes import recipe_for, train_preset  # noqa: E402
@@ -61,6 +62,9 @@ def validation_score(preset, epochs, seed, limit=None, fraction=0.1, verbose=2):
     recipe, task = spec.recipe, recipe_for(spec.task)
     train, (val_images, val_labels), _ = task.tuning_data(limit, fraction, 0)  # one validation part for all runs
     images, labels = train
+    if len(images) < recipe.batch_size:
+        raise EmptySliceError(f"{len(images)} training images left after the validation part, fewer than one batch "
+                              f"of {recipe.batch_size}; raise `limit`", "limit", limit)
     keras.utils.set_random_seed(seed)
     model = build(spec, l2=recipe.l2)
     trained, loss, callbacks, feed = task.tuning_parts(spec, model, train, recipe)

@@ -110,18 +110,6 @@ def test_bad_input_names_the_argument():
         ArrayBatches(images, labels, 0)
 
 
-def test_training_data_smaller_than_one_batch_is_refused_on_every_pipeline():
-    """Training drops the last incomplete batch: 50 samples in batches of 64 would make none, and ``fit`` would stop
-    on an empty iterator. Both pipelines say so; evaluation keeps its one short batch."""
-    images, labels = _images()
-    with pytest.raises(ValueError, match="`batch_size` is 64 but `images` has 50 samples"):
-        array_batches(images, labels, 64, training=True)
-    with pytest.raises(ValueError, match="`batch_size` is 64 but `images` has 50 samples"):
-        ArrayBatches(images, labels, 64, training=True)
-    assert len(batch_labels(array_batches(images, labels, 64))) == 50
-    assert len(ArrayBatches(images, labels, 64, training=True, drop_remainder=False)) == 1
-
-
 def test_the_tensorflow_backend_keeps_tf_data():
     """The recipes read ``tf.data`` on TensorFlow (the published presets' pipeline) and ``ArrayBatches`` elsewhere."""
     images, labels = _images()

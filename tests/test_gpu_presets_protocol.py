@@ -55,6 +55,16 @@ finally:
 """
 
 
+@pytest.mark.fashion_mnist
+def test_a_slice_smaller_than_one_batch_names_limit():
+    """384 images leave 118 of the retrieval preset's seen classes for training, fewer than its batch of 128: one
+    line naming ``limit``, before a model is built (``fit`` would otherwise find no batch)."""
+    from training.data.errors import EmptySliceError
+
+    with pytest.raises(EmptySliceError, match=r"`limit` 384: 118 training images .* fewer than one batch of 128"):
+        gpu_presets.validation_score("resnet20_gsp_retrieval_fashion_mnist", 1, 0, limit=384)
+
+
 @pytest.mark.slow
 @pytest.mark.fashion_mnist
 def test_the_protocol_runs_without_tensorflow_and_resumes(tmp_path):

@@ -23,18 +23,12 @@ def check_augmentation(augment, accepted=AUGMENTATIONS, where="in-memory image a
     return augment
 
 
-def check_arrays(images, labels, batch_size=None, drop_remainder=False):
-    """A ``ValueError`` when ``images`` and ``labels`` differ in length or hold no sample, or, where the last
-    incomplete batch is dropped, when they hold fewer samples than ``batch_size`` (no batch would be made, and
-    ``fit`` would find the data empty)."""
+def check_arrays(images, labels):
+    """A ``ValueError`` when ``images`` and ``labels`` differ in length or hold no sample."""
     if len(images) != len(labels):
         raise ValueError(f"`images` has {len(images)} samples but `labels` has {len(labels)}.")
     if len(images) == 0:
         raise ValueError("`images` is empty: the data slice holds no samples.")
-    if drop_remainder and batch_size is not None and len(images) < batch_size:
-        raise ValueError(f"`batch_size` is {batch_size} but `images` has {len(images)} samples and the last "
-                         "incomplete batch is dropped: no batch would be made; pass more images or a smaller "
-                         "`batch_size`.")
 
 
 def pad_crop_flip_batch(images, pad, rng):
@@ -72,10 +66,10 @@ class ArrayBatches(keras.utils.PyDataset):
         self.batch_size = check_positive_int("batch_size", batch_size)
         self.augment = check_augmentation(augment)
         self.pad = int(check_non_negative("pad", pad))
+        check_arrays(images, labels)
+        self.images, self.labels = images, np.asarray(labels)
         self.training, self.seed, self.feed = bool(training), int(seed), feed
         self.drop_remainder = self.training if drop_remainder is None else bool(drop_remainder)
-        check_arrays(images, labels, self.batch_size, self.drop_remainder)
-        self.images, self.labels = images, np.asarray(labels)
         self.epoch = 0
         self._order = self._epoch_order()
 

@@ -32,12 +32,11 @@ def image_dataset(images, labels, batch_size, training=False, pad=2, seed=0, dro
     batch_size = check_positive_int("batch_size", batch_size)
     augment = check_augmentation(augment)
     pad = int(check_non_negative("pad", pad))
-    drop = bool(drop_remainder) if drop_remainder is not None else bool(training)
-    check_arrays(images, labels, batch_size, drop)
+    check_arrays(images, labels)
     data = tf.data.Dataset.from_tensor_slices((images, labels))
     cast = lambda x, y: (tf.cast(x, tf.float32), tf.cast(y, tf.int32))  # noqa: E731
     if not training:
-        return data.batch(batch_size, drop_remainder=drop).map(cast).prefetch(tf.data.AUTOTUNE)
+        return data.batch(batch_size, drop_remainder=bool(drop_remainder)).map(cast).prefetch(tf.data.AUTOTUNE)
     data = data.shuffle(len(images), seed=seed, reshuffle_each_iteration=True)
     counter = tf.data.Dataset.random(seed=seed + 1).map(lambda s: tf.stack([s, s // 7 + 1]))
     data = tf.data.Dataset.zip((data, counter))
@@ -46,6 +45,7 @@ def image_dataset(images, labels, batch_size, training=False, pad=2, seed=0, dro
     else:
         transform = lambda xy, s: (tf.cast(xy[0], tf.float32), tf.cast(xy[1], tf.int32))  # noqa: E731
     data = data.map(transform, num_parallel_calls=tf.data.AUTOTUNE)
+    drop = True if drop_remainder is None else bool(drop_remainder)
     return data.batch(batch_size, drop_remainder=drop).prefetch(tf.data.AUTOTUNE)
 
 
