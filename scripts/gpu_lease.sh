@@ -10,6 +10,8 @@
 #                                                     and the solver checks at JAX's default precision (a record)
 #     bash scripts/gpu_lease.sh presets [SECONDS]     experiments/gpu_presets.py through the JAX backend, resumable:
 #                                                     the run records and seed 0's preset directories, gpu_presets.tgz
+#                                                     (the protocol is stopped SECONDS + 60 s in at the latest, so the
+#                                                     runs it finished are archived within the call)
 #
 # SECONDS (default 480) is when the step starts nothing new; BACKENDS="torch" runs the matrix of one backend (the
 # cells a first call left "not run"). Every step also writes gpu.txt (nvidia-smi's GPU, driver
@@ -52,8 +54,12 @@ case "$step" in
               --out "$out/matrix_gpu_default_precision.json" "${block[@]}" || true; } 2>&1 | tee "$out/benchmarks.log"
         ;;
     presets)
-        KERAS_BACKEND=jax "$python" experiments/gpu_presets.py run --results experiments/results/gpu_presets \
-            --runs gpu_runs --time-limit "$limit" 2>&1 | tail -200 > "$out/presets.log"
+        # The time limit judges a run by the slowest epoch seen, so the first run of a call is started blind: stop
+        # the protocol 60 s past the limit at the latest, so that the runs it finished are archived in time.
+        mkdir -p experiments/results/gpu_presets
+        KERAS_BACKEND=jax timeout "$((${limit%.*} + 60))" "$python" experiments/gpu_presets.py run \
+            --results experiments/results/gpu_presets --runs gpu_runs --time-limit "$limit" 2>&1 \
+            | tail -200 > "$out/presets.log"
         tar czf "$out/gpu_presets.tgz" experiments/results/gpu_presets $(ls -d gpu_runs/*-seed0 2>/dev/null)
         ;;
     *)
