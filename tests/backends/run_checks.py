@@ -14,11 +14,11 @@ import argparse
 import json
 import os
 import platform
-from importlib import metadata
 import subprocess
 import sys
 import tempfile
 import time
+from importlib import metadata
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(os.path.dirname(HERE))
