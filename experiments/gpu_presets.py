@@ -17,18 +17,24 @@ Protocol, the same for every preset of a comparison (same budget grid, same seed
    accuracy, GSP vs GAP MAP@R) by Welch's t-test (``scipy.stats.ttest_ind(equal_var=False)``).
 
 Every run is one JSON record in ``--results`` (named by phase, preset, budget and seed); a run with a record is
-skipped, so the work spreads over several calls of a GPU lease: ``--time-limit`` stops starting runs when the next
-one would not end in time (estimated from the slowest epoch seen so far in this call). Final runs write their
-preset directories under ``--runs``.
+skipped, so the work spreads over several calls of a GPU lease. A run may itself span calls: each run backs up its
+training state after every epoch into its directory under ``--runs`` (final runs: their preset directory
+``PRESET-seedS``; select runs: ``select-PRESET-eE-sS``), and ``--time-limit`` stops the protocol between two epochs
+when the next epoch would end after the limit (judged by the slowest epoch seen in this call; every call trains at
+least one epoch). A later call, given that folder back, resumes the run from its backup at the epoch it stopped at,
+on the batches an uninterrupted run would draw. A record's ``seconds`` are those of the call that finished the run,
+and ``resumed_at_epoch`` the epoch that call started at (0: the run was trained in one call).
 
     KERAS_BACKEND=jax python experiments/gpu_presets.py run --results experiments/results/gpu_presets \\
         --runs gpu_runs --budgets 15 30 60 --select-seeds 0 --seeds 0 1 2 3 4 --time-limit 540
     python experiments/gpu_presets.py report --results experiments/results/gpu_presets
 """
 import argparse
+import csv
 import glob
 import json
 import os
+import shutil
 import sys
 import time
 
@@ -41,9 +47,10 @@ from scipy import stats  # noqa: E402
 
 from training.data.errors import EmptySliceError  # noqa: E402
 from training.data.pipelines import array_batches  # noqa: E402
+from training.distributed.fit import fit  # noqa: E402
 from training.distributed.keras_distribution import hardware_description  # noqa: E402
 from training.recipes import recipe_for, train_preset  # noqa: E402
-from training.recipes.common import preset_spec  # noqa: E402
+from training.recipes.common import preset_spec, standard_callbacks  # noqa: E402
 from training.recipes.components import compiled_step, make_optimizer  # noqa: E402
 from zoo.loading import build  # noqa: E402
 
@@ -54,10 +61,11 @@ COMPARISONS = (("resnet20_mpw_fashion_mnist", "resnet20_gap_fashion_mnist", "acc
                ("resnet20_gsp_retrieval_fashion_mnist", "resnet20_gap_retrieval_fashion_mnist", "map_at_r"))
 
 
-def validation_score(preset, epochs, seed, limit=None, fraction=0.1, verbose=2):
+def validation_score(preset, epochs, seed, limit=None, fraction=0.1, verbose=2, run_dir=None, callbacks=()):
     """Train ``preset`` by its recipe for ``epochs`` epochs with ``seed`` on its training images (the first
     ``limit``) minus the validation part its task carves (``fraction``), and score it there: ``(score, loss per
-    epoch)``."""
+    epoch)``. With ``run_dir`` the run backs up every epoch into ``run_dir/backup``, resumes from it, and logs its
+    epochs in ``run_dir/log.csv`` (the losses returned are the log's, every call's); ``callbacks`` go to ``fit``."""
     spec = preset_spec(preset, epochs=epochs, seed=seed)
     recipe, task = spec.recipe, recipe_for(spec.task)
     train, (val_images, val_labels), _ = task.tuning_data(limit, fraction, 0)  # one validation part for all runs
@@ -67,15 +75,27 @@ def validation_score(preset, epochs, seed, limit=None, fraction=0.1, verbose=2):
                               f"of {recipe.batch_size}; raise `limit`", "limit", limit)
     keras.utils.set_random_seed(seed)
     model = build(spec, l2=recipe.l2)
-    trained, loss, callbacks, feed = task.tuning_parts(spec, model, train, recipe)
+    trained, loss, layer_callbacks, feed = task.tuning_parts(spec, model, train, recipe)
     steps = len(images) // recipe.batch_size * epochs
     trained.compile(optimizer=make_optimizer(recipe, steps), loss=loss, jit_compile=compiled_step(recipe))
     data = array_batches(images, labels, recipe.batch_size, training=True, augment=recipe.augment, pad=recipe.pad,
                          seed=seed)
-    history = trained.fit(data.map(feed) if feed is not None else data, epochs=epochs, callbacks=callbacks,
-                          verbose=verbose)
+    if run_dir:
+        os.makedirs(run_dir, exist_ok=True)
+    run_callbacks = list(layer_callbacks) + (standard_callbacks(run_dir) if run_dir else []) + list(callbacks)
+    _, history = fit(trained, data.map(feed) if feed is not None else data, epochs=epochs, callbacks=run_callbacks,
+                     verbose=verbose)
     outputs = model.predict(array_batches(val_images, val_labels, 256).map(lambda x, y: x), verbose=0)
-    return float(task.tuning_score(outputs, val_labels)), [round(float(v), 4) for v in history.history["loss"]]
+    losses = _logged_losses(run_dir) if run_dir else history.history["loss"]
+    return float(task.tuning_score(outputs, val_labels)), [round(float(v), 4) for v in losses]
+
+
+def _logged_losses(run_dir):
+    """The loss of every epoch in ``run_dir/log.csv``; an epoch logged twice (its call killed after logging it and
+    before its backup, so the next call trained it again) counts by its last row."""
+    with open(os.path.join(run_dir, "log.csv")) as handle:
+        losses = {int(row["epoch"]): float(row["loss"]) for row in csv.DictReader(handle)}
+    return [losses[epoch] for epoch in sorted(losses)]
 
 
 def _record_path(results, phase, preset, epochs, seed):
@@ -106,23 +126,59 @@ def chosen_budget(records, preset, budgets):
     return min(epochs for epochs, score in scores.items() if score == best)
 
 
-class Clock:
-    """Whether another run of ``epochs`` epochs fits before ``limit`` seconds from now, judged by the slowest
-    epoch seen so far (a run's start-up counted in)."""
+class TimeLimitReached(Exception):
+    """Raised between two epochs by :class:`Deadline`: the run's backup holds every finished epoch."""
 
-    def __init__(self, limit):
-        self.start, self.limit, self.per_epoch = time.time(), limit, 0.0
 
-    def fits(self, epochs):
-        return self.limit is None or time.time() - self.start + self.per_epoch * epochs <= self.limit
+class Deadline(keras.callbacks.Callback):
+    """Stops the protocol between two epochs when the next would end after ``limit`` seconds from the protocol's
+    start (``None``: never), judged by the slowest epoch seen (an epoch: from its start to the next one's, its
+    validation and backup included; a run's first epoch includes compiling). The first epoch a call trains always
+    runs, so that every call makes progress. One object serves every run of a call; ``clock`` gives the time."""
 
-    def record(self, seconds, epochs):
-        self.per_epoch = max(self.per_epoch, seconds / epochs)
+    def __init__(self, limit, clock=time.monotonic):
+        super().__init__()
+        self.limit, self.clock = limit, clock
+        self.start, self.slowest, self.trained = clock(), 0.0, 0
+        self._epoch_start = None
+        self.first_epoch = None  # the first epoch this call trained of the current run
+
+    def fits(self):
+        """Whether one more epoch ends before the limit."""
+        return self.limit is None or self.clock() - self.start + self.slowest <= self.limit
+
+    def _epoch_ended(self):
+        if self._epoch_start is not None:
+            self.slowest = max(self.slowest, self.clock() - self._epoch_start)
+            self.trained += 1
+            self._epoch_start = None
+
+    def on_train_begin(self, logs=None):
+        self.first_epoch, self._epoch_start = None, None
+
+    def on_epoch_begin(self, epoch, logs=None):
+        self._epoch_ended()
+        if self.trained and not self.fits():
+            raise TimeLimitReached(f"time limit: stopped before epoch {epoch + 1} ({epoch} done and backed up)")
+        if self.first_epoch is None:
+            self.first_epoch = epoch
+        self._epoch_start = self.clock()
+
+    def on_train_end(self, logs=None):
+        self._epoch_ended()
+
+
+def _fresh_run_dir(path):
+    """``path`` ready for a run: kept when it holds a backup to resume from, else emptied (a run that finished
+    without a record, e.g. killed while scoring, starts again)."""
+    if os.path.isdir(path) and not os.path.isdir(os.path.join(path, "backup")):
+        shutil.rmtree(path)
+    return path
 
 
 def run(args):
     os.makedirs(args.results, exist_ok=True)
-    clock = Clock(args.time_limit)
+    deadline = Deadline(args.time_limit)
     environment = dict(backend=keras.backend.backend(), hardware=hardware_description(), limit=args.limit)
     for phase in ("select", "final"):
         if args.phase not in (phase, "all"):
@@ -140,24 +196,30 @@ def run(args):
                 path = _record_path(args.results, phase, preset, epochs, seed)
                 if os.path.exists(path):
                     continue
-                if not clock.fits(epochs):
+                if deadline.trained and not deadline.fits():
                     print(f"time limit: stopping before {phase} {preset} e{epochs} s{seed}")
                     return 0
                 start = time.time()
                 record = dict(phase=phase, preset=preset, epochs=epochs, seed=seed, **environment)
-                if phase == "select":
-                    score, losses = validation_score(preset, epochs, seed, args.limit, args.validation_fraction)
-                    record.update(validation_score=round(score, 4), loss=losses,
-                                  validation=f"validation_fraction {args.validation_fraction} of the training "
-                                             "images (the test split is not read)")
-                else:
-                    out_dir = os.path.join(args.runs, f"{preset}-seed{seed}")
-                    card = train_preset(preset, out_dir, epochs=epochs, seed=seed, limit=args.limit)
-                    record.update(metrics=card["metrics"], out_dir=out_dir, strategy=card["strategy"],
-                                  train_time_s=card["train_time_s"])
+                try:
+                    if phase == "select":
+                        run_dir = _fresh_run_dir(os.path.join(args.runs, f"select-{preset}-e{epochs}-s{seed}"))
+                        score, losses = validation_score(preset, epochs, seed, args.limit, args.validation_fraction,
+                                                         run_dir=run_dir, callbacks=[deadline])
+                        record.update(validation_score=round(score, 4), loss=losses,
+                                      validation=f"validation_fraction {args.validation_fraction} of the training "
+                                                 "images (the test split is not read)")
+                    else:
+                        out_dir = _fresh_run_dir(os.path.join(args.runs, f"{preset}-seed{seed}"))
+                        card = train_preset(preset, out_dir, epochs=epochs, seed=seed, limit=args.limit,
+                                            callbacks=[deadline])
+                        record.update(metrics=card["metrics"], out_dir=out_dir, strategy=card["strategy"],
+                                      train_time_s=card["train_time_s"])
+                except TimeLimitReached as stop:
+                    print(f"{stop} of {phase} {preset} e{epochs} s{seed}; a later call resumes it")
+                    return 0
                 seconds = time.time() - start
-                clock.record(seconds, epochs)
-                record["seconds"] = round(seconds, 1)
+                record.update(seconds=round(seconds, 1), resumed_at_epoch=deadline.first_epoch)
                 with open(path, "w") as handle:
                     json.dump(record, handle, indent=1)
                 print(f"{phase} {preset} e{epochs} s{seed}: "
@@ -216,7 +278,8 @@ def main(argv=None):
     sub.add_argument("--seeds", nargs="+", type=int, default=[0, 1, 2, 3, 4])
     sub.add_argument("--validation-fraction", type=float, default=0.1)
     sub.add_argument("--limit", type=int, default=None, help="the first N training images (a CPU-sized check)")
-    sub.add_argument("--time-limit", type=float, default=None, help="seconds: start no run that would end later")
+    sub.add_argument("--time-limit", type=float, default=None,
+                     help="seconds: start no epoch that would end later (the run resumes in a later call)")
     sub.set_defaults(run=run)
     sub = commands.add_parser("report", help="summarize the records")
     sub.add_argument("--results", required=True)

@@ -9,12 +9,17 @@
 #                                                     (benchmarks/gsp_backends.py) beside OTT-JAX on the same GPU,
 #                                                     and the solver checks at JAX's default precision (a record)
 #     bash scripts/gpu_lease.sh presets [SECONDS]     experiments/gpu_presets.py through the JAX backend, resumable:
-#                                                     the run records and seed 0's preset directories, gpu_presets.tgz
-#                                                     (the protocol is stopped SECONDS + 60 s in at the latest, so the
-#                                                     runs it finished are archived within the call)
+#                                                     gpu_presets.tgz holds the run records and seed 0's finished
+#                                                     preset directories, gpu_resume.tgz every unfinished run's
+#                                                     directory (its backup); the protocol stops between epochs at
+#                                                     SECONDS and is killed at SECONDS + 60 s at the latest, so both
+#                                                     are made in the call. Before the next presets call, here:
+#                                                     rm -rf gpu_runs && tar xzf gpu_resume.tgz, and carry gpu_runs
+#                                                     with .whl and .fashion-mnist: the unfinished runs resume.
 #
 # SECONDS (default 480) is when the step starts nothing new; BACKENDS="torch" runs the matrix of one backend (the
-# cells a first call left "not run"). Every step also writes gpu.txt (nvidia-smi's GPU, driver
+# cells a first call left "not run"); PRESETS_OPTIONS adds options to the protocol's run (a CPU-sized rehearsal:
+# PRESETS_OPTIONS="--limit 1200 --presets resnet20_gap_fashion_mnist --budgets 1 2 --seeds 0"). Every step also writes gpu.txt (nvidia-smi's GPU, driver
 # and CUDA) and its log. JAX runs float32 matrix products in TensorFloat-32 on this GPU by default (about 3 decimal
 # digits); the matrix step sets JAX_DEFAULT_MATMUL_PRECISION=highest because its checks compare float32 values with
 # references at 1e-4 to 1e-5; mixed_bfloat16 is checked on its own (check_sinkhorn.py). The benchmarks and the
@@ -54,13 +59,19 @@ case "$step" in
               --out "$out/matrix_gpu_default_precision.json" "${block[@]}" || true; } 2>&1 | tee "$out/benchmarks.log"
         ;;
     presets)
-        # The time limit judges a run by the slowest epoch seen, so the first run of a call is started blind: stop
-        # the protocol 60 s past the limit at the latest, so that the runs it finished are archived in time.
-        mkdir -p experiments/results/gpu_presets
+        # The protocol stops between epochs when the next would pass the limit, judged by the slowest epoch seen;
+        # a call's first epoch (compiling included) is started blind, so the protocol is killed 60 s past the limit
+        # at the latest (each run's last finished epoch is backed up atomically) and the archive is made in time.
+        mkdir -p experiments/results/gpu_presets gpu_runs
         KERAS_BACKEND=jax timeout "$((${limit%.*} + 60))" "$python" experiments/gpu_presets.py run \
-            --results experiments/results/gpu_presets --runs gpu_runs --time-limit "$limit" 2>&1 \
+            --results experiments/results/gpu_presets --runs gpu_runs --time-limit "$limit" ${PRESETS_OPTIONS:-} 2>&1 \
             | tail -200 > "$out/presets.log"
-        tar czf "$out/gpu_presets.tgz" experiments/results/gpu_presets $(ls -d gpu_runs/*-seed0 2>/dev/null)
+        # Two archives: the records and seed 0's finished preset directories (to commit), and the unfinished runs'
+        # directories (to carry back as gpu_runs, so that the next call resumes them).
+        finished=$(for card in gpu_runs/*-seed0/metadata.json; do if [ -f "$card" ]; then dirname "$card"; fi; done)
+        tar czf "$out/gpu_presets.tgz" experiments/results/gpu_presets $finished
+        for backup in gpu_runs/*/backup; do if [ -d "$backup" ]; then dirname "$backup"; fi; done \
+            | tar czf "$out/gpu_resume.tgz" -T -
         ;;
     *)
         echo "unknown step: $step (matrix, benchmarks or presets)" >&2

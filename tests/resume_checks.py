@@ -17,6 +17,20 @@ class Interrupt(keras.callbacks.Callback):
             raise RuntimeError("interrupted")
 
 
+class RecordBatches(keras.callbacks.Callback):
+    """Records ``(fit's epoch, the epoch the seeded batches serve)`` at every training batch."""
+
+    def __init__(self, batches):
+        super().__init__()
+        self.batches, self.epochs, self._epoch = batches, [], None
+
+    def on_epoch_begin(self, epoch, logs=None):
+        self._epoch = epoch
+
+    def on_train_batch_end(self, batch, logs=None):
+        self.epochs.append((self._epoch, self.batches.epoch))
+
+
 def fit_uninterrupted(setup, epochs):
     """``setup()`` returns a fresh ``(model, fit_kwargs, callbacks)``; returns them after ``epochs`` epochs."""
     model, fit_kwargs, callbacks = setup()

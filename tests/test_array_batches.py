@@ -11,6 +11,7 @@ import pytest
 
 from training.data.arrays import ArrayBatches, pad_crop_flip_batch
 from training.data.pipelines import array_batches, batch_labels
+from tests.resume_checks import RecordBatches, assert_same_weights, fit_interrupted_and_resumed, fit_uninterrupted
 
 
 def _images(n=50, side=6, channels=2):
@@ -84,6 +85,40 @@ def test_orders_follow_the_seed_and_change_every_epoch():
     first, again, other = epochs(0), epochs(0), epochs(1)
     assert all(np.array_equal(a, b) for a, b in zip(first, again))
     assert not np.array_equal(first[0], first[1]) and not np.array_equal(first[0], other[0])
+
+
+def test_set_epoch_serves_the_batches_of_that_epoch():
+    images, labels = _images()
+    served = ArrayBatches(images, labels, 10, training=True, seed=5)
+    for _ in range(3):
+        served.on_epoch_end()
+    jumped = ArrayBatches(images, labels, 10, training=True, seed=5)
+    jumped.set_epoch(3)
+    assert served.epoch == jumped.epoch == 3
+    for i in range(len(served)):
+        for a, b in zip(served[i], jumped[i]):
+            np.testing.assert_array_equal(a, b)
+
+
+def _array_setup():
+    keras.utils.set_random_seed(0)
+    images, labels = _images(n=48, side=4, channels=1)
+    model = keras.Sequential([keras.Input((4, 4, 1)), keras.layers.Flatten(), keras.layers.Dense(48, name="dense")],
+                             name="model")
+    model.compile(keras.optimizers.SGD(0.01), keras.losses.SparseCategoricalCrossentropy(from_logits=True))
+    batches = ArrayBatches(images, labels, 12, training=True, seed=2)
+    return model, {"x": batches, "shuffle": False}, [batches.epoch_callback(), RecordBatches(batches)]
+
+
+@pytest.mark.parametrize("interrupt_after", [0, 1])
+def test_a_resumed_run_trains_on_the_batches_of_an_uninterrupted_one(interrupt_after, tmp_path):
+    """Interrupted after an epoch and resumed from ``BackupAndRestore`` in a fresh model and a fresh ``ArrayBatches``
+    (what a new process builds), the run serves ``fit``'s epochs and ends with the uninterrupted run's weights."""
+
+    reference, _ = fit_uninterrupted(_array_setup, epochs=3)
+    resumed, (_, record) = fit_interrupted_and_resumed(_array_setup, 3, interrupt_after, tmp_path / "backup")
+    assert record.epochs == [(e, e) for e in range(interrupt_after + 1, 3) for _ in range(4)]
+    assert_same_weights(reference, resumed)
 
 
 def test_map_composes_feeds_and_model_reads_the_batches():

@@ -5,6 +5,7 @@ scale on JAX in a process where TensorFlow cannot be imported (as on the GPU mac
 best validation score, the report's means are those of the cards the final runs wrote, and a second call finds
 every run done.
 """
+import glob
 import importlib.util
 import json
 import os
@@ -34,12 +35,38 @@ def test_the_budget_is_the_best_mean_validation_score_the_smaller_on_a_tie():
     assert gpu_presets.chosen_budget(records, "q", [10, 20]) is None  # a budget without a run: no choice yet
 
 
-def test_the_clock_starts_no_run_that_would_end_after_the_limit():
-    clock = gpu_presets.Clock(100.0)
-    assert clock.fits(50)  # nothing seen yet
-    clock.record(30.0, 10)  # 3 s per epoch
-    assert clock.fits(30) and not clock.fits(40)
-    assert gpu_presets.Clock(None).fits(10 ** 6)
+def test_the_deadline_stops_between_epochs_when_the_next_would_end_after_the_limit():
+    now = [0.0]
+    deadline = gpu_presets.Deadline(100.0, clock=lambda: now[0])
+    deadline.on_train_begin()
+    deadline.on_epoch_begin(0)
+    now[0] = 30.0
+    deadline.on_epoch_begin(1)  # the slowest epoch took 30 s: 30 + 30 <= 100
+    now[0] = 50.0
+    deadline.on_epoch_begin(2)  # 50 + 30 <= 100 (the last epoch took 20 s)
+    now[0] = 75.0
+    with pytest.raises(gpu_presets.TimeLimitReached, match=r"before epoch 4 \(3 done and backed up\)"):
+        deadline.on_epoch_begin(3)  # 75 + 30 > 100
+    assert deadline.first_epoch == 0 and deadline.slowest == 30.0 and not deadline.fits()
+
+
+def test_every_call_trains_at_least_one_epoch_and_a_resumed_run_names_its_first():
+    now = [0.0]
+    deadline = gpu_presets.Deadline(0.0, clock=lambda: now[0])
+    assert deadline.fits()
+    deadline.on_train_begin()
+    deadline.on_epoch_begin(4)  # a run resumed at epoch 4: the call's first epoch runs whatever the limit
+    now[0] = 10.0
+    deadline.on_train_end()
+    assert deadline.first_epoch == 4 and deadline.trained == 1 and not deadline.fits()
+    deadline.on_train_begin()
+    with pytest.raises(gpu_presets.TimeLimitReached):
+        deadline.on_epoch_begin(0)  # the next run's first epoch would pass the limit
+    unlimited = gpu_presets.Deadline(None)
+    unlimited.on_train_begin()
+    for epoch in range(3):
+        unlimited.on_epoch_begin(epoch)
+    assert unlimited.fits()
 
 
 RUNNER = """
@@ -100,3 +127,41 @@ def test_the_protocol_runs_without_tensorflow_and_resumes(tmp_path):
     with open(tmp_path / "report.json") as handle:
         summary = json.load(handle)["presets"][preset]
     assert summary["accuracy"]["mean"] == pytest.approx(np.mean([card["metrics"]["accuracy"] for card in cards]))
+
+    # The same protocol stopped after every epoch (a time limit of 0: each call trains one epoch), each call resuming
+    # the unfinished run from its backup, ends where the uninterrupted calls did: same losses, scores and weights.
+    results_1, runs_1 = str(tmp_path / "results_1"), str(tmp_path / "runs_1")
+    one_epoch = ["--results", results_1, "--runs", runs_1] + options[4:options.index("--seeds")] + \
+        ["--seeds", "0", "--limit", "384", "--time-limit", "0"]
+    outputs = [call("run", *one_epoch)]
+    while "time limit" in outputs[-1]:
+        assert len(outputs) < 8, outputs[-1]
+        outputs.append(call("run", *one_epoch))
+    budget = finals[0]["epochs"]
+    assert len(outputs) == 3 + budget  # select e1, e2 (two calls), final seed 0 (budget calls)
+    resumed = {(r["phase"], r["epochs"], r["seed"]): r for r in gpu_presets.read_records(results_1)}
+    reference = {(r["phase"], r["epochs"], r["seed"]): r for r in records}
+    assert sorted(resumed) == sorted(key for key in reference if key[2] == 0)
+    for key, record in resumed.items():
+        for field in ("validation_score", "loss", "metrics"):
+            assert record.get(field) == reference[key].get(field), (key, field)
+    assert resumed[("select", 2, 0)]["resumed_at_epoch"] == 1
+    assert not glob.glob(os.path.join(runs_1, "*", "backup"))  # every finished run's backup is gone
+    _assert_same_h5(os.path.join(reference[("final", budget, 0)]["out_dir"], "model.weights.h5"),
+                    os.path.join(resumed[("final", budget, 0)]["out_dir"], "model.weights.h5"))
+
+
+def _assert_same_h5(a, b):
+    import h5py
+
+    def arrays(path):
+        found = {}
+        with h5py.File(path, "r") as handle:
+            handle.visititems(lambda name, item: found.__setitem__(name, item[()]) if isinstance(item, h5py.Dataset)
+                              else None)
+        return found
+
+    first, second = arrays(a), arrays(b)
+    assert sorted(first) == sorted(second) and first
+    for name in first:
+        np.testing.assert_allclose(second[name], first[name], rtol=1e-5, atol=1e-7, err_msg=name)

@@ -7,7 +7,7 @@ import pytest
 from ot_layers import GeneralizedSumPooling
 from ot_layers.callbacks import GSPPrototypeInit
 from training.data.samplers import ClassBalancedBatches
-from tests.resume_checks import assert_same_weights, fit_interrupted_and_resumed, fit_uninterrupted
+from tests.resume_checks import RecordBatches, assert_same_weights, fit_interrupted_and_resumed, fit_uninterrupted
 
 
 # ---- GSPPrototypeInit --------------------------------------------------------------------------------------
@@ -52,20 +52,6 @@ def test_gsp_prototype_init_resume_equals_uninterrupted_run(gsp_reference, inter
 
 LABELS = np.repeat(np.arange(5), 6)
 FEATURES = np.random.default_rng(1).normal(size=(30, 4)).astype(np.float32)
-
-
-class RecordBatches(keras.callbacks.Callback):
-    """Records ``(fit's epoch, the sampler's epoch)`` at every training batch."""
-
-    def __init__(self, batches):
-        super().__init__()
-        self.batches, self.epochs, self._epoch = batches, [], None
-
-    def on_epoch_begin(self, epoch, logs=None):
-        self._epoch = epoch
-
-    def on_train_batch_end(self, batch, logs=None):
-        self.epochs.append((self._epoch, self.batches.epoch))
 
 
 def _sampler_setup():

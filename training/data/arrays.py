@@ -11,6 +11,7 @@ import keras
 import numpy as np
 
 from ot_layers.validation import check_non_negative, check_positive_int
+from training.data.samplers import EpochSync
 
 # The training augmentations of in-memory arrays, by the name a recipe's ``augment`` gives.
 AUGMENTATIONS = ("pad_crop_flip", "none")
@@ -52,10 +53,11 @@ class ArrayBatches(keras.utils.PyDataset):
     passed through ``feed(x, y)`` (the recipe's batch feed; default ``(x, y)``).
 
     With ``training``: a new seeded order every epoch, each batch augmented by ``augment`` (``"pad_crop_flip"`` with
-    ``pad`` pixels, or ``"none"``), the last incomplete batch dropped unless ``drop_remainder=False``. The ``e``-th
-    epoch this object serves (counted by ``on_epoch_end``) draws its order and augmentation from
-    ``numpy.random.default_rng([seed, e, ...])``: the same seed gives the same batches, and a run resumed from a
-    backup starts the count again (a new order, as ``tf.data``'s reshuffling does). Without ``training``: the arrays
+    ``pad`` pixels, or ``"none"``), the last incomplete batch dropped unless ``drop_remainder=False``. Epoch ``e``
+    draws its order and augmentation from ``numpy.random.default_rng([seed, e, ...])``, a pure function of
+    ``(seed, e)``: ``epoch`` advances at the end of every pass, and :meth:`epoch_callback` sets it from ``fit``'s own
+    epoch counter at the start of every epoch, so a run resumed from a backup draws the batches an uninterrupted run
+    would (``training.fit`` adds that callback, and ``shuffle=False``, by itself). Without ``training``: the arrays
     in order, every sample kept.
     :meth:`map` gives the same batches through another feed, as ``tf.data.Dataset.map`` does.
     """
@@ -70,13 +72,22 @@ class ArrayBatches(keras.utils.PyDataset):
         self.images, self.labels = images, np.asarray(labels)
         self.training, self.seed, self.feed = bool(training), int(seed), feed
         self.drop_remainder = self.training if drop_remainder is None else bool(drop_remainder)
-        self.epoch = 0
-        self._order = self._epoch_order()
+        self.epoch, self._ordered_epoch = 0, None
+        self.set_epoch(0)
 
-    def _epoch_order(self):
-        if not self.training:
-            return np.arange(len(self.labels))
-        return np.random.default_rng([self.seed, self.epoch]).permutation(len(self.labels))
+    def set_epoch(self, epoch):
+        """Serve the batches of ``epoch`` from now on."""
+        self.epoch = int(epoch)
+        if self._ordered_epoch != self.epoch:
+            self._order = (np.random.default_rng([self.seed, self.epoch]).permutation(len(self.labels))
+                           if self.training else np.arange(len(self.labels)))
+            self._ordered_epoch = self.epoch
+
+    def epoch_callback(self):
+        """A ``keras.callbacks.Callback`` that calls :meth:`set_epoch` with ``fit``'s epoch at every epoch start
+        (pass it to ``fit`` with ``shuffle=False``: Keras would otherwise reorder the batches with Python's
+        ``random``, whose state a resumed run does not restore)."""
+        return EpochSync(self)
 
     def __len__(self):
         full, rest = divmod(len(self.labels), self.batch_size)
@@ -93,8 +104,7 @@ class ArrayBatches(keras.utils.PyDataset):
         return self.feed(x, y) if self.feed is not None else (x, y)
 
     def on_epoch_end(self):
-        self.epoch += 1
-        self._order = self._epoch_order()
+        self.set_epoch(self.epoch + 1)
 
     def map(self, feed):
         """The same batches passed through ``feed(x, y)`` after this one's feed."""

@@ -23,8 +23,9 @@ def class_balanced_indices(labels, classes_per_batch, samples_per_class, rng):
     return np.concatenate(batch).astype(np.int64)
 
 
-class _EpochSync(keras.callbacks.Callback):
-    """Tells a ``ClassBalancedBatches`` the epoch ``fit`` is in (restored by ``BackupAndRestore`` on resume)."""
+class EpochSync(keras.callbacks.Callback):
+    """Tells seeded batches (``ClassBalancedBatches``, ``training.data.arrays.ArrayBatches``: anything with
+    ``set_epoch``) the epoch ``fit`` is in, which ``BackupAndRestore`` restores on resume."""
 
     def __init__(self, batches):
         super().__init__()
@@ -80,7 +81,7 @@ class ClassBalancedBatches(keras.utils.PyDataset):
 
     def epoch_callback(self):
         """A ``keras.callbacks.Callback`` that calls ``set_epoch`` with ``fit``'s epoch at every epoch start."""
-        return _EpochSync(self)
+        return EpochSync(self)
 
     def __len__(self):
         return self.steps_per_epoch

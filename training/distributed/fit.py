@@ -141,7 +141,7 @@ def fit(model, data, epochs=1, strategy="auto", callbacks=None, validation_data=
 
 
 def _model_fit(model, data, epochs, callbacks, validation_data, checkpoint_dir, save_freq, steps_per_epoch,
-               validation_steps, initial_epoch, verbose):
+               validation_steps, initial_epoch, verbose, shuffle=True):
     """``model.fit`` with a plain ``BackupAndRestore`` in ``callbacks`` (or ``checkpoint_dir``) made atomic."""
     plain = [cb for cb in callbacks if type(cb) is keras.callbacks.BackupAndRestore]
     if plain:
@@ -152,7 +152,7 @@ def _model_fit(model, data, epochs, callbacks, validation_data, checkpoint_dir, 
         callbacks.append(AtomicBackupAndRestore(checkpoint_dir, save_freq=save_freq, delete_checkpoint=delete))
     return model.fit(data, epochs=epochs, callbacks=callbacks, validation_data=validation_data,
                      steps_per_epoch=steps_per_epoch, validation_steps=validation_steps, initial_epoch=initial_epoch,
-                     verbose=verbose)
+                     verbose=verbose, shuffle=shuffle)
 
 
 def keras_backend_fit(model, data, epochs, strategy, callbacks, validation_data, checkpoint_dir, save_freq,
@@ -160,6 +160,9 @@ def keras_backend_fit(model, data, epochs, strategy, callbacks, validation_data,
     """:func:`fit` on Keras' JAX and PyTorch backends: ``model.fit`` on ``data`` (a ``keras.utils.PyDataset`` such
     as ``training.data.arrays.ArrayBatches``, a ``tf.data.Dataset`` where TensorFlow is installed, or any input
     ``model.fit`` reads), with a ``BackupAndRestore`` (or ``checkpoint_dir``) made atomic as on TensorFlow.
+    Seeded batches that draw each epoch from ``(seed, epoch)`` (``ArrayBatches``, ``ClassBalancedBatches``: an
+    ``epoch_callback``) are told ``fit``'s epoch at every epoch start and are not reshuffled by Keras, so a run
+    resumed from its backup trains on the batches an uninterrupted run would.
     ``strategy``: ``"auto"`` or ``"one_device"`` (the device layout was chosen when the model was built; see
     ``training.distributed.keras_distribution``); a ``tf.distribute`` strategy's name raises ``ValueError``."""
     if not isinstance(model, keras.Model):
@@ -168,8 +171,11 @@ def keras_backend_fit(model, data, epochs, strategy, callbacks, validation_data,
     _check_compiled(model)
     if strategy is not None and strategy != "auto":
         keras_distribution(strategy)  # a tf.distribute name: the ValueError naming `strategy`
+    seeded = hasattr(data, "epoch_callback")
+    if seeded:
+        callbacks = [data.epoch_callback()] + callbacks
     return _model_fit(model, data, epochs, callbacks, validation_data, checkpoint_dir, save_freq, steps_per_epoch,
-                      validation_steps, initial_epoch, verbose)
+                      validation_steps, initial_epoch, verbose, shuffle=not seeded)
 
 
 # --- the multi-worker loop ---------------------------------------------------------------------------------------

@@ -101,7 +101,8 @@ def classification_training(spec, model, recipe=None):
 
 
 def train(name, out_dir, epochs=None, batch_size=None, limit=None, seed=None, verbose=2, strategy="auto",
-          config=None, tensorboard=None, dataset=None, image_size=None, data_dir=None, recipe_overrides=None):
+          config=None, tensorboard=None, dataset=None, image_size=None, data_dir=None, recipe_overrides=None,
+          callbacks=None):
     """Train classification preset ``name`` by its recipe; returns the model card (also written, with
     ``config.json`` and ``model.weights.h5``, into ``out_dir``).
 
@@ -109,7 +110,8 @@ def train(name, out_dir, epochs=None, batch_size=None, limit=None, seed=None, ve
     ``limit``: train on the first ``limit`` training images; ``dataset``: a ``training.data.DATASETS`` name instead
     of the preset's (``image_size``: the TFDS images' side; ``data_dir``: the TFDS folder); ``strategy``,
     ``config``, ``tensorboard``: see :func:`run_options`. The run trains with ``training.distributed.fit.fit``
-    (``model.fit``, or the multi-worker loop) and resumes from ``out_dir/backup``.
+    (``model.fit``, or the multi-worker loop) and resumes from ``out_dir/backup``. ``callbacks``: more Keras
+    callbacks for the run, after the recipe's own and the backup's.
     """
     strategy, head_overrides, learning_rate, extra_callbacks = run_options(name, strategy, config, tensorboard)
     spec = preset_spec(name, dataset=dataset, image_size=image_size, **merged_overrides(
@@ -121,7 +123,7 @@ def train(name, out_dir, epochs=None, batch_size=None, limit=None, seed=None, ve
     start = time.time()
     fit(setup.trained, setup.train.dataset.map(setup.feed), epochs=spec.recipe.epochs,
         validation_data=setup.test.dataset.map(setup.feed), verbose=verbose,
-        callbacks=setup.callbacks + extra_callbacks + standard_callbacks(out_dir))
+        callbacks=setup.callbacks + extra_callbacks + standard_callbacks(out_dir) + list(callbacks or []))
     train_time = time.time() - start
     accuracy = classification_accuracy(setup.model, setup.test.dataset)
     return write_preset(setup.model, spec, out_dir, spec.recipe, {"accuracy": round(accuracy, 4)}, train_time,

@@ -143,14 +143,16 @@ def fit_embedding(name, images, labels, recipe, strategy, overrides=None, callba
 
 
 def train(name, out_dir, epochs=None, batch_size=None, limit=None, seed=None, verbose=2, strategy="auto",
-          config=None, tensorboard=None, dataset=None, image_size=None, data_dir=None, recipe_overrides=None):
+          config=None, tensorboard=None, dataset=None, image_size=None, data_dir=None, recipe_overrides=None,
+          callbacks=None):
     """Train retrieval preset ``name`` by its recipe; returns the card (also in ``out_dir/metadata.json``, with
     ``config.json`` and ``model.weights.h5``).
 
     ``epochs``, ``batch_size``, ``seed`` override the recipe's; ``limit`` reads only the first ``limit`` training
     images (before keeping the seen classes); ``dataset``: a ``training.data.DATASETS`` name instead of the
     preset's, trained and evaluated on its retrieval class split (``image_size``, ``data_dir``: its TFDS images'
-    side and folder); ``strategy``, ``config``, ``tensorboard``: see ``training.recipes.common.run_options``.
+    side and folder); ``strategy``, ``config``, ``tensorboard``: see ``training.recipes.common.run_options``;
+    ``callbacks``: more Keras callbacks for the run, after the recipe's own and the backup's.
     """
     strategy, pooling_overrides, learning_rate, extra_callbacks = run_options(name, strategy, config, tensorboard)
     spec = preset_spec(name, dataset=dataset, image_size=image_size, **merged_overrides(
@@ -160,7 +162,7 @@ def train(name, out_dir, epochs=None, batch_size=None, limit=None, seed=None, ve
     signals = [LayerSignals(setup.train.sample[:64])] if tensorboard else []
     start = time.time()
     fit(setup.trained, setup.train.dataset, epochs=spec.recipe.epochs, verbose=verbose,
-        callbacks=setup.callbacks + signals + extra_callbacks + standard_callbacks(out_dir))
+        callbacks=setup.callbacks + signals + extra_callbacks + standard_callbacks(out_dir) + list(callbacks or []))
     train_time = time.time() - start
     test = _unseen_test_images(spec, None, data_dir)
     metrics = retrieval_scores(setup.model, test.dataset)
