@@ -30,7 +30,6 @@ and ``resumed_at_epoch`` the epoch that call started at (0: the run was trained 
     python experiments/gpu_presets.py report --results experiments/results/gpu_presets
 """
 import argparse
-import csv
 import glob
 import json
 import os
@@ -45,6 +44,7 @@ import keras  # noqa: E402
 import numpy as np  # noqa: E402
 from scipy import stats  # noqa: E402
 
+from explain.signals import read_training_log  # noqa: E402
 from training.data.errors import EmptySliceError  # noqa: E402
 from training.data.pipelines import array_batches  # noqa: E402
 from training.distributed.fit import fit  # noqa: E402
@@ -93,8 +93,8 @@ def validation_score(preset, epochs, seed, limit=None, fraction=0.1, verbose=2, 
 def _logged_losses(run_dir):
     """The loss of every epoch in ``run_dir/log.csv``; an epoch logged twice (its call killed after logging it and
     before its backup, so the next call trained it again) counts by its last row."""
-    with open(os.path.join(run_dir, "log.csv")) as handle:
-        losses = {int(row["epoch"]): float(row["loss"]) for row in csv.DictReader(handle)}
+    log = read_training_log(os.path.join(run_dir, "log.csv"))
+    losses = dict(zip(log["epoch"].astype(int).tolist(), log["loss"].tolist()))
     return [losses[epoch] for epoch in sorted(losses)]
 
 
@@ -147,6 +147,10 @@ class Deadline(keras.callbacks.Callback):
         """Whether one more epoch ends before the limit."""
         return self.limit is None or self.clock() - self.start + self.slowest <= self.limit
 
+    def exhausted(self):
+        """Whether the call must stop: it trained an epoch already, and one more would not end before the limit."""
+        return self.trained > 0 and not self.fits()
+
     def _epoch_ended(self):
         if self._epoch_start is not None:
             self.slowest = max(self.slowest, self.clock() - self._epoch_start)
@@ -158,7 +162,7 @@ class Deadline(keras.callbacks.Callback):
 
     def on_epoch_begin(self, epoch, logs=None):
         self._epoch_ended()
-        if self.trained and not self.fits():
+        if self.exhausted():
             raise TimeLimitReached(f"time limit: stopped before epoch {epoch + 1} ({epoch} done and backed up)")
         if self.first_epoch is None:
             self.first_epoch = epoch
@@ -196,7 +200,7 @@ def run(args):
                 path = _record_path(args.results, phase, preset, epochs, seed)
                 if os.path.exists(path):
                     continue
-                if deadline.trained and not deadline.fits():
+                if deadline.exhausted():
                     print(f"time limit: stopping before {phase} {preset} e{epochs} s{seed}")
                     return 0
                 start = time.time()

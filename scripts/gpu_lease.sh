@@ -19,11 +19,11 @@
 #
 # SECONDS (default 480) is when the step starts nothing new; BACKENDS="torch" runs the matrix of one backend (the
 # cells a first call left "not run"); PRESETS_OPTIONS adds options to the protocol's run (a CPU-sized rehearsal:
-# PRESETS_OPTIONS="--limit 1200 --presets resnet20_gap_fashion_mnist --budgets 1 2 --seeds 0"). Every step also writes gpu.txt (nvidia-smi's GPU, driver
-# and CUDA) and its log. JAX runs float32 matrix products in TensorFloat-32 on this GPU by default (about 3 decimal
-# digits); the matrix step sets JAX_DEFAULT_MATMUL_PRECISION=highest because its checks compare float32 values with
-# references at 1e-4 to 1e-5; mixed_bfloat16 is checked on its own (check_sinkhorn.py). The benchmarks and the
-# presets keep the defaults a user gets.
+# PRESETS_OPTIONS="--limit 1200 --presets resnet20_gap_fashion_mnist --budgets 1 2 --seeds 0"). Every step also
+# writes gpu.txt (nvidia-smi's GPU, driver and CUDA) and its log. JAX runs float32 matrix products in TensorFloat-32
+# on this GPU by default (about 3 decimal digits); the matrix step sets JAX_DEFAULT_MATMUL_PRECISION=highest because
+# its checks compare float32 values with references at 1e-4 to 1e-5; mixed_bfloat16 is checked on its own
+# (check_sinkhorn.py). The benchmarks and the presets keep the defaults a user gets.
 #
 # Rehearsal on a machine with TensorFlow (nothing installed, TensorFlow blocked from import in the checks):
 #     OUT=/tmp/gpu PYTHON=.venv/bin/python OTZOO_REHEARSAL=1 bash scripts/gpu_lease.sh matrix

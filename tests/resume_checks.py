@@ -1,5 +1,6 @@
 """Shared pieces of the resume tests: interrupt a fit after an epoch, resume it with
-``keras.callbacks.BackupAndRestore`` in a fresh model, compare with an uninterrupted run."""
+``keras.callbacks.BackupAndRestore`` in a fresh model, compare with an uninterrupted run (its model, or the
+weights file it wrote)."""
 import keras
 import numpy as np
 import pytest
@@ -57,3 +58,14 @@ def assert_same_weights(a, b, atol=1e-6):
     assert [w.path.split("/", 1)[-1] for w in a.weights] == [w.path.split("/", 1)[-1] for w in b.weights]
     for wa, wb in zip(a.weights, b.weights):
         np.testing.assert_allclose(np.asarray(wb), np.asarray(wa), rtol=0, atol=atol, err_msg=wa.path)
+
+
+def weights_file_arrays(path):
+    """``{dataset path: array}`` of every dataset in the ``.weights.h5`` file ``path``."""
+    import h5py
+
+    found = {}
+    with h5py.File(path, "r") as handle:
+        handle.visititems(lambda name, item: found.update({name: np.asarray(item)})
+                          if isinstance(item, h5py.Dataset) else None)
+    return found

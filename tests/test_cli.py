@@ -94,8 +94,9 @@ def test_train_multi_worker_on_two_local_workers(tmp_path, capsys, monkeypatch):
     import os
     import types
 
-    import h5py
     import numpy as np
+
+    from tests.resume_checks import weights_file_arrays
 
     scratch, removed = tmp_path / "scratch", []
     scratch.mkdir()
@@ -112,14 +113,8 @@ def test_train_multi_worker_on_two_local_workers(tmp_path, capsys, monkeypatch):
     card = json.loads((out / "metadata.json").read_text())
     assert "multi_worker, 2 replica(s)" in card["strategy"]
 
-    def arrays(path):
-        found = {}
-        with h5py.File(path, "r") as handle:
-            handle.visititems(lambda name, item: found.update({name: np.asarray(item)})
-                              if isinstance(item, h5py.Dataset) else None)
-        return found
-
-    chief, other = arrays(out / "model.weights.h5"), arrays(scratch / "worker-1" / "model.weights.h5")
+    chief = weights_file_arrays(out / "model.weights.h5")
+    other = weights_file_arrays(scratch / "worker-1" / "model.weights.h5")
     assert sorted(chief) == sorted(other) and len(chief) > 10
     for key in chief:
         if "batch_normalization" in key and key.endswith(("vars/2", "vars/3")):

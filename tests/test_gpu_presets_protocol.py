@@ -15,6 +15,8 @@ import sys
 import numpy as np
 import pytest
 
+from tests.resume_checks import weights_file_arrays
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SCRIPT = os.path.join(ROOT, "experiments", "gpu_presets.py")
 _spec = importlib.util.spec_from_file_location("gpu_presets", SCRIPT)
@@ -152,16 +154,7 @@ def test_the_protocol_runs_without_tensorflow_and_resumes(tmp_path):
 
 
 def _assert_same_h5(a, b):
-    import h5py
-
-    def arrays(path):
-        found = {}
-        with h5py.File(path, "r") as handle:
-            handle.visititems(lambda name, item: found.__setitem__(name, item[()]) if isinstance(item, h5py.Dataset)
-                              else None)
-        return found
-
-    first, second = arrays(a), arrays(b)
+    first, second = weights_file_arrays(a), weights_file_arrays(b)
     assert sorted(first) == sorted(second) and first
     for name in first:
         np.testing.assert_allclose(second[name], first[name], rtol=1e-5, atol=1e-7, err_msg=name)
