@@ -25,17 +25,24 @@ least one epoch). A later call, given that folder back, resumes the run from its
 on the batches an uninterrupted run would draw. A record's ``seconds`` are those of the call that finished the run,
 and ``resumed_at_epoch`` the epoch that call started at (0: the run was trained in one call).
 
+``--workers N`` trains up to N runs at once, each in a process of its own: a ResNet-20 on 28x28 images leaves most
+of a GPU idle between its small kernels, and the runs are independent (a final run starts once every select run
+of its preset has its record). A run's result does not depend on N. Each call ends by printing the epochs it
+trained per minute, the figure to choose N by.
+
     KERAS_BACKEND=jax python experiments/gpu_presets.py run --results experiments/results/gpu_presets \\
-        --runs gpu_runs --budgets 15 30 60 --select-seeds 0 --seeds 0 1 2 3 4 --time-limit 540
+        --runs gpu_runs --budgets 15 30 60 --select-seeds 0 --seeds 0 1 2 3 4 --time-limit 540 --workers 4
     python experiments/gpu_presets.py report --results experiments/results/gpu_presets
 """
 import argparse
 import glob
 import json
+import multiprocessing
 import os
 import shutil
 import sys
 import time
+from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -45,6 +52,7 @@ import numpy as np  # noqa: E402
 from scipy import stats  # noqa: E402
 
 from explain.signals import read_training_log  # noqa: E402
+from otzoo.arguments import positive_int  # noqa: E402
 from training.data.errors import EmptySliceError  # noqa: E402
 from training.data.pipelines import array_batches  # noqa: E402
 from training.distributed.fit import fit  # noqa: E402
@@ -134,12 +142,13 @@ class Deadline(keras.callbacks.Callback):
     """Stops the protocol between two epochs when the next would end after ``limit`` seconds from the protocol's
     start (``None``: never), judged by the slowest epoch seen (an epoch: from its start to the next one's, its
     validation and backup included; a run's first epoch includes compiling). The first epoch a call trains always
-    runs, so that every call makes progress. One object serves every run of a call; ``clock`` gives the time."""
+    runs, so that every call makes progress. One object serves every run a process trains in a call; ``clock``
+    gives the time, ``start`` the protocol's start by it (default: now; a worker process is given its parent's)."""
 
-    def __init__(self, limit, clock=time.monotonic):
+    def __init__(self, limit, clock=time.monotonic, start=None):
         super().__init__()
         self.limit, self.clock = limit, clock
-        self.start, self.slowest, self.trained = clock(), 0.0, 0
+        self.start, self.slowest, self.trained = clock() if start is None else start, 0.0, 0
         self._epoch_start = None
         self.first_epoch = None  # the first epoch this call trained of the current run
 
@@ -180,54 +189,130 @@ def _fresh_run_dir(path):
     return path
 
 
-def run(args):
-    os.makedirs(args.results, exist_ok=True)
-    deadline = Deadline(args.time_limit)
-    environment = dict(backend=keras.backend.backend(), hardware=hardware_description(), limit=args.limit)
+def _ready_jobs(args):
+    """The runs without a record that may start now, in the protocol's order (every select run, then the final
+    runs), and the presets whose final runs wait for select runs. ``(phase, preset, epochs, seed)`` each."""
+    records = read_records(args.results)
+    jobs, waiting = [], []
     for phase in ("select", "final"):
         if args.phase not in (phase, "all"):
             continue
         for preset in args.presets:
+            selects = [(epochs, seed) for epochs in args.budgets for seed in args.select_seeds]
             if phase == "select":
-                jobs = [(epochs, seed) for epochs in args.budgets for seed in args.select_seeds]
+                pairs = selects
+            elif any(not os.path.exists(_record_path(args.results, "select", preset, e, s)) for e, s in selects):
+                waiting.append(preset)  # the budget is chosen on every select run (all seeds) of the preset
+                continue
             else:
-                budget = chosen_budget(read_records(args.results), preset, args.budgets)
-                if budget is None:
-                    print(f"{preset}: no budget chosen yet (select runs missing); final runs wait")
-                    continue
-                jobs = [(budget, seed) for seed in args.seeds]
-            for epochs, seed in jobs:
-                path = _record_path(args.results, phase, preset, epochs, seed)
-                if os.path.exists(path):
-                    continue
-                if deadline.exhausted():
-                    print(f"time limit: stopping before {phase} {preset} e{epochs} s{seed}")
-                    return 0
-                start = time.time()
-                record = dict(phase=phase, preset=preset, epochs=epochs, seed=seed, **environment)
+                budget = chosen_budget(records, preset, args.budgets)
+                pairs = [(budget, seed) for seed in args.seeds]
+            jobs += [(phase, preset, epochs, seed) for epochs, seed in pairs
+                     if not os.path.exists(_record_path(args.results, phase, preset, epochs, seed))]
+    return jobs, waiting
+
+
+def run_job(args, job, deadline):
+    """Train one run of the protocol (resuming it from its backup) and write its record; ``False`` when
+    ``deadline`` stopped it between two epochs (a later call resumes it)."""
+    phase, preset, epochs, seed = job
+    start = time.time()
+    record = dict(phase=phase, preset=preset, epochs=epochs, seed=seed, backend=keras.backend.backend(),
+                  hardware=hardware_description(), limit=args.limit)
+    try:
+        if phase == "select":
+            run_dir = _fresh_run_dir(os.path.join(args.runs, f"select-{preset}-e{epochs}-s{seed}"))
+            score, losses = validation_score(preset, epochs, seed, args.limit, args.validation_fraction,
+                                             run_dir=run_dir, callbacks=[deadline])
+            record.update(validation_score=round(score, 4), loss=losses,
+                          validation=f"validation_fraction {args.validation_fraction} of the training "
+                                     "images (the test split is not read)")
+        else:
+            out_dir = _fresh_run_dir(os.path.join(args.runs, f"{preset}-seed{seed}"))
+            card = train_preset(preset, out_dir, epochs=epochs, seed=seed, limit=args.limit, callbacks=[deadline])
+            record.update(metrics=card["metrics"], out_dir=out_dir, strategy=card["strategy"],
+                          train_time_s=card["train_time_s"])
+    except TimeLimitReached as stop:
+        print(f"{stop} of {phase} {preset} e{epochs} s{seed}; a later call resumes it", flush=True)
+        return False
+    seconds = time.time() - start
+    record.update(seconds=round(seconds, 1), resumed_at_epoch=deadline.first_epoch)
+    path = _record_path(args.results, phase, preset, epochs, seed)
+    partial = path + ".partial"  # written whole, then renamed: the runs beside this one read every record
+    with open(partial, "w") as handle:
+        json.dump(record, handle, indent=1)
+    os.replace(partial, path)
+    print(f"{phase} {preset} e{epochs} s{seed}: {record.get('validation_score', record.get('metrics'))} "
+          f"({seconds:.0f} s)", flush=True)
+    return True
+
+
+def _run_one_after_another(args, deadline):
+    while True:
+        jobs, waiting = _ready_jobs(args)
+        if not jobs:
+            return waiting
+        if deadline.exhausted():
+            print("time limit: stopping before {} {} e{} s{}".format(*jobs[0]))
+            return []
+        if not run_job(args, jobs[0], deadline):
+            return []
+
+
+def _run_job_in_worker(args, job, start):
+    """A worker process's run: its own deadline, counted from the protocol's ``start`` (``time.monotonic`` is the
+    machine's clock, the same in every process)."""
+    deadline = Deadline(args.time_limit, start=start)
+    return run_job(args, job, deadline), deadline.trained, deadline.slowest
+
+
+def _run_side_by_side(args, deadline):
+    """Up to ``args.workers`` runs at once, each in a fresh process (spawned: no state is shared, and a run's
+    device memory is freed when it ends); a final run starts once its preset's select runs have their records.
+    A run stopped by the time limit stops the starting of new ones; an error in a run is raised once the runs
+    under way have ended (their backups kept)."""
+    os.environ.setdefault("XLA_PYTHON_CLIENT_PREALLOCATE", "false")  # JAX would give each process 75 % of a GPU
+    running, errors, stopped, waiting = {}, [], False, []
+    with ProcessPoolExecutor(args.workers, mp_context=multiprocessing.get_context("spawn"),
+                             max_tasks_per_child=1) as pool:
+        while True:
+            if not stopped and not errors:
+                jobs, waiting = _ready_jobs(args)
+                for job in (job for job in jobs if job not in running.values()):
+                    if len(running) == args.workers:
+                        break
+                    if deadline.exhausted():
+                        print("time limit: stopping before {} {} e{} s{}".format(*job))
+                        stopped, waiting = True, []
+                        break
+                    running[pool.submit(_run_job_in_worker, args, job, deadline.start)] = job
+            if not running:
+                return waiting
+            done, _ = wait(running, return_when=FIRST_COMPLETED)
+            for future in done:
+                job = running.pop(future)
                 try:
-                    if phase == "select":
-                        run_dir = _fresh_run_dir(os.path.join(args.runs, f"select-{preset}-e{epochs}-s{seed}"))
-                        score, losses = validation_score(preset, epochs, seed, args.limit, args.validation_fraction,
-                                                         run_dir=run_dir, callbacks=[deadline])
-                        record.update(validation_score=round(score, 4), loss=losses,
-                                      validation=f"validation_fraction {args.validation_fraction} of the training "
-                                                 "images (the test split is not read)")
-                    else:
-                        out_dir = _fresh_run_dir(os.path.join(args.runs, f"{preset}-seed{seed}"))
-                        card = train_preset(preset, out_dir, epochs=epochs, seed=seed, limit=args.limit,
-                                            callbacks=[deadline])
-                        record.update(metrics=card["metrics"], out_dir=out_dir, strategy=card["strategy"],
-                                      train_time_s=card["train_time_s"])
-                except TimeLimitReached as stop:
-                    print(f"{stop} of {phase} {preset} e{epochs} s{seed}; a later call resumes it")
-                    return 0
-                seconds = time.time() - start
-                record.update(seconds=round(seconds, 1), resumed_at_epoch=deadline.first_epoch)
-                with open(path, "w") as handle:
-                    json.dump(record, handle, indent=1)
-                print(f"{phase} {preset} e{epochs} s{seed}: "
-                      f"{record.get('validation_score', record.get('metrics'))} ({seconds:.0f} s)")
+                    finished, trained, slowest = future.result()
+                except Exception as error:  # noqa: BLE001 - raised below, once the other runs have ended
+                    print("{} {} e{} s{} failed: {!r}".format(*job, error), flush=True)
+                    errors.append(error)
+                    continue
+                deadline.trained += trained
+                deadline.slowest = max(deadline.slowest, slowest)
+                stopped = stopped or not finished
+            if errors and not running:
+                raise errors[0]
+
+
+def run(args):
+    os.makedirs(args.results, exist_ok=True)
+    deadline = Deadline(args.time_limit)
+    waiting = (_run_side_by_side if args.workers > 1 else _run_one_after_another)(args, deadline)
+    for preset in waiting:
+        print(f"{preset}: no budget chosen yet (select runs missing); final runs wait")
+    elapsed = deadline.clock() - deadline.start
+    print(f"{deadline.trained} epochs trained in {elapsed:.0f} s by {args.workers} worker(s): "
+          f"{60 * deadline.trained / max(elapsed, 1e-9):.2f} epochs a minute")
     return 0
 
 
@@ -284,6 +369,8 @@ def main(argv=None):
     sub.add_argument("--limit", type=int, default=None, help="the first N training images (a CPU-sized check)")
     sub.add_argument("--time-limit", type=float, default=None,
                      help="seconds: start no epoch that would end later (the run resumes in a later call)")
+    sub.add_argument("--workers", type=positive_int, default=1,
+                     help="runs trained at once, each in its own process (one GPU is shared by them)")
     sub.set_defaults(run=run)
     sub = commands.add_parser("report", help="summarize the records")
     sub.add_argument("--results", required=True)

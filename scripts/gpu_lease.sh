@@ -16,6 +16,8 @@
 #                                                     are made in the call. Before the next presets call, here:
 #                                                     rm -rf gpu_runs && tar xzf gpu_resume.tgz, and carry gpu_runs
 #                                                     with .whl and .fashion-mnist: the unfinished runs resume.
+#                                                     PRESETS_WORKERS (default 4) runs train side by side; the
+#                                                     log's last line gives the epochs trained per minute.
 #
 # SECONDS (default 480) is when the step starts nothing new; BACKENDS="torch" runs the matrix of one backend (the
 # cells a first call left "not run"); PRESETS_OPTIONS adds options to the protocol's run (a CPU-sized rehearsal:
@@ -64,7 +66,8 @@ case "$step" in
         # at the latest (each run's last finished epoch is backed up atomically) and the archive is made in time.
         mkdir -p experiments/results/gpu_presets gpu_runs
         KERAS_BACKEND=jax timeout "$((${limit%.*} + 60))" "$python" experiments/gpu_presets.py run \
-            --results experiments/results/gpu_presets --runs gpu_runs --time-limit "$limit" ${PRESETS_OPTIONS:-} 2>&1 \
+            --results experiments/results/gpu_presets --runs gpu_runs --time-limit "$limit" \
+            --workers "${PRESETS_WORKERS:-4}" ${PRESETS_OPTIONS:-} 2>&1 \
             | tail -200 > "$out/presets.log"
         # Two archives: the records and seed 0's finished preset directories (to commit), and the unfinished runs'
         # directories (to carry back as gpu_runs, so that the next call resumes them).

@@ -3,7 +3,8 @@
 The fast tests check the choice of the budget and the time limit; the slow one runs the whole protocol at a CPU
 scale on JAX in a process where TensorFlow cannot be imported (as on the GPU machine): the budget is the one with the
 best validation score, the report's means are those of the cards the final runs wrote, and a second call finds
-every run done.
+every run done; calls stopped after every epoch, one run at a time or two side by side in worker processes, end
+with the records and weights of the uninterrupted calls.
 """
 import glob
 import importlib.util
@@ -35,6 +36,29 @@ def test_the_budget_is_the_best_mean_validation_score_the_smaller_on_a_tie():
     records.append(_select("p", 40, 1, 0.88))
     assert gpu_presets.chosen_budget(records, "p", [10, 20, 40]) == 20  # 40's mean is 0.86 too: the smaller wins
     assert gpu_presets.chosen_budget(records, "q", [10, 20]) is None  # a budget without a run: no choice yet
+
+
+def test_final_runs_wait_for_every_select_run_of_their_preset(tmp_path):
+    """Side by side, a final run must not start on a budget chosen before every select seed has scored it."""
+    import argparse
+
+    args = argparse.Namespace(results=str(tmp_path), phase="all", presets=["p", "q"], budgets=[1, 2],
+                              select_seeds=[0, 1], seeds=[0, 1])
+
+    def write(phase, preset, epochs, seed, **fields):
+        with open(gpu_presets._record_path(str(tmp_path), phase, preset, epochs, seed), "w") as handle:
+            json.dump(dict(phase=phase, preset=preset, epochs=epochs, seed=seed, **fields), handle)
+
+    jobs, waiting = gpu_presets._ready_jobs(args)
+    assert jobs == [("select", p, e, s) for p in "pq" for e in (1, 2) for s in (0, 1)] and waiting == ["p", "q"]
+    for epochs, seed, score in ((1, 0, 0.9), (2, 0, 0.8), (1, 1, 0.7)):
+        write("select", "p", epochs, seed, validation_score=score)
+    jobs, waiting = gpu_presets._ready_jobs(args)  # p's budget 2 lacks seed 1: its final runs wait
+    assert ("select", "p", 2, 1) in jobs and not any(job[0] == "final" for job in jobs) and waiting == ["p", "q"]
+    write("select", "p", 2, 1, validation_score=0.9)  # means: e1 0.80, e2 0.85
+    write("final", "p", 2, 0, metrics={})
+    jobs, waiting = gpu_presets._ready_jobs(args)
+    assert jobs[-1] == ("final", "p", 2, 1) and [job[0] for job in jobs].count("final") == 1 and waiting == ["q"]
 
 
 def test_the_deadline_stops_between_epochs_when_the_next_would_end_after_the_limit():
@@ -71,17 +95,9 @@ def test_every_call_trains_at_least_one_epoch_and_a_resumed_run_names_its_first(
     assert unlimited.fits()
 
 
-RUNNER = """
-import runpy, sys
-sys.path.insert(0, sys.argv[1])
-from no_tensorflow import block_tensorflow
-block_tensorflow()
-sys.argv = sys.argv[2:]
-try:
-    runpy.run_path(sys.argv[0], run_name="__main__")
-finally:
-    print("TENSORFLOW_LOADED", "tensorflow" in sys.modules)
-"""
+# On PYTHONPATH, this folder's sitecustomize makes ``import tensorflow`` fail in the protocol's process and in the
+# worker processes it starts, as on the GPU machine.
+WITHOUT_TENSORFLOW = os.path.join(ROOT, "tests", "backends", "without_tensorflow_site")
 
 
 @pytest.mark.fashion_mnist
@@ -100,13 +116,15 @@ def test_the_protocol_runs_without_tensorflow_and_resumes(tmp_path):
     pytest.importorskip("jax")
     results, runs = str(tmp_path / "results"), str(tmp_path / "runs")
     preset = "resnet20_gap_fashion_mnist"
-    env = dict(os.environ, KERAS_BACKEND="jax", PYTHONPATH=ROOT, TF_CPP_MIN_LOG_LEVEL="3")
+    env = dict(os.environ, KERAS_BACKEND="jax", PYTHONPATH=os.pathsep.join([WITHOUT_TENSORFLOW, ROOT]),
+               TF_CPP_MIN_LOG_LEVEL="3")
+    blocked = subprocess.run([sys.executable, "-c", "import tensorflow"], capture_output=True, text=True, env=env)
+    assert "blocked by this check" in blocked.stderr
 
     def call(*args):
-        proc = subprocess.run([sys.executable, "-c", RUNNER, os.path.join(ROOT, "tests", "backends"), SCRIPT, *args],
-                              capture_output=True, text=True, env=env, cwd=str(tmp_path), timeout=1200)
+        proc = subprocess.run([sys.executable, SCRIPT, *args], capture_output=True, text=True, env=env,
+                              cwd=str(tmp_path), timeout=1200)
         assert proc.returncode == 0, proc.stderr[-3000:]
-        assert "TENSORFLOW_LOADED False" in proc.stdout
         return proc.stdout
 
     options = ["--results", results, "--runs", runs, "--presets", preset, "--budgets", "1", "2", "--select-seeds",
@@ -132,25 +150,38 @@ def test_the_protocol_runs_without_tensorflow_and_resumes(tmp_path):
 
     # The same protocol stopped after every epoch (a time limit of 0: each call trains one epoch), each call resuming
     # the unfinished run from its backup, ends where the uninterrupted calls did: same losses, scores and weights.
-    results_1, runs_1 = str(tmp_path / "results_1"), str(tmp_path / "runs_1")
-    one_epoch = ["--results", results_1, "--runs", runs_1] + options[4:options.index("--seeds")] + \
-        ["--seeds", "0", "--limit", "384", "--time-limit", "0"]
-    outputs = [call("run", *one_epoch)]
+    budget = finals[0]["epochs"]
+    reference = {(r["phase"], r["epochs"], r["seed"]): r for r in records}
+    common = options[4:options.index("--seeds")] + ["--limit", "384", "--time-limit", "0"]
+    resumed = _calls_until_done(call, ["--results", str(tmp_path / "results_1"), "--runs", str(tmp_path / "runs_1"),
+                                       "--seeds", "0"] + common, expected_calls=3 + budget)
+    # select e1, e2 (two calls), final seed 0 (budget calls)
+    assert sorted(resumed) == sorted(key for key in reference if key[2] == 0)
+    # Two workers: select e1 and e2 side by side, then e2's second epoch, then both seeds' final runs side by side.
+    beside = _calls_until_done(call, ["--results", str(tmp_path / "results_2"), "--runs", str(tmp_path / "runs_2"),
+                                      "--seeds", "0", "1", "--workers", "2"] + common, expected_calls=2 + budget)
+    assert sorted(beside) == sorted(reference)
+    for records_of_calls in (resumed, beside):
+        for key, record in records_of_calls.items():
+            for field in ("validation_score", "loss", "metrics"):
+                assert record.get(field) == reference[key].get(field), (key, field)
+            if key[0] == "final":
+                _assert_same_h5(os.path.join(reference[key]["out_dir"], "model.weights.h5"),
+                                os.path.join(record["out_dir"], "model.weights.h5"))
+        assert records_of_calls[("select", 2, 0)]["resumed_at_epoch"] == 1
+    for runs in ("runs_1", "runs_2"):
+        assert not glob.glob(str(tmp_path / runs / "*" / "backup"))  # every finished run's backup is gone
+
+
+def _calls_until_done(call, options, expected_calls):
+    """Call the protocol's run until a call meets no time limit; its records by (phase, epochs, seed)."""
+    outputs = [call("run", *options)]
     while "time limit" in outputs[-1]:
         assert len(outputs) < 8, outputs[-1]
-        outputs.append(call("run", *one_epoch))
-    budget = finals[0]["epochs"]
-    assert len(outputs) == 3 + budget  # select e1, e2 (two calls), final seed 0 (budget calls)
-    resumed = {(r["phase"], r["epochs"], r["seed"]): r for r in gpu_presets.read_records(results_1)}
-    reference = {(r["phase"], r["epochs"], r["seed"]): r for r in records}
-    assert sorted(resumed) == sorted(key for key in reference if key[2] == 0)
-    for key, record in resumed.items():
-        for field in ("validation_score", "loss", "metrics"):
-            assert record.get(field) == reference[key].get(field), (key, field)
-    assert resumed[("select", 2, 0)]["resumed_at_epoch"] == 1
-    assert not glob.glob(os.path.join(runs_1, "*", "backup"))  # every finished run's backup is gone
-    _assert_same_h5(os.path.join(reference[("final", budget, 0)]["out_dir"], "model.weights.h5"),
-                    os.path.join(resumed[("final", budget, 0)]["out_dir"], "model.weights.h5"))
+        outputs.append(call("run", *options))
+    assert len(outputs) == expected_calls, outputs
+    results = options[options.index("--results") + 1]
+    return {(r["phase"], r["epochs"], r["seed"]): r for r in gpu_presets.read_records(results)}
 
 
 def _assert_same_h5(a, b):
