@@ -55,6 +55,7 @@ from explain.signals import read_training_log  # noqa: E402
 from otzoo.arguments import positive_int  # noqa: E402
 from training.data.errors import EmptySliceError  # noqa: E402
 from training.data.pipelines import array_batches  # noqa: E402
+from training.distributed.checkpoints import write_text_atomically  # noqa: E402
 from training.distributed.fit import fit  # noqa: E402
 from training.distributed.keras_distribution import hardware_description  # noqa: E402
 from training.recipes import recipe_for, train_preset  # noqa: E402
@@ -108,6 +109,11 @@ def _logged_losses(run_dir):
 
 def _record_path(results, phase, preset, epochs, seed):
     return os.path.join(results, f"{phase}-{preset}-e{epochs}-s{seed}.json")
+
+
+def _job_name(job):
+    """``(phase, preset, epochs, seed)`` as the log names a run."""
+    return "{} {} e{} s{}".format(*job)
 
 
 def read_records(results):
@@ -166,6 +172,11 @@ class Deadline(keras.callbacks.Callback):
             self.trained += 1
             self._epoch_start = None
 
+    def add_epochs(self, trained, slowest):
+        """Count ``trained`` epochs that another process trained in this call, the slowest of them ``slowest`` s."""
+        self.trained += trained
+        self.slowest = max(self.slowest, slowest)
+
     def on_train_begin(self, logs=None):
         self.first_epoch, self._epoch_start = None, None
 
@@ -193,22 +204,23 @@ def _ready_jobs(args):
     """The runs without a record that may start now, in the protocol's order (every select run, then the final
     runs), and the presets whose final runs wait for select runs. ``(phase, preset, epochs, seed)`` each."""
     records = read_records(args.results)
+    done = {(r["phase"], r["preset"], r["epochs"], r["seed"]) for r in records}
+    selects = [(epochs, seed) for epochs in args.budgets for seed in args.select_seeds]
     jobs, waiting = [], []
     for phase in ("select", "final"):
         if args.phase not in (phase, "all"):
             continue
         for preset in args.presets:
-            selects = [(epochs, seed) for epochs in args.budgets for seed in args.select_seeds]
             if phase == "select":
                 pairs = selects
-            elif any(not os.path.exists(_record_path(args.results, "select", preset, e, s)) for e, s in selects):
+            elif any(("select", preset, epochs, seed) not in done for epochs, seed in selects):
                 waiting.append(preset)  # the budget is chosen on every select run (all seeds) of the preset
                 continue
             else:
                 budget = chosen_budget(records, preset, args.budgets)
                 pairs = [(budget, seed) for seed in args.seeds]
             jobs += [(phase, preset, epochs, seed) for epochs, seed in pairs
-                     if not os.path.exists(_record_path(args.results, phase, preset, epochs, seed))]
+                     if (phase, preset, epochs, seed) not in done]
     return jobs, waiting
 
 
@@ -233,17 +245,13 @@ def run_job(args, job, deadline):
             record.update(metrics=card["metrics"], out_dir=out_dir, strategy=card["strategy"],
                           train_time_s=card["train_time_s"])
     except TimeLimitReached as stop:
-        print(f"{stop} of {phase} {preset} e{epochs} s{seed}; a later call resumes it", flush=True)
+        print(f"{stop} of {_job_name(job)}; a later call resumes it", flush=True)
         return False
     seconds = time.time() - start
     record.update(seconds=round(seconds, 1), resumed_at_epoch=deadline.first_epoch)
-    path = _record_path(args.results, phase, preset, epochs, seed)
-    partial = path + ".partial"  # written whole, then renamed: the runs beside this one read every record
-    with open(partial, "w") as handle:
-        json.dump(record, handle, indent=1)
-    os.replace(partial, path)
-    print(f"{phase} {preset} e{epochs} s{seed}: {record.get('validation_score', record.get('metrics'))} "
-          f"({seconds:.0f} s)", flush=True)
+    # written whole, then renamed: the runs beside this one read every record
+    write_text_atomically(_record_path(args.results, *job), json.dumps(record, indent=1))
+    print(f"{_job_name(job)}: {record.get('validation_score', record.get('metrics'))} ({seconds:.0f} s)", flush=True)
     return True
 
 
@@ -253,7 +261,7 @@ def _run_one_after_another(args, deadline):
         if not jobs:
             return waiting
         if deadline.exhausted():
-            print("time limit: stopping before {} {} e{} s{}".format(*jobs[0]))
+            print(f"time limit: stopping before {_job_name(jobs[0])}")
             return []
         if not run_job(args, jobs[0], deadline):
             return []
@@ -282,7 +290,7 @@ def _run_side_by_side(args, deadline):
                     if len(running) == args.workers:
                         break
                     if deadline.exhausted():
-                        print("time limit: stopping before {} {} e{} s{}".format(*job))
+                        print(f"time limit: stopping before {_job_name(job)}")
                         stopped, waiting = True, []
                         break
                     running[pool.submit(_run_job_in_worker, args, job, deadline.start)] = job
@@ -294,11 +302,10 @@ def _run_side_by_side(args, deadline):
                 try:
                     finished, trained, slowest = future.result()
                 except Exception as error:  # noqa: BLE001 - raised below, once the other runs have ended
-                    print("{} {} e{} s{} failed: {!r}".format(*job, error), flush=True)
+                    print(f"{_job_name(job)} failed: {error!r}", flush=True)
                     errors.append(error)
                     continue
-                deadline.trained += trained
-                deadline.slowest = max(deadline.slowest, slowest)
+                deadline.add_epochs(trained, slowest)
                 stopped = stopped or not finished
             if errors and not running:
                 raise errors[0]

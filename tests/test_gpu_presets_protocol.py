@@ -6,6 +6,7 @@ best validation score, the report's means are those of the cards the final runs 
 every run done; calls stopped after every epoch, one run at a time or two side by side in worker processes, end
 with the records and weights of the uninterrupted calls.
 """
+import argparse
 import glob
 import importlib.util
 import json
@@ -40,8 +41,6 @@ def test_the_budget_is_the_best_mean_validation_score_the_smaller_on_a_tie():
 
 def test_final_runs_wait_for_every_select_run_of_their_preset(tmp_path):
     """Side by side, a final run must not start on a budget chosen before every select seed has scored it."""
-    import argparse
-
     args = argparse.Namespace(results=str(tmp_path), phase="all", presets=["p", "q"], budgets=[1, 2],
                               select_seeds=[0, 1], seeds=[0, 1])
 

@@ -46,7 +46,7 @@ PREFIX = "ckpt-"
 KERAS_BACKUP_FILES = ("latest.weights.h5", "training_metadata.json")
 
 
-def _write_text_atomically(path, text):
+def write_text_atomically(path, text):
     """Write ``text`` to ``path`` through a temporary file in the same directory and ``os.replace``."""
     temp = f"{path}.tmp-{os.getpid()}-{uuid.uuid4().hex[:8]}"
     with open(temp, "w") as handle:
@@ -91,7 +91,7 @@ def commit_directory(temp_dir, directory, name, pointer_fields, max_to_keep):
     history = [n for n in previous.get("history", []) if n != name and os.path.isdir(os.path.join(directory, n))]
     history.append(name)
     keep, drop = history[-max_to_keep:], history[:-max_to_keep]
-    _write_text_atomically(os.path.join(directory, POINTER_FILE),
+    write_text_atomically(os.path.join(directory, POINTER_FILE),
                            json.dumps(dict(pointer_fields, checkpoint=name, history=keep), indent=1))
     _fsync_directory(directory)
     for old in drop:
