@@ -3,7 +3,7 @@ training curves, from a model in memory (``plot_*``, ``explain_model``) or a pre
 
 ``explain.signals`` pulls the quantities out of a model exactly as its layers compute them; ``explain.plots`` draws
 them (matplotlib, Agg, PNG); ``explain.report.explain_model`` writes every picture that fits a model;
-``explain.command`` is the ``otzoo explain`` sub-command. See ``docs/explain.md``.
+``otzoo.explain_command`` is the ``otzoo explain`` sub-command. See ``docs/explain.md``.
 """
 from explain.images import load_image_file, prepare_images, upsample
 from explain.plots import (

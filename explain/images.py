@@ -8,9 +8,7 @@ import os
 import keras
 import numpy as np
 
-from ot_layers.optional import require, tensorflow_if_installed
-
-tf = tensorflow_if_installed("explain's image tools")
+from ot_layers.optional import require
 
 
 def model_input_shape(model):
@@ -51,7 +49,8 @@ def prepare_images(images, input_shape):
             raise ValueError(f"`input_shape` must have 1 or 3 channels to convert images, got {input_shape!r}.")
     size = (height or array.shape[1], width or array.shape[2])
     if size != tuple(array.shape[1:3]):
-        array = tf.image.resize(array, size, method="bilinear", antialias=True).numpy()
+        array = keras.ops.convert_to_numpy(keras.ops.image.resize(array, size, interpolation="bilinear",
+                                                                  antialias=True, data_format="channels_last"))
         array = np.clip(array, 0.0, 255.0)
     return array.astype(np.float32)
 
@@ -74,9 +73,11 @@ def load_image_file(path, input_shape):
 
 def upsample(maps, size):
     """Bilinear upsampling of cell maps ``(..., h, w)`` to ``size`` ``(H, W)`` (pixel centres aligned as
-    ``tf.image.resize`` does), for heat maps drawn over the image; float32."""
+    ``tf.image.resize`` does, on every backend: ``keras.ops.image.resize``), for heat maps drawn over the image;
+    float32."""
     maps = np.asarray(maps, dtype=np.float32)
     lead = maps.shape[:-2]
     flat = maps.reshape((-1,) + maps.shape[-2:] + (1,))
-    resized = tf.image.resize(flat, size, method="bilinear").numpy()[..., 0]
+    resized = keras.ops.convert_to_numpy(keras.ops.image.resize(flat, size, interpolation="bilinear",
+                                                                data_format="channels_last"))[..., 0]
     return resized.reshape(lead + tuple(size))

@@ -427,8 +427,8 @@ def plot_training_curves(logs, path, dpi=100):
             color = colors[i % len(colors)]
             if family in table:
                 ax.plot(epochs, table[family], color=color, linewidth=1.2, label=f"{name} train")
-            if f"val_{family}" in table:
-                values = table[f"val_{family}"]
+            values = table.get(f"val_{family}")
+            if values is not None and np.any(np.isfinite(values)):  # a log without validation holds NA there
                 best = int(np.nanargmin(values) if lower_is_better else np.nanargmax(values))
                 ax.plot(epochs, values, color=color, linewidth=1.2, linestyle="--",
                         label=f"{name} val (best {values[best]:.4f}, ep {int(epochs[best])})")

@@ -23,7 +23,6 @@ from typing import NamedTuple
 import keras
 import numpy as np
 
-from ot_layers.optional import tensorflow_if_installed
 from explain.images import model_input_shape, prepare_images
 from ot_layers.layers.emd_head import EMDHead
 from ot_layers.layers.generalized_sum_pooling import GeneralizedSumPooling
@@ -31,8 +30,6 @@ from ot_layers.layers.hyperspherical_prototypes import HypersphericalPrototypes
 from ot_layers.layers.multi_proxy_wasserstein import MultiProxyWasserstein
 from ot_layers.tensor_ops import find_layer, flatten_feature_map, normalize_rows_np
 from ot_layers.validation import check_positive_int
-
-tf = tensorflow_if_installed("explain's layer signals")
 
 # Fashion-MNIST's label names, in label order (Xiao et al. 2017).
 FASHION_MNIST_CLASSES = ("T-shirt/top", "Trouser", "Pullover", "Dress", "Coat", "Sandal", "Shirt", "Sneaker", "Bag",
@@ -49,8 +46,13 @@ def layer_inputs(model, layer, inputs):
                          f"must be called once in the model's own graph): {error}") from None
     outputs = head(inputs, training=False)
     if isinstance(outputs, (list, tuple)):
-        return [keras.ops.convert_to_numpy(x) for x in outputs]
-    return keras.ops.convert_to_numpy(outputs)
+        return [_numpy(x) for x in outputs]
+    return _numpy(outputs)
+
+
+def _numpy(x):
+    """A tensor or variable of any backend as a NumPy array (a PyTorch tensor that records its gradient too)."""
+    return np.asarray(keras.ops.convert_to_numpy(x))
 
 
 def _grid(feature_map):
@@ -85,8 +87,8 @@ def mpw_plans(model, images, layer_name=None):
     :func:`explain.images.prepare_images`), computed by the head's own matcher on its own proxies."""
     layer = find_layer(model, MultiProxyWasserstein, layer_name)
     features = layer_inputs(model, layer, _images(model, images))
-    plan, inner, _ = layer.matcher.match(flatten_feature_map(tf.constant(features)), layer.proxies)
-    plan, inner = plan.numpy(), inner.numpy()
+    plan, inner, _ = layer.matcher.match(flatten_feature_map(keras.ops.convert_to_tensor(features)), layer.proxies)
+    plan, inner = _numpy(plan), _numpy(inner)
     logits = np.sum(plan * inner, axis=(-2, -1))
     return MPWPlans(plan, inner, logits, _grid(features))
 
@@ -108,10 +110,10 @@ def gsp_weights(model, images, layer_name=None):
     """The GSP layer's pooling weights over the feature map for ``images`` (see :class:`GSPWeights`)."""
     layer = find_layer(model, GeneralizedSumPooling, layer_name)
     features = layer_inputs(model, layer, _images(model, images))
-    dtype = tf.float64 if layer.variable_dtype == "float64" else tf.float32  # as the layer's call
-    flat = flatten_feature_map(tf.cast(tf.constant(features), dtype))
-    weights = layer.pooling_weights(flat)[0].numpy()
-    flat = flat.numpy()
+    dtype = "float64" if layer.variable_dtype == "float64" else "float32"  # as the layer's call
+    flat = flatten_feature_map(keras.ops.cast(keras.ops.convert_to_tensor(features), dtype))
+    weights = _numpy(layer.pooling_weights(flat)[0])
+    flat = _numpy(flat)
     return GSPWeights(weights, flat, np.einsum("bn,bnc->bc", weights, flat), _grid(features))
 
 
@@ -144,11 +146,11 @@ def emd_flows(model, query_images, support_images, support_labels, layer_name=No
     if len(labels) != len(support):
         raise ValueError(f"`support_labels` has {len(labels)} entries for {len(support)} support images.")
     query_maps, class_maps = layer_inputs(model, layer, [prepare_images(query_images, shape), support, labels])
-    cost, a, b, result = layer.transport(flatten_feature_map(tf.constant(query_maps)),
-                                         flatten_feature_map(tf.constant(class_maps)))
-    plans, cost = result.plan.numpy(), cost.numpy()
+    cost, a, b, result = layer.transport(flatten_feature_map(keras.ops.convert_to_tensor(query_maps)),
+                                         flatten_feature_map(keras.ops.convert_to_tensor(class_maps)))
+    plans, cost = _numpy(result.plan), _numpy(cost)
     logits = layer.scale * np.sum((1.0 - cost) * plans, axis=(-2, -1))
-    return EMDFlows(plans, cost, a.numpy(), b.numpy(), logits, _grid(query_maps), _grid(class_maps))
+    return EMDFlows(plans, cost, _numpy(a), _numpy(b), logits, _grid(query_maps), _grid(class_maps))
 
 
 class PrototypeGeometry(NamedTuple):
@@ -170,12 +172,12 @@ def prototype_geometry(model, layer_name=None):
     """The prototype geometry of the ``HypersphericalPrototypes`` layer in ``model`` (or the layer itself)."""
     layer = model if isinstance(model, HypersphericalPrototypes) else find_layer(model, HypersphericalPrototypes,
                                                                                  layer_name)
-    assigned = normalize_rows_np(layer.assigned_prototypes().numpy().astype(np.float64))
-    representatives = np.asarray(layer.representatives, dtype=np.float64)
+    assigned = normalize_rows_np(_numpy(layer.assigned_prototypes()).astype(np.float64))
+    representatives = _numpy(layer.representatives).astype(np.float64)
     alignment = None
     if np.any(representatives):
         alignment = normalize_rows_np(representatives) @ assigned.T
-    return PrototypeGeometry(assigned, np.asarray(layer.assignment), assigned @ assigned.T, alignment)
+    return PrototypeGeometry(assigned, _numpy(layer.assignment), assigned @ assigned.T, alignment)
 
 
 class AssignmentHistory(keras.callbacks.Callback):
@@ -190,7 +192,7 @@ class AssignmentHistory(keras.callbacks.Callback):
 
     def _record(self):
         layer = find_layer(self.model, HypersphericalPrototypes, self.layer_name)
-        self.assignments.append(np.asarray(layer.assignment).copy())
+        self.assignments.append(_numpy(layer.assignment).copy())
 
     def on_train_begin(self, logs=None):
         if not self.assignments:

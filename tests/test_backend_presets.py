@@ -10,7 +10,7 @@ layout, and whose metrics ``otzoo evaluate`` reproduces on TensorFlow from the w
 ``evaluate`` and ``fine-tune`` run on JAX and PyTorch in a process where TensorFlow cannot be imported
 (``tests/backends/train_without_tensorflow.py``), as on a GPU machine without it. A TFDS data set (its ``tf.data``
 pipeline, on TFDS's offline mock data) trains on JAX and PyTorch through ``model.fit`` and evaluates the same on
-TensorFlow.
+TensorFlow. ``otzoo explain`` on JAX and PyTorch draws the pictures TensorFlow draws.
 """
 import json
 import os
@@ -20,6 +20,7 @@ import sys
 
 import numpy as np
 import pytest
+from PIL import Image
 
 from zoo.loading import model_card
 
@@ -150,3 +151,23 @@ def test_train_evaluate_fine_tune_without_tensorflow(backend, tmp_path):
                    str(tmp_path))
     report = json.loads([line for line in printed.splitlines() if line.startswith("{")][-1])
     assert report["card_backend"] == backend and not report["tensorflow_loaded"] and not report["failures"], report
+
+
+@pytest.mark.parametrize("backend, preset", [
+    ("jax", "resnet20_mpw_fashion_mnist"), ("jax", "resnet20_emd_fewshot_fashion_mnist"),
+    ("torch", "resnet20_gsp_retrieval_fashion_mnist"), ("torch", "resnet20_hyperspherical_fashion_mnist")])
+def test_explain_draws_what_tensorflow_draws(backend, preset, tmp_path):
+    """The same pictures as on TensorFlow, pixel for pixel but for rounding (the plans, weights and flows agree
+    within float32 rounding; ``tests/backends/check_explain.py`` checks them against POT on every backend)."""
+    pytest.importorskip(backend)
+    pictures = {}
+    for name in (backend, "tensorflow"):
+        out = tmp_path / name
+        _run(["-m", "otzoo", "explain", preset, "--test-index", "0", "1", "--gallery-size", "200", "--out", str(out)],
+             name, str(tmp_path))
+        pictures[name] = {file: np.asarray(Image.open(out / file).convert("L"), dtype=np.float64)
+                          for file in sorted(os.listdir(out)) if file.endswith(".png")}
+    assert pictures["tensorflow"] and sorted(pictures[backend]) == sorted(pictures["tensorflow"])
+    for file, drawn in pictures["tensorflow"].items():
+        assert pictures[backend][file].shape == drawn.shape, file
+        assert np.abs(pictures[backend][file] - drawn).mean() < 0.05, file  # gray levels 0-255

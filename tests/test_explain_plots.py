@@ -100,6 +100,15 @@ def test_plot_training_curves(tmp_path):
         explain.plot_training_curves(str(tmp_path / "none.csv"), str(tmp_path / "x.png"))
 
 
+def test_training_curves_of_a_run_without_validation(tmp_path):
+    """A run trained on the whole training split (the presets' final runs) logs ``NA`` in its ``val_`` columns: the
+    training curves are drawn, the validation ones left out."""
+    log = tmp_path / "train_log.csv"
+    log.write_text("epoch,loss,val_loss\n0,1.6,NA\n1,0.9,NA\n2,0.7,NA\n")
+    path = explain.plot_training_curves(str(log), str(tmp_path / "c.png"), dpi=DPI)
+    _check_png(path, 1, 1, 2 * PANEL_INCHES)
+
+
 def test_explain_model_writes_the_kinds_that_fit(mpw_model, tmp_path):
     log = tmp_path / "log.csv"
     log.write_text("epoch,loss\n0,1.0\n1,0.5\n")

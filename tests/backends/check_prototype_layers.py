@@ -301,8 +301,7 @@ CHECKS = {
     "ClassProxies[similarities]": lambda: check_class_proxies("similarities"),
     "ClassProxies[packed]": lambda: check_class_proxies("packed"),
     "ManifoldProxies[direct]+Loss": lambda: check_manifold("direct"),
-    # the random walk (solvers/random_walk.py) is still written in TensorFlow
-    "ManifoldProxies[contextual]": (lambda: check_manifold("contextual")) if BACKEND == "tensorflow" else None,
+    "ManifoldProxies[contextual]": lambda: check_manifold("contextual"),
 }
 
 
@@ -310,9 +309,6 @@ def main():
     keras.utils.set_random_seed(0)
     results, failures = {}, []
     for name, check in CHECKS.items():
-        if check is None:
-            results[name] = "skipped"
-            continue
         try:
             results[name] = check()
         except Exception as error:  # report every check, then fail
