@@ -86,7 +86,7 @@ def validation_score(preset, epochs, seed, limit=None, fraction=0.1, verbose=2, 
     model = build(spec, l2=recipe.l2)
     trained, loss, layer_callbacks, feed = task.tuning_parts(spec, model, train, recipe)
     steps = len(images) // recipe.batch_size * epochs
-    trained.compile(optimizer=make_optimizer(recipe, steps), loss=loss, jit_compile=compiled_step(recipe))
+    trained.compile(optimizer=make_optimizer(recipe, steps), loss=loss, jit_compile=compiled_step(recipe.jit_compile))
     data = array_batches(images, labels, recipe.batch_size, training=True, augment=recipe.augment, pad=recipe.pad,
                          seed=seed)
     if run_dir:

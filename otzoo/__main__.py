@@ -1,6 +1,6 @@
 """``python -m otzoo``: the ``otzoo`` command line."""
 import sys
 
-from otzoo.cli import main
+from otzoo.launch import main
 
 sys.exit(main())

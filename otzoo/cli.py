@@ -35,6 +35,7 @@ from training.data.pipelines import array_batches
 from training.distributed.launch import SCRATCH_ENV, run_cluster
 from training.recipes import RECIPES, evaluate_preset, recipe_for, train_preset
 from training.recipes.common import preset_spec
+from training.recipes.components import compiled_step
 from training.recipes.few_shot import pretrained_backbone_path
 from training.recipes.fine_tune import BATCH_SIZE as FINE_TUNE_BATCH, FINE_TUNE_DATASET, fine_tune_preset
 from zoo.preset_format import WeightsIntegrityError, read_card
@@ -264,9 +265,10 @@ def fine_tune(args):
 
 
 def demo(args):
-    """Load the pretrained resnet20_mpw_fashion_mnist, evaluate it, fine-tune it for one epoch, export it."""
-
-
+    """Load the pretrained resnet20_mpw_fashion_mnist, evaluate it, fine-tune it for one epoch, export it as a TF
+    Serving SavedModel and check the export in a fresh process. On JAX and PyTorch the fine-tuned model is saved as
+    a .keras file instead, with the command that exports it on TensorFlow (the SavedModel and ONNX converters are
+    TensorFlow's)."""
     if args.limit < FINE_TUNE_BATCH:  # one batch of training images at least (an incomplete one is dropped)
         raise CommandError(f"--limit {args.limit}: fewer than one batch of {FINE_TUNE_BATCH} training images to "
                            f"fine-tune on (an incomplete batch is dropped); give {FINE_TUNE_BATCH} or more")
@@ -281,7 +283,7 @@ def demo(args):
     x_test, y_test = x_test[:args.test_limit], y_test[:args.test_limit]
     model.compile(optimizer=keras.optimizers.SGD(args.learning_rate, momentum=0.9),
                   loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True), metrics=["accuracy"],
-                  jit_compile=True)
+                  jit_compile=compiled_step(True))
     _, before = model.evaluate(array_batches(x_test, y_test, 256), verbose=0)
     print(f"2. model.evaluate on {len(x_test):,} Fashion-MNIST test images (raw 0-255 pixels): accuracy {before:.4f}")
     x_train, y_train = load_fashion_mnist("train", limit=args.limit, normalize=False)
@@ -290,6 +292,16 @@ def demo(args):
     _, after = model.evaluate(array_batches(x_test, y_test, 256), verbose=0)
     print(f"3. model.fit, 1 epoch on {len(x_train):,} training images (loss {history.history['loss'][-1]:.4f}): "
           f"test accuracy {after:.4f}")
+    backend = keras.backend.backend()
+    if backend != "tensorflow":
+        path = os.path.join(args.out, "fine_tuned")
+        zoo.save_preset(model, path, card=dict(card, metrics=None, name=f"{name}_fine_tuned", fine_tuned=dict(
+            base=name, epochs=1, limit=len(x_train), learning_rate=args.learning_rate, seed=args.seed,
+            backend=backend, loss=[round(float(history.history["loss"][-1]), 4)])))
+        print(f"4. zoo.save_preset -> {path}. Export runs on the TensorFlow backend (the SavedModel and ONNX "
+              f"converters); where TensorFlow is installed: otzoo --backend tensorflow export {path} --out "
+              f"{os.path.join(args.out, 'export')}")
+        return 0
     export_dir = export.to_saved_model(model, os.path.join(args.out, "saved_model"))
     report = export.verify(model, x_test[:8].astype(np.float32), saved_model_dir=export_dir)
     print(f"4. export.to_saved_model -> {export_dir}; max |SavedModel - Keras| in a fresh process: "
@@ -317,9 +329,9 @@ def check_backend(args):
                            f"{args.backend} first on its command line, or set KERAS_BACKEND={args.backend}.")
     if args.command in TENSORFLOW_COMMANDS and active != "tensorflow":
         raise CommandError(f"backend: otzoo {args.command} runs on the TensorFlow backend (tf.distribute, the SavedModel "
-                           f"and ONNX converters), and Keras runs on {active}. On {active}, use otzoo evaluate and "
-                           f"otzoo train, otzoo evaluate and otzoo fine-tune, or zoo.load and model.fit; weights "
-                           f"saved there load on and export from TensorFlow.")
+                           f"and ONNX converters), and Keras runs on {active}. On {active}, use otzoo train, "
+                           f"evaluate, fine-tune and explain, or zoo.load and model.fit; weights saved there load "
+                           f"on and export from TensorFlow.")
     if args.command == "train" and active != "tensorflow":
         check_train_backend(args, active)
 
@@ -412,7 +424,8 @@ def main(argv=None):
     sub.add_argument("--test-limit", type=positive_int, default=10000, help="evaluate on the first N test images")
     sub.add_argument("--learning-rate", type=float, default=0.01)
     sub.add_argument("--seed", type=int, default=0)
-    sub.add_argument("--out", default="otzoo_demo", help="where the SavedModel is written")
+    sub.add_argument("--out", default="otzoo_demo",
+                     help="where the SavedModel (on JAX and PyTorch: the fine-tuned preset) is written")
     sub.set_defaults(run=demo)
 
     for command in (explain_command, export_command, tune_command):

@@ -6,7 +6,12 @@ virtual environment from a directory outside the checkout:
 - ``zoo.load`` of every preset (``zoo.list_models()``) predicts on a small batch (the packaged weights);
 - the project's packages are the installed ones (not a checkout), and no extra's package is installed.
 
-Prints one line per check and ``core install: all N checks hold``; an assertion error ends it (exit status 1).
+It runs on the Keras backend ``KERAS_BACKEND`` names: check_wheel.sh runs it on TensorFlow (the core install) and on
+JAX in an environment without TensorFlow (the wheel installed without its dependencies beside Keras, NumPy, SciPy,
+POT and JAX), where ``--without-tensorflow`` also checks that TensorFlow is not installed.
+
+Prints one line per check and ``core install on BACKEND: all N checks hold``; an assertion error ends it (exit
+status 1).
 """
 import importlib.util
 import os
@@ -18,7 +23,6 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
 import keras
 import numpy as np
-import tensorflow as tf
 
 import ot_layers
 import otzoo
@@ -44,7 +48,7 @@ class Trainable(keras.layers.Layer):
         self.value = self.add_weight(shape=self.value_shape, initializer="random_normal", name="value")
 
     def call(self, inputs):
-        return tf.convert_to_tensor(self.value)
+        return keras.ops.convert_to_tensor(self.value)
 
     def compute_output_shape(self, input_shape):
         return self.value_shape
@@ -86,7 +90,7 @@ def _flat(outputs):
 
 
 def _outputs(model, x):
-    return [np.asarray(o) for o in _flat(model(x, training=False))]
+    return [np.asarray(keras.ops.convert_to_numpy(o)) for o in _flat(model(x, training=False))]
 
 
 def check_layer(name, folder):
@@ -123,16 +127,21 @@ def check_preset(name):
     if len(model.inputs) == 3:  # few-shot: [query, support, support_labels]
         ways = int(model.outputs[0].shape[-1])
         support = rng.integers(0, 256, size=(ways,) + shape).astype("float32")
-        output = np.asarray(model([query, support, np.arange(ways, dtype="int32")], training=False))
+        output = keras.ops.convert_to_numpy(model([query, support, np.arange(ways, dtype="int32")], training=False))
     else:
         output = model.predict(query, verbose=0)
     assert output.shape[0] == 4 and np.isfinite(output).all(), f"{name}: outputs {output.shape}"
     return f"zoo.load({name!r}): predicts {output.shape}"
 
 
-def main():
+def main(argv=None):
+    without_tensorflow = "--without-tensorflow" in (sys.argv[1:] if argv is None else argv)
     start = time.time()
-    tf.get_logger().setLevel("ERROR")  # one model per check: retracing warnings are expected
+    backend = keras.backend.backend()
+    if backend == "tensorflow":
+        import tensorflow as tf
+
+        tf.get_logger().setLevel("ERROR")  # one model per check: retracing warnings are expected
     checkout = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
     lines = []
     for package in (ot_layers, zoo, otzoo):  # the installed wheel, not the checkout
@@ -142,6 +151,11 @@ def main():
     present = [m for m in EXTRA_MODULES if importlib.util.find_spec(m) is not None]
     assert not present, f"the core install holds extras' packages: {present}"
     lines.append(f"core only: none of {', '.join(EXTRA_MODULES)} installed")
+    if without_tensorflow:
+        assert importlib.util.find_spec("tensorflow") is None, "TensorFlow is installed"
+        assert backend != "tensorflow", "Keras runs on TensorFlow"
+        lines.append("TensorFlow not installed")
+    lines.append(f"Keras backend: {backend}")
     print("\n".join(lines), flush=True)
     public = set(ot_layers.layers.__all__)
     assert public == set(CASES), f"public layers without a check: {sorted(public - set(CASES))}; " \
@@ -155,7 +169,7 @@ def main():
     for name in presets:
         lines.append(check_preset(name))
         print(lines[-1], flush=True)
-    print(f"core install: all {len(lines)} checks hold ({time.time() - start:.0f} s)")
+    print(f"core install on {backend}: all {len(lines)} checks hold ({time.time() - start:.0f} s)")
     return 0
 
 

@@ -5,10 +5,15 @@
 #      every preset loads and predicts, no extra's package is present);
 #   2. core install: `otzoo export` stops with one line naming otzoo[export] (exit status 2), and `otzoo demo`
 #      runs (its SavedModel is verified in a process that cannot import otzoo: site-packages must stay importable);
-#   3. with the export extra: `otzoo export` writes the SavedModel and the ONNX file and prints the parity table.
-# Steps 2 and 3 read Fashion-MNIST (scripts/setup.sh installs it); they are skipped with a warning without it.
+#   3. with the export extra: `otzoo export` writes the SavedModel and the ONNX file and prints the parity table;
+#   4. without TensorFlow, in a second fresh environment (the wheel installed with --no-deps beside Keras, NumPy,
+#      SciPy, POT and JAX, as docs/backends.md says): scripts/check_core_install.py on JAX, `otzoo list` with no
+#      backend chosen stops with one line naming the backend (exit status 2), and `otzoo --backend jax demo` saves
+#      a fine-tuned preset that `otzoo export` of the first environment (TensorFlow) exports with parity.
+# Steps 2, 3 and 4's demo read Fashion-MNIST (scripts/setup.sh installs it); they are skipped with a warning without
+# it.
 # pip's cache serves what it can of the wheels scripts/setup.sh downloaded (where the index allows caching).
-# About 6 minutes on 2 cores, 2 of them installing TensorFlow. KEEP_WHEEL_CHECK=1 keeps the temporary directory.
+# About 7 minutes on 2 cores, 2 of them installing TensorFlow. KEEP_WHEEL_CHECK=1 keeps the temporary directory.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ROOT=$PWD
@@ -48,6 +53,25 @@ if [ "$rc" -ne 2 ] || [ "$errors" -ne 1 ] || grep -q "Traceback" "$WORK/export-c
 fi
 grep "otzoo\[export\]" "$WORK/export-core.err"
 
+step "without TensorFlow: the wheel (--no-deps) beside Keras, NumPy, SciPy, POT and JAX in $WORK/venv-jax"
+"$PY" -m venv "$WORK/venv-jax"
+JPY=$WORK/venv-jax/bin/python
+pip_install "$JPY" "keras>=3.15,<3.16" numpy scipy "pot>=0.9.5" "jax[cpu]"
+pip_install "$JPY" --no-deps "$WHEEL"
+KERAS_BACKEND=jax "$JPY" "$ROOT/scripts/check_core_install.py" --without-tensorflow
+
+step "without TensorFlow: otzoo with no backend chosen"
+rc=0
+env -u KERAS_BACKEND KERAS_HOME="$WORK/keras-home" "$WORK/venv-jax/bin/otzoo" list >"$WORK/list.out" 2>"$WORK/list.err" \
+  || rc=$?
+if [ "$rc" -ne 2 ] || [ "$(wc -l <"$WORK/list.err")" -ne 1 ] \
+   || ! grep -q "^otzoo: error: backend: Keras runs on tensorflow .*--backend jax" "$WORK/list.err"; then
+  echo "FAIL: expected exit status 2 and one line naming the backend; got $rc:" >&2
+  cat "$WORK/list.out" "$WORK/list.err" >&2
+  exit 1
+fi
+cat "$WORK/list.err"
+
 FMNIST_FOUND=0
 for dir in "${OTZOO_FASHION_MNIST:-}" /usr/share/datasets/fashion-mnist "${KERAS_HOME:-$HOME/.keras}/datasets/fashion-mnist"; do
   [ -n "$dir" ] && [ -f "$dir/t10k-images-idx3-ubyte.gz" ] && FMNIST_FOUND=1
@@ -71,4 +95,10 @@ grep -q "^parity holds" "$WORK/export.out"
 test -f "$WORK/export/resnet20_mpw_fashion_mnist.onnx"
 test -f "$WORK/export/resnet20_mpw_fashion_mnist/1/assets.extra/tf_serving_warmup_requests"
 
-step "done: the wheel installs and runs, core and with otzoo[export]"
+step "without TensorFlow: otzoo --backend jax demo, then otzoo export of its preset with TensorFlow"
+"$WORK/venv-jax/bin/otzoo" --backend jax demo --limit 256 --test-limit 512 --out "$WORK/demo-jax" | tee "$WORK/demo-jax.out"
+grep -q "^4\. zoo.save_preset -> $WORK/demo-jax/fine_tuned" "$WORK/demo-jax.out"
+"$OTZOO" export "$WORK/demo-jax/fine_tuned" --out "$WORK/export-jax" | tee "$WORK/export-jax.out"
+grep -q "^parity holds" "$WORK/export-jax.out"
+
+step "done: the wheel installs and runs, core, with otzoo[export], and on JAX without TensorFlow"

@@ -1,16 +1,17 @@
 """The pretrained presets on the JAX and PyTorch backends (slow: the whole Fashion-MNIST test split).
 
 Each preset's weights load under ``KERAS_BACKEND=jax`` and ``torch`` in a fresh process and ``otzoo evaluate``
-reproduces its card: accuracy and MAP@R within 0.3 points, few-shot accuracy within the card's 95 % interval
-(the episodes are the same on every backend). The MPW preset's logits on 500 test images match TensorFlow's within
-1e-4 relative to their scale. A preset fine-tuned one epoch with ``model.fit`` on JAX lowers its loss on the slice,
-and its weights load in TensorFlow and export (SavedModel, ONNX) with parity <= 1e-5. ``otzoo train`` on JAX (one
-device, and data parallel over two host devices) and PyTorch writes a card that names the backend and the device
-layout, and whose metrics ``otzoo evaluate`` reproduces on TensorFlow from the weights it wrote; and ``otzoo train``,
-``evaluate`` and ``fine-tune`` run on JAX and PyTorch in a process where TensorFlow cannot be imported
-(``tests/backends/train_without_tensorflow.py``), as on a GPU machine without it. A TFDS data set (its ``tf.data``
-pipeline, on TFDS's offline mock data) trains on JAX and PyTorch through ``model.fit`` and evaluates the same on
-TensorFlow. ``otzoo explain`` on JAX and PyTorch draws the pictures TensorFlow draws.
+reproduces its card: accuracy and MAP@R within 0.3 points, few-shot accuracy within the card's 95 % interval (the
+episodes are the same on every backend). The MPW preset's logits on 500 test images match TensorFlow's within 1e-4
+relative to their scale. A preset fine-tuned one epoch with ``model.fit`` on JAX or PyTorch lowers its loss on the
+slice, and its weights load in TensorFlow and export (SavedModel, ONNX) with parity <= 1e-5; so does the model ``otzoo
+demo`` fine-tunes on PyTorch. ``otzoo train`` on JAX (one device, and data parallel over two host devices) and PyTorch
+writes a card that names the backend and the device layout, and whose metrics ``otzoo evaluate`` reproduces on
+TensorFlow from the weights it wrote; and ``otzoo train``, ``evaluate`` and ``fine-tune`` run on JAX and PyTorch in a
+process where TensorFlow cannot be imported (``tests/backends/train_without_tensorflow.py``), as on a GPU machine
+without it. A TFDS data set (its ``tf.data`` pipeline, on TFDS's offline mock data) trains on JAX and PyTorch through
+``model.fit`` and evaluates the same on TensorFlow. ``otzoo explain`` on JAX and PyTorch draws the pictures TensorFlow
+draws.
 """
 import json
 import os
@@ -89,17 +90,32 @@ def test_mpw_logits_match_tensorflow_on_every_backend(tmp_path):
         assert np.abs(logits[backend] - logits["tensorflow"]).max() <= 1e-4 * scale, backend
 
 
-def test_fine_tuned_on_jax_exports_from_tensorflow(tmp_path):
-    pytest.importorskip("jax")
+@pytest.mark.parametrize("backend", ["jax", "torch"])
+def test_fine_tuned_on_backend_exports_from_tensorflow(backend, tmp_path):
+    """On PyTorch the compiled optimizer is a class of Keras' torch backend: the preset leaves it out, else loading
+    it on TensorFlow would import PyTorch's compiler beside TensorFlow (the process aborts)."""
+    pytest.importorskip(backend)
     tuned = str(tmp_path / "tuned")
-    _run(["-m", "otzoo", "fine-tune", "resnet20_mpw_fashion_mnist", "--limit", "512", "--out", tuned], "jax",
+    _run(["-m", "otzoo", "fine-tune", "resnet20_mpw_fashion_mnist", "--limit", "512", "--out", tuned], backend,
          str(tmp_path))
     with open(os.path.join(tuned, "metadata.json")) as handle:
         fine_tuned = json.load(handle)["fine_tuned"]
     before, after = fine_tuned["loss_on_slice_before_after"]
-    assert fine_tuned["backend"] == "jax" and after < before
+    assert fine_tuned["backend"] == backend and after < before
     out = _run(["-m", "otzoo", "export", tuned, "--out", str(tmp_path / "export")], "tensorflow", str(tmp_path))
     assert "parity holds" in out, out
+
+
+def test_demo_on_torch_saves_a_preset_that_exports_from_tensorflow(tmp_path):
+    pytest.importorskip("torch")
+    out = str(tmp_path / "demo")
+    printed = _run(["-m", "otzoo", "demo", "--limit", "256", "--test-limit", "256", "--out", out], "torch",
+                   str(tmp_path))
+    assert re.search(r"^3\. model\.fit, 1 epoch on 256 training images", printed, re.M), printed
+    assert f"otzoo --backend tensorflow export {os.path.join(out, 'fine_tuned')}" in printed, printed
+    exported = _run(["-m", "otzoo", "--backend", "tensorflow", "export", os.path.join(out, "fine_tuned"), "--out",
+                     str(tmp_path / "export")], "tensorflow", str(tmp_path))
+    assert "parity holds" in exported, exported
 
 
 @pytest.mark.parametrize("backend, preset, devices", [

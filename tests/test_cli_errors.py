@@ -1,6 +1,7 @@
 """What ``otzoo`` maps to one line and exit status 2 (the user's input: ``CommandError``, a data slice too small,
 data not installed, argparse's errors) and what it does not (any other exception keeps its traceback), and every
 ``--limit`` too small for the slice a command makes."""
+import importlib.util
 import os
 import subprocess
 import sys
@@ -174,3 +175,54 @@ def test_tensorflow_only_parts_refuse_other_backends(command, expected, tmp_path
     assert proc.returncode == 2, proc.stderr[-2000:]
     assert lines and expected in lines[-1] and "jax" in lines[-1], lines
     assert "Traceback" not in proc.stderr and os.listdir(tmp_path) == []
+
+
+WITHOUT_TENSORFLOW = os.path.join(os.path.dirname(os.path.abspath(__file__)), "backends", "without_tensorflow_site")
+
+
+def _otzoo_without_tensorflow(args, keras_home, **environment):
+    """``python -m otzoo ARGS`` in a process where ``import tensorflow`` fails, as on a machine without it."""
+    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3", PYTHONPATH=WITHOUT_TENSORFLOW, KERAS_HOME=str(keras_home),
+               **environment)
+    if "KERAS_BACKEND" not in environment:
+        env.pop("KERAS_BACKEND", None)
+    return subprocess.run([sys.executable, "-m", "otzoo", *args], capture_output=True, text=True, env=env,
+                          cwd=str(keras_home), timeout=300)
+
+
+def test_a_backend_whose_library_is_missing_is_one_line(tmp_path):
+    """Without TensorFlow and with no backend chosen, Keras would run on TensorFlow and fail deep in its import: the
+    command says so in one line naming ``backend``, where the choice came from and the backends installed."""
+    pytest.importorskip("jax")
+    proc = _otzoo_without_tensorflow(["list"], tmp_path)
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr, proc.stderr[-2000:]
+    assert proc.stderr.splitlines() == [
+        f"otzoo: error: backend: Keras runs on tensorflow (Keras' default), which is not installed: run otzoo "
+        f"--backend jax ... ({', '.join(b for b in ('jax', 'torch') if importlib.util.find_spec(b))} installed "
+        f"here), or pip install tensorflow"], proc.stderr
+    (tmp_path / "keras.json").write_text('{"backend": "tensorflow", "floatx": "float32"}')
+    proc = _otzoo_without_tensorflow(["list"], tmp_path)
+    assert proc.returncode == 2 and "(Keras' default)" not in proc.stderr
+    assert f"tensorflow ({tmp_path / 'keras.json'})" in proc.stderr, proc.stderr
+    proc = _otzoo_without_tensorflow(["list"], tmp_path, KERAS_BACKEND="tensorflow")
+    assert proc.returncode == 2 and "tensorflow (KERAS_BACKEND)" in proc.stderr, proc.stderr
+    proc = _otzoo_without_tensorflow(["--backend", "jax", "list"], tmp_path)
+    assert proc.returncode == 0 and "resnet20_mpw_fashion_mnist" in proc.stdout, proc.stderr[-2000:]
+
+
+def test_an_import_error_of_another_module_keeps_its_traceback(tmp_path):
+    """Only the backend's own library is named in one line: a missing module otzoo needs (here SciPy) is a broken
+    install, and its error keeps its traceback."""
+    code = ("import sys\n"
+            "class BlockSciPy:\n"
+            "    def find_spec(self, name, path=None, target=None):\n"
+            "        if name.partition('.')[0] == 'scipy':\n"
+            "            raise ModuleNotFoundError(f'No module named {name!r}', name=name)\n"
+            "sys.meta_path.insert(0, BlockSciPy())\n"
+            "from otzoo.launch import main\n"
+            "sys.exit(main(['list']))\n")
+    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3")
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, cwd=str(tmp_path),
+                          timeout=300)
+    assert proc.returncode == 1 and "Traceback" in proc.stderr, proc.stderr[-2000:]
+    assert "No module named 'scipy" in proc.stderr and "otzoo: error" not in proc.stderr, proc.stderr[-2000:]

@@ -128,6 +128,26 @@ def test_save_preset_writes_the_format_and_requires_a_task(tmp_path):
         zoo.save_preset(model, str(tmp_path / "clash"), card={"task": "retrieval"})
 
 
+def test_a_preset_leaves_out_how_its_model_was_compiled(tmp_path):
+    """A preset written after ``compile`` holds no optimizer: on PyTorch Keras' optimizer is a class of its torch
+    backend, which another backend cannot import. A preset that holds one (written before) loads without it."""
+    model = zoo.image_classifier("small_convnet", "gap_fc", 3, **TINY)
+    model.compile(optimizer=keras.optimizers.SGD(0.01, momentum=0.9), loss="sparse_categorical_crossentropy")
+    directory = zoo.save_preset(model, str(tmp_path / "compiled"), card={"name": "compiled"})
+    with open(os.path.join(directory, CONFIG_FILE)) as handle:
+        config = json.load(handle)
+    assert config["compile_config"] == {} and "SGD" not in json.dumps(config)
+    restored = zoo.load(directory)
+    assert not restored.compiled
+    # An optimizer class no installed module holds, as a PyTorch preset's is where PyTorch is missing.
+    config["compile_config"] = {"optimizer": {"module": "not_installed_backend.optimizers", "class_name": "SGD",
+                                              "config": {}, "registered_name": None}, "loss": "mse"}
+    with open(os.path.join(directory, CONFIG_FILE), "w") as handle:
+        json.dump(config, handle)
+    pixels = np.random.default_rng(2).uniform(0, 255, (2, 16, 16, 1)).astype(np.float32)
+    np.testing.assert_allclose(np.asarray(zoo.load(directory)(pixels)), np.asarray(model(pixels)), atol=1e-6)
+
+
 def test_a_card_whose_task_contradicts_the_config_is_refused(copied):
     card = preset_format.read_card(copied)
     card["task"] = "retrieval"

@@ -3,7 +3,8 @@
 A preset -- built-in (package data, ``zoo/presets/<name>/``) or saved by a user (:func:`write_preset`,
 ``zoo.save_preset``) -- is a directory holding:
 
-- ``config.json``: the Keras model config (``model.to_json()``; an ``ot_layers.TaskModel``, so it states the task);
+- ``config.json``: the Keras model config (``model.to_json()`` less how it was compiled; an ``ot_layers.TaskModel``,
+  so it states the task);
 - ``model.weights.h5``: the weights;
 - ``metadata.json``: the model card, with at least ``task`` and ``weights_sha256``.
 
@@ -69,7 +70,9 @@ def read_config(directory):
         raise FileNotFoundError(f"{directory!r} is not a preset directory: it has no {CONFIG_FILE} (a preset directory "
                                 f"holds {CONFIG_FILE}, {WEIGHTS_FILE} and {CARD_FILE}).")
     with open(path) as handle:
-        return keras.models.model_from_json(handle.read())
+        config = json.load(handle)
+    config.pop("compile_config", None)  # not part of a preset (see write_preset); an older one may hold it
+    return keras.models.model_from_json(json.dumps(config))
 
 
 def weights_with_card(weights):
@@ -132,8 +135,13 @@ def write_preset(model, directory, card):
                          "retrieval, few_shot, generic) or a model that states one (ot_layers.TaskModel).")
     model = with_task(model, check_task(task))
     os.makedirs(directory, exist_ok=True)
+    config = json.loads(model.to_json())
+    # A preset is the architecture and the weights; how the model was compiled is not part of it (the user compiles
+    # it, as for a built-in preset). On PyTorch the optimizer is a class of Keras' torch backend, which another
+    # backend cannot import where PyTorch is missing, and whose import aborts a TensorFlow process beside it.
+    config["compile_config"] = {}
     with open(os.path.join(directory, CONFIG_FILE), "w") as handle:
-        handle.write(model.to_json())
+        json.dump(config, handle)
     weights = os.path.join(directory, WEIGHTS_FILE)
     model.save_weights(weights)
     card.update(task=task, weights_sha256=sha256_of(weights), parameters=int(model.count_params()))

@@ -84,7 +84,7 @@ def training_setup(spec, limit=None, strategy=None, head_overrides=None, data_di
         model = build(spec, l2=recipe.l2, **(head_overrides or {}))
         trained, loss, feed = make_loss(recipe, spec.task, model, data.num_classes)
         optimizer = make_optimizer(recipe, steps)
-        trained.compile(optimizer=optimizer, loss=loss, metrics=["accuracy"], jit_compile=compiled_step(recipe))
+        trained.compile(optimizer=optimizer, loss=loss, metrics=["accuracy"], jit_compile=compiled_step(recipe.jit_compile))
     # Layer-state callbacks go before BackupAndRestore so that an epoch's backup holds that epoch's state.
     callbacks = make_callbacks(recipe, model, train.sample)
     return TrainingSetup(spec, model, trained, optimizer, loss, callbacks, train, test, feed, steps)

@@ -56,11 +56,11 @@ def make_optimizer(recipe, steps):
     return choose(OPTIMIZERS, "optimizer", recipe.optimizer)(schedule, recipe.momentum, recipe.nesterov)
 
 
-def compiled_step(recipe):
-    """``model.compile``'s ``jit_compile`` for the recipe's: XLA on TensorFlow and JAX as the recipe says; eager on
-    PyTorch, where Keras would hand the step to ``torch.compile``, which retraces the solvers' loops for every new
-    iteration count and batch shape (minutes per step on a CPU)."""
-    return bool(recipe.jit_compile) and keras.backend.backend() != "torch"
+def compiled_step(jit_compile):
+    """``model.compile``'s ``jit_compile`` for a requested one (a recipe's): XLA on TensorFlow and JAX as
+    requested; eager on PyTorch, where Keras would hand the step to ``torch.compile``, which retraces the solvers'
+    loops for every new iteration count and batch shape (minutes per step on a CPU)."""
+    return bool(jit_compile) and keras.backend.backend() != "torch"
 
 
 def make_meta_optimizer(recipe):

@@ -97,7 +97,7 @@ def compile_embedding(spec, recipe, steps, num_classes, strategy, overrides=None
         model = build(spec, l2=recipe.l2, **(overrides or {}))
         trained, loss, _ = make_loss(recipe, "retrieval", model, num_classes)
         optimizer = make_optimizer(recipe, steps)
-        trained.compile(optimizer=optimizer, loss=loss, jit_compile=compiled_step(recipe))
+        trained.compile(optimizer=optimizer, loss=loss, jit_compile=compiled_step(recipe.jit_compile))
     return model, trained, optimizer, loss
 
 
