@@ -124,6 +124,18 @@ def load_preset(directory):
     return load_weights(model, path, card)
 
 
+def write_config(model, directory):
+    """Write ``model``'s ``config.json`` into ``directory``: ``model.to_json()`` less how the model was compiled.
+
+    A preset is the architecture and the weights; the user compiles it, as a built-in preset. On PyTorch Keras'
+    optimizer is a class of its torch backend, which another backend cannot import where PyTorch is missing and whose
+    import aborts a TensorFlow process beside it."""
+    config = json.loads(model.to_json())
+    config["compile_config"] = {}
+    with open(os.path.join(directory, CONFIG_FILE), "w") as handle:
+        json.dump(config, handle)
+
+
 def write_preset(model, directory, card):
     """Write ``model`` as preset directory ``directory`` (``config.json``, ``model.weights.h5``, ``metadata.json``);
     returns ``directory``. ``card``: the model card's fields; its ``task`` (or the task ``model`` states) is
@@ -135,13 +147,7 @@ def write_preset(model, directory, card):
                          "retrieval, few_shot, generic) or a model that states one (ot_layers.TaskModel).")
     model = with_task(model, check_task(task))
     os.makedirs(directory, exist_ok=True)
-    config = json.loads(model.to_json())
-    # A preset is the architecture and the weights; how the model was compiled is not part of it (the user compiles
-    # it, as for a built-in preset). On PyTorch the optimizer is a class of Keras' torch backend, which another
-    # backend cannot import where PyTorch is missing, and whose import aborts a TensorFlow process beside it.
-    config["compile_config"] = {}
-    with open(os.path.join(directory, CONFIG_FILE), "w") as handle:
-        json.dump(config, handle)
+    write_config(model, directory)
     weights = os.path.join(directory, WEIGHTS_FILE)
     model.save_weights(weights)
     card.update(task=task, weights_sha256=sha256_of(weights), parameters=int(model.count_params()))

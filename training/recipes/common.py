@@ -2,7 +2,7 @@
 overrides), the run options, the standard callbacks, and the preset directory a run writes (:func:`write_preset`).
 
 A run writes into ``out_dir``: ``backup/`` (``keras.callbacks.BackupAndRestore``, so a killed run resumes at its last
-finished epoch), ``log.csv`` (per-epoch metrics), and at the end ``config.json`` (``model.to_json()``),
+finished epoch), ``log.csv`` (per-epoch metrics), and at the end ``config.json`` (``zoo.preset_format.write_config``),
 ``model.weights.h5`` and ``metadata.json`` (the model card, whose ``recipe`` is ``dataclasses.asdict`` of the
 recipe that ran): a preset directory that ``zoo.load(out_dir)`` and ``otzoo export`` read.
 """
@@ -26,7 +26,8 @@ from training.distributed.keras_distribution import (
 from training.distributed.strategies import is_chief, make_strategy, strategy_name, tf_config
 from training.recipes.components import check_recipe
 from training.recipes.tuned_config import load_tuned_config
-from zoo.loading import CARD_FILE, CONFIG_FILE, WEIGHTS_FILE, load, model_card, sha256_of
+from zoo.loading import CARD_FILE, WEIGHTS_FILE, load, model_card, sha256_of
+from zoo.preset_format import write_config
 from zoo.registry import PRESETS
 from zoo.spec import PresetSpec, published_recipe, recipe_from_dict
 
@@ -197,8 +198,7 @@ def write_preset(model, spec, out_dir, recipe, metrics, train_time, strategy, co
             atexit.register(shutil.rmtree, scratch, True)
         out_dir = os.path.join(scratch, f"worker-{(tf_config() or {}).get('task', {}).get('index', 0)}")
         os.makedirs(out_dir, exist_ok=True)
-    with open(os.path.join(out_dir, CONFIG_FILE), "w") as handle:
-        handle.write(model.to_json())
+    write_config(model, out_dir)
     weights = os.path.join(out_dir, WEIGHTS_FILE)
     model.save_weights(weights)
     default = PRESETS.get(spec.name)
