@@ -267,8 +267,8 @@ def fine_tune(args):
 def demo(args):
     """Load the pretrained resnet20_mpw_fashion_mnist, evaluate it, fine-tune it for one epoch, export it as a TF
     Serving SavedModel and check the export in a fresh process. On JAX and PyTorch the fine-tuned model is saved as
-    a .keras file instead, with the command that exports it on TensorFlow (the SavedModel and ONNX converters are
-    TensorFlow's)."""
+    a preset directory instead, with the command that exports it on TensorFlow (the SavedModel and ONNX converters
+    are TensorFlow's)."""
     if args.limit < FINE_TUNE_BATCH:  # one batch of training images at least (an incomplete one is dropped)
         raise CommandError(f"--limit {args.limit}: fewer than one batch of {FINE_TUNE_BATCH} training images to "
                            f"fine-tune on (an incomplete batch is dropped); give {FINE_TUNE_BATCH} or more")
