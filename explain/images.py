@@ -11,6 +11,14 @@ import numpy as np
 from ot_layers.optional import require
 
 
+def _bilinear_resize(images, size, antialias=False):
+    """``images`` ``(B, H, W, C)`` resized bilinearly to ``size`` as NumPy, on every backend (``keras.ops``;
+    ``tf.image.resize``'s half-pixel centres)."""
+    resized = keras.ops.image.resize(images, size, interpolation="bilinear", antialias=antialias,
+                                     data_format="channels_last")
+    return keras.ops.convert_to_numpy(resized)
+
+
 def model_input_shape(model):
     """``(H, W, C)`` of ``model``'s (first) image input; ``H``/``W`` may be ``None`` (any size)."""
     shape = tuple(model.inputs[0].shape[1:])
@@ -49,9 +57,7 @@ def prepare_images(images, input_shape):
             raise ValueError(f"`input_shape` must have 1 or 3 channels to convert images, got {input_shape!r}.")
     size = (height or array.shape[1], width or array.shape[2])
     if size != tuple(array.shape[1:3]):
-        array = keras.ops.convert_to_numpy(keras.ops.image.resize(array, size, interpolation="bilinear",
-                                                                  antialias=True, data_format="channels_last"))
-        array = np.clip(array, 0.0, 255.0)
+        array = np.clip(_bilinear_resize(array, size, antialias=True), 0.0, 255.0)
     return array.astype(np.float32)
 
 
@@ -73,11 +79,9 @@ def load_image_file(path, input_shape):
 
 def upsample(maps, size):
     """Bilinear upsampling of cell maps ``(..., h, w)`` to ``size`` ``(H, W)`` (pixel centres aligned as
-    ``tf.image.resize`` does, on every backend: ``keras.ops.image.resize``), for heat maps drawn over the image;
-    float32."""
+    ``tf.image.resize`` does), for heat maps drawn over the image; float32."""
     maps = np.asarray(maps, dtype=np.float32)
     lead = maps.shape[:-2]
     flat = maps.reshape((-1,) + maps.shape[-2:] + (1,))
-    resized = keras.ops.convert_to_numpy(keras.ops.image.resize(flat, size, interpolation="bilinear",
-                                                                data_format="channels_last"))[..., 0]
+    resized = _bilinear_resize(flat, size)[..., 0]
     return resized.reshape(lead + tuple(size))

@@ -22,6 +22,7 @@ from typing import NamedTuple
 
 import keras
 import numpy as np
+from keras.ops import convert_to_numpy
 
 from explain.images import model_input_shape, prepare_images
 from ot_layers.layers.emd_head import EMDHead
@@ -46,13 +47,8 @@ def layer_inputs(model, layer, inputs):
                          f"must be called once in the model's own graph): {error}") from None
     outputs = head(inputs, training=False)
     if isinstance(outputs, (list, tuple)):
-        return [_numpy(x) for x in outputs]
-    return _numpy(outputs)
-
-
-def _numpy(x):
-    """A tensor or variable of any backend as a NumPy array (a PyTorch tensor that records its gradient too)."""
-    return np.asarray(keras.ops.convert_to_numpy(x))
+        return [convert_to_numpy(x) for x in outputs]
+    return convert_to_numpy(outputs)
 
 
 def _grid(feature_map):
@@ -88,7 +84,7 @@ def mpw_plans(model, images, layer_name=None):
     layer = find_layer(model, MultiProxyWasserstein, layer_name)
     features = layer_inputs(model, layer, _images(model, images))
     plan, inner, _ = layer.matcher.match(flatten_feature_map(keras.ops.convert_to_tensor(features)), layer.proxies)
-    plan, inner = _numpy(plan), _numpy(inner)
+    plan, inner = convert_to_numpy(plan), convert_to_numpy(inner)
     logits = np.sum(plan * inner, axis=(-2, -1))
     return MPWPlans(plan, inner, logits, _grid(features))
 
@@ -112,8 +108,8 @@ def gsp_weights(model, images, layer_name=None):
     features = layer_inputs(model, layer, _images(model, images))
     dtype = "float64" if layer.variable_dtype == "float64" else "float32"  # as the layer's call
     flat = flatten_feature_map(keras.ops.cast(keras.ops.convert_to_tensor(features), dtype))
-    weights = _numpy(layer.pooling_weights(flat)[0])
-    flat = _numpy(flat)
+    weights = convert_to_numpy(layer.pooling_weights(flat)[0])
+    flat = convert_to_numpy(flat)
     return GSPWeights(weights, flat, np.einsum("bn,bnc->bc", weights, flat), _grid(features))
 
 
@@ -148,9 +144,10 @@ def emd_flows(model, query_images, support_images, support_labels, layer_name=No
     query_maps, class_maps = layer_inputs(model, layer, [prepare_images(query_images, shape), support, labels])
     cost, a, b, result = layer.transport(flatten_feature_map(keras.ops.convert_to_tensor(query_maps)),
                                          flatten_feature_map(keras.ops.convert_to_tensor(class_maps)))
-    plans, cost = _numpy(result.plan), _numpy(cost)
+    plans, cost = convert_to_numpy(result.plan), convert_to_numpy(cost)
     logits = layer.scale * np.sum((1.0 - cost) * plans, axis=(-2, -1))
-    return EMDFlows(plans, cost, _numpy(a), _numpy(b), logits, _grid(query_maps), _grid(class_maps))
+    return EMDFlows(plans, cost, convert_to_numpy(a), convert_to_numpy(b), logits, _grid(query_maps),
+                    _grid(class_maps))
 
 
 class PrototypeGeometry(NamedTuple):
@@ -172,12 +169,12 @@ def prototype_geometry(model, layer_name=None):
     """The prototype geometry of the ``HypersphericalPrototypes`` layer in ``model`` (or the layer itself)."""
     layer = model if isinstance(model, HypersphericalPrototypes) else find_layer(model, HypersphericalPrototypes,
                                                                                  layer_name)
-    assigned = normalize_rows_np(_numpy(layer.assigned_prototypes()).astype(np.float64))
-    representatives = _numpy(layer.representatives).astype(np.float64)
+    assigned = normalize_rows_np(convert_to_numpy(layer.assigned_prototypes()).astype(np.float64))
+    representatives = convert_to_numpy(layer.representatives).astype(np.float64)
     alignment = None
     if np.any(representatives):
         alignment = normalize_rows_np(representatives) @ assigned.T
-    return PrototypeGeometry(assigned, _numpy(layer.assignment), assigned @ assigned.T, alignment)
+    return PrototypeGeometry(assigned, convert_to_numpy(layer.assignment), assigned @ assigned.T, alignment)
 
 
 class AssignmentHistory(keras.callbacks.Callback):
@@ -192,7 +189,7 @@ class AssignmentHistory(keras.callbacks.Callback):
 
     def _record(self):
         layer = find_layer(self.model, HypersphericalPrototypes, self.layer_name)
-        self.assignments.append(_numpy(layer.assignment).copy())
+        self.assignments.append(convert_to_numpy(layer.assignment).copy())
 
     def on_train_begin(self, logs=None):
         if not self.assignments:

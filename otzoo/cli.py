@@ -37,7 +37,8 @@ from training.recipes import RECIPES, evaluate_preset, recipe_for, train_preset
 from training.recipes.common import preset_spec
 from training.recipes.components import compiled_step
 from training.recipes.few_shot import pretrained_backbone_path
-from training.recipes.fine_tune import BATCH_SIZE as FINE_TUNE_BATCH, FINE_TUNE_DATASET, fine_tune_preset
+from training.recipes.fine_tune import (BATCH_SIZE as FINE_TUNE_BATCH, FINE_TUNE_DATASET, fine_tune_preset,
+                                       fine_tuned_card)
 from zoo.preset_format import WeightsIntegrityError, read_card
 from zoo.registry import PRESETS
 
@@ -292,12 +293,10 @@ def demo(args):
     _, after = model.evaluate(array_batches(x_test, y_test, 256), verbose=0)
     print(f"3. model.fit, 1 epoch on {len(x_train):,} training images (loss {history.history['loss'][-1]:.4f}): "
           f"test accuracy {after:.4f}")
-    backend = keras.backend.backend()
-    if backend != "tensorflow":
+    if keras.backend.backend() != "tensorflow":
         path = os.path.join(args.out, "fine_tuned")
-        zoo.save_preset(model, path, card=dict(card, metrics=None, name=f"{name}_fine_tuned", fine_tuned=dict(
-            base=name, epochs=1, limit=len(x_train), learning_rate=args.learning_rate, seed=args.seed,
-            backend=backend, loss=[round(float(history.history["loss"][-1]), 4)])))
+        zoo.save_preset(model, path, card=fine_tuned_card(name, 1, len(x_train), args.learning_rate, args.seed,
+                                                          history.history["loss"]))
         print(f"4. zoo.save_preset -> {path}. Export runs on the TensorFlow backend (the SavedModel and ONNX "
               f"converters); where TensorFlow is installed: otzoo --backend tensorflow export {path} --out "
               f"{os.path.join(args.out, 'export')}")

@@ -71,8 +71,8 @@ def read_config(directory):
                                 f"holds {CONFIG_FILE}, {WEIGHTS_FILE} and {CARD_FILE}).")
     with open(path) as handle:
         config = json.load(handle)
-    config.pop("compile_config", None)  # not part of a preset (see write_preset); an older one may hold it
-    return keras.models.model_from_json(json.dumps(config))
+    config.pop("compile_config", None)  # not part of a preset (see write_config); an older one may hold it
+    return keras.saving.deserialize_keras_object(config)  # what keras.models.model_from_json does after parsing
 
 
 def weights_with_card(weights):

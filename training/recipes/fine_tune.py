@@ -47,10 +47,17 @@ def fine_tune_preset(name, out_dir, epochs=1, limit=4096, learning_rate=0.01, se
     before = float(trained.evaluate(data, verbose=0))
     history = trained.fit(data, epochs=epochs, verbose=verbose)
     after = float(trained.evaluate(data, verbose=0))
-    card = dict(model_card(name), metrics=None, name=f"{name}_fine_tuned",
-                fine_tuned=dict(base=name, epochs=epochs, limit=limit, learning_rate=learning_rate, seed=seed,
-                                backend=keras.backend.backend(),
-                                loss=[round(float(v), 4) for v in history.history["loss"]],
-                                loss_on_slice_before_after=[round(before, 4), round(after, 4)]))
+    card = fine_tuned_card(name, epochs, limit, learning_rate, seed, history.history["loss"],
+                           loss_on_slice_before_after=[round(before, 4), round(after, 4)])
     save_preset(model, out_dir, card=card)
     return card
+
+
+def fine_tuned_card(name, epochs, limit, learning_rate, seed, losses, **measured):
+    """The card of preset ``name`` fine-tuned on the active backend: its own card with no ``metrics`` (not measured
+    after fine-tuning) and ``fine_tuned`` naming the base, the run's settings, the backend, the loss per epoch and
+    ``measured``'s fields."""
+    return dict(model_card(name), metrics=None, name=f"{name}_fine_tuned",
+                fine_tuned=dict(base=name, epochs=epochs, limit=limit, learning_rate=learning_rate, seed=seed,
+                                backend=keras.backend.backend(), loss=[round(float(v), 4) for v in losses],
+                                **measured))
