@@ -10,11 +10,12 @@
 #                                                     and the solver checks at JAX's default precision (a record)
 #     bash scripts/gpu_lease.sh presets [SECONDS]     experiments/gpu_presets.py through the JAX backend, resumable:
 #                                                     gpu_presets.tgz holds the run records and seed 0's finished
-#                                                     preset directories, gpu_resume.tgz every unfinished run's
-#                                                     directory (its backup); the protocol stops between epochs at
-#                                                     SECONDS and is killed at SECONDS + 60 s at the latest, so both
-#                                                     are made in the call. Before the next presets call, here:
-#                                                     rm -rf gpu_runs && tar xzf gpu_resume.tgz, and carry gpu_runs
+#                                                     preset directories, gpu_resume.tgz.* every unfinished
+#                                                     run's directory (its newest backup) in 15 MiB parts; the
+#                                                     protocol stops between epochs at SECONDS and is killed at
+#                                                     SECONDS + 60 s at the latest, so both are made in the call.
+#                                                     Before the next presets call, here: rm -rf gpu_runs &&
+#                                                     cat gpu_resume.tgz.* | tar xzf -, and carry gpu_runs
 #                                                     with .whl and .fashion-mnist: the unfinished runs resume.
 #                                                     PRESETS_WORKERS (default 4) runs train side by side; the
 #                                                     log's last line gives the epochs trained per minute.
@@ -40,13 +41,17 @@ block=()
 if [ -n "${OTZOO_REHEARSAL:-}" ]; then
     block=(--block-tensorflow)
 else
-    "$python" -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site \
-        .whl/*.whl || exit 1
+    # once per machine, under a lock: two steps may run side by side in one call (matrix beside presets)
+    (flock 9 && { [ -f /tmp/site/.otzoo-wheels ] || { "$python" -m pip install -q --no-index --no-deps --no-compile \
+        --no-cache-dir --upgrade --target /tmp/site .whl/*.whl && touch /tmp/site/.otzoo-wheels; }; }) 9>/tmp/site.lock \
+        || exit 1
     export PYTHONPATH="/tmp/site:$PWD"
 fi
 export OTZOO_FASHION_MNIST="${OTZOO_FASHION_MNIST:-$PWD/.fashion-mnist}"
-(nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv && nvidia-smi | grep -m1 "CUDA Version") \
-    > "$out/gpu.txt" 2>&1 || echo "no nvidia-smi" > "$out/gpu.txt"
+# (the plain nvidia-smi's banner is searched apart: where it names no CUDA version, the GPU's line still stands)
+nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv > "$out/gpu.txt" 2>&1 \
+    || echo "no nvidia-smi" > "$out/gpu.txt"
+{ nvidia-smi 2>/dev/null | grep -m1 "CUDA Version"; } >> "$out/gpu.txt" || true
 
 case "$step" in
     matrix)
@@ -73,8 +78,16 @@ case "$step" in
         # directories (to carry back as gpu_runs, so that the next call resumes them).
         finished=$(for card in gpu_runs/*-seed0/metadata.json; do if [ -f "$card" ]; then dirname "$card"; fi; done)
         tar czf "$out/gpu_presets.tgz" experiments/results/gpu_presets $finished
-        for backup in gpu_runs/*/backup; do if [ -d "$backup" ]; then dirname "$backup"; fi; done \
-            | tar czf "$out/gpu_resume.tgz" -T -
+        # Each run's newest backup only (the one its `latest` names; the older one is kept on disk against a torn
+        # write, which a finished archive cannot have): 2.4 MB a run. Split in 15 MiB parts (a returned file may
+        # hold 16 MiB): here, cat gpu_resume.tgz.* | tar xzf -
+        for backup in gpu_runs/*/backup; do
+            [ -f "$backup/latest" ] || continue
+            newest=$("$python" -c 'import json, sys; print(json.load(open(sys.argv[1]))["checkpoint"])' "$backup/latest")
+            find "$(dirname "$backup")" -path "$backup" -prune -o -type f -print
+            echo "$backup/latest"
+            find "$backup/$newest" -type f
+        done | tar czf - -T - | split -b 15m - "$out/gpu_resume.tgz."
         ;;
     *)
         echo "unknown step: $step (matrix, benchmarks or presets)" >&2
