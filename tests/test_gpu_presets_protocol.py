@@ -39,6 +39,22 @@ def test_the_budget_is_the_best_mean_validation_score_the_smaller_on_a_tie():
     assert gpu_presets.chosen_budget(records, "q", [10, 20]) is None  # a budget without a run: no choice yet
 
 
+def test_the_report_says_when_the_best_budget_is_an_end_of_the_grid(tmp_path, capsys):
+    records = [_select("up", 10, 0, 0.80), _select("up", 20, 0, 0.85), _select("up", 40, 0, 0.86),
+               _select("down", 10, 0, 0.70), _select("down", 20, 0, 0.65), _select("mid", 10, 0, 0.5),
+               _select("mid", 20, 0, 0.6), _select("mid", 40, 0, 0.55), _select("one", 10, 0, 0.5)]
+    for record in records:
+        path = gpu_presets._record_path(str(tmp_path), "select", record["preset"], record["epochs"], record["seed"])
+        with open(path, "w") as handle:
+            json.dump(record, handle)
+    gpu_presets.main(["report", "--results", str(tmp_path)])
+    presets = json.loads(capsys.readouterr().out)["presets"]
+    found = {name: (entry["best_budget_on_validation"], entry["best_budget_at_edge_of_grid"])
+             for name, entry in presets.items()}
+    assert found == {"up": (40, "largest"), "down": (10, "smallest"), "mid": (20, None), "one": (10, None)}
+    assert all(entry["budget"] is None for entry in presets.values())  # no final run yet
+
+
 def test_final_runs_wait_for_every_select_run_of_their_preset(tmp_path):
     """Side by side, a final run must not start on a budget chosen before every select seed has scored it."""
     args = argparse.Namespace(results=str(tmp_path), phase="all", presets=["p", "q"], budgets=[1, 2],
