@@ -20,8 +20,8 @@
 #                                                     PRESETS_WORKERS (default 4) runs train side by side; the
 #                                                     log's last line gives the epochs trained per minute.
 #
-# SECONDS (default 480) is when the step starts nothing new; BACKENDS="torch" runs the matrix of one backend (the
-# cells a first call left "not run"); PRESETS_OPTIONS adds options to the protocol's run (a CPU-sized rehearsal:
+# SECONDS (default 480) is when the step starts nothing new; BACKENDS="torch" runs the matrix of one backend and
+# CHECKS="check_emd.py check_sinkhorn.py" some of its checks (the cells an earlier call left "not run"); PRESETS_OPTIONS adds options to the protocol's run (a CPU-sized rehearsal:
 # PRESETS_OPTIONS="--limit 1200 --presets resnet20_gap_fashion_mnist --budgets 1 2 --seeds 0"). Every step also
 # writes gpu.txt (nvidia-smi's GPU, driver and CUDA) and its log. JAX runs float32 matrix products in TensorFloat-32
 # on this GPU by default (about 3 decimal digits); the matrix step sets JAX_DEFAULT_MATMUL_PRECISION=highest because
@@ -56,7 +56,8 @@ nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv > "$out/gpu
 case "$step" in
     matrix)
         JAX_DEFAULT_MATMUL_PRECISION=highest "$python" tests/backends/run_checks.py --backends ${BACKENDS:-jax torch} \
-            --out "$out/matrix_gpu.json" --time-limit "$limit" "${block[@]}" 2>&1 | tee "$out/matrix.log"
+            ${CHECKS:+--checks $CHECKS} --out "$out/matrix_gpu.json" --time-limit "$limit" "${block[@]}" 2>&1 \
+            | tee "$out/matrix.log"
         ;;
     benchmarks)
         { "$python" benchmarks/sinkhorn.py --repeats 20 --out "$out/sinkhorn_gpu.json"
