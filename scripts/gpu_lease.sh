@@ -21,7 +21,8 @@
 #                                                     log's last line gives the epochs trained per minute.
 #
 # SECONDS (default 480) is when the step starts nothing new; BACKENDS="torch" runs the matrix of one backend and
-# CHECKS="check_emd.py check_sinkhorn.py" some of its checks (the cells an earlier call left "not run"); PRESETS_OPTIONS adds options to the protocol's run (a CPU-sized rehearsal:
+# CHECKS="check_emd.py check_sinkhorn.py" some of its checks (the cells an earlier call left "not run");
+# PRESETS_OPTIONS adds options to the protocol's run (a CPU-sized rehearsal:
 # PRESETS_OPTIONS="--limit 1200 --presets resnet20_gap_fashion_mnist --budgets 1 2 --seeds 0"). Every step also
 # writes gpu.txt (nvidia-smi's GPU, driver and CUDA) and its log. JAX runs float32 matrix products in TensorFloat-32
 # on this GPU by default (about 3 decimal digits); the matrix step sets JAX_DEFAULT_MATMUL_PRECISION=highest because
@@ -41,14 +42,18 @@ block=()
 if [ -n "${OTZOO_REHEARSAL:-}" ]; then
     block=(--block-tensorflow)
 else
+    install_wheels() {
+        [ -f /tmp/site/.otzoo-wheels ] && return 0
+        "$python" -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site \
+            .whl/*.whl && touch /tmp/site/.otzoo-wheels
+    }
     # once per machine, under a lock: two steps may run side by side in one call (matrix beside presets)
-    (flock 9 && { [ -f /tmp/site/.otzoo-wheels ] || { "$python" -m pip install -q --no-index --no-deps --no-compile \
-        --no-cache-dir --upgrade --target /tmp/site .whl/*.whl && touch /tmp/site/.otzoo-wheels; }; }) 9>/tmp/site.lock \
-        || exit 1
+    (flock 9 && install_wheels) 9>/tmp/site.lock || exit 1
     export PYTHONPATH="/tmp/site:$PWD"
 fi
 export OTZOO_FASHION_MNIST="${OTZOO_FASHION_MNIST:-$PWD/.fashion-mnist}"
-# (the plain nvidia-smi's banner is searched apart: where it names no CUDA version, the GPU's line still stands)
+# The CUDA version is looked up apart: under pipefail, grep -m1 closing the pipe fails nvidia-smi, and that failure
+# once replaced the GPU's line by "no nvidia-smi"
 nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv > "$out/gpu.txt" 2>&1 \
     || echo "no nvidia-smi" > "$out/gpu.txt"
 { nvidia-smi 2>/dev/null | grep -m1 "CUDA Version"; } >> "$out/gpu.txt" || true
@@ -82,12 +87,13 @@ case "$step" in
         # Each run's newest backup only (the one its `latest` names; the older one is kept on disk against a torn
         # write, which a finished archive cannot have): 2.4 MB a run. Split in 15 MiB parts (a returned file may
         # hold 16 MiB): here, cat gpu_resume.tgz.* | tar xzf -
+        newest='import json, sys; print(json.load(open(sys.argv[1]))["checkpoint"])'  # what `latest` points at
         for backup in gpu_runs/*/backup; do
             [ -f "$backup/latest" ] || continue
-            newest=$("$python" -c 'import json, sys; print(json.load(open(sys.argv[1]))["checkpoint"])' "$backup/latest")
+            newest_dir="$backup/$("$python" -c "$newest" "$backup/latest")"
             find "$(dirname "$backup")" -path "$backup" -prune -o -type f -print
             echo "$backup/latest"
-            find "$backup/$newest" -type f
+            find "$newest_dir" -type f
         done | tar czf - -T - | split -b 15m - "$out/gpu_resume.tgz."
         ;;
     *)
