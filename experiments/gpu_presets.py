@@ -17,7 +17,9 @@ Protocol, the same for every preset of a comparison (same budget grid, same seed
    accuracy, GSP vs GAP MAP@R) by Welch's t-test (``scipy.stats.ttest_ind(equal_var=False)``).
 
 Every run is one JSON record in ``--results`` (named by phase, preset, budget and seed); a run with a record is
-skipped, so the work spreads over several calls of a GPU lease. A run may itself span calls: each run backs up its
+skipped, so the work spreads over several calls of a GPU lease. A call starts the select runs first, then the
+final runs seed by seed, the presets of a comparison before the others: a lease that ends early leaves both sides of
+each comparison with as many finished seeds. A run may itself span calls: each run backs up its
 training state after every epoch into its directory under ``--runs`` (final runs: their preset directory
 ``PRESET-seedS``; select runs: ``select-PRESET-eE-sS``), and ``--time-limit`` stops the protocol between two epochs
 when the next epoch would end after the limit (judged by the slowest epoch seen in this call; every call trains at
@@ -233,7 +235,18 @@ def _ready_jobs(args):
                 pairs = [(budget, seed) for seed in args.seeds]
             jobs += [(phase, preset, epochs, seed) for epochs, seed in pairs
                      if (phase, preset, epochs, seed) not in done]
-    return jobs, waiting
+    return sorted(jobs, key=lambda job: _job_order(job, args.presets)), waiting
+
+
+def _job_order(job, presets):
+    """Where ``job`` comes in a call: every select run first, preset by preset; then the final runs seed by seed,
+    the presets of a comparison before the others, so that a call (or a lease) that ends early leaves the compared
+    presets with as many finished seeds each."""
+    phase, preset, epochs, seed = job
+    compared = any(preset in comparison[:2] for comparison in COMPARISONS)
+    if phase == "select":
+        return (0, 0, presets.index(preset), epochs, seed)
+    return (1, not compared, seed, presets.index(preset), epochs)
 
 
 def run_job(args, job, deadline):

@@ -75,8 +75,11 @@ case "$step" in
         # The protocol stops between epochs when the next would pass the limit, judged by the slowest epoch seen;
         # a call's first epoch (compiling included) is started blind, so the protocol is killed 60 s past the limit
         # at the latest (each run's last finished epoch is backed up atomically) and the archive is made in time.
+        # JAX's persistent compilation cache, on the machine's disk: every run of a preset and budget compiles the
+        # same training step (the seed is data, not program), so the runs after the first one of a call, and those
+        # of later calls while the machine stays warm, load it instead of compiling and autotuning it again.
         mkdir -p experiments/results/gpu_presets gpu_runs
-        KERAS_BACKEND=jax timeout "$((${limit%.*} + 60))" "$python" experiments/gpu_presets.py run \
+        JAX_COMPILATION_CACHE_DIR="${JAX_COMPILATION_CACHE_DIR:-/tmp/otzoo-jax-cache}" KERAS_BACKEND=jax timeout "$((${limit%.*} + 60))" "$python" experiments/gpu_presets.py run \
             --results experiments/results/gpu_presets --runs gpu_runs --time-limit "$limit" \
             --workers "${PRESETS_WORKERS:-4}" ${PRESETS_OPTIONS:-} 2>&1 \
             | tail -200 > "$out/presets.log"

@@ -204,3 +204,25 @@ def _assert_same_h5(a, b):
     assert sorted(first) == sorted(second) and first
     for name in first:
         np.testing.assert_allclose(second[name], first[name], rtol=1e-5, atol=1e-7, err_msg=name)
+
+
+def test_final_runs_go_seed_by_seed_with_the_compared_presets_first(tmp_path):
+    """A lease that ends early must leave both sides of a comparison with as many seeds: the final runs are started
+    seed by seed, and the preset outside every comparison (the hyperspherical one) after the compared ones."""
+    presets = list(gpu_presets.PRESETS)
+    args = argparse.Namespace(results=str(tmp_path), phase="all", presets=presets, budgets=[1], select_seeds=[0],
+                              seeds=[0, 1])
+    for preset in presets:
+        path = gpu_presets._record_path(str(tmp_path), "select", preset, 1, 0)
+        with open(path, "w") as handle:
+            json.dump(dict(phase="select", preset=preset, epochs=1, seed=0, validation_score=0.5), handle)
+    jobs, waiting = gpu_presets._ready_jobs(args)
+    assert waiting == [] and all(job[0] == "final" for job in jobs) and len(jobs) == 2 * len(presets)
+    compared = {name for comparison in gpu_presets.COMPARISONS for name in comparison[:2]}
+    outside = [preset for preset in presets if preset not in compared]
+    assert outside == ["resnet20_hyperspherical_fashion_mnist"]
+    order = [(job[1], job[3]) for job in jobs]
+    first_seed = [preset for preset, seed in order[:len(compared)]]
+    assert sorted(first_seed) == sorted(compared) and all(seed == 0 for _, seed in order[:len(compared)])
+    assert all(seed == 1 for _, seed in order[len(compared):2 * len(compared)])
+    assert order[-2:] == [(outside[0], 0), (outside[0], 1)]
