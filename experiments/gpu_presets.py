@@ -6,15 +6,16 @@ Protocol, the same for every preset of a comparison (same budget grid, same seed
 1. ``select``: for each preset and each budget ``E`` of ``--budgets`` (epochs; the recipe's schedule spans the whole
    run, so each budget is a run of its own), train by the preset's recipe on its training images minus a validation
    part carved from them, the part ``otzoo tune`` scores trials on (classification: a class-stratified
-   ``--validation-fraction`` of the images, the same for every run; retrieval: the last seen classes held out, scored by MAP@R among them),
-   once per ``--select-seeds`` seed. The test split is never read. The preset's budget is the ``E`` with the best mean
-   validation score (the smaller ``E`` on a tie).
+   ``--validation-fraction`` of the images, the same for every run; retrieval: the last seen classes held out,
+   scored by MAP@R among them), once per ``--select-seeds`` seed. The test split is never read. The preset's budget
+   is the ``E`` with the best mean validation score (the smaller ``E`` on a tie).
 2. ``final``: train the preset by its recipe at its budget on its whole training split with each of ``--seeds``
    (``training.recipes.train_preset``, what ``otzoo --backend jax train PRESET --epochs E --seed S`` runs); the test
    metrics are the card's. Seed 0's run directory (weights and card, which names the backend, the accelerator and
    the budget) is the one to ship.
 3. ``report``: each preset's mean and sample standard deviation over the seeds, and the comparisons (MPW vs GAP
-   accuracy, GSP vs GAP MAP@R) by Welch's t-test (``scipy.stats.ttest_ind(equal_var=False)``).
+   accuracy, GSP vs GAP MAP@R) by Welch's t-test (``scipy.stats.ttest_ind(equal_var=False)``), as JSON and, with
+   ``--markdown``, as the two tables the docs show.
 
 Every run is one JSON record in ``--results`` (named by phase, preset, budget and seed); a run with a record is
 skipped, so the work spreads over several calls of a GPU lease. A call starts the select runs first, then the
@@ -34,7 +35,7 @@ trained per minute, the figure to choose N by.
 
     KERAS_BACKEND=jax python experiments/gpu_presets.py run --results experiments/results/gpu_presets \\
         --runs gpu_runs --budgets 5 10 15 30 60 --select-seeds 0 --seeds 0 1 2 3 4 --time-limit 540 --workers 4
-    python experiments/gpu_presets.py report --results experiments/results/gpu_presets
+    python experiments/gpu_presets.py report --results experiments/results/gpu_presets --markdown seeds.md
 """
 import argparse
 import glob
@@ -386,7 +387,30 @@ def report(args):
     if args.output:
         with open(args.output, "w") as handle:
             handle.write(text + "\n")
+    if args.markdown:
+        with open(args.markdown, "w") as handle:
+            handle.write(markdown_tables(summary))
     return 0
+
+
+def markdown_tables(summary):
+    """``report``'s summary as two Markdown tables: each preset's budget and test metrics (mean ± sample sd over its
+    seeds), then the comparisons (difference of the means, Welch's t and its two-sided p-value)."""
+    lines = ["| preset | budget (epochs) | seeds | test metrics, mean ± sd |", "| --- | --- | --- | --- |"]
+    for preset, entry in summary["presets"].items():
+        metrics = [(name, value) for name, value in entry.items() if isinstance(value, dict) and "values" in value]
+        shown = ", ".join(f"{name} {value['mean']:.4f}" + (f" ± {value['sd']:.4f}" if value["sd"] is not None else "")
+                          for name, value in metrics)
+        budget = entry["budget"] if entry["budget"] is not None else entry["best_budget_on_validation"]  # no final yet
+        if entry["best_budget_at_edge_of_grid"]:
+            budget = f"{budget} ({entry['best_budget_at_edge_of_grid']} of the grid)"
+        lines.append(f"| {preset} | {budget} | {len(entry['seeds'])} | {shown or '-'} |")
+    lines += ["", "| comparison | metric | difference of means | Welch's t | p | seeds |",
+              "| --- | --- | --- | --- | --- | --- |"]
+    for c in summary["comparisons"]:
+        lines.append(f"| {c['preset']} vs {c['baseline']} | {c['metric']} | {c['difference']:+.4f} | "
+                     f"{c['welch_t']:.2f} | {c['p_value']:.3g} | {c['seeds'][0]} vs {c['seeds'][1]} |")
+    return "\n".join(lines) + "\n"
 
 
 def main(argv=None):
@@ -409,7 +433,8 @@ def main(argv=None):
     sub.set_defaults(run=run)
     sub = commands.add_parser("report", help="summarize the records")
     sub.add_argument("--results", required=True)
-    sub.add_argument("--output", default=None)
+    sub.add_argument("--output", default=None, help="also write the summary (JSON) here")
+    sub.add_argument("--markdown", default=None, help="also write the seeds and comparisons tables (Markdown) here")
     sub.set_defaults(run=report)
     args = parser.parse_args(argv)
     return args.run(args)

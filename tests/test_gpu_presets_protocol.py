@@ -226,3 +226,30 @@ def test_final_runs_go_seed_by_seed_with_the_compared_presets_first(tmp_path):
     assert sorted(first_seed) == sorted(compared) and all(seed == 0 for _, seed in order[:len(compared)])
     assert all(seed == 1 for _, seed in order[len(compared):2 * len(compared)])
     assert order[-2:] == [(outside[0], 0), (outside[0], 1)]
+
+
+def test_the_report_tables_give_mean_sd_and_welch_test_of_the_final_runs(tmp_path, capsys):
+    from scipy import stats
+    mpw, gap = [0.951, 0.948, 0.953], [0.944, 0.949, 0.946, 0.947]
+    records = [_select(p, e, 0, score) for p in ("resnet20_mpw_fashion_mnist", "resnet20_gap_fashion_mnist")
+               for e, score in ((15, 0.93), (60, 0.94))]
+    records += [dict(phase="final", preset=preset, epochs=60, seed=seed, metrics={"accuracy": value},
+                     hardware="GPU", backend="jax", limit=None)
+                for preset, values in (("resnet20_mpw_fashion_mnist", mpw), ("resnet20_gap_fashion_mnist", gap))
+                for seed, value in enumerate(values)]
+    for record in records:
+        path = gpu_presets._record_path(str(tmp_path), record["phase"], record["preset"], record["epochs"],
+                                        record["seed"])
+        with open(path, "w") as handle:
+            json.dump(record, handle)
+    table = tmp_path / "seeds.md"
+    gpu_presets.main(["report", "--results", str(tmp_path), "--markdown", str(table)])
+    summary = json.loads(capsys.readouterr().out)
+    (comparison,) = summary["comparisons"]
+    expected = stats.ttest_ind(mpw, gap, equal_var=False)
+    assert comparison["welch_t"] == pytest.approx(expected.statistic)
+    assert comparison["p_value"] == pytest.approx(expected.pvalue)
+    text = table.read_text()
+    assert f"accuracy {np.mean(mpw):.4f} ± {np.std(mpw, ddof=1):.4f}" in text
+    assert "| resnet20_mpw_fashion_mnist | 60 (largest of the grid) | 3 |" in text
+    assert f"| {np.mean(mpw) - np.mean(gap):+.4f} | {expected.statistic:.2f} | {expected.pvalue:.3g} | 3 vs 4 |" in text
