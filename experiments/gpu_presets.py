@@ -20,8 +20,8 @@ Protocol, the same for every preset of a comparison (same budget grid, same seed
 Every run is one JSON record in ``--results`` (named by phase, preset, budget and seed); a run with a record is
 skipped, so the work spreads over several calls of a GPU lease. A call starts the select runs first, then the
 final runs seed by seed, the presets of a comparison before the others: a lease that ends early leaves both sides of
-each comparison with as many finished seeds. A run may itself span calls: each run backs up its
-training state after every epoch into its directory under ``--runs`` (final runs: their preset directory
+each comparison with as many finished seeds. A run may itself span calls: each run backs up its training state
+after every epoch into its directory under ``--runs`` (final runs: their preset directory
 ``PRESET-seedS``; select runs: ``select-PRESET-eE-sS``), and ``--time-limit`` stops the protocol between two epochs
 when the next epoch would end after the limit (judged by the slowest epoch seen in this call; every call trains at
 least one epoch). A later call, given that folder back, resumes the run from its backup at the epoch it stopped at,

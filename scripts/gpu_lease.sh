@@ -78,8 +78,9 @@ case "$step" in
         # JAX's persistent compilation cache, on the machine's disk: every run of a preset and budget compiles the
         # same training step (the seed is data, not program), so the runs after the first one of a call, and those
         # of later calls while the machine stays warm, load it instead of compiling and autotuning it again.
+        export JAX_COMPILATION_CACHE_DIR="${JAX_COMPILATION_CACHE_DIR:-/tmp/otzoo-jax-cache}"
         mkdir -p experiments/results/gpu_presets gpu_runs
-        JAX_COMPILATION_CACHE_DIR="${JAX_COMPILATION_CACHE_DIR:-/tmp/otzoo-jax-cache}" KERAS_BACKEND=jax timeout "$((${limit%.*} + 60))" "$python" experiments/gpu_presets.py run \
+        KERAS_BACKEND=jax timeout "$((${limit%.*} + 60))" "$python" experiments/gpu_presets.py run \
             --results experiments/results/gpu_presets --runs gpu_runs --time-limit "$limit" \
             --workers "${PRESETS_WORKERS:-4}" ${PRESETS_OPTIONS:-} 2>&1 \
             | tail -200 > "$out/presets.log"
