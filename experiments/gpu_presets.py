@@ -246,7 +246,7 @@ def _job_order(job, presets):
     phase, preset, epochs, seed = job
     compared = any(preset in comparison[:2] for comparison in COMPARISONS)
     if phase == "select":
-        return (0, 0, presets.index(preset), epochs, seed)
+        return (0, presets.index(preset), epochs, seed)
     return (1, not compared, seed, presets.index(preset), epochs)
 
 

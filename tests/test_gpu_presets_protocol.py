@@ -30,6 +30,13 @@ def _select(preset, epochs, seed, score):
     return dict(phase="select", preset=preset, epochs=epochs, seed=seed, validation_score=score)
 
 
+def _write(results, record):
+    """``record`` as the protocol stores it: one JSON file in ``results``, named by phase, preset, budget and seed."""
+    path = gpu_presets._record_path(results, record["phase"], record["preset"], record["epochs"], record["seed"])
+    with open(path, "w") as handle:
+        json.dump(record, handle)
+
+
 def test_the_budget_is_the_best_mean_validation_score_the_smaller_on_a_tie():
     records = [_select("p", 10, 0, 0.80), _select("p", 10, 1, 0.90), _select("p", 20, 0, 0.86),
                _select("p", 20, 1, 0.86), _select("p", 40, 0, 0.84), _select("q", 10, 0, 0.5)]
@@ -44,9 +51,7 @@ def test_the_report_says_when_the_best_budget_is_an_end_of_the_grid(tmp_path, ca
                _select("down", 10, 0, 0.70), _select("down", 20, 0, 0.65), _select("mid", 10, 0, 0.5),
                _select("mid", 20, 0, 0.6), _select("mid", 40, 0, 0.55), _select("one", 10, 0, 0.5)]
     for record in records:
-        path = gpu_presets._record_path(str(tmp_path), "select", record["preset"], record["epochs"], record["seed"])
-        with open(path, "w") as handle:
-            json.dump(record, handle)
+        _write(str(tmp_path), record)
     gpu_presets.main(["report", "--results", str(tmp_path)])
     presets = json.loads(capsys.readouterr().out)["presets"]
     found = {name: (entry["best_budget_on_validation"], entry["best_budget_at_edge_of_grid"])
@@ -61,8 +66,7 @@ def test_final_runs_wait_for_every_select_run_of_their_preset(tmp_path):
                               select_seeds=[0, 1], seeds=[0, 1])
 
     def write(phase, preset, epochs, seed, **fields):
-        with open(gpu_presets._record_path(str(tmp_path), phase, preset, epochs, seed), "w") as handle:
-            json.dump(dict(phase=phase, preset=preset, epochs=epochs, seed=seed, **fields), handle)
+        _write(str(tmp_path), dict(phase=phase, preset=preset, epochs=epochs, seed=seed, **fields))
 
     jobs, waiting = gpu_presets._ready_jobs(args)
     assert jobs == [("select", p, e, s) for p in "pq" for e in (1, 2) for s in (0, 1)] and waiting == ["p", "q"]
@@ -213,9 +217,7 @@ def test_final_runs_go_seed_by_seed_with_the_compared_presets_first(tmp_path):
     args = argparse.Namespace(results=str(tmp_path), phase="all", presets=presets, budgets=[1], select_seeds=[0],
                               seeds=[0, 1])
     for preset in presets:
-        path = gpu_presets._record_path(str(tmp_path), "select", preset, 1, 0)
-        with open(path, "w") as handle:
-            json.dump(dict(phase="select", preset=preset, epochs=1, seed=0, validation_score=0.5), handle)
+        _write(str(tmp_path), _select(preset, 1, 0, 0.5))
     jobs, waiting = gpu_presets._ready_jobs(args)
     assert waiting == [] and all(job[0] == "final" for job in jobs) and len(jobs) == 2 * len(presets)
     compared = {name for comparison in gpu_presets.COMPARISONS for name in comparison[:2]}
@@ -238,10 +240,7 @@ def test_the_report_tables_give_mean_sd_and_welch_test_of_the_final_runs(tmp_pat
                 for preset, values in (("resnet20_mpw_fashion_mnist", mpw), ("resnet20_gap_fashion_mnist", gap))
                 for seed, value in enumerate(values)]
     for record in records:
-        path = gpu_presets._record_path(str(tmp_path), record["phase"], record["preset"], record["epochs"],
-                                        record["seed"])
-        with open(path, "w") as handle:
-            json.dump(record, handle)
+        _write(str(tmp_path), record)
     table = tmp_path / "seeds.md"
     gpu_presets.main(["report", "--results", str(tmp_path), "--markdown", str(table)])
     summary = json.loads(capsys.readouterr().out)
