@@ -25,8 +25,10 @@ after every epoch into its directory under ``--runs`` (final runs: their preset 
 ``PRESET-seedS``; select runs: ``select-PRESET-eE-sS``), and ``--time-limit`` stops the protocol between two epochs
 when the next epoch would end after the limit (judged by the slowest epoch seen in this call; every call trains at
 least one epoch). A later call, given that folder back, resumes the run from its backup at the epoch it stopped at,
-on the batches an uninterrupted run would draw. A record's ``seconds`` are those of the call that finished the run,
-and ``resumed_at_epoch`` the epoch that call started at (0: the run was trained in one call).
+on the batches an uninterrupted run would draw; a run's directory is marked with its budget, seed and ``--limit``
+(``protocol_run.json``, removed when the run ends), and a backup marked otherwise (a final run whose budget a widened
+grid changed) is discarded and the run starts afresh. A record's ``seconds`` are those of the call that finished
+the run, and ``resumed_at_epoch`` the epoch that call started at (0: the run was trained in one call).
 
 ``--workers N`` trains up to N runs at once, each in a process of its own: a ResNet-20 on 28x28 images leaves most
 of a GPU idle between its small kernels, and the runs are independent (a final run starts once every select run
@@ -207,11 +209,33 @@ class Deadline(keras.callbacks.Callback):
         self._epoch_ended()
 
 
-def _fresh_run_dir(path):
-    """``path`` ready for a run: kept when it holds a backup to resume from, else emptied (a run that finished
-    without a record, e.g. killed while scoring, starts again)."""
-    if os.path.isdir(path) and not os.path.isdir(os.path.join(path, "backup")):
-        shutil.rmtree(path)
+# Written into a run's directory when the run starts and removed when it ends: which run its backup belongs to.
+# A final run's directory is named by preset and seed only (it is the preset directory shipped), and its budget is
+# chosen when its preset's select runs are all recorded, so a budget grid widened later may choose another budget
+# than the one a backup was trained for (each recipe's schedule spans the whole run).
+RUN_MARKER = "protocol_run.json"
+
+
+def _prepared_run_dir(path, job, limit):
+    """``path`` ready for ``job`` (``(phase, preset, epochs, seed)``) on ``limit`` images: kept when it holds a
+    backup of that same run to resume from; else emptied and marked as ``job``'s (a run that finished without a
+    record, e.g. killed while scoring, starts again, and so does one whose backup was made for another budget or
+    slice, or before runs were marked)."""
+    identity = dict(zip(("phase", "preset", "epochs", "seed"), job), limit=limit)
+    marker = os.path.join(path, RUN_MARKER)
+    if os.path.isdir(os.path.join(path, "backup")):
+        try:
+            with open(marker) as handle:
+                recorded = json.load(handle)
+        except (OSError, ValueError):
+            recorded = None
+        if recorded == identity:
+            return path
+        print(f"{_job_name(job)}: the backup in {path} belongs to another run ({recorded or 'unmarked'}); "
+              "starting afresh", flush=True)
+    shutil.rmtree(path, ignore_errors=True)
+    os.makedirs(path)
+    write_text_atomically(marker, json.dumps(identity))
     return path
 
 
@@ -259,20 +283,22 @@ def run_job(args, job, deadline):
                   hardware=hardware_description(), limit=args.limit)
     try:
         if phase == "select":
-            run_dir = _fresh_run_dir(os.path.join(args.runs, f"select-{preset}-e{epochs}-s{seed}"))
+            run_dir = _prepared_run_dir(os.path.join(args.runs, f"select-{preset}-e{epochs}-s{seed}"), job,
+                                        args.limit)
             score, losses = validation_score(preset, epochs, seed, args.limit, args.validation_fraction,
                                              run_dir=run_dir, callbacks=[deadline])
             record.update(validation_score=round(score, 4), loss=losses,
                           validation=f"validation_fraction {args.validation_fraction} of the training "
                                      "images (the test split is not read)")
         else:
-            out_dir = _fresh_run_dir(os.path.join(args.runs, f"{preset}-seed{seed}"))
-            card = train_preset(preset, out_dir, epochs=epochs, seed=seed, limit=args.limit, callbacks=[deadline])
-            record.update(metrics=card["metrics"], out_dir=out_dir, strategy=card["strategy"],
+            run_dir = _prepared_run_dir(os.path.join(args.runs, f"{preset}-seed{seed}"), job, args.limit)
+            card = train_preset(preset, run_dir, epochs=epochs, seed=seed, limit=args.limit, callbacks=[deadline])
+            record.update(metrics=card["metrics"], out_dir=run_dir, strategy=card["strategy"],
                           train_time_s=card["train_time_s"])
     except TimeLimitReached as stop:
         print(f"{stop} of {_job_name(job)}; a later call resumes it", flush=True)
         return False
+    os.remove(os.path.join(run_dir, RUN_MARKER))  # finished: a final run's directory is the preset shipped
     seconds = time.time() - start
     record.update(seconds=round(seconds, 1), resumed_at_epoch=deadline.first_epoch)
     # written whole, then renamed: the runs beside this one read every record

@@ -190,6 +190,7 @@ def test_the_protocol_runs_without_tensorflow_and_resumes(tmp_path):
         assert records_of_calls[("select", 2, 0)]["resumed_at_epoch"] == 1
     for runs in ("runs_1", "runs_2"):
         assert not glob.glob(str(tmp_path / runs / "*" / "backup"))  # every finished run's backup is gone
+        assert not glob.glob(str(tmp_path / runs / "*" / gpu_presets.RUN_MARKER))  # and its mark
 
 
 def _calls_until_done(call, options, expected_calls):
@@ -208,6 +209,36 @@ def _assert_same_h5(a, b):
     assert sorted(first) == sorted(second) and first
     for name in first:
         np.testing.assert_allclose(second[name], first[name], rtol=1e-5, atol=1e-7, err_msg=name)
+
+
+def test_a_backup_resumes_only_into_the_run_it_was_made_for(tmp_path):
+    """A final run's directory is named by preset and seed; its budget is chosen later, and a grid widened since a
+    backup was made may choose another. Only a backup marked as the same run (budget and slice included) is kept."""
+    path = str(tmp_path / "resnet20_mpw_fashion_mnist-seed0")
+    backup = os.path.join(path, "backup", "latest")
+
+    def prepare(epochs, limit=None):
+        job = ("final", "resnet20_mpw_fashion_mnist", epochs, 0)
+        assert gpu_presets._prepared_run_dir(path, job, limit) == path
+        with open(os.path.join(path, gpu_presets.RUN_MARKER)) as handle:
+            assert json.load(handle) == dict(phase="final", preset=job[1], epochs=epochs, seed=0, limit=limit)
+        return os.path.exists(backup)
+
+    def back_up():
+        os.makedirs(os.path.dirname(backup), exist_ok=True)
+        open(backup, "w").close()
+
+    assert not prepare(60)  # a new run: its directory made and marked
+    back_up()
+    assert prepare(60)  # the same run: resumed
+    assert not prepare(10)  # the budget changed: the 60-epoch backup is discarded
+    back_up()
+    assert not prepare(10, limit=384)  # another slice
+    back_up()
+    os.remove(os.path.join(path, gpu_presets.RUN_MARKER))
+    assert not prepare(10)  # a backup of unknown origin
+    open(os.path.join(path, "log.csv"), "w").close()
+    assert not prepare(10) and not os.path.exists(os.path.join(path, "log.csv"))  # no backup: the run starts again
 
 
 def test_final_runs_go_seed_by_seed_with_the_compared_presets_first(tmp_path):
