@@ -16,6 +16,8 @@ Protocol, the same for every preset of a comparison (same budget grid, same seed
 3. ``report``: each preset's mean and sample standard deviation over the seeds, and the comparisons (MPW vs GAP
    accuracy, GSP vs GAP MAP@R) by Welch's t-test (``scipy.stats.ttest_ind(equal_var=False)``), as JSON and, with
    ``--markdown``, as the two tables the docs show.
+4. ``ship``: copy each preset's seed-0 final run into a presets folder (``--to zoo/presets`` replaces the packaged
+   presets), its card extended with the protocol's budgets, seeds and each test metric's mean and sd.
 
 Every run is one JSON record in ``--results`` (named by phase, preset, budget and seed); a run with a record is
 skipped, so the work spreads over several calls of a GPU lease. A call starts the select runs first, then the
@@ -38,6 +40,7 @@ trained per minute, the figure to choose N by.
     KERAS_BACKEND=jax python experiments/gpu_presets.py run --results experiments/results/gpu_presets \\
         --runs gpu_runs --budgets 5 10 15 30 60 --select-seeds 0 --seeds 0 1 2 3 4 --time-limit 540 --workers 4
     python experiments/gpu_presets.py report --results experiments/results/gpu_presets --markdown seeds.md
+    python experiments/gpu_presets.py ship --results experiments/results/gpu_presets --runs gpu_runs --to zoo/presets
 """
 import argparse
 import glob
@@ -67,6 +70,8 @@ from training.recipes import recipe_for, train_preset  # noqa: E402
 from training.recipes.common import preset_spec, standard_callbacks  # noqa: E402
 from training.recipes.components import compiled_step, make_optimizer  # noqa: E402
 from zoo.loading import build  # noqa: E402
+from zoo.preset_format import (CARD_FILE, CONFIG_FILE, WEIGHTS_FILE, WeightsIntegrityError, check_sha256,  # noqa: E402
+                               read_card)
 
 PRESETS = ("resnet20_mpw_fashion_mnist", "resnet20_gap_fashion_mnist", "resnet20_hyperspherical_fashion_mnist",
            "resnet20_gsp_retrieval_fashion_mnist", "resnet20_gap_retrieval_fashion_mnist")
@@ -375,9 +380,8 @@ def run(args):
     return 0
 
 
-def report(args):
+def summarize(records):
     """Each preset's chosen budget, validation scores, and test metrics over the seeds; the comparisons."""
-    records = read_records(args.results)
     presets = sorted({r["preset"] for r in records})
     summary = {"presets": {}, "comparisons": []}
     for preset in presets:
@@ -408,6 +412,12 @@ def report(args):
         summary["comparisons"].append({"preset": preset, "baseline": baseline, "metric": metric,
                                        "difference": a["mean"] - b["mean"], "welch_t": float(test.statistic),
                                        "p_value": float(test.pvalue), "seeds": [len(a["values"]), len(b["values"])]})
+    return summary
+
+
+def report(args):
+    """:func:`summarize` the records: printed as JSON, and written as JSON and as Markdown tables when asked."""
+    summary = summarize(read_records(args.results))
     text = json.dumps(summary, indent=1)
     print(text)
     if args.output:
@@ -439,6 +449,58 @@ def markdown_tables(summary):
     return "\n".join(lines) + "\n"
 
 
+def ship(args):
+    """Copy each preset's final run of seed ``args.seed`` from ``args.runs`` into ``args.to/PRESET`` as a preset
+    directory (its config, weights and card, and its log as ``train_log.csv``), once it is checked to be the run its
+    record names; the card gains ``protocol``: the validation score of each budget, the seeds run and each test
+    metric's mean and sample sd over them. A preset already in ``args.to`` is replaced."""
+    records = read_records(args.results)
+    summary = summarize(records)["presets"]
+    for preset in args.presets:
+        record = next((r for r in records if (r["phase"], r["preset"], r["seed"]) == ("final", preset, args.seed)),
+                      None)
+        if record is None:
+            print(f"{preset}: no final run of seed {args.seed} recorded; not shipped")
+            continue
+        run_dir = os.path.join(args.runs, f"{preset}-seed{args.seed}")
+        card = _checked_card(run_dir, record)
+        entry = summary[preset]
+        card["protocol"] = dict(
+            script="experiments/gpu_presets.py", budget=record["epochs"],
+            budget_chosen_on="the validation part of the training images (the test split is not read)",
+            validation_by_budget=entry["validation_by_budget"], seeds=entry["seeds"],
+            **{metric: {key: entry[metric][key] for key in ("mean", "sd")} for metric in record["metrics"]})
+        destination = os.path.join(args.to, preset)
+        shutil.rmtree(destination, ignore_errors=True)
+        os.makedirs(destination)
+        for name in (CONFIG_FILE, WEIGHTS_FILE):
+            shutil.copy2(os.path.join(run_dir, name), destination)
+        shutil.copy2(os.path.join(run_dir, "log.csv"), os.path.join(destination, "train_log.csv"))
+        write_text_atomically(os.path.join(destination, CARD_FILE), json.dumps(card, indent=2))
+        print(f"{preset}: seed {args.seed}, {record['epochs']} epochs, {record['metrics']} -> {destination}")
+    return 0
+
+
+def _checked_card(run_dir, record):
+    """The card of the finished run in ``run_dir``; ``SystemExit`` naming ``--runs`` unless the run is the one
+    ``record`` names (its metrics, budget, seed, backend and weights) and has finished."""
+    card = read_card(run_dir)
+    if card is None:
+        raise SystemExit(f"`--runs`: {run_dir} holds no card ({CARD_FILE}); give the folder the final runs wrote.")
+    found = dict(metrics=card.get("metrics"), epochs=card.get("recipe", {}).get("epochs"),
+                 seed=card.get("recipe", {}).get("seed"), backend=card.get("backend"))
+    named = {key: record[key] for key in found}
+    unfinished = [name for name in ("backup", RUN_MARKER) if os.path.exists(os.path.join(run_dir, name))]
+    if found != named or unfinished:
+        raise SystemExit(f"`--runs`: {run_dir} is not the finished run its record names (card {found}, record "
+                         f"{named}{', unfinished: ' + ', '.join(unfinished) if unfinished else ''}).")
+    try:
+        check_sha256(os.path.join(run_dir, WEIGHTS_FILE), card["weights_sha256"])
+    except WeightsIntegrityError as error:
+        raise SystemExit(f"`--runs`: {error}") from None
+    return card
+
+
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     commands = parser.add_subparsers(dest="command", required=True)
@@ -462,6 +524,13 @@ def main(argv=None):
     sub.add_argument("--output", default=None, help="also write the summary (JSON) here")
     sub.add_argument("--markdown", default=None, help="also write the seeds and comparisons tables (Markdown) here")
     sub.set_defaults(run=report)
+    sub = commands.add_parser("ship", help="copy each preset's final run of one seed into a presets folder")
+    sub.add_argument("--results", required=True)
+    sub.add_argument("--runs", default="gpu_runs", help="folder of the final runs' preset directories")
+    sub.add_argument("--to", required=True, help="presets folder (zoo/presets replaces the packaged presets)")
+    sub.add_argument("--presets", nargs="+", default=list(PRESETS))
+    sub.add_argument("--seed", type=int, default=0)
+    sub.set_defaults(run=ship)
     args = parser.parse_args(argv)
     return args.run(args)
 

@@ -11,6 +11,7 @@ import glob
 import importlib.util
 import json
 import os
+import shutil
 import subprocess
 import sys
 
@@ -28,6 +29,11 @@ _spec.loader.exec_module(gpu_presets)
 
 def _select(preset, epochs, seed, score):
     return dict(phase="select", preset=preset, epochs=epochs, seed=seed, validation_score=score)
+
+
+def _final(preset, epochs, seed, metrics):
+    return dict(phase="final", preset=preset, epochs=epochs, seed=seed, metrics=metrics, hardware="GPU",
+                backend="jax", limit=None)
 
 
 def _write(results, record):
@@ -166,6 +172,11 @@ def test_the_protocol_runs_without_tensorflow_and_resumes(tmp_path):
     with open(tmp_path / "report.json") as handle:
         summary = json.load(handle)["presets"][preset]
     assert summary["accuracy"]["mean"] == pytest.approx(np.mean([card["metrics"]["accuracy"] for card in cards]))
+    call("ship", "--results", results, "--runs", runs, "--to", str(tmp_path / "presets"), "--presets", preset)
+    with open(tmp_path / "presets" / preset / "metadata.json") as handle:
+        shipped = json.load(handle)
+    seed_0 = next(card for card in cards if card["recipe"]["seed"] == 0)
+    assert shipped["weights_sha256"] == seed_0["weights_sha256"] and shipped["protocol"]["seeds"] == [0, 1]
 
     # The same protocol stopped after every epoch (a time limit of 0: each call trains one epoch), each call resuming
     # the unfinished run from its backup, ends where the uninterrupted calls did: same losses, scores and weights.
@@ -241,6 +252,63 @@ def test_a_backup_resumes_only_into_the_run_it_was_made_for(tmp_path):
     assert not prepare(10) and not os.path.exists(os.path.join(path, "log.csv"))  # no backup: the run starts again
 
 
+def _finished_run(runs, preset, seed, epochs, backend):
+    """A finished final run's directory made from the packaged preset (its card relabelled as ``seed``'s run of
+    ``epochs`` epochs on ``backend``); returns the card's metrics."""
+    run_dir = os.path.join(runs, f"{preset}-seed{seed}")
+    source = os.path.join(ROOT, "zoo", "presets", preset)
+    os.makedirs(run_dir)
+    for name in ("config.json", "model.weights.h5"):
+        shutil.copy(os.path.join(source, name), run_dir)
+    shutil.copy(os.path.join(source, "train_log.csv"), os.path.join(run_dir, "log.csv"))
+    with open(os.path.join(source, "metadata.json")) as handle:
+        card = json.load(handle)
+    card["recipe"].update(epochs=epochs, seed=seed)
+    card["backend"] = backend
+    with open(os.path.join(run_dir, "metadata.json"), "w") as handle:
+        json.dump(card, handle)
+    return card["metrics"]
+
+
+def test_ship_copies_the_checked_seed_0_run_with_the_seeds_summary_on_its_card(tmp_path):
+    preset = "resnet20_gap_fashion_mnist"
+    results, runs, to = (str(tmp_path / name) for name in ("results", "runs", "presets"))
+    os.makedirs(results)
+    metrics = _finished_run(runs, preset, 0, 10, "jax")
+    accuracies = [metrics["accuracy"], 0.9402, 0.9377]
+    for epochs, score in ((5, 0.91), (10, 0.93)):
+        _write(results, _select(preset, epochs, 0, score))
+    for seed, accuracy in enumerate(accuracies):
+        _write(results, _final(preset, 10, seed, dict(accuracy=accuracy)))
+    options = ["ship", "--results", results, "--runs", runs, "--to", to, "--presets", preset]
+    assert gpu_presets.main(options) == 0
+    shipped = os.path.join(to, preset)
+    assert sorted(os.listdir(shipped)) == ["config.json", "metadata.json", "model.weights.h5", "train_log.csv"]
+    with open(os.path.join(shipped, "metadata.json")) as handle:
+        protocol = json.load(handle)["protocol"]
+    assert protocol["budget"] == 10 and protocol["seeds"] == [0, 1, 2]
+    assert protocol["validation_by_budget"] == {"5": 0.91, "10": 0.93}
+    assert protocol["accuracy"]["mean"] == pytest.approx(np.mean(accuracies))
+    assert protocol["accuracy"]["sd"] == pytest.approx(np.std(accuracies, ddof=1))
+    from zoo.preset_format import load_preset
+
+    assert load_preset(shipped).count_params() > 0  # the card's sha256 is checked before the weights load
+
+    # A run that is not the one its record names is refused in one line naming --runs.
+    _write(results, _final(preset, 10, 0, dict(accuracy=0.5)))
+    with pytest.raises(SystemExit, match="`--runs`.*not the finished run"):
+        gpu_presets.main(options)
+    _write(results, _final(preset, 10, 0, metrics))
+    os.makedirs(os.path.join(runs, f"{preset}-seed0", "backup"))
+    with pytest.raises(SystemExit, match="unfinished: backup"):
+        gpu_presets.main(options)
+    os.rmdir(os.path.join(runs, f"{preset}-seed0", "backup"))
+    with open(os.path.join(runs, f"{preset}-seed0", "model.weights.h5"), "ab") as handle:
+        handle.write(b"0")
+    with pytest.raises(SystemExit, match="`--runs`.*does not match its card"):
+        gpu_presets.main(options)
+
+
 def test_final_runs_go_seed_by_seed_with_the_compared_presets_first(tmp_path):
     """A lease that ends early must leave both sides of a comparison with as many seeds: the final runs are started
     seed by seed, and the preset outside every comparison (the hyperspherical one) after the compared ones."""
@@ -266,8 +334,7 @@ def test_the_report_tables_give_mean_sd_and_welch_test_of_the_final_runs(tmp_pat
     mpw, gap = [0.951, 0.948, 0.953], [0.944, 0.949, 0.946, 0.947]
     records = [_select(p, e, 0, score) for p in ("resnet20_mpw_fashion_mnist", "resnet20_gap_fashion_mnist")
                for e, score in ((15, 0.93), (60, 0.94))]
-    records += [dict(phase="final", preset=preset, epochs=60, seed=seed, metrics={"accuracy": value},
-                     hardware="GPU", backend="jax", limit=None)
+    records += [_final(preset, 60, seed, {"accuracy": value})
                 for preset, values in (("resnet20_mpw_fashion_mnist", mpw), ("resnet20_gap_fashion_mnist", gap))
                 for seed, value in enumerate(values)]
     for record in records:
