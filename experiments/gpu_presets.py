@@ -214,18 +214,25 @@ class Deadline(keras.callbacks.Callback):
         self._epoch_ended()
 
 
-# Written into a run's directory when the run starts and removed when it ends: which run its backup belongs to.
-# A final run's directory is named by preset and seed only (it is the preset directory shipped), and its budget is
-# chosen when its preset's select runs are all recorded, so a budget grid widened later may choose another budget
-# than the one a backup was trained for (each recipe's schedule spans the whole run).
+# Which run a run directory's backup belongs to (see _prepared_run_dir); removed when the run ends.
 RUN_MARKER = "protocol_run.json"
 
 
-def _prepared_run_dir(path, job, limit):
-    """``path`` ready for ``job`` (``(phase, preset, epochs, seed)``) on ``limit`` images: kept when it holds a
-    backup of that same run to resume from; else emptied and marked as ``job``'s (a run that finished without a
-    record, e.g. killed while scoring, starts again, and so does one whose backup was made for another budget or
-    slice, or before runs were marked)."""
+def _run_dir(runs, job):
+    """The directory under ``runs`` of ``job`` (``(phase, preset, epochs, seed)``): a final run's is its preset
+    directory, named by preset and seed only (its budget is chosen once its preset's select runs are recorded)."""
+    phase, preset, epochs, seed = job
+    name = f"select-{preset}-e{epochs}-s{seed}" if phase == "select" else f"{preset}-seed{seed}"
+    return os.path.join(runs, name)
+
+
+def _prepared_run_dir(runs, job, limit):
+    """``job``'s directory under ``runs``, ready for the run on ``limit`` images: kept when it holds a backup of that
+    same run to resume from; else emptied and marked as ``job``'s. A run that finished without a record (e.g. killed
+    while scoring) starts again, and so does one whose backup was made for another budget or slice (a grid widened
+    after a final run began may choose another budget, and each recipe's schedule spans the whole run) or before
+    runs were marked."""
+    path = _run_dir(runs, job)
     identity = dict(zip(("phase", "preset", "epochs", "seed"), job), limit=limit)
     marker = os.path.join(path, RUN_MARKER)
     if os.path.isdir(os.path.join(path, "backup")):
@@ -286,17 +293,15 @@ def run_job(args, job, deadline):
     start = time.time()
     record = dict(phase=phase, preset=preset, epochs=epochs, seed=seed, backend=keras.backend.backend(),
                   hardware=hardware_description(), limit=args.limit)
+    run_dir = _prepared_run_dir(args.runs, job, args.limit)
     try:
         if phase == "select":
-            run_dir = _prepared_run_dir(os.path.join(args.runs, f"select-{preset}-e{epochs}-s{seed}"), job,
-                                        args.limit)
             score, losses = validation_score(preset, epochs, seed, args.limit, args.validation_fraction,
                                              run_dir=run_dir, callbacks=[deadline])
             record.update(validation_score=round(score, 4), loss=losses,
                           validation=f"validation_fraction {args.validation_fraction} of the training "
                                      "images (the test split is not read)")
         else:
-            run_dir = _prepared_run_dir(os.path.join(args.runs, f"{preset}-seed{seed}"), job, args.limit)
             card = train_preset(preset, run_dir, epochs=epochs, seed=seed, limit=args.limit, callbacks=[deadline])
             record.update(metrics=card["metrics"], out_dir=run_dir, strategy=card["strategy"],
                           train_time_s=card["train_time_s"])
@@ -462,7 +467,7 @@ def ship(args):
         if record is None:
             print(f"{preset}: no final run of seed {args.seed} recorded; not shipped")
             continue
-        run_dir = os.path.join(args.runs, f"{preset}-seed{args.seed}")
+        run_dir = _run_dir(args.runs, ("final", preset, record["epochs"], args.seed))
         card = _checked_card(run_dir, record)
         entry = summary[preset]
         card["protocol"] = dict(
@@ -487,8 +492,9 @@ def _checked_card(run_dir, record):
     card = read_card(run_dir)
     if card is None:
         raise SystemExit(f"`--runs`: {run_dir} holds no card ({CARD_FILE}); give the folder the final runs wrote.")
-    found = dict(metrics=card.get("metrics"), epochs=card.get("recipe", {}).get("epochs"),
-                 seed=card.get("recipe", {}).get("seed"), backend=card.get("backend"))
+    recipe = card.get("recipe", {})
+    found = dict(metrics=card.get("metrics"), epochs=recipe.get("epochs"), seed=recipe.get("seed"),
+                 backend=card.get("backend"))
     named = {key: record[key] for key in found}
     unfinished = [name for name in ("backup", RUN_MARKER) if os.path.exists(os.path.join(run_dir, name))]
     if found != named or unfinished:

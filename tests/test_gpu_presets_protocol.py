@@ -230,7 +230,7 @@ def test_a_backup_resumes_only_into_the_run_it_was_made_for(tmp_path):
 
     def prepare(epochs, limit=None):
         job = ("final", "resnet20_mpw_fashion_mnist", epochs, 0)
-        assert gpu_presets._prepared_run_dir(path, job, limit) == path
+        assert gpu_presets._prepared_run_dir(str(tmp_path), job, limit) == path
         with open(os.path.join(path, gpu_presets.RUN_MARKER)) as handle:
             assert json.load(handle) == dict(phase="final", preset=job[1], epochs=epochs, seed=0, limit=limit)
         return os.path.exists(backup)
