@@ -39,6 +39,7 @@ from training.recipes.components import compiled_step
 from training.recipes.few_shot import pretrained_backbone_path
 from training.recipes.fine_tune import (BATCH_SIZE as FINE_TUNE_BATCH, FINE_TUNE_DATASET, fine_tune_preset,
                                        fine_tuned_card)
+from training.recipes.run_directory import ResumeMismatchError
 from zoo.preset_format import WeightsIntegrityError, read_card
 from zoo.registry import PRESETS
 
@@ -81,7 +82,8 @@ def train(args):
     TF_CONFIG instead. On JAX and PyTorch (otzoo --backend jax train ...) classification and retrieval presets
     train with model.fit (--strategy auto: JAX spreads each batch over all local devices with keras.distribution;
     one_device: one device), and the card records the backend.
-    A run killed before it finished resumes from --out/backup with --resume.
+    A run killed before it finished resumes from --out/backup with --resume, given the options it was started
+    with (--out's run.json records them; other options stop with an error naming the fields that differ).
     """
 
     task = PRESETS[args.preset].task
@@ -311,7 +313,8 @@ def demo(args):
 # The errors of the user's input that end in one line and exit status 2 (argparse's own exit 2 before a command
 # runs). Nothing else is caught: a plain ValueError, FileNotFoundError or any other exception is a bug (or an
 # unforeseen failure) and keeps its traceback, exit status 1.
-USER_ERRORS = (CommandError, EmptySliceError, DataUnavailableError, WeightsIntegrityError, MissingExtraError)
+USER_ERRORS = (CommandError, EmptySliceError, ResumeMismatchError, DataUnavailableError, WeightsIntegrityError,
+               MissingExtraError)
 
 
 # Commands built on TensorFlow-only machinery: keras-tuner's tf.distribute trials (tune) and the SavedModel / ONNX
@@ -435,7 +438,7 @@ def main(argv=None):
     try:
         check_backend(args)
         status = args.run(args)
-    except EmptySliceError as error:
+    except (EmptySliceError, ResumeMismatchError) as error:  # the argument named as its option (--limit, --out)
         print(f"otzoo {args.command}: error: {error.option_message()}", file=sys.stderr)
         return 2
     except USER_ERRORS as error:

@@ -7,7 +7,6 @@ commands reach this task through the same module: :func:`fine_tune_setup` (``otz
 :data:`TUNING_OBJECTIVE`, :func:`tuning_data`, :func:`tuning_parts`, :func:`tuning_score` (``otzoo tune``), and
 :func:`check_evaluation_limit` (``otzoo evaluate --limit``).
 """
-import os
 import time
 from dataclasses import dataclass
 from typing import Any, Callable, List
@@ -33,6 +32,7 @@ from training.recipes.common import (
     write_preset,
 )
 from training.recipes.components import compiled_step, make_callbacks, make_loss, make_optimizer
+from training.recipes.run_directory import claim_run_directory, run_identity
 from training.recipes.validation import carve_validation, validation_split
 from zoo.loading import build
 
@@ -116,7 +116,7 @@ def train(name, out_dir, epochs=None, batch_size=None, limit=None, seed=None, ve
     strategy, head_overrides, learning_rate, extra_callbacks = run_options(name, strategy, config, tensorboard)
     spec = preset_spec(name, dataset=dataset, image_size=image_size, **merged_overrides(
         recipe_overrides, epochs=epochs, batch_size=batch_size, seed=seed, learning_rate=learning_rate))
-    os.makedirs(out_dir, exist_ok=True)
+    claim_run_directory(out_dir, run_identity(spec, limit=limit, head=head_overrides))
     setup = training_setup(spec, limit=limit, strategy=strategy, head_overrides=head_overrides, data_dir=data_dir)
     if tensorboard:  # the layers' signals (e.g. Sinkhorn iterations) into the logs TensorBoard writes
         extra_callbacks.insert(0, LayerSignals(setup.train.sample[:64]))

@@ -1,8 +1,9 @@
 """What the recipes of every task share: the preset's spec for a run (:func:`preset_spec`: another data set, recipe
 overrides), the run options, the standard callbacks, and the preset directory a run writes (:func:`write_preset`).
 
-A run writes into ``out_dir``: ``backup/`` (``keras.callbacks.BackupAndRestore``, so a killed run resumes at its last
-finished epoch), ``log.csv`` (per-epoch metrics), and at the end ``config.json`` (``zoo.preset_format.write_config``),
+A run writes into ``out_dir``: ``run.json`` (what it trains, :mod:`training.recipes.run_directory`), ``backup/``
+(``keras.callbacks.BackupAndRestore``, so a killed run resumes at its last finished epoch, under the same options
+only), ``log.csv`` (per-epoch metrics), and at the end ``config.json`` (``zoo.preset_format.write_config``),
 ``model.weights.h5`` and ``metadata.json`` (the model card, whose ``recipe`` is ``dataclasses.asdict`` of the
 recipe that ran): a preset directory that ``zoo.load(out_dir)`` and ``otzoo export`` read.
 """

@@ -46,12 +46,14 @@ from training.recipes.common import (
     write_preset,
 )
 from training.recipes.components import make_meta_optimizer, make_optimizer
+from training.recipes.run_directory import claim_run_directory, run_identity
 from zoo.loading import build
 from zoo.models import image_classifier
 
 tf = tensorflow_if_installed("the few-shot meta-training loop")
 
 PRETRAINED_FILE = "pretrained_backbone.weights.h5"
+META_CHECKPOINTS = "meta_checkpoints"  # in the run directory: meta-training's checkpoints, resumed from
 # The ``otzoo train`` options beyond the common ones that this task's ``train`` accepts (``--episodes``: the
 # meta-training episodes; ``--pretrained``: another run's pre-trained backbone), and the ``otzoo evaluate`` ones its
 # ``evaluate`` accepts (``--episodes``: evaluation episodes per setting).
@@ -170,9 +172,11 @@ def train(name, out_dir, epochs=None, batch_size=None, limit=None, seed=None, ep
         recipe_overrides, pretrain_epochs=epochs, batch_size=batch_size, seed=seed, meta_episodes=episodes))
     recipe = spec.recipe
     pretrained_file = pretrained_backbone_path(pretrained) if pretrained is not None else None
-    os.makedirs(out_dir, exist_ok=True)
     single_replica = "one_device" if strategy == "one_device" else tf.distribute.get_strategy()
     strategy, _, _, extra_callbacks = run_options(name, single_replica, None, tensorboard)
+    borrowed = None if pretrained is None else str(pretrained)
+    claim_run_directory(out_dir, run_identity(spec, limit=limit, pretrained=borrowed),
+                        state=("backup", PRETRAINED_FILE, META_CHECKPOINTS))
     setup = training_setup(spec, limit=limit, strategy=strategy, data_dir=data_dir)
     model = setup.model
     own_pretrained = os.path.join(out_dir, PRETRAINED_FILE)
@@ -187,7 +191,7 @@ def train(name, out_dir, epochs=None, batch_size=None, limit=None, seed=None, ep
     start = time.time()
     history = meta_train(model, setup.images, setup.labels, recipe.meta_episodes, setup.meta_optimizer, recipe.ways,
                          recipe.shots, recipe.queries, seed=recipe.seed,
-                         checkpoint_dir=os.path.join(out_dir, "meta_checkpoints"), jit_compile=recipe.jit_compile,
+                         checkpoint_dir=os.path.join(out_dir, META_CHECKPOINTS), jit_compile=recipe.jit_compile,
                          verbose=verbose)
     train_time = pretrain_time + time.time() - start
     metrics, _ = few_shot_scores(model, spec, verbose=verbose, data_dir=data_dir)

@@ -15,7 +15,6 @@ tuning pieces :data:`TUNING_OBJECTIVE`, :func:`tuning_data`, :func:`tuning_parts
 tune``: whole seen classes held out, scored by MAP@R), and :func:`check_evaluation_limit` (``otzoo evaluate
 --limit``).
 """
-import os
 import time
 
 import keras
@@ -42,6 +41,7 @@ from training.recipes.common import (
     write_preset,
 )
 from training.recipes.components import compiled_step, make_callbacks, make_loss, make_optimizer
+from training.recipes.run_directory import claim_run_directory, run_identity
 from training.recipes.validation import VALIDATION_IMAGES_PER_CLASS, carve_validation, held_out_classes_split
 from zoo.loading import build
 
@@ -157,7 +157,7 @@ def train(name, out_dir, epochs=None, batch_size=None, limit=None, seed=None, ve
     strategy, pooling_overrides, learning_rate, extra_callbacks = run_options(name, strategy, config, tensorboard)
     spec = preset_spec(name, dataset=dataset, image_size=image_size, **merged_overrides(
         recipe_overrides, epochs=epochs, batch_size=batch_size, seed=seed, learning_rate=learning_rate))
-    os.makedirs(out_dir, exist_ok=True)
+    claim_run_directory(out_dir, run_identity(spec, limit=limit, head=pooling_overrides))
     setup = training_setup(spec, limit=limit, strategy=strategy, head_overrides=pooling_overrides, data_dir=data_dir)
     signals = [LayerSignals(setup.train.sample[:64])] if tensorboard else []
     start = time.time()

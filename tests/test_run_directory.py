@@ -1,0 +1,143 @@
+"""A run directory's training state resumes only into the run that made it: ``run.json`` records the run, and a run
+by other options (recipe, data, slice, head) stops with one error naming the fields that differ."""
+import json
+import os
+
+import pytest
+
+from otzoo import cli
+from training.recipes import classification, few_shot
+from training.recipes.common import preset_spec
+from training.recipes.run_directory import RUN_FILE, ResumeMismatchError, claim_run_directory, run_identity
+
+GAP = "resnet20_gap_fashion_mnist"
+FEW_SHOT = "resnet20_emd_fewshot_fashion_mnist"
+
+
+def _state(out, name="backup"):
+    """Training state in ``out``: a file inside ``name`` (a folder) or ``name`` itself (a file)."""
+    path = out / name
+    if "." in name:
+        path.write_bytes(b"weights")
+    else:
+        path.mkdir(parents=True, exist_ok=True)
+        (path / "latest.weights.h5").write_bytes(b"weights")
+
+
+def _recorded(out):
+    return json.loads((out / RUN_FILE).read_text())
+
+
+def test_a_directory_resumes_only_the_run_it_records(tmp_path, capsys):
+    ten, sixty = (run_identity(preset_spec(GAP, epochs=epochs), limit=None) for epochs in (10, 60))
+    out = tmp_path / "run"
+    claim_run_directory(str(out), ten)  # a new directory: created and recorded
+    assert _recorded(out) == ten
+
+    _state(out)
+    claim_run_directory(str(out), ten)  # the same run: resumed
+    with pytest.raises(ResumeMismatchError) as error:
+        claim_run_directory(str(out), sixty)
+    assert "recipe.epochs: 10 there, 60 here" in str(error.value) and str(error.value).startswith("`out_dir` ")
+    assert error.value.option_message().startswith(f"--out {out} holds the training state (backup)")
+    assert _recorded(out) == ten  # a refusal changes nothing
+
+    other_slice = run_identity(preset_spec(GAP, epochs=10), limit=512)
+    with pytest.raises(ResumeMismatchError, match="options.limit: null there, 512 here"):
+        claim_run_directory(str(out), other_slice)
+
+    os.remove(out / RUN_FILE)  # state from before runs recorded themselves: resumed, with a line, and recorded
+    claim_run_directory(str(out), sixty)
+    assert "whose run is not recorded" in capsys.readouterr().out and _recorded(out) == sixty
+
+    (out / "backup" / "latest.weights.h5").unlink()  # an empty backup folder holds nothing to resume
+    claim_run_directory(str(out), ten)
+    assert _recorded(out) == ten
+
+
+def test_the_error_names_four_differences_and_counts_the_rest(tmp_path):
+    out = tmp_path / "run"
+    first = run_identity(preset_spec(GAP), limit=None)
+    claim_run_directory(str(out), first)
+    _state(out)
+    other = run_identity(preset_spec(GAP, epochs=3, seed=4, batch_size=32, learning_rate=0.5, momentum=0.5),
+                         limit=100)
+    with pytest.raises(ResumeMismatchError) as error:
+        claim_run_directory(str(out), other)
+    assert len(error.value.differences) == 6
+    assert str(error.value).count(" there, ") == 4 and "and 2 more" in str(error.value)
+
+
+class _Stop(Exception):
+    """Raised in place of the data and model set-up: the run got past its directory's check."""
+
+
+@pytest.fixture
+def stopped_before_setup(monkeypatch):
+    def stop(*args, **kwargs):
+        raise _Stop
+
+    monkeypatch.setattr(classification, "training_setup", stop)
+    monkeypatch.setattr(few_shot, "training_setup", stop)
+
+
+def test_otzoo_train_resume_with_other_options_is_one_line_naming_out(tmp_path, capsys, stopped_before_setup):
+    """The record a run of ``otzoo train`` writes is the one the same command computes again (it resumes), and the
+    command with another --epochs refuses the directory in one line, exit status 2, before reading any data."""
+    out = tmp_path / "run"
+    with pytest.raises(_Stop):
+        cli.main(["train", GAP, "--epochs", "2", "--limit", "256", "--out", str(out)])
+    _state(out)  # killed after its first epoch's backup
+    with pytest.raises(_Stop):  # the same options: past the check
+        cli.main(["train", GAP, "--epochs", "2", "--limit", "256", "--out", str(out), "--resume"])
+    capsys.readouterr()
+    assert cli.main(["train", GAP, "--epochs", "3", "--limit", "256", "--out", str(out), "--resume"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "Traceback" not in err
+    assert err.startswith(f"otzoo train: error: --out {out} holds the training state (backup) of another run")
+    assert "recipe.epochs: 2 there, 3 here" in err
+
+
+def test_a_few_shot_run_keeps_its_pretrained_backbone_for_its_own_run_only(tmp_path, stopped_before_setup):
+    """A few-shot run resumes from its pre-trained backbone and meta-training checkpoints as well as its backup:
+    another number of pre-training epochs or episodes refuses them."""
+    out = tmp_path / "run"
+    with pytest.raises(_Stop):
+        few_shot.train(FEW_SHOT, str(out), epochs=2, episodes=100)
+    _state(out, few_shot.PRETRAINED_FILE)
+    _state(out, few_shot.META_CHECKPOINTS)
+    with pytest.raises(_Stop):
+        few_shot.train(FEW_SHOT, str(out), epochs=2, episodes=100)
+    with pytest.raises(ResumeMismatchError) as error:
+        few_shot.train(FEW_SHOT, str(out), epochs=2, episodes=200)
+    assert error.value.state == [few_shot.PRETRAINED_FILE, few_shot.META_CHECKPOINTS]
+    assert error.value.differences == ["recipe.meta_episodes: 100 there, 200 here"]
+
+
+@pytest.mark.slow
+@pytest.mark.fashion_mnist
+def test_a_killed_run_resumes_under_its_own_options_only(tmp_path):
+    """A real run stopped after its first epoch's backup: the run with another budget is refused and leaves the
+    backup as it was; the run with the same options resumes it, trains the second epoch only and ends with no
+    backup left."""
+    import keras
+
+    from explain.signals import read_training_log
+
+    class StopAtEpoch(keras.callbacks.Callback):
+        def on_epoch_begin(self, epoch, logs=None):
+            if epoch == 1:  # epoch 0 is done and backed up
+                raise _Stop
+
+    out = tmp_path / "run"
+    options = dict(limit=256, batch_size=64, verbose=0)
+    with pytest.raises(_Stop):
+        classification.train(GAP, str(out), epochs=2, callbacks=[StopAtEpoch()], **options)
+    backup = sorted(p.relative_to(out) for p in (out / "backup").rglob("*"))
+    assert backup, "the first epoch left no backup"
+    with pytest.raises(ResumeMismatchError, match="recipe.epochs: 2 there, 3 here"):
+        classification.train(GAP, str(out), epochs=3, **options)
+    assert sorted(p.relative_to(out) for p in (out / "backup").rglob("*")) == backup
+    card = classification.train(GAP, str(out), epochs=2, **options)
+    assert card["recipe"]["epochs"] == 2 and not (out / "backup").exists()
+    assert read_training_log(str(out / "log.csv"))["epoch"].astype(int).tolist() == [0, 1]

@@ -1,0 +1,108 @@
+"""Which run the training state in a run directory belongs to.
+
+A preset's run (``otzoo train``, each recipe's ``train``) keeps in its directory what a killed run resumes from:
+``backup/`` (``keras.callbacks.BackupAndRestore``), and for few-shot presets the pre-trained backbone and the
+meta-training checkpoints. Resuming that state into a run by another recipe goes wrong without a sign: the
+learning-rate schedule spans the whole run, so a backup made at epoch 18 of a 60-epoch run and resumed with 10
+epochs trains nothing and writes a card for weights of another schedule, and one resumed with more epochs mixes two.
+
+So a run records what it is in the directory's ``run.json`` (:func:`claim_run_directory`): the preset's name,
+task, architecture, data and recipe after every override, and the options that change what is trained (the
+training slice ``limit``, a tuned configuration's head parameters, a borrowed backbone). A run whose directory
+holds the state of another run stops with :class:`ResumeMismatchError`, naming the fields that differ. State left
+by a run from before runs were recorded is resumed, as before, with a printed line.
+"""
+import dataclasses
+import json
+import os
+
+from training.distributed.checkpoints import write_text_atomically
+from training.distributed.strategies import is_chief
+
+RUN_FILE = "run.json"
+# At most this many differing fields are named in the error; the rest are counted.
+NAMED_DIFFERENCES = 4
+_ABSENT = object()
+
+
+class ResumeMismatchError(ValueError):
+    """The run directory holds the training state of another run (another recipe, data, slice or head).
+
+    ``out_dir``: the directory; ``state``: its entries that hold the state; ``differences``: one
+    ``"field: X there, Y here"`` per differing field. ``otzoo`` prints :meth:`option_message`, naming ``--out``.
+    """
+
+    def __init__(self, out_dir, state, differences):
+        self.out_dir, self.state, self.differences = out_dir, list(state), list(differences)
+        named = "; ".join(self.differences[:NAMED_DIFFERENCES])
+        more = len(self.differences) - NAMED_DIFFERENCES
+        if more > 0:
+            named += f"; and {more} more"
+        self.detail = (f"{out_dir} holds the training state ({', '.join(self.state)}) of another run ({named}); "
+                       "continue it with the options it was started with, or train into another directory (or "
+                       "remove that state to start afresh)")
+        super().__init__(f"`out_dir` {self.detail}")
+
+    def option_message(self, option="--out"):
+        """The message with the directory named as the command-line option ``option``."""
+        return f"{option} {self.detail}"
+
+
+def run_identity(spec, **options):
+    """What a run of preset spec ``spec`` (a ``zoo.spec.PresetSpec``, every override applied) trains: its name,
+    task, architecture, data and recipe, and ``options`` (JSON values that also change the run, e.g. ``limit``).
+    The card's description is left out (words, not training). Returned as read back from ``run.json``."""
+    identity = dict(name=spec.name, task=spec.task, architecture=dataclasses.asdict(spec.architecture),
+                    data=dataclasses.asdict(spec.data), recipe=dataclasses.asdict(spec.recipe), options=options)
+    return json.loads(json.dumps(identity))  # tuples become lists, as in the file
+
+
+def claim_run_directory(out_dir, run, state=("backup",)):
+    """Make ``out_dir`` the directory of run ``run`` (:func:`run_identity`): created if needed, and ``run.json``
+    written (by the chief of several workers). ``state``: the entries of ``out_dir`` the run resumes from; when
+    one holds anything and ``run.json`` records another run, raise :class:`ResumeMismatchError` and change
+    nothing."""
+    present = [name for name in state if _holds_anything(os.path.join(out_dir, name))]
+    record = os.path.join(out_dir, RUN_FILE)
+    if present:
+        recorded = _read_record(record)
+        if recorded is None:
+            print(f"{out_dir}: resuming {', '.join(present)}, whose run is not recorded (it began before runs "
+                  f"recorded themselves in {RUN_FILE})", flush=True)
+        elif recorded != run:
+            raise ResumeMismatchError(out_dir, present, differences(recorded, run))
+    os.makedirs(out_dir, exist_ok=True)
+    if is_chief():
+        write_text_atomically(record, json.dumps(run, indent=1))
+
+
+def differences(recorded, current, prefix=""):
+    """``"field: X there, Y here"`` for every leaf where the nested dicts ``recorded`` and ``current`` differ
+    (dotted field names; a field one side lacks shows as ``absent``)."""
+    found = []
+    for key in sorted(set(recorded) | set(current), key=str):
+        name, old, new = f"{prefix}{key}", recorded.get(key, _ABSENT), current.get(key, _ABSENT)
+        if isinstance(old, dict) and isinstance(new, dict):
+            found += differences(old, new, f"{name}.")
+        elif old != new:
+            found.append(f"{name}: {_shown(old)} there, {_shown(new)} here")
+    return found
+
+
+def _shown(value):
+    return "absent" if value is _ABSENT else json.dumps(value)
+
+
+def _holds_anything(path):
+    if os.path.isdir(path):
+        return bool(os.listdir(path))
+    return os.path.exists(path)
+
+
+def _read_record(path):
+    """The run ``path`` records, or ``None`` when there is no readable record."""
+    try:
+        with open(path) as handle:
+            return json.load(handle)
+    except (OSError, ValueError):
+        return None
