@@ -54,6 +54,8 @@ def register(commands, parser_class):
                      help="part of the training images (retrieval: of the seen classes, at least two) held out to "
                           "score trials (default 0.2)")
     sub.add_argument("--seed", type=int, default=0)
-    sub.add_argument("--resume", action="store_true", help="continue the search in --out instead of restarting")
+    sub.add_argument("--resume", action="store_true",
+                     help="continue the search in --out, by its settings (--trials may be raised), instead of "
+                          "restarting")
     sub.add_argument("--out", default=None, help="output directory (default otzoo_tune/PRESET)")
     sub.set_defaults(run=run)

@@ -114,6 +114,31 @@ def test_a_few_shot_run_keeps_its_pretrained_backbone_for_its_own_run_only(tmp_p
     assert error.value.differences == ["recipe.meta_episodes: 100 there, 200 here"]
 
 
+def test_otzoo_tune_resumes_the_same_search_only(tmp_path, capsys, monkeypatch):
+    """``otzoo tune --resume`` continues a search by its own settings (more --trials allowed); another --epochs is
+    one line naming --out; without --resume the search restarts, whatever the directory held."""
+    def stop(*args, **kwargs):
+        raise _Stop
+
+    monkeypatch.setattr(classification, "tuning_data", stop)  # where the search would read its data
+    mpw, out = "resnet20_mpw_fashion_mnist", tmp_path / "tune"
+    command = ["tune", mpw, "--limit", "512", "--epochs", "1", "--out", str(out)]
+    with pytest.raises(_Stop):
+        cli.main(command + ["--trials", "3"])
+    _state(out, "tuner")
+    with pytest.raises(_Stop):
+        cli.main(command + ["--trials", "6", "--resume"])
+    capsys.readouterr()
+    other = ["tune", mpw, "--limit", "512", "--epochs", "2", "--out", str(out), "--trials", "3"]
+    assert cli.main(other + ["--resume"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and err.startswith(f"otzoo tune: error: --out {out} holds the training state")
+    assert "options.epochs: 1 there, 2 here" in err
+    with pytest.raises(_Stop):  # a new search in the same directory
+        cli.main(other)
+    assert _recorded(out)["options"]["epochs"] == 2
+
+
 @pytest.mark.slow
 @pytest.mark.fashion_mnist
 def test_a_killed_run_resumes_under_its_own_options_only(tmp_path):

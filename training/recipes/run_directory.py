@@ -10,7 +10,8 @@ So a run records what it is in the directory's ``run.json`` (:func:`claim_run_di
 task, architecture, data and recipe after every override, and the options that change what is trained (the
 training slice ``limit``, a tuned configuration's head parameters, a borrowed backbone). A run whose directory
 holds the state of another run stops with :class:`ResumeMismatchError`, naming the fields that differ. State left
-by a run from before runs were recorded is resumed, as before, with a printed line.
+by a run from before runs were recorded is resumed, as before, with a printed line. ``otzoo tune --resume`` checks
+its search (``tuner/``) the same way (``training.tuning.search.tune``).
 """
 import dataclasses
 import json

@@ -44,6 +44,7 @@ from training.data.errors import EmptySliceError
 from training.data.pipelines import image_dataset
 from training.recipes import RECIPES, recipe_for
 from training.recipes.components import make_optimizer
+from training.recipes.run_directory import claim_run_directory, run_identity
 from training.recipes.tuned_config import CONFIG_FORMAT
 from training.recipes.validation import VALIDATION_IMAGES_PER_CLASS, held_out_classes_split, validation_split
 from zoo.registry import PRESETS
@@ -184,9 +185,10 @@ def tune(preset, trials, out_dir, epochs=1, limit=None, batch_size=None, backbon
     ``backbone``: a ``zoo.BACKBONES`` name replacing the preset's (e.g. ``"small_convnet"`` for quick searches);
     ``validation_fraction``: the share of the training images (classification) or of the seen classes (retrieval,
     at least two classes) held out to score trials; ``resume``: continue a search in ``out_dir`` instead of
-    starting over; ``verbose``: 1 prints keras-tuner's per-trial progress and the summary, 0 nothing. A GSP
-    retrieval trial pools like GAP during its first epoch (the warm-up of ``GSPPrototypeInit``): give it
-    ``epochs >= 2``.
+    starting over (the same search only, ``trials`` apart: ``out_dir/run.json`` records it, and other settings
+    raise ``training.recipes.run_directory.ResumeMismatchError``); ``verbose``: 1 prints keras-tuner's per-trial
+    progress and the summary, 0 nothing. A GSP retrieval trial pools like GAP during its first epoch (the warm-up of
+    ``GSPPrototypeInit``): give it ``epochs >= 2``.
     """
     kt = require("keras_tuner", "tune", "otzoo tune")
 
@@ -206,15 +208,19 @@ def tune(preset, trials, out_dir, epochs=1, limit=None, batch_size=None, backbon
                          "training recipe, not wired into tuning yet.")
     if spec.data.dataset != TUNING_DATASET:
         raise ValueError(f"`preset` {preset!r}: tuning reads Fashion-MNIST only, not {spec.data.dataset!r}.")
+    params = search_space(spec)
+    # A resumed search must be the same search: its trials are ranked together and best.json states its settings.
+    # ``trials`` may differ (a search continued for more trials).
+    search = run_identity(spec, epochs=epochs, limit=limit, batch_size=batch_size, backbone=backbone,
+                          validation_fraction=validation_fraction, seed=seed, space=params)
+    claim_run_directory(out_dir, search, state=("tuner",) if resume else ())
     keras.utils.set_random_seed(seed)
     train, val, split = recipe_for(spec.task).tuning_data(limit, validation_fraction, seed)  # never the test split
     if len(train[0]) < batch_size:
         raise EmptySliceError(f"{len(train[0])} training examples left after the validation split, fewer than one "
                               f"batch of {batch_size}; lower `batch_size` or raise `limit`",
                               *(("limit", limit) if limit is not None else ("batch_size", batch_size)))
-    params = search_space(spec)
     hypermodel = _preset_hypermodel(preset, spec, params, (train, val), epochs, batch_size, backbone)
-    os.makedirs(out_dir, exist_ok=True)
     tuner = kt.RandomSearch(hypermodel, objective=kt.Objective(objective, direction="max"), max_trials=trials,
                             seed=seed, directory=os.path.join(out_dir, "tuner"), project_name=preset,
                             overwrite=not resume)
