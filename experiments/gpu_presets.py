@@ -69,6 +69,7 @@ from training.distributed.keras_distribution import hardware_description  # noqa
 from training.recipes import recipe_for, train_preset  # noqa: E402
 from training.recipes.common import preset_spec, standard_callbacks  # noqa: E402
 from training.recipes.components import compiled_step, make_optimizer  # noqa: E402
+from training.recipes.run_directory import read_mark  # noqa: E402
 from zoo.loading import build  # noqa: E402
 from zoo.preset_format import (CARD_FILE, CONFIG_FILE, WEIGHTS_FILE, WeightsIntegrityError, check_sha256,  # noqa: E402
                                read_card)
@@ -236,11 +237,7 @@ def _prepared_run_dir(runs, job, limit):
     identity = dict(zip(("phase", "preset", "epochs", "seed"), job), limit=limit)
     marker = os.path.join(path, RUN_MARKER)
     if os.path.isdir(os.path.join(path, "backup")):
-        try:
-            with open(marker) as handle:
-                recorded = json.load(handle)
-        except (OSError, ValueError):
-            recorded = None
+        recorded = read_mark(marker)
         if recorded == identity:
             return path
         print(f"{_job_name(job)}: the backup in {path} belongs to another run ({recorded or 'unmarked'}); "

@@ -82,12 +82,13 @@ def few_shot_scores(model, spec, recipe=None, limit=None, episodes=None, verbose
 
 
 def pretrained_backbone_path(pretrained):
-    """The pre-trained backbone file of ``pretrained`` (a run directory or the file), or ``FileNotFoundError``."""
+    """The pre-trained backbone file of ``pretrained`` (a run directory or the file) as a ``str``, or
+    ``FileNotFoundError``."""
     path = os.path.join(pretrained, PRETRAINED_FILE) if os.path.isdir(pretrained) else pretrained
     if not os.path.isfile(path):
         raise FileNotFoundError(f"`pretrained`: no pre-trained backbone at {path!r} (give a run directory of a "
                                 f"few-shot preset holding {PRETRAINED_FILE}, or that file).")
-    return path
+    return os.fspath(path)
 
 
 @dataclass
@@ -174,8 +175,7 @@ def train(name, out_dir, epochs=None, batch_size=None, limit=None, seed=None, ep
     pretrained_file = pretrained_backbone_path(pretrained) if pretrained is not None else None
     single_replica = "one_device" if strategy == "one_device" else tf.distribute.get_strategy()
     strategy, _, _, extra_callbacks = run_options(name, single_replica, None, tensorboard)
-    borrowed = None if pretrained is None else str(pretrained)
-    claim_run_directory(out_dir, run_identity(spec, limit=limit, pretrained=borrowed),
+    claim_run_directory(out_dir, run_identity(spec, limit=limit, pretrained=pretrained_file),
                         state=("backup", PRETRAINED_FILE, META_CHECKPOINTS))
     setup = training_setup(spec, limit=limit, strategy=strategy, data_dir=data_dir)
     model = setup.model

@@ -66,7 +66,7 @@ def claim_run_directory(out_dir, run, state=("backup",)):
     present = [name for name in state if _holds_anything(os.path.join(out_dir, name))]
     record = os.path.join(out_dir, RUN_FILE)
     if present:
-        recorded = _read_record(record)
+        recorded = read_mark(record)
         if recorded is None:
             print(f"{out_dir}: resuming {', '.join(present)}, whose run is not recorded (it began before runs "
                   f"recorded themselves in {RUN_FILE})", flush=True)
@@ -100,8 +100,9 @@ def _holds_anything(path):
     return os.path.exists(path)
 
 
-def _read_record(path):
-    """The run ``path`` records, or ``None`` when there is no readable record."""
+def read_mark(path):
+    """The JSON mark at ``path`` (``run.json``, or a caller's own record of a run), or ``None`` when there is no
+    readable one."""
     try:
         with open(path) as handle:
             return json.load(handle)
