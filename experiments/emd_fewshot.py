@@ -15,7 +15,7 @@ The models are the zoo's: pre-training ``zoo.image_classifier(backbone, "gap_fc"
 ``zoo.few_shot_model(backbone, "emd" | "protonet")`` (heads ``EMDHead(method="sinkhorn", scale=12.5)`` and
 ``PrototypeLogits(metric="cosine", scale=12.5)`` on the class means ``SupportClassMeans``) by
 ``training.episodes.meta_train`` (Adam 5e-4, one episode a step, not XLA-compiled), all on unnormalized images
-(``zoo_inputs.RAW_PIXELS``, as before). Two differences from the loop that produced docs/results_emd.md (so a re-run
+(``zoo_inputs.RAW_PIXELS``, as before). Two differences from the loop that produced docs/results/emd.md (so a re-run
 does not repeat its numbers digit for digit; the method is the same): meta-training episode ``i`` is
 ``EpisodeSampler(...).episode(i)`` (the earlier loop drew one random stream, ``sample()``: other episodes, same
 distribution), and query and support images go through the backbone as one batch in the order [query; support]

@@ -1,7 +1,7 @@
 """What the experiments pass to the zoo's model builders so that a zoo-built model is the experiment's own model.
 
 The experiments' networks had no preprocessing: the first convolution saw the loaded arrays as they are (0-255 or
-[0, 1] values, whichever the script loads), and docs/results_*.md report the numbers of those networks. A zoo model
+[0, 1] values, whichever the script loads), and docs/results/*.md report the numbers of those networks. A zoo model
 normalizes pixels in its ``preprocess`` Rescaling layer, ``x / (255 std) - mean / std``; with ``RAW_PIXELS``
 (mean 0, std 1/255) that layer is the identity (scale exactly 1.0, offset 0.0), so the zoo builders give the
 experiments' networks, their weights drawn in the same order from the same seed.

@@ -2,11 +2,12 @@
 
 ``--strategy multi_worker`` (started by ``training.launch.launch_workers``, which sets ``TF_CONFIG``): creates the
 ``MultiWorkerMirroredStrategy`` first (before any other TensorFlow op, as TensorFlow requires) and trains with
-``training.fit``'s multi-worker loop. ``--strategy default``: one process, ``training.fit`` = ``model.fit`` (with
-``AtomicBackupAndRestore`` for ``--checkpoint``). The model comes from ``tests/distributed_models.py``, built under
-the strategy's scope. Every model and optimizer variable is written to ``OUT/worker-<index>.npz``, the history to
-``OUT/worker-<index>.json``. ``--kill-at-step K`` with ``--kill-worker I``: worker I sends itself SIGKILL right after
-its K-th training step of this run (a crash mid-epoch, after the checkpoints written so far).
+``training.distributed.fit``'s multi-worker loop. ``--strategy default``: one process, ``training.distributed.fit``
+= ``model.fit`` (with ``AtomicBackupAndRestore`` for ``--checkpoint``). The model comes from
+``tests/distributed_models.py``, built under the strategy's scope. Every model and optimizer variable is written to
+``OUT/worker-<index>.npz``, the history to ``OUT/worker-<index>.json``. ``--kill-at-step K`` with ``--kill-worker I``:
+worker I sends itself SIGKILL right after its K-th training step of this run (a crash mid-epoch, after the
+checkpoints written so far).
 """
 import argparse
 import json

@@ -1,5 +1,5 @@
 """Two worker processes on 127.0.0.1 (``TF_CONFIG``, ``MultiWorkerMirroredStrategy``) train a zoo model with
-``training.fit``'s multi-worker loop; compared with a single-process ``model.fit``.
+``training.distributed.fit``'s multi-worker loop; compared with a single-process ``model.fit``.
 
 Reference choice: the model has a BatchNorm-free backbone and Sinkhorn with a fixed iteration count
 (``tests/distributed_models.py``), so two replicas of 8 examples compute exactly the step one process computes on

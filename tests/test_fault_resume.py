@@ -34,9 +34,9 @@ def _run_process(*args):
 
 
 def test_fault_model_fit_sigkill_resume_with_backup_and_restore(tmp_path):
-    """``training.fit`` = ``model.fit`` + ``AtomicBackupAndRestore`` in a subprocess SIGKILLed in the middle of
-    its second epoch, restarted: equals an uninterrupted ``model.fit`` here (weights, momenta, the hyperspherical
-    head's assignment and representatives driven by PrototypeReassignment)."""
+    """``training.distributed.fit`` = ``model.fit`` + ``AtomicBackupAndRestore`` in a subprocess SIGKILLed in the
+    middle of its second epoch, restarted: equals an uninterrupted ``model.fit`` here (weights, momenta, the
+    hyperspherical head's assignment and representatives driven by PrototypeReassignment)."""
     checkpoint, out = tmp_path / "backup", tmp_path / "out"
     common = ["--model", "hyperspherical", "--epochs", 3, "--batch-size", 16, "--checkpoint", checkpoint,
               "--out", out]
@@ -156,8 +156,8 @@ def test_fault_atomic_backup_ignores_unfinished_writes(tmp_path):
 
 
 def test_fault_plain_backup_and_restore_is_made_atomic(tmp_path):
-    """``training.fit`` turns a ``keras.callbacks.BackupAndRestore`` into ``AtomicBackupAndRestore`` on the same
-    directory (its layout: a ``latest`` pointer to a complete checkpoint directory)."""
+    """``training.distributed.fit`` turns a ``keras.callbacks.BackupAndRestore`` into ``AtomicBackupAndRestore`` on
+    the same directory (its layout: a ``latest`` pointer to a complete checkpoint directory)."""
     images, labels = dm.synthetic_data(32)
     fit(dm.mpw_classifier(), dm.dataset(images, labels, 16), epochs=1, verbose=0,
         callbacks=[keras.callbacks.BackupAndRestore(str(tmp_path), delete_checkpoint=False)])
@@ -167,8 +167,9 @@ def test_fault_plain_backup_and_restore_is_made_atomic(tmp_path):
 
 
 def test_fault_resumes_a_backup_of_the_stock_keras_callback(tmp_path):
-    """A run started with Keras' own ``BackupAndRestore`` (plain ``model.fit``) resumes under ``training.fit``
-    (``AtomicBackupAndRestore``): it continues at the stock backup's epoch and equals an uninterrupted run."""
+    """A run started with Keras' own ``BackupAndRestore`` (plain ``model.fit``) resumes under
+    ``training.distributed.fit`` (``AtomicBackupAndRestore``): it continues at the stock backup's epoch and equals an
+    uninterrupted run."""
     images, labels = dm.synthetic_data(32)
     data = dm.dataset(images, labels, 16)
     started = dm.mpw_classifier()

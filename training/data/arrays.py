@@ -57,8 +57,8 @@ class ArrayBatches(keras.utils.PyDataset):
     draws its order and augmentation from ``numpy.random.default_rng([seed, e, ...])``, a pure function of
     ``(seed, e)``: ``epoch`` advances at the end of every pass, and :meth:`epoch_callback` sets it from ``fit``'s own
     epoch counter at the start of every epoch, so a run resumed from a backup draws the batches an uninterrupted run
-    would (``training.fit`` adds that callback, and ``shuffle=False``, by itself). Without ``training``: the arrays
-    in order, every sample kept.
+    would (``training.distributed.fit`` adds that callback, and ``shuffle=False``, by itself). Without
+    ``training``: the arrays in order, every sample kept.
     :meth:`map` gives the same batches through another feed, as ``tf.data.Dataset.map`` does.
     """
 

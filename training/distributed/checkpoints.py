@@ -7,8 +7,8 @@ temporary directory, never a half-written checkpoint under the name that restore
 stays until the next one is complete (``max_to_keep`` complete ones are kept, and restore falls back to an older one
 if the newest cannot be read).
 
-- :class:`TrainingCheckpoint`: for ``training.fit``'s multi-worker loop. A ``tf.train.Checkpoint`` of the model
-  (every layer variable: weights, BatchNorm statistics, prototype assignments, proxies, GSP warm-up flags, a
+- :class:`TrainingCheckpoint`: for ``training.distributed.fit``'s multi-worker loop. A ``tf.train.Checkpoint`` of the
+  model (every layer variable: weights, BatchNorm statistics, prototype assignments, proxies, GSP warm-up flags, a
   ``CCPState`` attached to the model), the optimizer (iteration count, slots), the epoch and step counters and the
   Keras variables the callbacks own, plus the Python state of callbacks that keep one (``EarlyStopping``,
   ``ReduceLROnPlateau``, or any callback with ``get_checkpoint_state`` / ``set_checkpoint_state``). Under
@@ -21,7 +21,7 @@ if the newest cannot be read).
   file, so a kill between the two, or during the first, leaves a checkpoint that resumes wrongly or not at all).
 
 Resuming equals an uninterrupted run when the data order of an epoch does not depend on how many epochs this
-process has iterated: pass the data unshuffled, with a shuffle seeded per epoch, or (``training.fit``) as a
+process has iterated: pass the data unshuffled, with a shuffle seeded per epoch, or (``training.distributed.fit``) as a
 function ``epoch -> dataset``. ``tf.data``'s ``shuffle(seed=s, reshuffle_each_iteration=True)`` restarts its
 sequence of orders in a new process.
 """

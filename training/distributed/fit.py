@@ -1,4 +1,4 @@
-"""``training.fit``: one call that trains a compiled Keras model under any ``tf.distribute`` strategy.
+"""``training.distributed.fit``: one call that trains a compiled Keras model under any ``tf.distribute`` strategy.
 
 Under the default, ``OneDeviceStrategy``, ``MirroredStrategy`` and ``TPUStrategy`` it is ``model.fit``. Under
 ``MultiWorkerMirroredStrategy`` Keras 3.15's ``model.fit`` fails (it cannot reduce the per-replica logs:
@@ -20,14 +20,14 @@ they are created). Either pass a build function, which :func:`fit` calls under t
                       metrics=["accuracy"])
         return model
 
-    model, history = training.fit(build, dataset, epochs=3, strategy="auto", checkpoint_dir="run/backup")
+    model, history = training.distributed.fit(build, dataset, epochs=3, strategy="auto", checkpoint_dir="run/backup")
 
 or build it yourself::
 
-    strategy = training.strategies.make_strategy("multi_worker")   # first thing in the program
+    strategy = training.distributed.make_strategy("multi_worker")  # first thing in the program
     with strategy.scope():
         model = build()
-    model, history = training.fit(model, dataset, epochs=3)         # the model's own strategy
+    model, history = training.distributed.fit(model, dataset, epochs=3)  # the model's own strategy
 
 Batches: ``data`` yields *global* batches ``(x, y)`` or ``(x, y, sample_weight)``; each of the
 ``strategy.num_replicas_in_sync`` replicas gets ``global_batch / num_replicas_in_sync`` examples (so the global
@@ -106,7 +106,7 @@ def fit(model, data, epochs=1, strategy="auto", callbacks=None, validation_data=
     ``model``: a compiled model built under the strategy, or a function that builds and compiles one (see the
     module docstring). ``data``: a ``tf.data.Dataset`` of global batches, or (multi-worker loop only, and the way
     to resume exactly with a shuffled order) a function ``epoch -> Dataset``. ``strategy``: a name for
-    ``training.strategies.make_strategy`` or a strategy. ``validation_data``: a dataset of global batches,
+    ``training.distributed.make_strategy`` or a strategy. ``validation_data``: a dataset of global batches,
     evaluated after every epoch (``val_`` logs). ``checkpoint_dir``: back up and restore the training state there
     (``save_freq``: ``"epoch"`` or a number of batches). ``steps_per_epoch``: needed when the dataset's length is
     unknown or infinite. ``verbose``: 0 silent, 1 progress bar, 2 one line per epoch (``"auto"``: 1).
@@ -135,13 +135,14 @@ def fit(model, data, epochs=1, strategy="auto", callbacks=None, validation_data=
     if not isinstance(data, tf.data.Dataset):
         raise ValueError("`data` as a function of the epoch is supported by the multi-worker loop only; under "
                          f"{type(strategy).__name__} pass a tf.data.Dataset.")
+    # A tf.data.Dataset is batched and shuffled by its own pipeline (Keras warns that it ignores shuffle=True).
     history = _model_fit(model, data, epochs, callbacks, validation_data, checkpoint_dir, save_freq,
-                         steps_per_epoch, validation_steps, initial_epoch, verbose)
+                         steps_per_epoch, validation_steps, initial_epoch, verbose, shuffle=False)
     return model, history
 
 
 def _model_fit(model, data, epochs, callbacks, validation_data, checkpoint_dir, save_freq, steps_per_epoch,
-               validation_steps, initial_epoch, verbose, shuffle=True):
+               validation_steps, initial_epoch, verbose, shuffle):
     """``model.fit`` with a plain ``BackupAndRestore`` in ``callbacks`` (or ``checkpoint_dir``) made atomic."""
     plain = [cb for cb in callbacks if type(cb) is keras.callbacks.BackupAndRestore]
     if plain:
