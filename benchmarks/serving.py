@@ -2,7 +2,9 @@
 
 For every preset with weights: export a SavedModel and an ONNX file (``export.to_saved_model``/``to_onnx``),
 check their parity with Keras (``export.verify`` on 64 real Fashion-MNIST test images as raw uint8, batch sizes 1
-and 64, each artifact in a process that cannot import otzoo), then time on the same real images:
+and 64, each artifact in a process that cannot import otzoo; against Keras' graph call, as ``model.predict`` runs
+it, and against the eager call), measure how much an image's Keras output depends on the rest of its batch (each
+image alone vs within the 64), then time on the same real images:
 
 - ``onnxruntime``: ``InferenceSession(...).run`` (CPUExecutionProvider, default threads);
 - ``saved_model``: ``tf.saved_model.load(...).signatures["serving_default"]`` (float32 pixels);
@@ -24,6 +26,8 @@ import statistics
 import sys
 import tempfile
 import time
+
+import numpy as np
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 os.environ.setdefault("CUDA_VISIBLE_DEVICES", "")
@@ -72,6 +76,23 @@ def _float_inputs(spec, named, rows):
     return out
 
 
+def _batch_dependence(model, spec, named):
+    """Max |output of an image run alone - its output within the whole batch| over the images and outputs (Keras'
+    graph call, as ``model.predict`` runs it): what a server that batches requests needs to be 0 up to rounding.
+    Few-shot models: each query alone against the same support set."""
+    call = spec.keras_call(model)
+    whole = spec.reference(call, named)
+    rows = len(named[spec.batched_inputs[0]])
+    worst = 0.0
+    for row in range(rows):
+        alone = spec.reference(call, {name: array[row:row + 1] if name in spec.batched_inputs else array
+                                      for name, array in named.items()})
+        for output, value in alone.items():
+            if output != "top_k_classes":
+                worst = max(worst, float(np.max(np.abs(value - whole[output][row:row + 1]))))
+    return worst
+
+
 def benchmark_preset(name, calls, rounds, warmup, folder):
     import export
     import zoo
@@ -87,6 +108,8 @@ def benchmark_preset(name, calls, rounds, warmup, folder):
     onnx_path = export.to_onnx(model, os.path.join(folder, f"{name}.onnx"))
     report = export.verify(model, images, saved_model_dir=version_dir, onnx_path=onnx_path,
                            batch_sizes=(1, THROUGHPUT_BATCH))
+    eager = export.verify(model, images, saved_model_dir=version_dir, onnx_path=onnx_path,
+                          batch_sizes=(1, THROUGHPUT_BATCH), reference="eager")
     one, batch = _float_inputs(spec, images, 1), _float_inputs(spec, images, THROUGHPUT_BATCH)
     timings = {}
     for runtime, run in _runners(model, spec, version_dir, onnx_path).items():
@@ -97,6 +120,7 @@ def benchmark_preset(name, calls, rounds, warmup, folder):
         per_batch = _timed(lambda: run(batch), max(1, warmup // 5), rounds)
         timings[runtime] = dict(latency_ms_batch1=1e3 * latency, images_per_s_batch64=THROUGHPUT_BATCH / per_batch)
     return dict(preset=name, task=spec.task, parity_max_abs=dict(report), parity_per_output=report.per_output,
+                parity_max_abs_vs_eager=dict(eager), batch_dependence_max_abs=_batch_dependence(model, spec, images),
                 saved_model_mb=directory_size(version_dir) / 1e6,
                 onnx_mb=os.path.getsize(onnx_path) / 1e6, timings=timings)
 
@@ -125,7 +149,9 @@ def main():
             print(f"{row['preset']:<40} {runtime:<14} {cells}")
     print(f"{'preset':<40} {'parity (max abs vs Keras)':<30}")
     for row in rows:
-        print(f"{row['preset']:<40} " + ", ".join(f"{k} {v:.2e}" for k, v in row["parity_max_abs"].items()))
+        print(f"{row['preset']:<40} " + ", ".join(f"{k} {v:.2e}" for k, v in row["parity_max_abs"].items())
+              + " | vs eager: " + ", ".join(f"{k} {v:.2e}" for k, v in row["parity_max_abs_vs_eager"].items())
+              + f" | batch dependence {row['batch_dependence_max_abs']:.2e}")
     import onnxruntime
     import tensorflow as tf
 

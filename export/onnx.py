@@ -8,6 +8,7 @@ import os
 import tempfile
 import warnings
 
+from export.permissions import publishable
 from export.signatures import serving_spec
 from ot_layers.optional import require, tensorflow_if_installed
 
@@ -35,8 +36,10 @@ def to_onnx(model, path, opset=None, task=None):
     """Write ``model`` as an ONNX file at ``path`` (parent directories created) and return ``path``.
 
     ``opset``: the ONNX opset (``None``: tf2onnx's default). ``task``: see :mod:`export.signatures`. The file is
-    written beside ``path`` first and moved into place when complete. Raises ``ValueError`` naming the exportable
-    alternative for a model with an unexportable layer, before writing anything.
+    written beside ``path`` first and moved into place when complete: a file already at ``path`` is replaced (at
+    once, never left half-written; a failed export leaves it as it was). The file gets the mode the process's umask
+    gives a new file (0644 under umask 022). Raises ``ValueError`` naming the exportable alternative for a model
+    with an unexportable layer, before writing anything.
     """
     spec = serving_spec(model, task)
     opset = _check_opset(opset)
@@ -58,6 +61,7 @@ def to_onnx(model, path, opset=None, task=None):
     os.close(handle)
     try:
         onnx.save(model_proto, temp)
+        publishable(temp)  # mkstemp's 0600 -> 0666 less the umask
         os.replace(temp, path)
     except BaseException:
         if os.path.exists(temp):

@@ -3,7 +3,9 @@
 TF Serving watches ``base_dir`` for integer-named version directories and loads the newest; a version directory
 must appear complete. The export is written into a hidden temporary directory inside ``base_dir`` (a name TF
 Serving ignores) and renamed to ``<version>`` only once complete; any failure removes the temporary directory, so
-an existing version is never replaced and no half-written one is left.
+an existing version is never replaced and no half-written one is left. Before the rename the version directory and
+everything in it get the modes any new directory and file get under the process's umask (the temporary is created
+0700), so a TF Serving process under another user can read it (:mod:`export.permissions`).
 """
 import os
 import re
@@ -13,6 +15,7 @@ import warnings
 
 import keras
 
+from export.permissions import publishable
 from export.signatures import DEFAULT_SIGNATURE, UINT8_SIGNATURE, serving_spec
 from export.warmup import serving_apis, write_warmup_requests
 from ot_layers.optional import MissingExtraError
@@ -80,7 +83,8 @@ def to_saved_model(model, base_dir, version=None, task=None, warmup=None, name=N
     (``otzoo[export]``): ``True`` requires it, ``None`` (default) writes them where it is installed and otherwise
     warns and skips them (TF Serving then starts cold), ``False`` skips them. ``name``: the served model's name in
     ``models.config`` and the warm-up requests (default: ``base_dir``'s name). ``<base_dir>/models.config`` gets
-    the entry that serves ``base_dir`` under ``name``.
+    the entry that serves ``base_dir`` under ``name`` (replacing one there). The version directory and its files get
+    the modes the process's umask gives new ones (0755 / 0644 under umask 022).
 
     Raises ``ValueError`` naming the exportable alternative for a model with an unexportable layer (e.g.
     ``EMDHead(method="exact")``), before writing anything.
@@ -118,6 +122,7 @@ def to_saved_model(model, base_dir, version=None, task=None, warmup=None, name=N
         final = os.path.join(base_dir, str(version))
         if os.path.exists(final):
             raise ValueError(f"`version` {version} appeared in {base_dir} during the export; not replaced.")
+        publishable(temp_dir)  # mkdtemp gives 0700: readable by others as the umask allows, before it is published
         # The config names the model and base_dir only (the same for every version): it goes first, so the
         # rename that publishes the version is the last step.
         os.replace(config_temp, os.path.join(base_dir, MODEL_CONFIG_FILE))

@@ -6,11 +6,17 @@ checking that no node of its graph or of any function in its library is a Python
 ``PyFuncStateless``, ``EagerPyFunc``, ``NumpyFunction``), which TF Serving cannot run --, the ONNX file through
 onnxruntime. It reports the maximum absolute difference per artifact, per output and per batch size.
 
+A NaN anywhere in an output, from Keras or from the artifact (or both), fails the check: a served NaN is never
+right, and a NaN compared as a number would vanish (``max(0.0, nan)`` is 0.0). That output's difference is
+``inf`` (above any tolerance, however it is compared) and :attr:`ParityReport.nan_outputs` names it. Infinities
+that agree (the same sign at the same place) differ by 0; any other infinity is an ``inf`` difference.
+
 ``top_k_classes`` is compared by what a swap costs: the largest gap between the Keras logits of the class Keras
 ranks at a position and of the class the artifact ranks there (0 when the rankings agree; a swap of two classes
 whose logits tie within the tolerance stays within it).
 """
 import json
+import math
 import os
 import tempfile
 
@@ -112,32 +118,39 @@ class ParityReport(dict):
     - ``per_output``: ``{artifact: {output: max abs difference over batch sizes}}``;
     - ``signatures``: ``{artifact: {signature: {"inputs"/"outputs": {name: [dtype, shape]}}}}`` as the child
       process saw them;
-    - ``checked``: ``{artifact: {"nodes": n, "functions": n}}``, the graph nodes searched for Python ops.
+    - ``checked``: ``{artifact: {"nodes": n, "functions": n}}``, the graph nodes searched for Python ops;
+    - ``nan_outputs``: ``{artifact: set of outputs}``, the outputs that held a NaN on either side at some batch
+      size; their difference is ``inf``, so no tolerance accepts them.
 
     Artifacts: ``"saved_model"`` (signature ``serving_default``), ``"saved_model_uint8"`` (``serving_uint8``, run
     when the pixel inputs were given as uint8) and ``"onnx"``.
     """
 
-    def __init__(self, per_batch_size, signatures, checked):
-        super().__init__({artifact: max(max(d.values()) for d in by_batch.values())
+    def __init__(self, per_batch_size, signatures, checked, nan_outputs=None):
+        super().__init__({artifact: _worst(_worst(d.values()) for d in by_batch.values())
                           for artifact, by_batch in per_batch_size.items()})
         self.per_batch_size = per_batch_size
         self.signatures = signatures
         self.checked = checked
+        nan_outputs = nan_outputs or {}
+        self.nan_outputs = {artifact: set(nan_outputs.get(artifact, ())) for artifact in per_batch_size}
 
     @property
     def per_output(self):
-        return {artifact: {name: max(d[name] for d in by_batch.values()) for name in next(iter(by_batch.values()))}
+        return {artifact: {name: _worst(d[name] for d in by_batch.values())
+                           for name in next(iter(by_batch.values()))}
                 for artifact, by_batch in self.per_batch_size.items()}
 
     def table(self):
-        """The per-output maxima as a text table (one row per artifact)."""
+        """The per-output maxima as a text table (one row per artifact); ``nan`` marks an output that held a NaN."""
         per_output = self.per_output
         names = list(next(iter(per_output.values()))) if per_output else []
         width = max([len(a) for a in per_output] + [8])
         lines = [f"{'artifact':<{width}}  " + "  ".join(f"{n:>13}" for n in names)]
         for artifact, diffs in per_output.items():
-            lines.append(f"{artifact:<{width}}  " + "  ".join(f"{diffs[n]:>13.2e}" for n in names))
+            nan = self.nan_outputs.get(artifact, ())
+            lines.append(f"{artifact:<{width}}  " + "  ".join(f"{'nan':>13}" if n in nan else f"{diffs[n]:>13.2e}"
+                                                              for n in names))
         return "\n".join(lines)
 
 
@@ -184,6 +197,34 @@ def _feed(spec, chunk, uint8):
     return feed
 
 
+def _worst(values):
+    """The largest of ``values``, NaN-proof: ``inf`` when any is NaN (Python's ``max`` keeps or drops a NaN by its
+    place), 0.0 when there are none."""
+    worst = 0.0
+    for value in values:
+        value = float(value)
+        if math.isnan(value):
+            return math.inf
+        worst = max(worst, value)
+    return worst
+
+
+def _holds_nan(array):
+    array = np.asarray(array)
+    return array.dtype.kind in "fc" and bool(np.isnan(array).any())
+
+
+def _max_abs(got, want):
+    """max |got - want| in float64; ``inf`` when either holds a NaN; equal infinities differ by 0."""
+    got, want = got.astype(np.float64), want.astype(np.float64)
+    if _holds_nan(got) or _holds_nan(want):
+        return math.inf
+    with np.errstate(invalid="ignore"):
+        gap = np.abs(got - want)
+    gap[got == want] = 0.0  # inf - inf is NaN; the same infinity at the same place agrees
+    return float(np.max(gap))
+
+
 def _difference(name, got, expected, keras_logits):
     got, want = np.asarray(got), np.asarray(expected)
     if got.shape != want.shape:
@@ -193,10 +234,19 @@ def _difference(name, got, expected, keras_logits):
     if name == "top_k_classes":
         if got.min() < 0 or got.max() >= keras_logits.shape[-1]:
             raise VerificationError(f"output {name!r} holds classes outside 0..{keras_logits.shape[-1] - 1}.")
-        chosen = np.take_along_axis(keras_logits, got.astype(np.int64), axis=-1).astype(np.float64)
-        ranked = np.take_along_axis(keras_logits, want.astype(np.int64), axis=-1).astype(np.float64)
-        return float(np.max(np.abs(chosen - ranked)))
-    return float(np.max(np.abs(got.astype(np.float64) - want.astype(np.float64))))
+        if _holds_nan(keras_logits):  # a ranking among NaN logits is no agreement
+            return math.inf
+        chosen = np.take_along_axis(keras_logits, got.astype(np.int64), axis=-1)
+        ranked = np.take_along_axis(keras_logits, want.astype(np.int64), axis=-1)
+        return _max_abs(chosen, ranked)
+    return _max_abs(got, want)
+
+
+def _nan_in(name, got, expected, keras_logits):
+    """Whether comparing output ``name`` met a NaN (in either side, or in the Keras logits ranking classes)."""
+    if name == "top_k_classes" and keras_logits is not None:
+        return _holds_nan(keras_logits)
+    return _holds_nan(got) or _holds_nan(expected)
 
 
 def _run_artifact(kind, artifact, runs, feeds):
@@ -241,6 +291,8 @@ def verify(model, inputs, saved_model_dir=None, onnx_path=None, task=None, batch
     server runs, after the same Grappler rewrites) or ``"eager"`` (op by op; fused kernels round differently, a few
     float32 ulps of the logits).
 
+    An output holding a NaN, on either side, differs by ``inf`` and is named in the report's ``nan_outputs``.
+
     Raises :class:`VerificationError` when an artifact fails to run without otzoo, holds Python ops, or lacks a
     named output or its shape.
     """
@@ -265,7 +317,7 @@ def verify(model, inputs, saved_model_dir=None, onnx_path=None, task=None, batch
             artifacts.append(("saved_model_uint8", "saved_model", saved_model_dir, UINT8_SIGNATURE, True))
     if onnx_path is not None:
         artifacts.append(("onnx", "onnx", onnx_path, None, False))
-    per_batch, signatures, checked = {}, {}, {}
+    per_batch, signatures, checked, nan_outputs = {}, {}, {}, {}
     for kind in ("saved_model", "onnx"):
         jobs = [a for a in artifacts if a[1] == kind]
         if not jobs:
@@ -292,5 +344,7 @@ def verify(model, inputs, saved_model_dir=None, onnx_path=None, task=None, batch
             size = plan[run_id][1]
             diffs = per_batch.setdefault(label, {}).setdefault(size, {n: 0.0 for n in spec.output_names})
             for name in spec.output_names:
-                diffs[name] = max(diffs[name], _difference(name, got[name], expected[name], logits))
-    return ParityReport(per_batch, signatures, checked)
+                diffs[name] = _worst((diffs[name], _difference(name, got[name], expected[name], logits)))
+                if _nan_in(name, got[name], expected[name], logits):
+                    nan_outputs.setdefault(label, set()).add(name)
+    return ParityReport(per_batch, signatures, checked, nan_outputs)

@@ -21,7 +21,7 @@ from export.saved_model import directory_size
 from export.signatures import TASKS, UINT8_SIGNATURE, serving_spec
 from export.warmup import WARMUP_DIR, WARMUP_FILE
 from ot_layers.optional import check_installed
-from otzoo.arguments import CommandError, positive_int, positive_number
+from otzoo.arguments import CommandError, output_directory, positive_int, positive_number
 from otzoo.samples import sample_inputs
 from ot_layers.task_model import model_task
 from training.recipes.common import card_spec
@@ -39,7 +39,7 @@ def register(commands, parser_class):
                               description=__doc__.split("\n\n")[1])
     sub.add_argument("model", metavar="NAME_OR_PATH", help="a preset name, a .keras file or a preset directory")
     sub.add_argument("--format", choices=FORMATS, default="both", help="default: both")
-    sub.add_argument("--out", required=True, help="output directory")
+    sub.add_argument("--out", required=True, type=output_directory, help="output directory")
     sub.add_argument("--version", type=positive_int, default=None,
                      help="the SavedModel version (default: the next free one)")
     sub.add_argument("--task", choices=TASKS, default=None,
@@ -131,8 +131,10 @@ def run(args):
         for signature in spec.signature_names:
             print(f"  {signature}: {spec.describe(uint8=signature == UINT8_SIGNATURE)}")
     if args.format in ("onnx", "both"):
+        replaced = os.path.exists(os.path.join(args.out, f"{name}.onnx"))
         onnx_path = export.to_onnx(model, os.path.join(args.out, f"{name}.onnx"), task=task)
-        print(f"ONNX {onnx_path} ({_size(onnx_path)}); axis 0 dynamic")
+        print(f"ONNX {onnx_path} ({_size(onnx_path)}{', replacing the earlier file' if replaced else ''}); "
+              "axis 0 dynamic")
         print(f"  {spec.describe()}")
     if inputs is None:
         print("parity: not checked (--no-verify)")
@@ -147,8 +149,13 @@ def run(args):
     print(f"parity, max |artifact - Keras| on {count} {dataset} test images (raw uint8), batch "
           f"sizes {', '.join(str(b) for b in sizes)}, each artifact run without otzoo:")
     print("  " + report.table().replace("\n", "\n  "))
+    nan = {artifact: sorted(names) for artifact, names in report.nan_outputs.items() if names}
+    if nan:
+        artifact, names = next(iter(nan.items()))
+        raise CommandError(f"--atol: {artifact} gives NaN in {', '.join(names)} (the model's or the artifact's "
+                           "outputs); a NaN output is never within tolerance.")
     worst = max(report, key=report.get)
-    if report[worst] > args.atol:
+    if not report[worst] <= args.atol:
         raise CommandError(f"--atol: {worst} differs from Keras by {report[worst]:.3g} > {args.atol:g}.")
     print(f"parity holds: every output within --atol {args.atol:g}")
     return 0
