@@ -31,6 +31,13 @@ def check_positive_int(name, value):
     return int(value)
 
 
+def check_seed(name, value):
+    """``value`` must be an integer >= 0 (what NumPy's generators accept as a seed)."""
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < 0:
+        raise ValueError(f"`{name}` must be an integer >= 0, got {value!r}.")
+    return int(value)
+
+
 def check_in_range(name, value, low, high, low_open=False, high_open=False):
     """``value`` must lie in the interval between ``low`` and ``high`` (open or closed ends)."""
     ok = isinstance(value, numbers.Real) and not isinstance(value, bool) and np.isfinite(value)

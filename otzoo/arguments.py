@@ -5,9 +5,10 @@ in one line naming the option and exit status 2 (:class:`CommandError`, or ``arg
 else is a bug and keeps its traceback.
 """
 import argparse
+import math
 import os
 
-from zoo.preset_format import CARD_FILE, WEIGHTS_FILE
+from zoo.preset_format import CARD_FILE, WEIGHTS_FILE, check_output_directory
 from zoo.registry import PRESETS
 
 
@@ -33,6 +34,17 @@ def positive_int(text):
     return value
 
 
+def non_negative_int(text):
+    """An ``argparse`` type: an integer >= 0 (a seed, an index)."""
+    try:
+        value = int(text)
+    except ValueError:
+        value = -1
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"must be an integer >= 0, got {text!r}")
+    return value
+
+
 def positive_number(text):
     """An ``argparse`` type: a number > 0."""
     return _number(text, lambda value: value > 0, "a number > 0")
@@ -48,9 +60,28 @@ def _number(text, accept, what):
         value = float(text)
     except ValueError:
         value = None
-    if value is None or not accept(value):
+    if value is None or not math.isfinite(value) or not accept(value):
         raise argparse.ArgumentTypeError(f"must be {what}, got {text!r}")
     return value
+
+
+def output_directory(text):
+    """An ``argparse`` type: a directory to write into, existing or not (then created): not a file, nor below one,
+    so that a run does not fail on it after its work is done."""
+    return _checked_directory(text, new_preset=False)
+
+
+def new_preset_directory(text):
+    """An ``argparse`` type: :func:`output_directory` that does not hold a preset already (``metadata.json``), so a
+    packaged or earlier preset is never replaced by a write into it."""
+    return _checked_directory(text, new_preset=True)
+
+
+def _checked_directory(text, new_preset):
+    try:
+        return check_output_directory("out", text, new_preset=new_preset)
+    except ValueError as error:
+        raise argparse.ArgumentTypeError(str(error).split(" ", 1)[1].rstrip(".")) from None  # less "`out`"
 
 
 def preset_name(text):

@@ -23,7 +23,11 @@ from ot_layers.optional import MissingExtraError
 from otzoo.arguments import (
     ArgumentParser,
     CommandError,
+    new_preset_directory,
+    non_negative_int,
+    output_directory,
     positive_int,
+    positive_number,
     preset_name,
     preset_or_directory,
     weights_location,
@@ -40,7 +44,8 @@ from training.recipes.few_shot import pretrained_backbone_path
 from training.recipes.fine_tune import (BATCH_SIZE as FINE_TUNE_BATCH, FINE_TUNE_DATASET, fine_tune_preset,
                                        fine_tuned_card)
 from training.recipes.run_directory import ResumeMismatchError
-from zoo.preset_format import WeightsIntegrityError, read_card
+from training.recipes.tuned_config import load_tuned_config
+from zoo.preset_format import PresetFormatError, WeightsIntegrityError, read_card
 from zoo.registry import PRESETS
 
 
@@ -101,6 +106,11 @@ def train(args):
     task_options = {"episodes": args.episodes, "pretrained": args.pretrained, "config": args.config}
     _refuse_options(task_options, accepted, "TRAIN_OPTIONS", args.preset, task)
     options.update({key: value for key, value in task_options.items() if key in accepted})
+    if args.config is not None:  # accepted by the preset's task: a readable tuning result for this preset
+        try:
+            load_tuned_config(args.config, args.preset)
+        except (FileNotFoundError, ValueError) as error:
+            raise CommandError(f"--config: {error}") from None
     if args.pretrained is not None:  # accepted by the preset's task: the file must be there before training
         try:
             pretrained_backbone_path(args.pretrained)
@@ -314,7 +324,7 @@ def demo(args):
 # runs). Nothing else is caught: a plain ValueError, FileNotFoundError or any other exception is a bug (or an
 # unforeseen failure) and keeps its traceback, exit status 1.
 USER_ERRORS = (CommandError, EmptySliceError, ResumeMismatchError, DataUnavailableError, WeightsIntegrityError,
-               MissingExtraError)
+               PresetFormatError, MissingExtraError)
 
 
 # Commands built on TensorFlow-only machinery: keras-tuner's tf.distribute trials (tune) and the SavedModel / ONNX
@@ -344,9 +354,11 @@ def check_train_backend(args, active):
     strategies and the few-shot meta-training loop are TensorFlow's (a :class:`CommandError` names the option)."""
     if args.workers > 1 or args.strategy not in ("auto", "one_device"):
         option = "--workers" if args.workers > 1 else "--strategy"
+        devices = ("every local device through keras.distribution (--strategy auto) or one (--strategy one_device)"
+                   if active == "jax" else "one device (--strategy auto or one_device; keras.distribution's data "
+                   "parallelism is JAX's)")
         raise CommandError(f"{option}: multi-worker and tf.distribute training run on the TensorFlow backend; on "
-                           f"{active} otzoo train uses every local device through keras.distribution "
-                           f"(--strategy auto) or one (--strategy one_device).")
+                           f"{active} otzoo train uses {devices}.")
     task = PRESETS[args.preset].task
     if task == "few_shot":
         raise CommandError(f"backend: the few-shot meta-training loop of {args.preset} runs on the TensorFlow "
@@ -373,16 +385,18 @@ def main(argv=None):
     sub.add_argument("--batch-size", type=positive_int, default=None, help="default: the recipe's")
     sub.add_argument("--limit", type=positive_int, default=None,
                      help="read only the first N training images (before a class split)")
-    sub.add_argument("--seed", type=int, default=None, help="default: the recipe's (initialization and data order)")
+    sub.add_argument("--seed", type=non_negative_int, default=None,
+                     help="default: the recipe's (initialization and data order)")
     sub.add_argument("--episodes", type=positive_int, default=None,
                      help="few-shot presets: meta-training episodes (default: the recipe's)")
     sub.add_argument("--pretrained", default=None,
                      help="few-shot presets: start from the pre-trained backbone of another run of the same recipe "
                           "(its output directory) instead of pre-training")
-    sub.add_argument("--out", default=None, help="output directory (default otzoo_runs/PRESET)")
+    sub.add_argument("--out", default=None, type=output_directory,
+                     help="output directory (default otzoo_runs/PRESET)")
     sub.add_argument("--strategy", choices=["auto", "one_device", "mirrored", "multi_worker"], default="auto",
                      help="tf.distribute strategy (default auto: all local GPUs, else the CPU; TF_CONFIG's workers); "
-                          "on jax/torch: auto (all local devices) or one_device")
+                          "on jax: auto (all local devices) or one_device; on torch: one device")
     sub.add_argument("--workers", type=positive_int, default=1,
                      help="start N local worker processes on 127.0.0.1 (multi-worker training)")
     sub.add_argument("--resume", action="store_true", help="continue the unfinished run in --out")
@@ -413,20 +427,21 @@ def main(argv=None):
     sub = commands.add_parser("fine-tune", help="fit a pretrained preset on a data slice and save it",
                               description=fine_tune.__doc__)
     sub.add_argument("preset", type=preset_name)
-    sub.add_argument("--out", required=True, help="the preset directory to write")
+    sub.add_argument("--out", required=True, type=new_preset_directory,
+                     help="the preset directory to write (a new one: an existing preset is not replaced)")
     sub.add_argument("--epochs", type=positive_int, default=1)
     sub.add_argument("--limit", type=positive_int, default=4096, help="fit on the first N training images")
-    sub.add_argument("--learning-rate", type=float, default=0.01, help="SGD (momentum 0.9) step size")
-    sub.add_argument("--seed", type=int, default=0)
+    sub.add_argument("--learning-rate", type=positive_number, default=0.01, help="SGD (momentum 0.9) step size")
+    sub.add_argument("--seed", type=non_negative_int, default=0)
     sub.set_defaults(run=fine_tune)
 
     sub = commands.add_parser("demo", help="load, evaluate, fine-tune and export the MPW preset",
                               description=demo.__doc__)
     sub.add_argument("--limit", type=positive_int, default=4096, help="fine-tune on the first N training images")
     sub.add_argument("--test-limit", type=positive_int, default=10000, help="evaluate on the first N test images")
-    sub.add_argument("--learning-rate", type=float, default=0.01)
-    sub.add_argument("--seed", type=int, default=0)
-    sub.add_argument("--out", default="otzoo_demo",
+    sub.add_argument("--learning-rate", type=positive_number, default=0.01)
+    sub.add_argument("--seed", type=non_negative_int, default=0)
+    sub.add_argument("--out", default="otzoo_demo", type=output_directory,
                      help="where the SavedModel (on JAX and PyTorch: the fine-tuned preset) is written")
     sub.set_defaults(run=demo)
 

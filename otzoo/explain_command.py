@@ -16,7 +16,14 @@ from explain.report import KINDS, available_kinds, explain_model, why_not
 from explain.signals import FASHION_MNIST_CLASSES
 from ot_layers.layers.task_layers import SupportClassMeans
 from ot_layers.tensor_ops import find_layer
-from otzoo.arguments import CommandError, positive_int, preset_name, weights_location
+from otzoo.arguments import (
+    CommandError,
+    non_negative_int,
+    output_directory,
+    positive_int,
+    preset_name,
+    weights_location,
+)
 from training.data.fashion_mnist import load_fashion_mnist
 from zoo.loading import preset_dir
 from zoo.registry import PRESETS
@@ -43,16 +50,6 @@ black background) or Fashion-MNIST test images by index (their labels are then k
 --test-index 0 is used."""
 
 
-def _non_negative_int(text):
-    try:
-        value = int(text)
-    except ValueError:
-        value = -1
-    if value < 0:
-        raise argparse.ArgumentTypeError(f"must be an integer >= 0, got {text!r}")
-    return value
-
-
 def register(commands, parser_class):
     """Add ``explain`` to the ``otzoo`` sub-commands (see ``otzoo.cli``)."""
 
@@ -60,9 +57,10 @@ def register(commands, parser_class):
                               description=DESCRIPTION, formatter_class=argparse.RawDescriptionHelpFormatter)
     sub.add_argument("preset", type=preset_name, metavar="PRESET", help="a preset name (see `otzoo list`)")
     sub.add_argument("images", nargs="*", metavar="IMAGE", help="image files (PNG, JPEG) to explain")
-    sub.add_argument("--test-index", type=_non_negative_int, nargs="+", action="extend", default=[], metavar="N",
+    sub.add_argument("--test-index", type=non_negative_int, nargs="+", action="extend", default=[], metavar="N",
                      help="Fashion-MNIST test images to explain, by index (0-9999); repeatable")
-    sub.add_argument("--out", required=True, help="folder the PNG files are written into (created if needed)")
+    sub.add_argument("--out", required=True, type=output_directory,
+                     help="folder the PNG files are written into (created if needed)")
     sub.add_argument("--kinds", nargs="+", choices=KINDS, default=None, metavar="KIND",
                      help=f"draw only these kinds ({', '.join(KINDS)}); default: every kind that fits the preset")
     sub.add_argument("--weights", type=weights_location, default=None,
@@ -71,7 +69,8 @@ def register(commands, parser_class):
     sub.add_argument("--gallery-size", type=positive_int, default=1000,
                      help="the retrieval gallery: the first N Fashion-MNIST test images (of the preset's "
                           "evaluation classes, if any; default 1000)")
-    sub.add_argument("--seed", type=int, default=0, help="chooses the few-shot episode's support images (default 0)")
+    sub.add_argument("--seed", type=non_negative_int, default=0,
+                     help="chooses the few-shot episode's support images (default 0)")
     sub.add_argument("--dpi", type=positive_int, default=100, help="resolution of the PNG files (default 100)")
     sub.set_defaults(run=run)
     return sub

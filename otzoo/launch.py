@@ -3,7 +3,8 @@
 The command line's modules import Keras, and Keras imports the library of its backend (TensorFlow unless
 ``KERAS_BACKEND``, ``otzoo --backend`` or ``keras.json`` says otherwise). Where that library is not installed (a
 machine with JAX or PyTorch only, say), :func:`main` says so in one line naming ``backend`` and the backends that
-are installed, with exit status 2, instead of Keras' traceback; any other import error keeps its traceback.
+are installed, with exit status 2, instead of Keras' traceback, and so for a backend Keras does not know; any other
+import error keeps its traceback.
 """
 import importlib.util
 import json
@@ -45,13 +46,17 @@ def missing_backend_message(backend, chosen_by, installed):
 # Read before Keras is imported (its first import writes a keras.json naming its default); the command line's own
 # process chose the backend from its arguments (otzoo/__init__).
 BACKEND, CHOSEN_BY = configured_backend(sys.argv[1:])
-try:
-    from otzoo.cli import main as run_command_line
-    MISSING_BACKEND = None
-except ModuleNotFoundError as error:
-    if (error.name or "").partition(".")[0] != BACKEND or BACKEND not in BACKENDS:
-        raise
-    run_command_line, MISSING_BACKEND = None, missing_backend_message(BACKEND, CHOSEN_BY, installed_backends())
+if BACKEND not in BACKENDS:  # Keras would raise "Unable to import backend" with a traceback
+    run_command_line, MISSING_BACKEND = None, (f"backend: Keras cannot run on {BACKEND!r} ({CHOSEN_BY}); otzoo runs "
+                                               f"on {', '.join(BACKENDS)}")
+else:
+    try:
+        from otzoo.cli import main as run_command_line
+        MISSING_BACKEND = None
+    except ModuleNotFoundError as error:
+        if (error.name or "").partition(".")[0] != BACKEND:
+            raise
+        run_command_line, MISSING_BACKEND = None, missing_backend_message(BACKEND, CHOSEN_BY, installed_backends())
 
 
 def main(argv=None):

@@ -3,6 +3,7 @@ data not installed, argparse's errors) and what it does not (any other exception
 ``--limit`` too small for the slice a command makes."""
 import importlib.util
 import os
+import shutil
 import subprocess
 import sys
 
@@ -13,6 +14,7 @@ from training.data.datasets import data_spec
 from training.data.errors import DataUnavailableError, EmptySliceError
 from training.recipes.fine_tune import fine_tune_preset
 from training.tuning.search import tune
+from zoo.loading import preset_dir
 from zoo.registry import PRESETS
 
 
@@ -226,3 +228,90 @@ def test_an_import_error_of_another_module_keeps_its_traceback(tmp_path):
                           timeout=300)
     assert proc.returncode == 1 and "Traceback" in proc.stderr, proc.stderr[-2000:]
     assert "No module named 'scipy" in proc.stderr and "otzoo: error" not in proc.stderr, proc.stderr[-2000:]
+
+
+@pytest.mark.parametrize("field, value, message", [
+    ("epochs", "0", "recipe field `epochs` must be an integer >= 1, got 0"),
+    ("epochs", "abc", "recipe field `epochs` must be an integer >= 1, got 'abc'"),
+    ("batch_size", "2.5", "recipe field `batch_size` must be an integer >= 1, got 2.5"),
+    ("learning_rate", "-1", "recipe field `learning_rate` must be a finite number > 0, got -1"),
+    ("momentum", "7", "recipe field `momentum` must be a number in [0, 1), got 7"),
+    ("l2", "-5", "recipe field `l2` must be a finite number >= 0, got -5"),
+    ("loss_kwargs", "3", "recipe field `loss_kwargs` must be an object of keyword arguments"),
+    ("callbacks", '"gsp_init"', "recipe field `callbacks` must be a list of names"),
+])
+def test_recipe_values_out_of_range_are_one_line_before_anything_is_written(field, value, message, tmp_path,
+                                                                              capsys):
+    """A count of 0 or a string failed deep in training with a traceback, and a negative learning rate trained
+    (ascending the loss) and published itself in the card: each is refused, naming the field, with nothing in
+    --out."""
+    out = tmp_path / "run"
+    _fails_with(["train", "resnet20_gap_fashion_mnist", "--limit", "256", "--out", str(out), "--recipe",
+                 f"{field}={value}"], message, capsys)
+    assert not out.exists()
+
+
+def test_an_unreadable_tuning_config_is_one_line(tmp_path, capsys):
+    (tmp_path / "bad.json").write_text("garbage")
+    _fails_with(["train", "resnet20_mpw_fashion_mnist", "--out", str(tmp_path / "run"), "--config",
+                 str(tmp_path / "bad.json")], "--config: `config`", capsys)
+    _fails_with(["train", "resnet20_mpw_fashion_mnist", "--out", str(tmp_path / "run"), "--config",
+                 str(tmp_path / "none.json")], "--config: `config`: no tuning result", capsys)
+    assert not (tmp_path / "run").exists()
+
+
+def test_outputs_are_checked_before_the_work(tmp_path, capsys):
+    """An --out that is a file (or below one) failed after training or fine-tuning, losing the work; fine-tuning into
+    a directory holding a preset (a packaged one included) replaced it without a word; a NaN or infinite learning
+    rate trained NaN weights."""
+    a_file = tmp_path / "a_file"
+    a_file.write_text("")
+    for args in (["train", "resnet20_gap_fashion_mnist"], ["tune", "resnet20_gap_fashion_mnist"],
+                 ["explain", "resnet20_gap_fashion_mnist"], ["export", "resnet20_gap_fashion_mnist"], ["demo"],
+                 ["fine-tune", "resnet20_gap_fashion_mnist"]):
+        _fails_with(args + ["--out", str(a_file)], f"argument --out: '{a_file}' is a file; give a directory", capsys)
+    _fails_with(["fine-tune", "resnet20_gap_fashion_mnist", "--out", str(a_file / "sub")],
+                f"is below the file '{a_file}'", capsys)
+    packaged = preset_dir("resnet20_gap_fashion_mnist")
+    before = os.path.getmtime(os.path.join(packaged, "model.weights.h5"))
+    _fails_with(["fine-tune", "resnet20_gap_fashion_mnist", "--out", packaged], "holds a preset already", capsys)
+    assert os.path.getmtime(os.path.join(packaged, "model.weights.h5")) == before
+    for rate in ("nan", "inf", "-0.1"):
+        _fails_with(["fine-tune", "resnet20_gap_fashion_mnist", "--out", str(tmp_path / "t"), "--learning-rate",
+                     rate], "argument --learning-rate: must be a number > 0", capsys)
+    _fails_with(["fine-tune", "resnet20_gap_fashion_mnist", "--out", str(tmp_path / "t"), "--seed", "-1"],
+                "argument --seed: must be an integer >= 0", capsys)
+    with pytest.raises(ValueError, match="`out_dir`.*holds a preset already"):
+        fine_tune_preset("resnet20_gap_fashion_mnist", packaged)
+    with pytest.raises(ValueError, match="`learning_rate` must be a finite number > 0"):
+        fine_tune_preset("resnet20_gap_fashion_mnist", str(tmp_path / "t"), learning_rate=float("nan"))
+    assert not (tmp_path / "t").exists()
+
+
+def test_a_broken_preset_directory_or_foreign_weights_are_one_line(tmp_path, capsys):
+    """A card that is not JSON, a directory without its weights, another architecture's weights or a file that is
+    no weights file ended in a traceback (JSONDecodeError, FileNotFoundError, Keras' ValueError)."""
+    garbled, weightless = tmp_path / "garbled", tmp_path / "weightless"
+    garbled.mkdir()
+    (garbled / "metadata.json").write_text("garbage")
+    weightless.mkdir()
+    for name in ("metadata.json", "config.json"):
+        shutil.copy(os.path.join(preset_dir("resnet20_gap_fashion_mnist"), name), weightless / name)
+    _fails_with(["evaluate", str(garbled), "--limit", "256"], "is not valid JSON", capsys)
+    _fails_with(["export", str(garbled), "--out", str(tmp_path / "o"), "--no-verify"], "is not valid JSON", capsys)
+    _fails_with(["evaluate", str(weightless), "--limit", "256"], "has no model.weights.h5", capsys)
+    _fails_with(["evaluate", "resnet20_gap_fashion_mnist", "--limit", "256", "--weights",
+                 preset_dir("resnet20_mpw_fashion_mnist")],
+                "do not load into 'resnet20_gap_fashion_mnist'", capsys)
+    (tmp_path / "not_weights.h5").write_text("plain text")
+    _fails_with(["evaluate", "resnet20_gap_fashion_mnist", "--limit", "256", "--weights",
+                 str(tmp_path / "not_weights.h5")], "do not load into", capsys)
+
+
+def test_a_backend_keras_does_not_know_is_one_line(tmp_path):
+    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3", KERAS_BACKEND="nope")
+    proc = subprocess.run([sys.executable, "-m", "otzoo", "list"], capture_output=True, text=True, env=env,
+                          cwd=str(tmp_path), timeout=300)
+    assert proc.returncode == 2, proc.stderr[-2000:]
+    assert proc.stderr.splitlines() == ["otzoo: error: backend: Keras cannot run on 'nope' (KERAS_BACKEND); otzoo "
+                                        "runs on tensorflow, jax, torch"], proc.stderr[-2000:]

@@ -491,3 +491,16 @@ def test_prototype_reassignment_resume_equals_uninterrupted(tmp_path, backup_fir
         np.testing.assert_allclose(a, b, atol=1e-6)
     for a, b in zip(resumed.optimizer.variables, straight.optimizer.variables):
         np.testing.assert_allclose(a, b, atol=1e-6)
+
+
+@pytest.mark.parametrize("seed", [-1, 1.5, "0", True])
+def test_a_bad_seed_names_the_argument(seed):
+    """NumPy's own error ("expected non-negative integer") named no argument."""
+    from ot_layers.callbacks import GSPPrototypeInit
+    from ot_layers.solvers import greedy_k_center
+
+    for build in (lambda: greedy_k_center(np.eye(4), 2, seed=seed), lambda: estimate_prototypes(3, 4, seed=seed),
+                  lambda: HypersphericalPrototypes(3, 2, seed=seed),
+                  lambda: GSPPrototypeInit(np.zeros((2, 4, 4, 1)), seed=seed)):
+        with pytest.raises(ValueError, match="`seed` must be an integer >= 0"):
+            build()

@@ -32,6 +32,28 @@ class WeightsIntegrityError(ValueError):
     """A weights file whose sha256 is not the one its card names (corrupted, or another model's)."""
 
 
+class PresetFormatError(ValueError):
+    """A preset directory or weights file that cannot be read as the format says: a card that is not JSON, a
+    missing weights file, weights that do not fit the model they are loaded into."""
+
+
+def check_output_directory(name, path, new_preset=False):
+    """Raise one ``ValueError`` naming ``name`` unless ``path`` can be a directory to write into: an existing
+    directory or none yet (then created), not a file nor below one; with ``new_preset``, also not a directory that
+    holds a preset already (its card), which a write would replace. Checked before a run's work, so that the run
+    does not fail on its output after it."""
+    existing = os.path.abspath(path)
+    while not os.path.exists(existing) and os.path.dirname(existing) != existing:
+        existing = os.path.dirname(existing)
+    if not os.path.isdir(existing):
+        where = "is a file" if existing == os.path.abspath(path) else f"is below the file {existing!r}"
+        raise ValueError(f"`{name}` {path!r} {where}; give a directory.")
+    if new_preset and os.path.isfile(os.path.join(path, CARD_FILE)):
+        raise ValueError(f"`{name}` {path!r} holds a preset already ({CARD_FILE}); write into another directory, "
+                         "or remove that one first.")
+    return path
+
+
 def sha256_of(path):
     """The hex sha256 of a file."""
     digest = hashlib.sha256()
@@ -60,7 +82,13 @@ def read_card(directory):
     if not os.path.isfile(path):
         return None
     with open(path) as handle:
-        return json.load(handle)
+        try:
+            card = json.load(handle)
+        except json.JSONDecodeError as error:
+            raise PresetFormatError(f"the card {path!r} is not valid JSON ({error}).") from None
+    if not isinstance(card, dict):
+        raise PresetFormatError(f"the card {path!r} must hold a JSON object, got {type(card).__name__}.")
+    return card
 
 
 def read_config(directory):
@@ -100,7 +128,11 @@ def load_weights(model, path, card):
     else:
         warnings.warn(f"Loading weights {path} without a card naming their sha256: they are not checked for "
                       "corruption or for belonging to this model.", stacklevel=3)
-    model.load_weights(path)
+    try:
+        model.load_weights(path)
+    except (ValueError, OSError) as error:  # another architecture's weights, or no weights file (h5py's OSError)
+        raise PresetFormatError(f"the weights {path!r} do not load into {model.name!r}: "
+                                f"{str(error).splitlines()[0]}") from error
     return model
 
 
@@ -114,7 +146,7 @@ def load_preset(directory):
                                 "naming the task and the weights' sha256).")
     path = os.path.join(directory, WEIGHTS_FILE)
     if not os.path.isfile(path):
-        raise FileNotFoundError(f"{directory!r} has no {WEIGHTS_FILE}.")
+        raise PresetFormatError(f"the preset directory {directory!r} has no {WEIGHTS_FILE}.")
     expected = card.get("weights_sha256")
     if expected:
         check_sha256(path, expected)  # before anything is deserialized

@@ -6,7 +6,7 @@ import numpy as np
 from ot_layers.layers.generalized_sum_pooling import GeneralizedSumPooling
 from ot_layers.solvers import greedy_k_center
 from ot_layers.tensor_ops import find_layer, flatten_feature_map_np
-from ot_layers.validation import check_positive_int
+from ot_layers.validation import check_positive_int, check_seed
 
 
 class GSPPrototypeInit(keras.callbacks.Callback):
@@ -38,7 +38,7 @@ class GSPPrototypeInit(keras.callbacks.Callback):
             raise ValueError(f"`warmup_epochs` must be an integer >= 0, got {warmup_epochs!r}.")
         self.warmup_epochs = int(warmup_epochs)
         self.num_features = check_positive_int("num_features", num_features)
-        self.seed = int(seed)
+        self.seed = check_seed("seed", seed)
         self.batch_size = check_positive_int("batch_size", batch_size)
 
     def _layer(self):

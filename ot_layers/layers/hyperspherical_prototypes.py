@@ -9,7 +9,7 @@ from ot_layers.backends import eager_scope
 from ot_layers.layers.base import ExportableLayer
 from ot_layers.solvers import prototypes as prototype_solver
 from ot_layers.tensor_ops import at_least, normalize_rows
-from ot_layers.validation import check_in_range, check_positive_int, check_rank, check_same_dim
+from ot_layers.validation import check_in_range, check_positive_int, check_rank, check_same_dim, check_seed
 
 try:  # Keras-internal scopes in which a call is only traced for shapes / without state (no prototype estimation)
     from keras.src.backend.common.stateless_scope import in_stateless_scope
@@ -38,11 +38,11 @@ class HypersphericalPrototypes(ExportableLayer):
       disk.
     - ``assignment`` ``(K,)`` int32: the bijection ``sigma`` class -> prototype row (identity at first), changed by
       ``callbacks.PrototypeReassignment`` between epochs;
-    - ``representatives`` ``(K, dim)``: class representatives ``c_k``, the L2-normalized exponential moving average
-      of the normalized features of class ``k`` (Saadabadi et al. 2024, Sec. 3.2): in a training call with ``labels``,
-      ``c_k <- normalize(momentum * c_k + (1 - momentum) * mean_{i: y_i = k} z_i/||z_i||)`` for every class in the
-      batch (samples with a non-finite feature are left out). Under a distribution strategy the replicas' updates
-      are averaged.
+    - ``representatives`` ``(K, dim)`` float32: class representatives ``c_k``, the L2-normalized exponential moving
+      average of the normalized features of class ``k`` (Saadabadi et al. 2024, Sec. 3.2): in a training call with
+      ``labels``, ``c_k <- normalize(momentum * c_k + (1 - momentum) * mean_{i: y_i = k} z_i/||z_i||)`` for every
+      class in the batch (samples with a non-finite feature are left out). Under a distribution strategy the
+      replicas' updates are averaged.
 
     Train with ``losses.HypersphericalPullLoss`` (``(1 - s_y)^2``, pull towards the assigned prototype only) on the
     logits, passing the integer labels to the layer in training: ``layer(features, labels=labels)``; at inference
@@ -58,7 +58,7 @@ class HypersphericalPrototypes(ExportableLayer):
             raise ValueError(f"`num_classes` must be >= 2, got {num_classes!r}.")
         self.dim = check_positive_int("dim", dim)
         self.momentum = float(check_in_range("momentum", momentum, 0.0, 1.0, high_open=True))
-        self.seed = int(seed)
+        self.seed = check_seed("seed", seed)
         self._given_prototypes = None
         if prototypes is not None:
             p = np.asarray(prototypes, dtype=np.float64)
@@ -86,14 +86,15 @@ class HypersphericalPrototypes(ExportableLayer):
             initial = "zeros"  # placeholder: load_model fills it (see the class docstring)
         else:
             initial = keras.initializers.Constant(self._estimate())
-        self.prototypes = self.add_weight(name="prototypes", shape=(self.num_classes, self.dim),
+        # float32 state under any dtype policy (float64 included): call() computes in float32 (class docstring)
+        self.prototypes = self.add_weight(name="prototypes", shape=(self.num_classes, self.dim), dtype="float32",
                                           initializer=initial, trainable=False, autocast=False)
         self.assignment = self.add_weight(
             name="assignment", shape=(self.num_classes,), dtype="int32", trainable=False,
             initializer=keras.initializers.Constant(np.arange(self.num_classes, dtype=np.int32)))
         self.representatives = self.add_weight(name="representatives", shape=(self.num_classes, self.dim),
-                                               initializer="zeros", trainable=False, aggregation="mean",
-                                               autocast=False)
+                                               dtype="float32", initializer="zeros", trainable=False,
+                                               aggregation="mean", autocast=False)
 
     def _estimate(self):
         return prototype_solver.estimate_prototypes(self.num_classes, self.dim, seed=self.seed)

@@ -6,6 +6,7 @@ repeatedly add the point farthest (Euclidean) from everything chosen so far.
 import numpy as np
 
 from ot_layers.tensor_ops import squared_distances_np
+from ot_layers.validation import check_seed
 
 
 def greedy_k_center(points, k, initial=None, seed=0):
@@ -24,6 +25,7 @@ def greedy_k_center(points, k, initial=None, seed=0):
     n = points.shape[0]
     if not isinstance(k, (int, np.integer)) or not 1 <= k <= n:
         raise ValueError(f"`k` must be an integer in [1, {n}] (the number of points), got {k!r}.")
+    seed = check_seed("seed", seed)
     chosen = []
     if initial is not None and len(initial):
         initial = np.asarray(initial, dtype=np.float64)

@@ -13,18 +13,18 @@
 
   with the sharpness ``beta`` raised geometrically from 1 to 1000 (and the step size lowered from 0.05 to 0.001)
   over ``steps`` steps, from ``restarts`` random starts; the iterate with the smallest true max cosine is kept.
-  Paper 001's uniformity loss ``log mean_{i != j} exp(-t ||p_i - p_j||^2)`` (Sec. 3.1, with ``t = 2``) equals
+  Saadabadi et al.'s uniformity loss ``log mean_{i != j} exp(-t ||p_i - p_j||^2)`` (Sec. 3.1, with ``t = 2``) equals
   ``beta * L_beta - 2t + const`` at ``beta = 2t``, since ``||p_i - p_j||^2 = 2 - 2 p_i . p_j`` on the sphere: the
   schedule starts near the paper's objective (``t = 0.5``) and sharpens it towards the max cosine itself, which is
   what lets it reach the best known codes (12 points in ``R^3``: the icosahedron, ``1/sqrt(5)``; 24 in ``R^4``:
-  the 24-cell, 0.5; 240 in ``R^8``: the E8 kissing configuration, 0.5; see ``docs/results_proto.md``).
+  the 24-cell, 0.5; 240 in ``R^8``: the E8 kissing configuration, 0.5; see ``docs/results/hyperspherical.md``).
 
 Results are deterministic given the arguments (``seed``) and memoized in-process; nothing is written to disk.
 """
 import numpy as np
 
 from ot_layers.tensor_ops import normalize_rows_np, squared_distances_np
-from ot_layers.validation import check_positive_int
+from ot_layers.validation import check_positive_int, check_seed
 
 _CACHE = {}
 _WORK_PER_CALL = 5e8  # the automatic number of restarts keeps restarts * K^2 * steps near this
@@ -44,8 +44,9 @@ def max_pairwise_cosine(prototypes):
 
 
 def uniformity_loss_and_gradient(prototypes, t):
-    """Paper 001's uniformity loss ``L(P) = log(1/(K(K-1)) sum_{i != j} exp(-t ||p_i - p_j||^2))`` (Sec. 3.1) and
-    its gradient w.r.t. the rows of ``prototypes`` ``(K, d)``: with ``E_ij = exp(-t ||p_i - p_j||^2)``,
+    """Saadabadi et al.'s (2024, Sec. 3.1) uniformity loss
+    ``L(P) = log(1/(K(K-1)) sum_{i != j} exp(-t ||p_i - p_j||^2))`` and its gradient w.r.t. the rows of
+    ``prototypes`` ``(K, d)``: with ``E_ij = exp(-t ||p_i - p_j||^2)``,
     ``Z = sum E``, ``dL/dp_i = -(4 t / Z) sum_j E_ij (p_i - p_j)``. (The estimator below anneals the equivalent
     log-sum-exp of cosines; this is kept as the paper's reference objective.)"""
     p = np.asarray(prototypes, dtype=np.float64)
@@ -136,7 +137,7 @@ def estimate_prototypes(num_classes, dim, seed=0, steps=2000, restarts=None):
     if restarts is None:
         restarts = int(np.clip(_WORK_PER_CALL / (k * k * steps), 1, 16))
     restarts = check_positive_int("restarts", restarts)
-    seed = int(seed)
+    seed = check_seed("seed", seed)
     closed_form = d >= k - 1
     key = (k, d, seed) if closed_form else (k, d, seed, steps, restarts)
     if key not in _CACHE:

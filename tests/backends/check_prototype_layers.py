@@ -238,6 +238,88 @@ def check_hyperspherical():
     return {"max_err": err, **info}
 
 
+def check_hyperspherical_float64():
+    """Under a float64 dtype policy (``dtype="float64"``, or ``keras.config.set_floatx("float64")``) the layer
+    still computes in float32 (its docstring) on every backend: logits, the labelled training update of the
+    representatives, ``fit`` with ``PrototypeReassignment`` and the ``.keras`` round trip, against NumPy and the
+    float32 layer (within 1e-5)."""
+    from ot_layers.callbacks import PrototypeReassignment
+
+    k, dim = 4, 5
+    # the backend's float64 (float32 on JAX without jax_enable_x64)
+    float64 = keras.backend.standardize_dtype(ops.convert_to_tensor(np.zeros(1), "float64").dtype)
+    layer32 = HypersphericalPrototypes(k, dim, momentum=0.5)
+    layer64 = HypersphericalPrototypes(k, dim, momentum=0.5, dtype="float64")
+    z = rand(8, dim).astype(np.float64)
+    z[3] = 0.0
+    perm = np.array([1, 3, 0, 2], np.int32)
+    labels = np.array([0, 0, 1, 1, 2, 0, 1, 2], np.int32)
+    old = rand(k, dim)
+    for layer in (layer32, layer64):
+        layer.build((None, dim))
+        layer.assignment.assign(perm)
+        layer.representatives.assign(old)
+    protos = ops.convert_to_numpy(layer32.prototypes).astype(np.float64)
+    assert_close("HypersphericalPrototypes float64 prototypes", ops.convert_to_numpy(layer64.prototypes), protos, 0.0)
+    want = np_normalize(z) @ protos[perm].T
+    got32 = layer32(z)
+    got = layer64(z)
+    if keras.backend.standardize_dtype(got.dtype) != float64:
+        raise AssertionError(f"HypersphericalPrototypes float64: logits dtype {got.dtype}, expected {float64}")
+    err = assert_close("HypersphericalPrototypes float64", ops.convert_to_numpy(got), want)
+    err = max(err, assert_close("HypersphericalPrototypes float64 vs float32", ops.convert_to_numpy(got),
+                                ops.convert_to_numpy(got32)))
+    # training call with labels: same logits, representatives updated as in float32 and as NumPy says
+    got_train = layer64(z, labels=labels, training=True)
+    layer32(z, labels=labels, training=True)
+    err = max(err, assert_close("HypersphericalPrototypes float64 training", ops.convert_to_numpy(got_train), want))
+    zn = np_normalize(z)
+    want_reps = old.astype(np.float64).copy()
+    for c in range(k):
+        if np.any(labels == c):
+            want_reps[c] = np_normalize(0.5 * old[c] + 0.5 * zn[labels == c].mean(0))
+    reps64 = ops.convert_to_numpy(layer64.representatives)
+    err = max(err, assert_close("HypersphericalPrototypes float64 representatives", reps64, want_reps))
+    err = max(err, assert_close("HypersphericalPrototypes float64 vs float32 representatives", reps64,
+                                ops.convert_to_numpy(layer32.representatives)))
+    check_gradients("HypersphericalPrototypes float64", lambda t: layer64(t), [z], [])
+
+    # a float64 model (floatx and the global policy, which Keras caches once a layer is made): fit with
+    # PrototypeReassignment, then the .keras round trip
+    floatx, policy = keras.config.floatx(), keras.config.dtype_policy()
+    keras.config.set_floatx("float64")
+    keras.config.set_dtype_policy("float64")
+    try:
+        xin, lin = keras.Input((6,)), keras.Input((), dtype="int32")
+        head = HypersphericalPrototypes(k, dim, name="head")
+        model = keras.Model([xin, lin], head(keras.layers.Dense(dim)(xin), labels=lin))
+        x = [rand(16, 6).astype(np.float64), np.arange(16, dtype=np.int32) % k]
+        reassign = PrototypeReassignment()
+        model.compile(optimizer=keras.optimizers.SGD(0.1), loss=HypersphericalPullLoss())
+        model.fit(x, x[1], batch_size=8, epochs=2, shuffle=False, verbose=0, callbacks=[reassign])
+        reps = ops.convert_to_numpy(head.representatives)
+        if not np.all(np.isfinite(reps)) or not np.allclose(np.linalg.norm(reps, axis=1), 1.0, atol=1e-5):
+            raise AssertionError("HypersphericalPrototypes float64: representatives not updated to unit rows by fit")
+        assignment = ops.convert_to_numpy(head.assignment)
+        if sorted(assignment.tolist()) != list(range(k)):
+            raise AssertionError(f"HypersphericalPrototypes float64: assignment {assignment} is no permutation")
+        expected = model.predict(x, batch_size=16, verbose=0)
+        if keras.backend.standardize_dtype(expected.dtype) != float64:
+            raise AssertionError(f"HypersphericalPrototypes float64: predictions dtype {expected.dtype}")
+        with tempfile.TemporaryDirectory() as tmp:
+            path = os.path.join(tmp, "x.keras")
+            model.save(path)
+            loaded = keras.saving.load_model(path)
+        assert_close("HypersphericalPrototypes float64 save/load", loaded.predict(x, batch_size=16, verbose=0),
+                     expected, tol=0.0)
+        assert_close("HypersphericalPrototypes float64 loaded assignment",
+                     ops.convert_to_numpy(loaded.get_layer("head").assignment), assignment, tol=0.0)
+    finally:
+        keras.config.set_floatx(floatx)
+        keras.config.set_dtype_policy(policy)
+    return {"max_err": err, "reassignment_changes": reassign.changes}
+
+
 def check_class_proxies(output):
     k, m, dim = 3, 2, 4
     in_dim = 4 if output == "similarities" else 6
@@ -298,6 +380,7 @@ CHECKS = {
     "ProtoNet[euclidean]": lambda: check_episode("euclidean"),
     "ProtoNet[cosine]": lambda: check_episode("cosine"),
     "HypersphericalPrototypes+PullLoss": check_hyperspherical,
+    "HypersphericalPrototypes[float64]": check_hyperspherical_float64,
     "ClassProxies[similarities]": lambda: check_class_proxies("similarities"),
     "ClassProxies[packed]": lambda: check_class_proxies("packed"),
     "ManifoldProxies[direct]+Loss": lambda: check_manifold("direct"),

@@ -38,7 +38,7 @@ tf = tensorflow_if_installed("tf.distribute strategies")
 def run_options(name, strategy="auto", config=None, tensorboard=None):
     """What every recipe's run shares: ``(strategy, head overrides, learning rate or None, extra callbacks)``.
 
-    ``strategy``: a name for ``training.strategies.make_strategy`` (``"auto"``: all local GPUs, else the CPU; a
+    ``strategy``: a name for ``training.distributed.make_strategy`` (``"auto"``: all local GPUs, else the CPU; a
     ``TF_CONFIG`` naming several workers: ``multi_worker``). ``config``: a ``best.json`` from ``otzoo tune`` for this
     preset (its head parameters and learning rate). ``tensorboard``: a log directory for
     ``keras.callbacks.TensorBoard``.

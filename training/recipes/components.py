@@ -7,6 +7,8 @@ that sets a field its optimizer does not use (e.g. ``momentum`` with ``adam``), 
 ignored.
 """
 import dataclasses
+import math
+import numbers
 
 import keras
 
@@ -171,10 +173,53 @@ def _check_optimizer_fields(recipe, optimizer_field, fields):
                              f"{optimizer!r} does not use it: leave it at its default {defaults[field]!r}.")
 
 
+def _integer(value):
+    return isinstance(value, numbers.Integral) and not isinstance(value, bool)
+
+
+def _real(value):
+    return isinstance(value, numbers.Real) and not isinstance(value, bool) and math.isfinite(value)
+
+
+# What each numeric, flag or container field of a recipe must hold (a field a recipe class lacks is skipped):
+# ``(what it must be, test, fields)``. A count of 0, a negative or NaN rate would otherwise fail deep in training
+# or, worse, train (a negative learning rate ascends the loss) and publish the value in the card.
+VALUE_RULES = (
+    ("an integer >= 1", lambda v: _integer(v) and v >= 1,
+     ("batch_size", "epochs", "pretrain_epochs", "meta_episodes", "shots", "queries", "eval_episodes",
+      "eval_queries")),
+    ("an integer >= 2", lambda v: _integer(v) and v >= 2, ("ways",)),
+    ("an integer >= 0", lambda v: _integer(v) and v >= 0, ("pad", "seed", "eval_seed")),
+    ("a finite number > 0", lambda v: _real(v) and v > 0, ("learning_rate", "meta_learning_rate")),
+    ("a finite number >= 0", lambda v: _real(v) and v >= 0, ("l2",)),
+    ("a number in [0, 1)", lambda v: _real(v) and 0 <= v < 1, ("momentum", "meta_momentum")),
+    ("true or false", lambda v: isinstance(v, bool), ("nesterov", "jit_compile")),
+    ("an object of keyword arguments (JSON {...})", lambda v: isinstance(v, dict), ("loss_kwargs",)),
+    ("a list of names (JSON [...])", lambda v: isinstance(v, (list, tuple)) and all(isinstance(n, str) for n in v),
+     ("callbacks",)),
+    ("a non-empty list of integers >= 1 (JSON [...])",
+     lambda v: isinstance(v, (list, tuple)) and len(v) > 0 and all(_integer(n) and n >= 1 for n in v),
+     ("eval_shots",)),
+)
+
+
+def check_recipe_values(recipe):
+    """Raise one ``ValueError`` naming the first field of ``recipe`` whose value is not what :data:`VALUE_RULES`
+    asks (a count below 1, a learning rate <= 0 or NaN, a momentum outside [0, 1), a string for a list, ...)."""
+    present = {f.name for f in dataclasses.fields(recipe)}
+    for what, test, fields in VALUE_RULES:
+        for field in fields:
+            if field in present and not test(getattr(recipe, field)):
+                raise ValueError(f"recipe field `{field}` must be {what}, got {getattr(recipe, field)!r}.")
+    return recipe
+
+
 def check_recipe(recipe, task):
-    """Raise one ``ValueError`` naming the field for the first unknown name in ``recipe`` (a ``task`` preset's),
-    or for a field its optimizer does not use changed from its default (``momentum``, ``nesterov`` with ``adam``
-    or ``adamw``; ``meta_momentum`` with a few-shot recipe's ``meta_optimizer`` ``adam`` or ``adamw``)."""
+    """Raise one ``ValueError`` naming the field for the first value out of its range (:func:`check_recipe_values`)
+    or unknown name in ``recipe`` (a ``task`` preset's), or for a field its optimizer does not use changed from its
+    default (``momentum``, ``nesterov`` with ``adam`` or ``adamw``; ``meta_momentum`` with a few-shot recipe's
+    ``meta_optimizer`` ``adam`` or ``adamw``)."""
+    check_recipe_values(recipe)
     choose(OPTIMIZERS, "optimizer", recipe.optimizer)
     choose(SCHEDULES, "schedule", recipe.schedule)
     _check_optimizer_fields(recipe, "optimizer", {"momentum": "momentum", "nesterov": "nesterov"})

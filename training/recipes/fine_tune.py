@@ -11,9 +11,11 @@ explain --weights`` read.
 """
 import keras
 
+from ot_layers.validation import check_positive, check_positive_int
 from training.recipes import recipe_for
 from training.recipes.common import preset_spec
 from zoo.loading import load, model_card, save_preset
+from zoo.preset_format import check_output_directory
 
 BATCH_SIZE = 128  # classification and retrieval fine-tuning; an incomplete last batch is dropped
 QUERIES = 15  # few-shot fine-tuning episodes: 1 support and 15 query images of each class
@@ -40,6 +42,9 @@ def fine_tune_preset(name, out_dir, epochs=1, limit=4096, learning_rate=0.01, se
     with ``1 + QUERIES`` images for an episode) raises :class:`~training.data.errors.EmptySliceError`, both before
     anything is written."""
     spec = check_fine_tunable(name)
+    check_output_directory("out_dir", out_dir, new_preset=True)
+    check_positive_int("epochs", epochs)
+    check_positive("learning_rate", learning_rate)
     keras.utils.set_random_seed(seed)
     model = load(name)
     trained, loss, data = recipe_for(spec.task).fine_tune_setup(name, model, limit, seed, BATCH_SIZE, QUERIES)
