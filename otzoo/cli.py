@@ -448,7 +448,11 @@ def main(argv=None):
     for command in (explain_command, export_command, tune_command):
         command.register(commands, ArgumentParser)
 
-    args = parser.parse_args(argv)
+    args, extra = parser.parse_known_args(argv)
+    if extra:  # argparse leaves explain's image files unparsed when they follow an option
+        if getattr(args, "command", None) != "explain" or any(item.startswith("-") for item in extra):
+            parser.error(f"unrecognized arguments: {' '.join(extra)}")
+        args.images = list(args.images) + extra
     args.argv = list(sys.argv[1:] if argv is None else argv)  # what `otzoo train --workers` passes to its workers
     try:
         check_backend(args)

@@ -55,6 +55,11 @@ def test_help_documents_every_option_and_kind(capsys):
     (["explain", "resnet20_mpw_fashion_mnist", "--kinds", "maps", "--out", "x"], "argument --kinds: invalid choice"),
     (["explain", "resnet20_mpw_fashion_mnist", "--top-k", "0", "--out", "x"], "argument --top-k: must be an integer"),
     (["explain", "resnet20_mpw_fashion_mnist"], "the following arguments are required: --out"),
+    # an image after an option is an image (argparse left it as an unrecognized argument)
+    (["explain", "resnet20_mpw_fashion_mnist", "--out", "x", "/nonexistent/shirt.png"],
+     "IMAGE: no image file at '/nonexistent/shirt.png'"),
+    (["explain", "resnet20_mpw_fashion_mnist", "--out", "x", "--bogus"], "unrecognized arguments: --bogus"),
+    (["list", "extra"], "unrecognized arguments: extra"),
 ])
 def test_bad_input_is_one_line_and_exit_2(args, message, capsys):
     code, _, err = _main(args, capsys)
