@@ -4,6 +4,8 @@ Zero-mass marginal entries (against POT and our own solver on the reduced proble
 differences), cost exponents p in {0.5, 1, 2}, all-zero feature vectors, epsilon = 1e-3 in float32, NaN/Inf input
 confined to its own problem or sample, and feature maps of unknown spatial size.
 """
+import re
+
 import keras
 import numpy as np
 import ot
@@ -335,3 +337,21 @@ def test_vocabulary_and_read_only_export_blocker():
             instance.export_blocker = "no"
     layer.build((None, 2, 2, 5))
     assert [w.path.split("/")[-1] for w in layer.weights] == ["proxies"]
+
+
+def test_shapes_that_cannot_pair_are_refused_naming_the_argument():
+    """A marginal whose batch does not broadcast to the cost's, an empty side and a per-sample pairing of unequal
+    batches failed inside the backend (an AddV2, StridedSlice or einsum error naming no argument)."""
+    rng = np.random.default_rng(0)
+    cost = rng.random((2, 3, 4)).astype(np.float32)
+    with pytest.raises(ValueError, match=re.escape("`a` has batch shape (3,), which does not broadcast to the "
+                                                   "batch shape (2,) of `cost`")):
+        sinkhorn(cost, a=np.ones((3, 3)) / 3)
+    with pytest.raises(ValueError, match="`cost` must have n >= 1 rows and m >= 1 columns"):
+        sinkhorn(cost[:, :0])
+    with pytest.raises(ValueError, match=re.escape("`pairing='sample'` matches each sample with its own targets: "
+                                                   "`features` holds 2 samples but `targets` 3")):
+        SinkhornMatch(pairing="sample")([rng.random((2, 5, 4)), rng.random((3, 6, 4))])
+    # what broadcasts still runs: one marginal for every problem, or one per problem
+    for a in (np.ones((1, 3)) / 3, np.ones((2, 3)) / 3, np.ones(3) / 3):
+        assert tuple(sinkhorn(cost, a=a).plan.shape) == (2, 3, 4)

@@ -104,6 +104,10 @@ class SinkhornMatch(ExportableLayer):
         check_rank("features", features_shape, (3, 4))
         check_rank("targets", targets_shape, (3,))
         check_same_dim("features", features_shape[-1], "targets", targets_shape[-1])
+        batch, targets_batch = features_shape[0], targets_shape[0]
+        if self.pairing == "sample" and None not in (batch, targets_batch) and batch != targets_batch:
+            raise ValueError(f"`pairing='sample'` matches each sample with its own targets: `features` holds {batch} "
+                             f"samples but `targets` {targets_batch}.")
 
     def match(self, features, targets):
         """``(plans, inner products, SinkhornResult)`` for flattened ``features`` ``(B, n, d)`` and ``targets``, in

@@ -413,9 +413,15 @@ def _danskin_value(cost, a, b, f, g, epsilon):
     return value_of(cost, a, b, f, g)
 
 
-def _validate_marginal(name, marginal, expected_shape):
+def _validate_marginal(name, marginal, expected_shape, batch_shape=()):
     if len(marginal.shape) < 1:
         raise ValueError(f"`{name}` must have at least one dimension, got shape {tuple(marginal.shape)}.")
+    lead, batch = tuple(marginal.shape[:-1]), tuple(batch_shape)
+    clash = any(x is not None and y is not None and x not in (1, y) and y != 1
+                for x, y in zip(reversed(lead), reversed(batch)))
+    if clash:  # statically known dims only; the backend's own error would name no argument
+        raise ValueError(f"`{name}` has batch shape {lead}, which does not broadcast to the batch shape {batch} of "
+                         "`cost`.")
     if expected_shape is not None and marginal.shape[-1] is not None and marginal.shape[-1] != expected_shape:
         raise ValueError(
             f"`{name}` has {marginal.shape[-1]} entries per problem but `cost` has {expected_shape} on that side."
@@ -441,10 +447,12 @@ def prepare_problem(cost, a=None, b=None):
     cost = ops.cast(cost, dtype)
     if len(cost.shape) < 2:
         raise ValueError(f"`cost` must have shape (..., n, m) with rank >= 2, got shape {tuple(cost.shape)}.")
+    if 0 in tuple(cost.shape[-2:]):
+        raise ValueError(f"`cost` must have n >= 1 rows and m >= 1 columns, got shape {tuple(cost.shape)}.")
     a = _uniform(cost, -2) if a is None else ops.cast(ops.convert_to_tensor(a), dtype)
     b = _uniform(cost, -1) if b is None else ops.cast(ops.convert_to_tensor(b), dtype)
-    _validate_marginal("a", a, cost.shape[-2])
-    _validate_marginal("b", b, cost.shape[-1])
+    _validate_marginal("a", a, cost.shape[-2], cost.shape[:-2])
+    _validate_marginal("b", b, cost.shape[-1], cost.shape[:-2])
     if values_known(a) and values_known(b):
         sums_a, sums_b = ops.sum(a, axis=-1), ops.sum(b, axis=-1)
         gap = float(ops.convert_to_numpy(ops.max(ops.abs(sums_a - sums_b) / at_least(sums_a, sums_b))))
