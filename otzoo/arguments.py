@@ -8,7 +8,7 @@ import argparse
 import math
 import os
 
-from zoo.preset_format import CARD_FILE, WEIGHTS_FILE, check_output_directory
+from zoo.preset_format import CARD_FILE, WEIGHTS_FILE, output_directory_problem
 from zoo.registry import PRESETS
 
 
@@ -25,23 +25,21 @@ class ArgumentParser(argparse.ArgumentParser):
 
 def positive_int(text):
     """An ``argparse`` type: an integer >= 1."""
-    try:
-        value = int(text)
-    except ValueError:
-        value = 0
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"must be an integer >= 1, got {text!r}")
-    return value
+    return _integer_at_least(text, 1)
 
 
 def non_negative_int(text):
     """An ``argparse`` type: an integer >= 0 (a seed, an index)."""
+    return _integer_at_least(text, 0)
+
+
+def _integer_at_least(text, low):
     try:
         value = int(text)
     except ValueError:
-        value = -1
-    if value < 0:
-        raise argparse.ArgumentTypeError(f"must be an integer >= 0, got {text!r}")
+        value = low - 1
+    if value < low:
+        raise argparse.ArgumentTypeError(f"must be an integer >= {low}, got {text!r}")
     return value
 
 
@@ -78,10 +76,10 @@ def new_preset_directory(text):
 
 
 def _checked_directory(text, new_preset):
-    try:
-        return check_output_directory("out", text, new_preset=new_preset)
-    except ValueError as error:
-        raise argparse.ArgumentTypeError(str(error).split(" ", 1)[1].rstrip(".")) from None  # less "`out`"
+    problem = output_directory_problem(text, new_preset)
+    if problem:
+        raise argparse.ArgumentTypeError(problem)
+    return text
 
 
 def preset_name(text):

@@ -37,20 +37,27 @@ class PresetFormatError(ValueError):
     missing weights file, weights that do not fit the model they are loaded into."""
 
 
-def check_output_directory(name, path, new_preset=False):
-    """Raise one ``ValueError`` naming ``name`` unless ``path`` can be a directory to write into: an existing
-    directory or none yet (then created), not a file nor below one; with ``new_preset``, also not a directory that
-    holds a preset already (its card), which a write would replace. Checked before a run's work, so that the run
-    does not fail on its output after it."""
+def output_directory_problem(path, new_preset=False):
+    """Why ``path`` cannot be a directory to write into, or ``None``: it must be an existing directory or none yet
+    (then created), not a file nor below one; with ``new_preset``, also not a directory that holds a preset already
+    (its card), which a write would replace."""
     existing = os.path.abspath(path)
     while not os.path.exists(existing) and os.path.dirname(existing) != existing:
         existing = os.path.dirname(existing)
     if not os.path.isdir(existing):
         where = "is a file" if existing == os.path.abspath(path) else f"is below the file {existing!r}"
-        raise ValueError(f"`{name}` {path!r} {where}; give a directory.")
+        return f"{path!r} {where}; give a directory"
     if new_preset and os.path.isfile(os.path.join(path, CARD_FILE)):
-        raise ValueError(f"`{name}` {path!r} holds a preset already ({CARD_FILE}); write into another directory, "
-                         "or remove that one first.")
+        return f"{path!r} holds a preset already ({CARD_FILE}); write into another directory, or remove that one first"
+    return None
+
+
+def check_output_directory(name, path, new_preset=False):
+    """Raise one ``ValueError`` naming ``name`` where :func:`output_directory_problem` finds one; checked before a
+    run's work, so that the run does not fail on its output after it."""
+    problem = output_directory_problem(path, new_preset)
+    if problem:
+        raise ValueError(f"`{name}` {problem}.")
     return path
 
 
