@@ -57,8 +57,9 @@ def register(commands, parser_class):
                               description=DESCRIPTION, formatter_class=argparse.RawDescriptionHelpFormatter)
     sub.add_argument("preset", type=preset_name, metavar="PRESET", help="a preset name (see `otzoo list`)")
     sub.add_argument("images", nargs="*", metavar="IMAGE", help="image files (PNG, JPEG) to explain")
-    sub.add_argument("--test-index", type=non_negative_int, nargs="+", action="extend", default=[], metavar="N",
-                     help="Fashion-MNIST test images to explain, by index (0-9999); repeatable")
+    sub.add_argument("--test-index", nargs="+", action=IndicesThenImages, default=[], metavar="N",
+                     help="Fashion-MNIST test images to explain, by index (0-9999); repeatable. Image files may "
+                          "follow the indices")
     sub.add_argument("--out", required=True, type=output_directory,
                      help="folder the PNG files are written into (created if needed)")
     sub.add_argument("--kinds", nargs="+", choices=KINDS, default=None, metavar="KIND",
@@ -74,6 +75,29 @@ def register(commands, parser_class):
     sub.add_argument("--dpi", type=positive_int, default=100, help="resolution of the PNG files (default 100)")
     sub.set_defaults(run=run)
     return sub
+
+
+class IndicesThenImages(argparse.Action):
+    """``--test-index N [N ...] [IMAGE ...]``: the leading integers are test indices, what follows them is image
+    files (``nargs="+"`` would otherwise read ``--test-index 3 shirt.png`` as two indices and refuse the second).
+
+    The images are kept in ``images_after_options`` and joined to the positional ``IMAGE`` list by :func:`run`."""
+
+    def __call__(self, parser, namespace, values, option_string=None):
+        count = 0
+        while count < len(values) and re.fullmatch(r"[+-]?\d+", values[count].strip()):
+            count += 1
+        if count == 0:
+            parser.error(f"argument {option_string}: must be an integer >= 0, got {values[0]!r}")
+        indices = []
+        for text in values[:count]:
+            try:
+                indices.append(non_negative_int(text))
+            except argparse.ArgumentTypeError as error:
+                parser.error(f"argument {option_string}: {error}")
+        setattr(namespace, self.dest, list(getattr(namespace, self.dest, None) or []) + indices)
+        trailing = list(getattr(namespace, "images_after_options", None) or [])
+        setattr(namespace, "images_after_options", trailing + list(values[count:]))
 
 
 def _stem(path):
@@ -136,7 +160,7 @@ def _gallery(y_test, size, pool=None):
 def run(args):
     """Validate the input, load the preset and write its pictures."""
 
-
+    args.images = list(args.images) + list(getattr(args, "images_after_options", None) or [])
     for path in args.images:
         if not os.path.isfile(path):
             raise CommandError(f"IMAGE: no image file at {path!r}")

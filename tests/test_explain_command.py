@@ -59,6 +59,11 @@ def test_help_documents_every_option_and_kind(capsys):
     (["explain", "resnet20_mpw_fashion_mnist", "--out", "x", "/nonexistent/shirt.png"],
      "IMAGE: no image file at '/nonexistent/shirt.png'"),
     (["explain", "resnet20_mpw_fashion_mnist", "--out", "x", "--bogus"], "unrecognized arguments: --bogus"),
+    # an image after --test-index's integers is an image (it was read as an index and refused)
+    (["explain", "resnet20_mpw_fashion_mnist", "--test-index", "3", "/nonexistent/shirt.png", "--out", "x"],
+     "IMAGE: no image file at '/nonexistent/shirt.png'"),
+    (["explain", "resnet20_mpw_fashion_mnist", "--test-index", "shirt.png", "--out", "x"],
+     "argument --test-index: must be an integer >= 0, got 'shirt.png'"),
     (["list", "extra"], "unrecognized arguments: extra"),
 ])
 def test_bad_input_is_one_line_and_exit_2(args, message, capsys):
@@ -66,6 +71,18 @@ def test_bad_input_is_one_line_and_exit_2(args, message, capsys):
     assert code == 2
     assert message in err
     assert len(err.splitlines()) == 1 and "Traceback" not in err
+
+
+def test_test_index_takes_its_integers_and_leaves_the_images():
+    import argparse
+
+    from otzoo.explain_command import register
+
+    parser = register(argparse.ArgumentParser().add_subparsers(), ArgumentParser)
+    args = parser.parse_args(["resnet20_mpw_fashion_mnist", "a.png", "--test-index", "3", "4", "b.png", "c.png",
+                              "--test-index", "7", "--out", "x"])
+    assert args.test_index == [3, 4, 7]
+    assert args.images == ["a.png"] and args.images_after_options == ["b.png", "c.png"]
 
 
 @pytest.mark.fashion_mnist
