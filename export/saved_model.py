@@ -62,6 +62,19 @@ def _model_name(name, base_dir):
     return name
 
 
+def _warn_if_config_differs(path, text):
+    """Warn before ``path`` (an earlier ``models.config``) is replaced by ``text`` when they differ: another model
+    name, or an entry edited by hand. The same content is replaced without a word."""
+    try:
+        with open(path, encoding="utf-8", errors="replace") as handle:
+            earlier = handle.read()
+    except FileNotFoundError:
+        return
+    if earlier != text:
+        warnings.warn(f"replacing {path}, which differs from the entry this export writes (another model name, or "
+                      "edited by hand); its earlier content is not kept.", stacklevel=3)
+
+
 def _write_signatures(model, spec, directory):
     archive = keras.export.ExportArchive()
     archive.track(model)
@@ -83,7 +96,8 @@ def to_saved_model(model, base_dir, version=None, task=None, warmup=None, name=N
     (``otzoo[export]``): ``True`` requires it, ``None`` (default) writes them where it is installed and otherwise
     warns and skips them (TF Serving then starts cold), ``False`` skips them. ``name``: the served model's name in
     ``models.config`` and the warm-up requests (default: ``base_dir``'s name). ``<base_dir>/models.config`` gets
-    the entry that serves ``base_dir`` under ``name`` (replacing one there). The version directory and its files get
+    the entry that serves ``base_dir`` under ``name``, replacing one there (with a ``UserWarning`` when the earlier
+    file says something else: another name, or an edit by hand). The version directory and its files get
     the modes the process's umask gives new ones (0755 / 0644 under umask 022).
 
     Raises ``ValueError`` naming the exportable alternative for a model with an unexportable layer (e.g.
@@ -125,6 +139,7 @@ def to_saved_model(model, base_dir, version=None, task=None, warmup=None, name=N
         publishable(temp_dir)  # mkdtemp gives 0700: readable by others as the umask allows, before it is published
         # The config names the model and base_dir only (the same for every version): it goes first, so the
         # rename that publishes the version is the last step.
+        _warn_if_config_differs(os.path.join(base_dir, MODEL_CONFIG_FILE), model_config_text(name, base_dir))
         os.replace(config_temp, os.path.join(base_dir, MODEL_CONFIG_FILE))
         os.rename(temp_dir, final)
     except BaseException:

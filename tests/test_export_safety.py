@@ -170,3 +170,24 @@ def test_bad_arguments_name_the_argument(tmp_path):
     with pytest.raises(ValueError, match="`reference`"):
         export.verify(model, x, reference="xla")
     assert os.listdir(tmp_path) == []
+
+
+def test_models_config_is_replaced_with_a_warning_only_when_it_differs(tmp_path):
+    import warnings
+
+    model = _dense_classifier()
+    base = str(tmp_path / "served")
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # a first export, and a second with the same entry: no warning
+        export.to_saved_model(model, base, warmup=False)
+        export.to_saved_model(model, base, warmup=False)
+    config = os.path.join(base, "models.config")
+    with pytest.warns(UserWarning, match="replacing .*models.config, which differs"):
+        export.to_saved_model(model, base, warmup=False, name="renamed")
+    with open(config) as handle:
+        assert 'name: "renamed"' in handle.read()
+    with open(config, "a") as handle:
+        handle.write("# edited by hand\n")
+    with pytest.warns(UserWarning, match="which differs"):
+        export.to_saved_model(model, base, warmup=False, name="renamed")
+    assert sorted(os.listdir(base)) == ["1", "2", "3", "4", "models.config"]

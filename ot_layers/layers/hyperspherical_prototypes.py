@@ -41,7 +41,8 @@ class HypersphericalPrototypes(ExportableLayer):
     - ``representatives`` ``(K, dim)`` float32: class representatives ``c_k``, the L2-normalized exponential moving
       average of the normalized features of class ``k`` (Saadabadi et al. 2024, Sec. 3.2): in a training call with
       ``labels``, ``c_k <- normalize(momentum * c_k + (1 - momentum) * mean_{i: y_i = k} z_i/||z_i||)`` for every
-      class in the batch (samples with a non-finite feature are left out). Under a distribution strategy the
+      class in the batch. Samples with a non-finite feature, or with a label outside ``0..K-1`` (-1 for an
+      unlabelled sample, say), are left out, alike on every backend. Under a distribution strategy the
       replicas' updates are averaged.
 
     Train with ``losses.HypersphericalPullLoss`` (``(1 - s_y)^2``, pull towards the assigned prototype only) on the
@@ -132,8 +133,12 @@ class HypersphericalPrototypes(ExportableLayer):
         z = ops.stop_gradient(z)
         finite = ops.all(ops.isfinite(z), axis=-1)
         z = ops.where(finite[:, None], z, ops.zeros_like(z))
-        sums = ops.segment_sum(z, labels, num_segments=self.num_classes)
-        counts = ops.segment_sum(ops.cast(finite, "float32"), labels, num_segments=self.num_classes)
+        # A label outside 0..K-1 (-1 for an unlabelled sample, say) goes to an extra segment K that is dropped: the
+        # same on every backend (TensorFlow's CPU kernel raises for ids >= K, JAX and PyTorch drop them silently).
+        labels = ops.where((labels >= 0) & (labels < self.num_classes), labels, self.num_classes)
+        sums = ops.segment_sum(z, labels, num_segments=self.num_classes + 1)[: self.num_classes]
+        counts = ops.segment_sum(ops.cast(finite, "float32"), labels,
+                                 num_segments=self.num_classes + 1)[: self.num_classes]
         present = counts[:, None] > 0
         batch_means = sums / at_least(counts[:, None], 1.0)
         old = ops.convert_to_tensor(self.representatives)

@@ -10,7 +10,7 @@ class ManifoldProxyLoss(keras.losses.Loss):
     """``L = log(1 + sum_{j != k} exp(s_j - s_k + m))`` for a sample of meta-class ``k`` with proxy similarities
     ``s`` ``(B, K)`` from ``layers.ManifoldProxies``: ``L_cxt`` (eq. 12) for ``mode="contextual"``, ``L_int``
     (eq. 11) for ``"intrinsic"``, ``L_P*`` (eq. 4) for ``"direct"``. Margin ``m = 5e-4`` (Aziere and Todorovic 2019,
-    Sec. 9)."""
+    Sec. 9). A sample whose label is outside ``0..K-1`` (-1, say) contributes zero, alike on every backend."""
 
     def __init__(self, margin=5e-4, name="manifold_proxy", reduction="sum_over_batch_size", dtype=None):
         super().__init__(name=name, reduction=reduction, dtype=dtype)
@@ -19,10 +19,13 @@ class ManifoldProxyLoss(keras.losses.Loss):
     def call(self, y_true, y_pred):
         s = ops.cast(y_pred, "float32")
         labels = ops.reshape(ops.cast(y_true, "int32"), (-1, 1))
-        positive = ops.take_along_axis(s, labels, axis=1)  # (B, 1)
-        others = ops.not_equal(ops.arange(ops.shape(s)[1], dtype="int32")[None, :], labels)
-        exponents = ops.where(others, s - positive + self.margin, ops.full_like(s, -float("inf")))
-        return ops.softplus(ops.logsumexp(exponents, axis=1))
+        # the label's column by comparison, not by gather: a label outside 0..K-1 matches no column on every backend
+        # (a gather took the last column for -1 and raised, gave NaN or another value for K by backend)
+        own = ops.equal(ops.arange(ops.shape(s)[1], dtype="int32")[None, :], labels)  # (B, K)
+        positive = ops.sum(ops.where(own, s, ops.zeros_like(s)), axis=1, keepdims=True)  # (B, 1)
+        exponents = ops.where(own, ops.full_like(s, -float("inf")), s - positive + self.margin)
+        loss = ops.softplus(ops.logsumexp(exponents, axis=1))
+        return ops.where(ops.any(own, axis=1), loss, ops.zeros_like(loss))
 
     def get_config(self):
         config = super().get_config()

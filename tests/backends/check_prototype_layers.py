@@ -215,6 +215,16 @@ def check_hyperspherical():
             want[c] = np_normalize(0.5 * old[c] + 0.5 * zn[labels == c].mean(0))
     err = max(err, assert_close("HypersphericalPrototypes representatives",
                                 ops.convert_to_numpy(layer.representatives), want))
+    # a label outside 0..K-1 (-1 for unlabelled, or K) leaves its sample out, on every backend
+    outside = np.array([0, -1, 1, k, 2, 0, k + 3, 2], np.int32)
+    layer.representatives.assign(old)
+    layer(z, labels=outside, training=True)
+    want = old.astype(np.float64).copy()
+    for c in range(k):
+        if np.any(outside == c):
+            want[c] = np_normalize(0.5 * old[c] + 0.5 * zn[outside == c].mean(0))
+    err = max(err, assert_close("HypersphericalPrototypes labels outside 0..K-1",
+                                ops.convert_to_numpy(layer.representatives), want))
     check_gradients("HypersphericalPrototypes", lambda t: layer(t), [z], [])
 
     # the pull loss (1 - s_y)^2, mean over the batch
@@ -367,6 +377,15 @@ def check_manifold(mode):
     want = np.log1p(np.where(others, np.exp(s64 - s64[np.arange(6), y][:, None] + 0.1), 0.0).sum(1)).mean()
     loss_err = assert_close("ManifoldProxyLoss", float(ops.convert_to_numpy(loss(y, s))), want)
     check_gradients("ManifoldProxyLoss", lambda t: loss(ops.convert_to_tensor(y), t), [s], [])
+    # a label outside 0..K-1 (-1, or K) contributes zero on every backend (a gather took column -1 for -1)
+    outside = np.array([0, -1, 2, k, 1, 0], np.int32)
+    kept = (outside >= 0) & (outside < k)
+    per_sample = np.zeros(6)
+    for i in np.flatnonzero(kept):
+        mask = np.arange(k) != outside[i]
+        per_sample[i] = np.log1p(np.exp(s64[i, mask] - s64[i, outside[i]] + 0.1).sum())
+    loss_err = max(loss_err, assert_close("ManifoldProxyLoss labels outside 0..K-1",
+                                          float(ops.convert_to_numpy(loss(outside, s))), per_sample.mean()))
 
     inputs = keras.Input((6,))
     model = keras.Model(inputs, ManifoldProxies(k, dim, mode=mode)(keras.layers.Dense(dim)(inputs)))
