@@ -192,6 +192,17 @@ def check_episode(metric):
     return {"max_err": max(e1, e2, e3), **info}
 
 
+def moved_representatives(old, z, labels, momentum=0.5):
+    """The representatives' update in float64: ``c_k <- normalize(m c_k + (1 - m) mean_{y_i = k} z_i / ||z_i||)``
+    for each class ``k`` in ``0..K-1`` with samples in the batch (other labels take no part)."""
+    zn = np_normalize(z)
+    want = np.asarray(old, np.float64).copy()
+    for c in range(len(want)):
+        if np.any(labels == c):
+            want[c] = np_normalize(momentum * want[c] + (1.0 - momentum) * zn[labels == c].mean(0))
+    return want
+
+
 def check_hyperspherical():
     k, dim = 4, 5
     layer = HypersphericalPrototypes(k, dim, momentum=0.5)
@@ -208,23 +219,14 @@ def check_hyperspherical():
     old = rand(k, dim)
     layer.representatives.assign(old)
     layer(z, labels=labels, training=True)
-    zn = np_normalize(z)
-    want = old.astype(np.float64).copy()
-    for c in range(k):
-        if np.any(labels == c):
-            want[c] = np_normalize(0.5 * old[c] + 0.5 * zn[labels == c].mean(0))
     err = max(err, assert_close("HypersphericalPrototypes representatives",
-                                ops.convert_to_numpy(layer.representatives), want))
+                                ops.convert_to_numpy(layer.representatives), moved_representatives(old, z, labels)))
     # a label outside 0..K-1 (-1 for unlabelled, or K) leaves its sample out, on every backend
     outside = np.array([0, -1, 1, k, 2, 0, k + 3, 2], np.int32)
     layer.representatives.assign(old)
     layer(z, labels=outside, training=True)
-    want = old.astype(np.float64).copy()
-    for c in range(k):
-        if np.any(outside == c):
-            want[c] = np_normalize(0.5 * old[c] + 0.5 * zn[outside == c].mean(0))
     err = max(err, assert_close("HypersphericalPrototypes labels outside 0..K-1",
-                                ops.convert_to_numpy(layer.representatives), want))
+                                ops.convert_to_numpy(layer.representatives), moved_representatives(old, z, outside)))
     check_gradients("HypersphericalPrototypes", lambda t: layer(t), [z], [])
 
     # the pull loss (1 - s_y)^2, mean over the batch
@@ -283,11 +285,7 @@ def check_hyperspherical_float64():
     got_train = layer64(z, labels=labels, training=True)
     layer32(z, labels=labels, training=True)
     err = max(err, assert_close("HypersphericalPrototypes float64 training", ops.convert_to_numpy(got_train), want))
-    zn = np_normalize(z)
-    want_reps = old.astype(np.float64).copy()
-    for c in range(k):
-        if np.any(labels == c):
-            want_reps[c] = np_normalize(0.5 * old[c] + 0.5 * zn[labels == c].mean(0))
+    want_reps = moved_representatives(old, z, labels)
     reps64 = ops.convert_to_numpy(layer64.representatives)
     err = max(err, assert_close("HypersphericalPrototypes float64 representatives", reps64, want_reps))
     err = max(err, assert_close("HypersphericalPrototypes float64 vs float32 representatives", reps64,
