@@ -178,7 +178,8 @@ def _train_on_local_workers(args, out):
     print(f"{args.preset}: training on {args.workers} local workers; the chief's output follows (every worker's log "
           f"in {logs})", flush=True)
     try:
-        results = run_cluster(command, args.workers, logs, max_restarts=1, env={SCRATCH_ENV: scratch}, echo=0)[-1]
+        results = run_cluster(command, args.workers, logs, max_restarts=1, final_codes=(2,),  # 2: refused input
+                              env={SCRATCH_ENV: scratch}, echo=0)[-1]
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
     failed = [r for r in results if r.returncode != 0]
@@ -400,7 +401,8 @@ def main(argv=None):
     sub.add_argument("--workers", type=positive_int, default=1,
                      help="start N local worker processes on 127.0.0.1 (multi-worker training)")
     sub.add_argument("--resume", action="store_true", help="continue the unfinished run in --out")
-    sub.add_argument("--tensorboard", default=None, help="write TensorBoard logs into this directory")
+    sub.add_argument("--tensorboard", type=output_directory, default=None,
+                     help="write TensorBoard logs into this directory")
     sub.add_argument("--config", default=None,
                      help="a best.json from `otzoo tune` (the head's parameters and the learning rate)")
     sub.add_argument("--dataset", choices=sorted(DATASETS), default=None,

@@ -14,7 +14,7 @@ from zoo.registry import PRESETS
 def run(args):
     """Search the head's parameters and the learning rate on a validation part of the training split (for a
     retrieval preset: held-out seen classes, scored by MAP@R); print the trials and write OUT/best.json (read by
-    ``otzoo train --config`` through ``training.tuning.load_tuned_config``)."""
+    ``otzoo train --config`` through ``training.recipes.tuned_config.load_tuned_config``)."""
 
     spec = PRESETS[args.preset]
     if tuning_objective(spec.task) is None:

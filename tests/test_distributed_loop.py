@@ -125,3 +125,35 @@ def test_run_cluster_relaunches_all_workers_after_a_failure(tmp_path):
               "open(m, 'a').close() if i == 1 else None; sys.exit(5 if first and i == 1 else 0)")
     attempts = run_cluster([sys.executable, "-c", script], 2, str(tmp_path / "logs"), max_restarts=2, grace=5.0)
     assert [[r.returncode for r in a] for a in attempts] == [[0, 5], [0, 0]]
+
+
+def test_run_cluster_does_not_repeat_an_attempt_refused_for_its_input(tmp_path):
+    """Workers that exit with a final status (otzoo's 2: the input was refused) are not relaunched: a restart
+    cannot change the input. Another failure still is."""
+    from training.distributed.launch import run_cluster
+
+    refuse = [sys.executable, "-c", "import sys; sys.exit(2)"]
+    attempts = run_cluster(refuse, 2, str(tmp_path / "refused"), max_restarts=2, final_codes=(2,), grace=5.0)
+    assert [[r.returncode for r in a] for a in attempts] == [[2, 2]]
+    crash = [sys.executable, "-c", "import sys; sys.exit(1)"]
+    attempts = run_cluster(crash, 1, str(tmp_path / "crashed"), max_restarts=1, final_codes=(2,))
+    assert [[r.returncode for r in a] for a in attempts] == [[1], [1]]
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--", "/nonexistent/prog"], "argument command: no program '/nonexistent/prog'"),
+    (["--log-dir", "{file}", "--", "true"], "argument --log-dir: cannot make the directory"),
+    (["--log-dir", "{file}/below", "--", "true"], "argument --log-dir: cannot make the directory"),
+    (["--timeout", "-5", "--", "true"], "argument --timeout: must be a number of seconds > 0"),
+    (["--workers", "0", "--", "true"], "argument --workers: must be an integer >= 1"),
+])
+def test_launcher_bad_input_is_one_line_and_exit_2(args, message, tmp_path, capsys):
+    from training.distributed import launch
+
+    afile = tmp_path / "afile"
+    afile.write_text("")
+    args = [a.replace("{file}", str(afile)) for a in args]
+    with pytest.raises(SystemExit) as exit_info:
+        launch.main(["--log-dir", str(tmp_path / "logs")] + args if "--log-dir" not in args else args)
+    err = capsys.readouterr().err.strip().splitlines()
+    assert exit_info.value.code == 2 and message in err[-1] and "Traceback" not in "".join(err)

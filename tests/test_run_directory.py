@@ -3,12 +3,22 @@ by other options (recipe, data, slice, head) stops with one error naming the fie
 import json
 import os
 
+from unittest import mock
+
+import numpy as np
 import pytest
 
 from otzoo import cli
-from training.recipes import classification, few_shot
+from training.recipes import classification, few_shot, run_directory
 from training.recipes.common import preset_spec
-from training.recipes.run_directory import RUN_FILE, ResumeMismatchError, claim_run_directory, run_identity
+from training.recipes.run_directory import (
+    RUN_FILE,
+    TRAINING_STATE,
+    ResumeMismatchError,
+    claim_run_directory,
+    run_identity,
+)
+from training.tuning import search
 
 GAP = "resnet20_gap_fashion_mnist"
 FEW_SHOT = "resnet20_emd_fewshot_fashion_mnist"
@@ -73,15 +83,27 @@ class _Stop(Exception):
 
 
 @pytest.fixture
-def stopped_before_setup(monkeypatch):
-    def stop(*args, **kwargs):
+def stopped_after_claim(monkeypatch):
+    """Runs that stop right after claiming their directory (the data and model set-up before it is a stand-in)."""
+    def claim_then_stop(*args, **kwargs):
+        run_directory.claim_run_directory(*args, **kwargs)
         raise _Stop
 
-    monkeypatch.setattr(classification, "training_setup", stop)
-    monkeypatch.setattr(few_shot, "training_setup", stop)
+    for module in (classification, few_shot, search):
+        monkeypatch.setattr(module, "claim_run_directory", claim_then_stop)
+    monkeypatch.setattr(classification, "training_setup", lambda *args, **kwargs: mock.MagicMock())
+    monkeypatch.setattr(few_shot, "training_setup", lambda *args, **kwargs: mock.MagicMock())
 
 
-def test_otzoo_train_resume_with_other_options_is_one_line_naming_out(tmp_path, capsys, stopped_before_setup):
+def _tuning_data(examples):
+    """A stand-in for the search's data: ``examples`` training images (and as many validation images)."""
+    def data(limit, validation_fraction, seed):
+        part = (np.zeros((examples, 28, 28, 1), np.float32), np.zeros(examples, np.int32))
+        return part, part, "a stand-in split"
+    return data
+
+
+def test_otzoo_train_resume_with_other_options_is_one_line_naming_out(tmp_path, capsys, stopped_after_claim):
     """The record a run of ``otzoo train`` writes is the one the same command computes again (it resumes), and the
     command with another --epochs refuses the directory in one line, exit status 2, before reading any data."""
     out = tmp_path / "run"
@@ -98,7 +120,7 @@ def test_otzoo_train_resume_with_other_options_is_one_line_naming_out(tmp_path, 
     assert "recipe.epochs: 2 there, 3 here" in err
 
 
-def test_a_few_shot_run_keeps_its_pretrained_backbone_for_its_own_run_only(tmp_path, stopped_before_setup):
+def test_a_few_shot_run_keeps_its_pretrained_backbone_for_its_own_run_only(tmp_path, stopped_after_claim):
     """A few-shot run resumes from its pre-trained backbone and meta-training checkpoints as well as its backup:
     another number of pre-training epochs or episodes refuses them."""
     out = tmp_path / "run"
@@ -114,13 +136,10 @@ def test_a_few_shot_run_keeps_its_pretrained_backbone_for_its_own_run_only(tmp_p
     assert error.value.differences == ["recipe.meta_episodes: 100 there, 200 here"]
 
 
-def test_otzoo_tune_resumes_the_same_search_only(tmp_path, capsys, monkeypatch):
+def test_otzoo_tune_resumes_the_same_search_only(tmp_path, capsys, monkeypatch, stopped_after_claim):
     """``otzoo tune --resume`` continues a search by its own settings (more --trials allowed); another --epochs is
-    one line naming --out; without --resume the search restarts, whatever the directory held."""
-    def stop(*args, **kwargs):
-        raise _Stop
-
-    monkeypatch.setattr(classification, "tuning_data", stop)  # where the search would read its data
+    one line naming --out; without --resume the search restarts, whatever its tuner/ held."""
+    monkeypatch.setattr(classification, "tuning_data", _tuning_data(512))  # where the search reads its data
     mpw, out = "resnet20_mpw_fashion_mnist", tmp_path / "tune"
     command = ["tune", mpw, "--limit", "512", "--epochs", "1", "--out", str(out)]
     with pytest.raises(_Stop):
@@ -137,6 +156,46 @@ def test_otzoo_tune_resumes_the_same_search_only(tmp_path, capsys, monkeypatch):
     with pytest.raises(_Stop):  # a new search in the same directory
         cli.main(other)
     assert _recorded(out)["options"]["epochs"] == 2
+
+
+def test_a_refused_command_leaves_the_run_record_as_it_was(tmp_path, capsys, monkeypatch, stopped_after_claim):
+    """A search refused for its input (too few training images left) leaves ``run.json`` as it was, so the search
+    recorded there still resumes (the record used to be replaced before the data were checked)."""
+    mpw, out = "resnet20_mpw_fashion_mnist", tmp_path / "tune"
+    monkeypatch.setattr(classification, "tuning_data", _tuning_data(512))
+    command = ["tune", mpw, "--limit", "512", "--epochs", "1", "--trials", "2", "--out", str(out)]
+    with pytest.raises(_Stop):
+        cli.main(command)
+    _state(out, "tuner")
+    before = (out / RUN_FILE).read_bytes()
+    monkeypatch.setattr(classification, "tuning_data", _tuning_data(80))
+    assert cli.main(["tune", mpw, "--limit", "100", "--trials", "1", "--out", str(out)]) == 2
+    assert "80 training examples left" in capsys.readouterr().err
+    assert (out / RUN_FILE).read_bytes() == before
+    monkeypatch.setattr(classification, "tuning_data", _tuning_data(512))
+    with pytest.raises(_Stop):  # the recorded search resumes
+        cli.main(command + ["--resume"])
+
+
+def test_a_train_run_and_a_search_leave_each_others_state_alone(tmp_path, capsys, monkeypatch, stopped_after_claim):
+    """A search without --resume (which starts its own tuner/ over) refuses a directory holding a train run's
+    backup, and a train run one holding a search's tuner/: either would replace the record the other resumes by."""
+    assert {"backup", "tuner", few_shot.PRETRAINED_FILE, few_shot.META_CHECKPOINTS} == set(TRAINING_STATE)
+    monkeypatch.setattr(classification, "tuning_data", _tuning_data(512))
+    trained, tuned = tmp_path / "trained", tmp_path / "tuned"
+    with pytest.raises(_Stop):
+        cli.main(["train", GAP, "--epochs", "2", "--limit", "256", "--out", str(trained)])
+    _state(trained)
+    with pytest.raises(_Stop):
+        cli.main(["tune", GAP, "--limit", "512", "--epochs", "1", "--trials", "1", "--out", str(tuned)])
+    _state(tuned, "tuner")
+    capsys.readouterr()
+    records = {out: (out / RUN_FILE).read_bytes() for out in (trained, tuned)}
+    assert cli.main(["tune", GAP, "--limit", "512", "--epochs", "1", "--trials", "1", "--out", str(trained)]) == 2
+    assert capsys.readouterr().err.startswith(f"otzoo tune: error: --out {trained} holds the training state (backup)")
+    assert cli.main(["train", GAP, "--epochs", "2", "--limit", "256", "--out", str(tuned)]) == 2
+    assert capsys.readouterr().err.startswith(f"otzoo train: error: --out {tuned} holds the training state (tuner)")
+    assert {out: (out / RUN_FILE).read_bytes() for out in (trained, tuned)} == records
 
 
 @pytest.mark.slow

@@ -147,3 +147,29 @@ def test_load_tuned_config_rejects_bad_files(tmp_path):
     path.write_text(json.dumps({"preset": PRESET, "learning_rate": 0.05}))
     with pytest.raises(ValueError, match="`config`"):
         load_tuned_config(str(path))
+    for head_kwargs, message in (({"foo": 1}, "Unrecognized keyword arguments"),
+                                 ({"num_proxies": -2}, "`num_proxies` must be an integer >= 1")):
+        path.write_text(json.dumps({"preset": PRESET, "head_kwargs": head_kwargs, "learning_rate": 0.05}))
+        with pytest.raises(ValueError, match=f"its head_kwargs .* do not fit preset '{PRESET}': {message}"):
+            load_tuned_config(str(path), preset=PRESET)
+
+
+def test_a_card_names_the_tuned_head_it_was_trained_with(tmp_path):
+    """A run with a tuned configuration records the head parameters it replaced, and its description says so (the
+    preset's own text describes the preset's head: 4 proxies, epsilon 0.1)."""
+    import tensorflow as tf
+
+    from training.recipes.common import preset_spec, write_preset
+    from zoo.loading import build
+
+    spec = preset_spec(PRESET)
+    tuned = {"num_proxies": 2, "epsilon": 0.04}
+    model = build(PRESET, backbone="small_convnet", **tuned)
+    card = write_preset(model, spec, str(tmp_path), spec.recipe, {"accuracy": 0.5}, 1.0, tf.distribute.get_strategy(),
+                        "otzoo train ...", head_overrides=tuned)
+    assert card["head_overrides"] == tuned and json.load(open(tmp_path / "metadata.json")) == card
+    assert '{"epsilon": 0.04, "num_proxies": 2}' in card["description"] and "4 proxies" not in card["description"]
+    (tmp_path / "plain").mkdir()
+    plain = write_preset(model, spec, str(tmp_path / "plain"), spec.recipe, {"accuracy": 0.5}, 1.0,
+                         tf.distribute.get_strategy(), "otzoo train ...")
+    assert "head_overrides" not in plain and plain["description"] == spec.description

@@ -21,6 +21,7 @@ import argparse
 import dataclasses
 import json
 import os
+import shutil
 import signal
 import socket
 import codecs
@@ -175,19 +176,21 @@ def launch_workers(command, num_workers, log_dir, env=None, cpu_only=True, timeo
     return [WorkerResult(i, p.returncode, stopped[i], paths[i]) for i, p in enumerate(processes)]
 
 
-def run_cluster(command, num_workers, log_dir, max_restarts=0, **kwargs):
+def run_cluster(command, num_workers, log_dir, max_restarts=0, final_codes=(), **kwargs):
     """:func:`launch_workers` again, all workers together, while an attempt fails, at most ``max_restarts`` times
     -- what a cluster manager does; with checkpoints (``training.distributed.fit.fit(..., checkpoint_dir=...)``)
-    every attempt resumes where the last complete checkpoint left off. Returns the results of every attempt, the
-    last one last (``log_dir/attempt-<k>/worker-<i>.log``); the run succeeded when every worker of the last one
-    exited 0."""
+    every attempt resumes where the last complete checkpoint left off. ``final_codes``: exit statuses no restart
+    can change (``otzoo``'s 2, a refused input): an attempt whose failed workers all exited with one of them is not
+    repeated. Returns the results of every attempt, the last one last (``log_dir/attempt-<k>/worker-<i>.log``); the
+    run succeeded when every worker of the last one exited 0."""
     if isinstance(max_restarts, bool) or not isinstance(max_restarts, int) or max_restarts < 0:
         raise ValueError(f"`max_restarts` must be an integer >= 0, got {max_restarts!r}.")
     attempts = []
     for attempt in range(max_restarts + 1):
         results = launch_workers(command, num_workers, os.path.join(log_dir, f"attempt-{attempt}"), **kwargs)
         attempts.append(results)
-        if all(r.returncode == 0 for r in results):
+        failed = [r.returncode for r in results if r.returncode != 0]
+        if not failed or all(code in final_codes for code in failed):
             break
     return attempts
 
@@ -208,6 +211,14 @@ def main(argv=None):
         parser.error(f"argument --workers: must be an integer >= 1, got {args.workers}")
     if args.max_restarts < 0:
         parser.error(f"argument --max-restarts: must be an integer >= 0, got {args.max_restarts}")
+    if args.timeout is not None and not args.timeout > 0:
+        parser.error(f"argument --timeout: must be a number of seconds > 0, got {args.timeout}")
+    try:  # a file, or a path below one, is refused before any worker starts
+        os.makedirs(args.log_dir, exist_ok=True)
+    except OSError as error:
+        parser.error(f"argument --log-dir: cannot make the directory {args.log_dir!r} ({error.strerror})")
+    if shutil.which(command[0]) is None:
+        parser.error(f"argument command: no program {command[0]!r} (not an executable file, nor on PATH)")
     results = run_cluster(command, args.workers, args.log_dir, max_restarts=args.max_restarts,
                           timeout=args.timeout)[-1]
     for result in results:

@@ -116,8 +116,8 @@ def train(name, out_dir, epochs=None, batch_size=None, limit=None, seed=None, ve
     strategy, head_overrides, learning_rate, extra_callbacks = run_options(name, strategy, config, tensorboard)
     spec = preset_spec(name, dataset=dataset, image_size=image_size, **merged_overrides(
         recipe_overrides, epochs=epochs, batch_size=batch_size, seed=seed, learning_rate=learning_rate))
-    claim_run_directory(out_dir, run_identity(spec, limit=limit, head=head_overrides))
     setup = training_setup(spec, limit=limit, strategy=strategy, head_overrides=head_overrides, data_dir=data_dir)
+    claim_run_directory(out_dir, run_identity(spec, limit=limit, head=head_overrides))
     if tensorboard:  # the layers' signals (e.g. Sinkhorn iterations) into the logs TensorBoard writes
         extra_callbacks.insert(0, LayerSignals(setup.train.sample[:64]))
     start = time.time()
@@ -129,7 +129,8 @@ def train(name, out_dir, epochs=None, batch_size=None, limit=None, seed=None, ve
     return write_preset(setup.model, spec, out_dir, spec.recipe, {"accuracy": round(accuracy, 4)}, train_time,
                         strategy, reproducing_command(name, recipe_overrides, dataset=dataset, image_size=image_size,
                                                       epochs=epochs,
-                                                      batch_size=batch_size, limit=limit, seed=seed, config=config))
+                                                      batch_size=batch_size, limit=limit, seed=seed, config=config),
+                        head_overrides=head_overrides)
 
 
 def classification_accuracy(model, images, labels=None, batch_size=256):

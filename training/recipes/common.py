@@ -182,8 +182,11 @@ def merged_overrides(recipe_overrides, **options):
     return merged
 
 
-def write_preset(model, spec, out_dir, recipe, metrics, train_time, strategy, command, **extra):
-    """Save ``model``'s weights and the model card into ``out_dir``; returns the card. Of several workers only the
+def write_preset(model, spec, out_dir, recipe, metrics, train_time, strategy, command, head_overrides=None,
+                 **extra):
+    """Save ``model``'s weights and the model card into ``out_dir``; returns the card. ``head_overrides``: the head's
+    (or pooling's) parameters a tuned configuration replaced, recorded in the card as ``head_overrides`` and named
+    in its description (whose preset text describes the preset's own head). Of several workers only the
     chief writes into ``out_dir``: the others (which must save too) write into ``worker-<i>`` of a scratch folder
     outside it, ``$OTZOO_WORKER_SCRATCH`` (``otzoo train --workers`` gives one and removes it) or else a temporary
     folder removed when the process ends."""
@@ -205,6 +208,10 @@ def write_preset(model, spec, out_dir, recipe, metrics, train_time, strategy, co
     default = PRESETS.get(spec.name)
     description = spec.description if default is not None and default.data == spec.data else \
         f"The {spec.name} architecture and recipe, trained on {spec.data.dataset} ({spec.data.split})."
+    if head_overrides:
+        description = (f"The {spec.name} architecture and recipe with the tuned head parameters "
+                       f"{json.dumps(head_overrides, sort_keys=True)}, trained on {spec.data.dataset} "
+                       f"({spec.data.split}).")
     card = dict(name=spec.name, task=spec.task, dataset=spec.data.dataset, split=spec.data.split,
                 description=description, recipe=published_recipe(recipe), metrics=metrics,
                 parameters=int(model.count_params()), weights_sha256=sha256_of(weights),
@@ -213,6 +220,8 @@ def write_preset(model, spec, out_dir, recipe, metrics, train_time, strategy, co
                 command=command, date=datetime.date.today().isoformat(),
                 note="train_time_s counts this process only (a resumed run restarts the clock)")
     card["input_shape"] = list(spec.data.input_shape)
+    if head_overrides:
+        card["head_overrides"] = dict(head_overrides)
     for key in ("train_classes", "eval_classes"):
         if getattr(spec.data, key) is not None:
             card[key] = list(getattr(spec.data, key))

@@ -175,9 +175,9 @@ def train(name, out_dir, epochs=None, batch_size=None, limit=None, seed=None, ep
     pretrained_file = pretrained_backbone_path(pretrained) if pretrained is not None else None
     single_replica = "one_device" if strategy == "one_device" else tf.distribute.get_strategy()
     strategy, _, _, extra_callbacks = run_options(name, single_replica, None, tensorboard)
+    setup = training_setup(spec, limit=limit, strategy=strategy, data_dir=data_dir)
     claim_run_directory(out_dir, run_identity(spec, limit=limit, pretrained=pretrained_file),
                         state=("backup", PRETRAINED_FILE, META_CHECKPOINTS))
-    setup = training_setup(spec, limit=limit, strategy=strategy, data_dir=data_dir)
     model = setup.model
     own_pretrained = os.path.join(out_dir, PRETRAINED_FILE)
     pretrain_time, extra = 0.0, {}

@@ -157,8 +157,8 @@ def train(name, out_dir, epochs=None, batch_size=None, limit=None, seed=None, ve
     strategy, pooling_overrides, learning_rate, extra_callbacks = run_options(name, strategy, config, tensorboard)
     spec = preset_spec(name, dataset=dataset, image_size=image_size, **merged_overrides(
         recipe_overrides, epochs=epochs, batch_size=batch_size, seed=seed, learning_rate=learning_rate))
-    claim_run_directory(out_dir, run_identity(spec, limit=limit, head=pooling_overrides))
     setup = training_setup(spec, limit=limit, strategy=strategy, head_overrides=pooling_overrides, data_dir=data_dir)
+    claim_run_directory(out_dir, run_identity(spec, limit=limit, head=pooling_overrides))
     signals = [LayerSignals(setup.train.sample[:64])] if tensorboard else []
     start = time.time()
     fit(setup.trained, setup.train.dataset, epochs=spec.recipe.epochs, verbose=verbose,
@@ -170,7 +170,7 @@ def train(name, out_dir, epochs=None, batch_size=None, limit=None, seed=None, ve
                         reproducing_command(name, recipe_overrides, dataset=dataset, image_size=image_size,
                                             epochs=epochs,
                                             batch_size=batch_size, limit=limit, seed=seed, config=config),
-                        evaluation=f"cosine retrieval among the {test.examples:,} test images of the unseen "
+                        head_overrides=pooling_overrides, evaluation=f"cosine retrieval among the {test.examples:,} test images of the unseen "
                                    "classes, each a query against all others")
 
 

@@ -21,6 +21,11 @@ from training.distributed.checkpoints import write_text_atomically
 from training.distributed.strategies import is_chief
 
 RUN_FILE = "run.json"
+# Every entry a run directory's training state can be kept in: a train run's Keras backup, an ``otzoo tune``
+# search, a few-shot run's pre-trained backbone and meta-training checkpoints. A run that does not resume an entry
+# still leaves another run's alone: it refuses the directory while the entry holds anything and ``run.json``
+# records another run (whose record it would otherwise replace, leaving that state unresumable).
+TRAINING_STATE = ("backup", "tuner", "pretrained_backbone.weights.h5", "meta_checkpoints")
 # At most this many differing fields are named in the error; the rest are counted.
 NAMED_DIFFERENCES = 4
 _ABSENT = object()
@@ -58,20 +63,26 @@ def run_identity(spec, **options):
     return json.loads(json.dumps(identity))  # tuples become lists, as in the file
 
 
-def claim_run_directory(out_dir, run, state=("backup",)):
+def claim_run_directory(out_dir, run, state=("backup",), restarts=()):
     """Make ``out_dir`` the directory of run ``run`` (:func:`run_identity`): created if needed, and ``run.json``
-    written (by the chief of several workers). ``state``: the entries of ``out_dir`` the run resumes from; when
-    one holds anything and ``run.json`` records another run, raise :class:`ResumeMismatchError` and change
+    written (by the chief of several workers). Call it once the run's input is checked, right before its work: a
+    run refused earlier leaves the directory as it was.
+
+    ``state``: the entries of ``out_dir`` the run resumes from; ``restarts``: those it starts over (``otzoo tune``
+    without ``--resume``: its ``tuner``). When an entry of ``state`` or of :data:`TRAINING_STATE` (but not of
+    ``restarts``) holds anything and ``run.json`` records another run, raise :class:`ResumeMismatchError` and change
     nothing."""
-    present = [name for name in state if _holds_anything(os.path.join(out_dir, name))]
     record = os.path.join(out_dir, RUN_FILE)
-    if present:
-        recorded = read_mark(record)
-        if recorded is None:
-            print(f"{out_dir}: resuming {', '.join(present)}, whose run is not recorded (it began before runs "
-                  f"recorded themselves in {RUN_FILE})", flush=True)
-        elif recorded != run:
-            raise ResumeMismatchError(out_dir, present, differences(recorded, run))
+    recorded = read_mark(record)
+    own = [name for name in state if _holds_anything(os.path.join(out_dir, name))]
+    others = [name for name in TRAINING_STATE if name not in state and name not in restarts
+              and _holds_anything(os.path.join(out_dir, name))]
+    present = own + others
+    if recorded is not None and present and recorded != run:
+        raise ResumeMismatchError(out_dir, present, differences(recorded, run))
+    if recorded is None and own:
+        print(f"{out_dir}: resuming {', '.join(own)}, whose run is not recorded (it began before runs "
+              f"recorded themselves in {RUN_FILE})", flush=True)
     os.makedirs(out_dir, exist_ok=True)
     if is_chief():
         write_text_atomically(record, json.dumps(run, indent=1))

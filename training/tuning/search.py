@@ -213,13 +213,13 @@ def tune(preset, trials, out_dir, epochs=1, limit=None, batch_size=None, backbon
     # ``trials`` may differ (a search continued for more trials).
     search = run_identity(spec, epochs=epochs, limit=limit, batch_size=batch_size, backbone=backbone,
                           validation_fraction=validation_fraction, seed=seed, space=params)
-    claim_run_directory(out_dir, search, state=("tuner",) if resume else ())
     keras.utils.set_random_seed(seed)
     train, val, split = recipe_for(spec.task).tuning_data(limit, validation_fraction, seed)  # never the test split
     if len(train[0]) < batch_size:
         raise EmptySliceError(f"{len(train[0])} training examples left after the validation split, fewer than one "
                               f"batch of {batch_size}; lower `batch_size` or raise `limit`",
                               *(("limit", limit) if limit is not None else ("batch_size", batch_size)))
+    claim_run_directory(out_dir, search, state=("tuner",) if resume else (), restarts=() if resume else ("tuner",))
     hypermodel = _preset_hypermodel(preset, spec, params, (train, val), epochs, batch_size, backbone)
     tuner = kt.RandomSearch(hypermodel, objective=kt.Objective(objective, direction="max"), max_trials=trials,
                             seed=seed, directory=os.path.join(out_dir, "tuner"), project_name=preset,
