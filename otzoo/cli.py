@@ -465,6 +465,11 @@ def main(argv=None):
     except USER_ERRORS as error:
         print(f"otzoo {args.command}: error: {error}", file=sys.stderr)
         return 2
+    except KeyboardInterrupt:  # Ctrl-C: the user's stop, not a fault (130: 128 + SIGINT, as shells report it)
+        resume = "; the same command with --resume continues from the last backup" \
+            if args.command in ("train", "tune") else ""
+        print(f"otzoo {args.command}: interrupted{resume}", file=sys.stderr)
+        return 130
     return status if isinstance(status, int) else 0
 
 

@@ -56,6 +56,17 @@ def test_user_errors_are_one_line_and_exit_2(error, message, monkeypatch, capsys
     _fails_with(["list"], message, capsys)
 
 
+def test_ctrl_c_is_one_line_and_exit_130(monkeypatch, capsys):
+    """Ctrl-C stops a command with one line (how to continue, for a run that resumes) and the shell's 130."""
+    monkeypatch.setattr(cli, "list_presets", _raising(KeyboardInterrupt()))
+    assert cli.main(["list"]) == 130
+    assert capsys.readouterr().err.strip() == "otzoo list: interrupted"
+    monkeypatch.setattr(cli, "train", _raising(KeyboardInterrupt()))
+    assert cli.main(["train", "resnet20_gap_fashion_mnist"]) == 130
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("otzoo train: interrupted; the same command with --resume")
+
+
 def test_console_script_exits_1_with_the_traceback_of_an_internal_error():
     code = ("import sys\nfrom otzoo import cli\n"
             "def boom(args):\n    raise ValueError('internal')\n"

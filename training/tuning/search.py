@@ -233,7 +233,7 @@ def tune(preset, trials, out_dir, epochs=1, limit=None, batch_size=None, backbon
     best = ranked[0]
     config = dict(format=CONFIG_FORMAT, preset=preset, task=spec.task, head_kwargs=best["head_kwargs"],
                   learning_rate=best["learning_rate"], objective=objective, score=best["score"],
-                  search=dict(trials=trials, epochs=epochs, limit=limit, batch_size=batch_size, backbone=backbone,
+                  search=dict(trials=len(ranked), epochs=epochs, limit=limit, batch_size=batch_size, backbone=backbone,
                               validation_fraction=validation_fraction, seed=seed, train_examples=len(train[0]),
                               validation_examples=len(val[0]), split=split,
                               space=params),
