@@ -7,6 +7,7 @@ float32, so parity is reported relative to the logits' scale (max |diff| / max |
 ``ot_layers.layers.emd_head.EXPORT_PARITY_RTOL``).
 Run: ``PYTHONPATH=. python experiments/emd_export.py``.
 """
+import argparse
 import json
 import os
 import tempfile
@@ -30,6 +31,11 @@ def build(method):
 
 
 def main():
+    parser = argparse.ArgumentParser(description=__doc__.strip().splitlines()[0])
+    parser.add_argument("--out", default=os.path.join(os.path.dirname(os.path.abspath(__file__)), "results",
+                                                      "emd_export.json"),
+                        help="the JSON file written (default: %(default)s)")
+    args = parser.parse_args()
     x, y = load_fashion_mnist("test", limit=2000)
     support = np.concatenate([np.flatnonzero(y == k)[:5] for k in range(5)])
     queries = x[np.flatnonzero(y < 5)[100:116]]
@@ -53,8 +59,8 @@ def main():
     except ValueError as error:
         report["exact_refusal"] = str(error)
     print(json.dumps(report, indent=2))
-    out = os.path.join(os.path.dirname(os.path.abspath(__file__)), "results", "emd_export.json")
-    with open(out, "w") as handle:
+    os.makedirs(os.path.dirname(os.path.abspath(args.out)), exist_ok=True)
+    with open(args.out, "w") as handle:
         json.dump(report, handle, indent=2)
 
 
