@@ -44,7 +44,7 @@ from training.recipes.few_shot import pretrained_backbone_path
 from training.recipes.fine_tune import (BATCH_SIZE as FINE_TUNE_BATCH, FINE_TUNE_DATASET, fine_tune_preset,
                                        fine_tuned_card)
 from training.recipes.run_directory import ResumeMismatchError
-from training.recipes.tuned_config import load_tuned_config
+from training.recipes.tuned_config import check_tuned_head, load_tuned_config
 from zoo.preset_format import PresetFormatError, WeightsIntegrityError, read_card
 from zoo.registry import PRESETS
 
@@ -108,7 +108,10 @@ def train(args):
     options.update({key: value for key, value in task_options.items() if key in accepted})
     if args.config is not None:  # accepted by the preset's task: a readable tuning result for this preset
         try:
-            load_tuned_config(args.config, args.preset)
+            tuned = load_tuned_config(args.config, args.preset)
+            # whether the head builds: not in a multi-worker process, whose strategy must come before any model
+            if args.workers > 1 or (args.strategy != "multi_worker" and not os.environ.get("TF_CONFIG")):
+                check_tuned_head(args.config, tuned, args.preset)
         except (FileNotFoundError, ValueError) as error:
             raise CommandError(f"--config: {error}") from None
     if args.pretrained is not None:  # accepted by the preset's task: the file must be there before training

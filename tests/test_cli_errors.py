@@ -2,6 +2,7 @@
 data not installed, argparse's errors) and what it does not (any other exception keeps its traceback), and every
 ``--limit`` too small for the slice a command makes."""
 import importlib.util
+import json
 import os
 import shutil
 import subprocess
@@ -268,6 +269,12 @@ def test_an_unreadable_tuning_config_is_one_line(tmp_path, capsys):
                  str(tmp_path / "bad.json")], "--config: `config`", capsys)
     _fails_with(["train", "resnet20_mpw_fashion_mnist", "--out", str(tmp_path / "run"), "--config",
                  str(tmp_path / "none.json")], "--config: `config`: no tuning result", capsys)
+    # a tuned head that the preset's head does not take (it ended in a traceback after the data were read)
+    (tmp_path / "head.json").write_text(json.dumps({"preset": "resnet20_mpw_fashion_mnist", "learning_rate": 0.1,
+                                                    "head_kwargs": {"num_proxies": -2}}))
+    _fails_with(["train", "resnet20_mpw_fashion_mnist", "--out", str(tmp_path / "run"), "--config",
+                 str(tmp_path / "head.json")], "do not fit preset 'resnet20_mpw_fashion_mnist': `num_proxies`",
+                capsys)
     assert not (tmp_path / "run").exists()
 
 

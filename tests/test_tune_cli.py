@@ -12,7 +12,7 @@ import pytest
 from otzoo import cli
 from training.data.fashion_mnist import fashion_mnist_dir
 from training.tuning.search import held_out_classes_split, search_space, validation_split
-from training.recipes.tuned_config import load_tuned_config
+from training.recipes.tuned_config import check_tuned_head, load_tuned_config
 from zoo.registry import PRESETS
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -150,8 +150,9 @@ def test_load_tuned_config_rejects_bad_files(tmp_path):
     for head_kwargs, message in (({"foo": 1}, "Unrecognized keyword arguments"),
                                  ({"num_proxies": -2}, "`num_proxies` must be an integer >= 1")):
         path.write_text(json.dumps({"preset": PRESET, "head_kwargs": head_kwargs, "learning_rate": 0.05}))
+        config = load_tuned_config(str(path), preset=PRESET)  # a readable file: the head is checked apart
         with pytest.raises(ValueError, match=f"its head_kwargs .* do not fit preset '{PRESET}': {message}"):
-            load_tuned_config(str(path), preset=PRESET)
+            check_tuned_head(str(path), config, PRESET)
 
 
 def test_a_card_names_the_tuned_head_it_was_trained_with(tmp_path):

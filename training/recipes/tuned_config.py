@@ -10,9 +10,8 @@ CONFIG_FORMAT = "otzoo-tuning/1"
 def load_tuned_config(path, preset=None):
     """Read a configuration written by :func:`tune`: ``{"preset", "head_kwargs", "learning_rate", ...}``.
 
-    ``preset``: when given, the file must be for that preset, and its ``head_kwargs`` must build that preset's head
-    (checked on a small backbone, so a wrong key or value stops here, not after the data are read). Bad files raise
-    ``ValueError`` naming ``config``.
+    ``preset``: when given, the file must be for that preset. Bad files raise ``ValueError`` naming ``config``
+    (:func:`check_tuned_head` also checks that its ``head_kwargs`` build the preset's head).
     """
     if not os.path.isfile(path):
         raise FileNotFoundError(f"`config`: no tuning result at {path!r} (run `otzoo tune PRESET --out DIR`).")
@@ -29,10 +28,18 @@ def load_tuned_config(path, preset=None):
                          "(> 0), as written by `otzoo tune`.")
     if preset is not None and config["preset"] != preset:
         raise ValueError(f"`config` {path!r} was tuned for preset {config['preset']!r}, not {preset!r}.")
-    if preset is not None:
-        try:  # the head is what the file changes; the small backbone builds in a moment
-            build(preset, **{**config["head_kwargs"], "backbone": "small_convnet"})
-        except (ValueError, TypeError) as error:
-            raise ValueError(f"`config` {path!r}: its head_kwargs {config['head_kwargs']} do not fit preset "
-                             f"{preset!r}: {str(error).splitlines()[0]}") from None
     return config
+
+
+def check_tuned_head(path, config, preset):
+    """Raise ``ValueError`` naming ``config`` (the file at ``path``) unless ``config["head_kwargs"]`` build preset
+    ``preset``'s head, so that a wrong key or value stops a run before its data are read.
+
+    The check builds the preset on a small backbone: a Keras model, which starts the backend's runtime. On
+    TensorFlow, call it only in a process that will not then create a ``MultiWorkerMirroredStrategy`` (collective
+    ops must be configured before the runtime starts)."""
+    try:
+        build(preset, **{**config["head_kwargs"], "backbone": "small_convnet"})
+    except (ValueError, TypeError) as error:
+        raise ValueError(f"`config` {path!r}: its head_kwargs {config['head_kwargs']} do not fit preset "
+                         f"{preset!r}: {str(error).splitlines()[0]}") from None
