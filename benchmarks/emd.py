@@ -22,6 +22,7 @@ import tensorflow as tf
 
 from ot_layers.solvers import emd
 from ot_layers.solvers.emd import SINKHORN_EPSILON, SINKHORN_MAX_ITER, SINKHORN_THRESHOLD
+from otzoo.arguments import positive_int
 
 PROBLEMS, NODES, DIM = 5 * 5 * 15, 25, 64
 
@@ -50,7 +51,9 @@ def timed(function, repeats):
 
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--repeats", type=int, default=7)
+    parser.add_argument("--repeats", type=positive_int, default=7)
+    parser.add_argument("--out", default=os.path.join(os.path.dirname(os.path.abspath(__file__)), "results",
+                                                      "emd.json"), help="the JSON file written (default: %(default)s)")
     args = parser.parse_args()
     cost, a, b = make_problems()
     cost32, a32, b32 = (tf.constant(x, tf.float32) for x in (cost, a, b))
@@ -105,7 +108,8 @@ def main():
         "machine": {"platform": platform.platform(), "cpus": os.cpu_count(), "tensorflow": tf.__version__,
                     "pot": ot.__version__},
     }
-    out = os.path.join(os.path.dirname(os.path.abspath(__file__)), "results", "emd.json")
+    out = args.out
+    os.makedirs(os.path.dirname(os.path.abspath(out)), exist_ok=True)
     os.makedirs(os.path.dirname(out), exist_ok=True)
     with open(out, "w") as handle:
         json.dump(result, handle, indent=2)

@@ -30,6 +30,7 @@ import tensorflow as tf  # noqa: E402
 from ot_layers import GeneralizedSumPooling  # noqa: E402
 from ot_layers.solvers import partial_transport  # noqa: E402
 from training.evaluation.retrieval import retrieval_metrics
+from otzoo.arguments import positive_int
 
 ITERATIONS = (10, 25, 50, 100, 200)
 TARGET_RATIO = 1.2  # implicit gradient, XLA: time(100 iterations) / time(10 iterations)
@@ -128,7 +129,7 @@ def main():
     parser.add_argument("--side", type=int, default=14)
     parser.add_argument("--channels", type=int, default=128)
     parser.add_argument("--prototypes", type=int, default=64)
-    parser.add_argument("--repeats", type=int, default=30)
+    parser.add_argument("--repeats", type=positive_int, default=30)
     parser.add_argument("--output", default=os.path.join(os.path.dirname(__file__), "results", "gsp.json"))
     args = parser.parse_args()
 

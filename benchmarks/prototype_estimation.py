@@ -7,6 +7,7 @@ Prints a Markdown table and writes benchmarks/results/prototype_estimation.json.
 
     PYTHONPATH=. .venv/bin/python benchmarks/prototype_estimation.py
 """
+import argparse
 import json
 import os
 import time
@@ -36,6 +37,11 @@ def paper_estimator(k, d, steps=1000, t=2.0, learning_rate=0.1, seed=0):
 
 
 def main():
+    parser = argparse.ArgumentParser(description=__doc__.strip().splitlines()[0])
+    parser.add_argument("--out", default=os.path.join(os.path.dirname(os.path.abspath(__file__)), "results",
+                                                      "prototype_estimation.json"),
+                        help="the JSON file written (default: %(default)s)")
+    args = parser.parse_args()
     rows = []
     for (k, d) in ETF_CASES + list(BEST_KNOWN):
         start = time.perf_counter()
@@ -62,8 +68,8 @@ def main():
         gap = "-" if r["gap"] is None else f"{r['gap']:.1e}"
         print(f"| {r['K']} | {r['d']} | {r['method']} | {fmt(r['max_cos'])} | {fmt(r['target'])} | {gap} | "
               f"{r['seconds']} | {fmt(r.get('paper_uniformity_max_cos'))} | {r.get('paper_uniformity_seconds', '-')} |")
-    os.makedirs("benchmarks/results", exist_ok=True)
-    with open("benchmarks/results/prototype_estimation.json", "w") as f:
+    os.makedirs(os.path.dirname(os.path.abspath(args.out)), exist_ok=True)
+    with open(args.out, "w") as f:
         json.dump(rows, f, indent=1)
 
 

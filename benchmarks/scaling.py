@@ -111,6 +111,8 @@ def main():
     parser.add_argument("--run", choices=SETUPS, default=None, help=argparse.SUPPRESS)
     parser.add_argument("--out", default=os.path.join(ROOT, "benchmarks", "results", "scaling.json"))
     args = parser.parse_args()
+    if args.rounds < 1:  # checked here: the driver stays free of TensorFlow (otzoo.arguments would import it)
+        parser.error(f"argument --rounds: must be an integer >= 1, got {args.rounds}")
     if args.run:
         _worker(args)
         return

@@ -130,6 +130,8 @@ def main():
     parser.add_argument("--calls", type=int, default=50, help="timed batch-1 calls per runtime")
     parser.add_argument("--rounds", type=int, default=10, help="timed batch-64 calls per runtime")
     parser.add_argument("--warmup", type=int, default=5, help="untimed calls before timing")
+    parser.add_argument("--out", default=os.path.join(ROOT, "benchmarks", "results", "serving.json"),
+                        help="the JSON file written (default: %(default)s)")
     args = parser.parse_args()
     sys.path.insert(0, ROOT)
     import zoo
@@ -159,8 +161,8 @@ def main():
                onnxruntime=onnxruntime.__version__, load_average_before=load_before, load_average_after=load_after,
                calls=args.calls, rounds=args.rounds, warmup=args.warmup, throughput_batch=THROUGHPUT_BATCH,
                presets=rows)
-    os.makedirs(os.path.join(ROOT, "benchmarks", "results"), exist_ok=True)
-    with open(os.path.join(ROOT, "benchmarks", "results", "serving.json"), "w") as handle:
+    os.makedirs(os.path.dirname(os.path.abspath(args.out)), exist_ok=True)
+    with open(args.out, "w") as handle:
         json.dump(out, handle, indent=2)
 
 

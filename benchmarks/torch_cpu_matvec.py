@@ -33,6 +33,7 @@ import numpy as np  # noqa: E402
 import torch  # noqa: E402
 
 from ot_layers.layers.emd_head import EMDHead  # noqa: E402
+from otzoo.arguments import positive_int
 
 SOLVER = importlib.import_module("ot_layers.solvers.sinkhorn")  # the module (the package exports the function)
 EPISODE = dict(queries=75, ways=5, side=7, dim=64)
@@ -79,7 +80,7 @@ def _time(step, repeats):
 
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--repeats", type=int, default=15)
+    parser.add_argument("--repeats", type=positive_int, default=15)
     parser.add_argument("--out", default=os.path.join(HERE, "results", "torch_cpu_matvec.json"))
     args = parser.parse_args()
     if not SOLVER.fused_matvec(torch.zeros(1)):

@@ -43,6 +43,8 @@ def _time(kind, target):
 def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--out", default=os.path.join(ROOT, "benchmarks", "results", "zoo_load.json"),
+                        help="the JSON file written (default: %(default)s)")
     args = parser.parse_args()
     sys.path.insert(0, ROOT)
     import zoo
@@ -72,8 +74,8 @@ def main():
     print(f"packaged weights in total: {total / 1e6:.2f} MB")
     out = dict(machine=f"{platform.machine()} x{os.cpu_count()}", rounds=args.rounds, presets=rows,
                total_weights_bytes=total)
-    os.makedirs(os.path.join(ROOT, "benchmarks", "results"), exist_ok=True)
-    with open(os.path.join(ROOT, "benchmarks", "results", "zoo_load.json"), "w") as handle:
+    os.makedirs(os.path.dirname(os.path.abspath(args.out)), exist_ok=True)
+    with open(args.out, "w") as handle:
         json.dump(out, handle, indent=2)
 
 

@@ -22,6 +22,7 @@ from ot_layers.losses import ProxyAnchorLoss
 from training.evaluation.retrieval import retrieval_metrics
 from training.data.samplers import ClassBalancedBatches
 from zero_shot_setup import embedding_network, retrieval, seed_everything, zero_shot_data
+from otzoo.arguments import positive_int
 
 
 def run(variant, data, args):
@@ -54,9 +55,9 @@ def run(variant, data, args):
 
 def main():
     parser = argparse.ArgumentParser()
-    parser.add_argument("--variants", nargs="+",
-                        default=["proxy_anchor", "ccp_random", "ccp_kcenter", "ccp_kcenter_no_prox"])
-    parser.add_argument("--epochs", type=int, default=24, help="short epochs: one validation MAP@R each")
+    variants = ["proxy_anchor", "ccp_random", "ccp_kcenter", "ccp_kcenter_no_prox"]
+    parser.add_argument("--variants", nargs="+", default=variants, choices=variants)
+    parser.add_argument("--epochs", type=positive_int, default=24, help="short epochs: one validation MAP@R each")
     parser.add_argument("--steps-per-epoch", type=int, default=25)
     parser.add_argument("--samples-per-class", type=int, default=12, help="class-balanced batches of 5 x this")
     parser.add_argument("--patience", type=int, default=2)

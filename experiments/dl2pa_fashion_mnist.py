@@ -25,6 +25,7 @@ from ot_layers.callbacks import PrototypeReassignment
 from ot_layers.losses import HypersphericalPullLoss
 from training.data.fashion_mnist import load_fashion_mnist
 from zoo_inputs import small_convnet_options
+from otzoo.arguments import positive_int
 
 NUM_CLASSES = 10
 
@@ -71,8 +72,9 @@ def main():
     parser = argparse.ArgumentParser()
     parser.add_argument("--dims", type=int, nargs="+", default=[3, 8])
     parser.add_argument("--seeds", type=int, nargs="+", default=[0])
-    parser.add_argument("--methods", nargs="+", default=["dynamic", "dynamic_steps", "fixed", "softmax"])
-    parser.add_argument("--epochs", type=int, default=6)
+    parser.add_argument("--methods", nargs="+", default=["dynamic", "dynamic_steps", "fixed", "softmax"],
+                        choices=["dynamic", "dynamic_steps", "fixed", "softmax"])
+    parser.add_argument("--epochs", type=positive_int, default=6)
     parser.add_argument("--train", type=int, default=20000)
     parser.add_argument("--width", type=int, default=16)
     parser.add_argument("--batch-size", type=int, default=128)

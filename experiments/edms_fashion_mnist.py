@@ -21,6 +21,7 @@ from ot_layers.callbacks import HardProxyUpdate
 from ot_layers.losses import ManifoldProxyLoss
 from zero_shot_setup import embedding_network, retrieval, seed_everything, zero_shot_data
 from zoo import ensemble_embedding_model, meta_class_partitions
+from otzoo.arguments import positive_int
 
 VARIANTS = {  # name: (ManifoldProxies mode, harden proxies)
     "RW+P*": ("contextual", True),
@@ -45,10 +46,10 @@ def train_learner(x, meta, mode, harden, args, seed):
 
 def main():
     parser = argparse.ArgumentParser()
-    parser.add_argument("--variants", nargs="+", default=list(VARIANTS))
+    parser.add_argument("--variants", nargs="+", default=list(VARIANTS), choices=list(VARIANTS))
     parser.add_argument("--learners", type=int, default=3)
     parser.add_argument("--meta-classes", type=int, default=3)
-    parser.add_argument("--epochs", type=int, default=3)
+    parser.add_argument("--epochs", type=positive_int, default=3)
     parser.add_argument("--train", type=int, default=12000, help="first N training images (classes 0-4 kept)")
     parser.add_argument("--dim", type=int, default=32)
     parser.add_argument("--width", type=int, default=16)

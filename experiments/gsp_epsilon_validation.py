@@ -69,7 +69,7 @@ def main():
         overrides = {} if epsilon is None else dict(epsilon=epsilon)
         model, seconds = fit_embedding(preset, x_fit, y_fit, recipe, strategy, overrides)
         run.update(validation=retrieval_scores(model, x_val, y_val), train_seconds=round(seconds, 1),
-                   epochs=recipe["epochs"])
+                   epochs=recipe.epochs)
         print(json.dumps(run), flush=True)
         results["runs"].append(run)
         gsp_runs = [r for r in results["runs"] if r["pooling"] == "gsp"]

@@ -38,6 +38,7 @@ from training.data.splits import select_classes
 from training.evaluation.retrieval import retrieval_metrics
 from training.data.samplers import ClassBalancedBatches
 from zoo_inputs import RAW_PIXELS  # noqa: E402
+from otzoo.arguments import positive_int
 
 TRAIN_CLASSES, TEST_CLASSES = tuple(range(5)), tuple(range(5, 10))
 EMBEDDING_DIM = 128
@@ -126,9 +127,9 @@ class _TwoTargets(keras.utils.PyDataset):
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1])
-    parser.add_argument("--variants", nargs="+", default=["gap", "gsp", "gsp_zs"])
+    parser.add_argument("--variants", nargs="+", default=["gap", "gsp", "gsp_zs"], choices=["gap", "gsp", "gsp_zs"])
     parser.add_argument("--train-per-class", type=int, default=1000)
-    parser.add_argument("--epochs", type=int, default=4)
+    parser.add_argument("--epochs", type=positive_int, default=4)
     parser.add_argument("--samples-per-class", type=int, default=16)
     parser.add_argument("--learning-rate", type=float, default=1e-3)
     parser.add_argument("--output",

@@ -19,13 +19,14 @@ import zoo
 from training.recipes.simple_classifier import compile_classifier, fit_and_evaluate
 from training.data.fashion_mnist import load_fashion_mnist
 from zoo_inputs import small_convnet_options
+from otzoo.arguments import positive_int
 
 ZOO_HEADS = {"gap": "gap_fc", "mpw": "mpw"}  # this experiment's head names -> zoo.image_classifier's
 
 
 def main():
     parser = argparse.ArgumentParser()
-    parser.add_argument("--epochs", type=int, default=3)
+    parser.add_argument("--epochs", type=positive_int, default=3)
     parser.add_argument("--train", type=int, default=20000, help="training images (the first N)")
     parser.add_argument("--width", type=int, default=32)
     parser.add_argument("--seeds", type=int, nargs="+", default=[0])
