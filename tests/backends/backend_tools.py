@@ -49,6 +49,34 @@ def value_and_grad(fn, *arrays):
     return float(value), [g.numpy() for g in tape.gradient(value, inputs)]
 
 
+def gradients(scalar, inputs, variables=()):
+    """Gradients of the scalar ``scalar(*tensors)`` w.r.t. the arrays ``inputs`` (passed in as backend tensors) and
+    the Keras ``variables`` (read inside ``scalar``), as NumPy arrays, ``None`` where the backend gives none. Layers
+    must be built before (on JAX the variables are swapped for traced values through ``keras.StatelessScope``)."""
+    variables = list(variables)
+    if BACKEND == "jax":
+        def fn(xs, ws):
+            with keras.StatelessScope(state_mapping=list(zip(variables, ws))):
+                return scalar(*xs)
+
+        gx, gw = jax.grad(fn, argnums=(0, 1))([tensor(x) for x in inputs], [v.value for v in variables])
+        return [np.asarray(g) for g in list(gx) + list(gw)]
+    if BACKEND == "torch":
+        xs = [torch_leaf(x) for x in inputs]
+        params = [v.value for v in variables]
+        for p in params:
+            p.grad = None
+        scalar(*xs).backward()
+        return [None if t.grad is None else t.grad.detach().cpu().numpy() for t in xs + params]
+    import tensorflow as tf
+
+    xs = [tf.convert_to_tensor(x) for x in inputs]
+    with tf.GradientTape() as tape:
+        tape.watch(xs)
+        value = scalar(*xs)
+    return [None if g is None else np.asarray(g) for g in tape.gradient(value, xs + [v.value for v in variables])]
+
+
 def jitted(fn):
     """``fn`` compiled the backend's way (``jax.jit``, ``tf.function`` with XLA); PyTorch runs eagerly."""
     if BACKEND == "jax":

@@ -26,6 +26,7 @@ from keras import ops
 
 sys.path.insert(0, os.path.abspath(os.path.join(os.path.dirname(__file__), "..", "..")))
 
+from backend_tools import gradients as backend_gradients  # noqa: E402
 from ot_layers.layers.class_proxies import ClassProxies  # noqa: E402
 from ot_layers.layers.hyperspherical_prototypes import HypersphericalPrototypes  # noqa: E402
 from ot_layers.layers.manifold_proxies import ManifoldProxies  # noqa: E402
@@ -66,38 +67,13 @@ def gradients(call, inputs, variables):
     Keras ``variables``, as NumPy arrays (``None`` where the backend gives none)."""
     probe = {}
 
-    def scalar(out):
+    def scalar(*xs):
+        out = call(*xs)
         if "w" not in probe:
             probe["w"] = RNG.normal(size=tuple(out.shape)).astype(np.float32)
         return ops.sum(ops.cast(out, "float32") * ops.convert_to_tensor(probe["w"]))
 
-    if BACKEND == "tensorflow":
-        import tensorflow as tf
-
-        xs = [tf.convert_to_tensor(x) for x in inputs]
-        with tf.GradientTape() as tape:
-            tape.watch(xs)
-            loss = scalar(call(*xs))
-        grads = tape.gradient(loss, xs + [v.value for v in variables])
-        return [None if g is None else ops.convert_to_numpy(g) for g in grads]
-    if BACKEND == "jax":
-        import jax
-
-        def f(xs, ws):
-            with keras.StatelessScope(state_mapping=list(zip(variables, ws))):
-                return scalar(call(*xs))
-
-        xs = [ops.convert_to_tensor(x) for x in inputs]
-        gx, gw = jax.grad(f, argnums=(0, 1))(xs, [v.value for v in variables])
-        return [np.asarray(g) for g in list(gx) + list(gw)]
-    if BACKEND == "torch":
-        xs = [ops.convert_to_tensor(x).detach().requires_grad_(True) for x in inputs]
-        params = [v.value for v in variables]
-        for p in params:
-            p.grad = None
-        scalar(call(*xs)).backward()
-        return [None if t.grad is None else t.grad.detach().cpu().numpy() for t in xs + params]
-    raise RuntimeError(f"unsupported backend {BACKEND!r}")
+    return backend_gradients(scalar, inputs, variables)
 
 
 def check_gradients(name, call, inputs, variables):
