@@ -455,7 +455,11 @@ def ship(args):
     """Copy each preset's final run of seed ``args.seed`` from ``args.runs`` into ``args.to/PRESET`` as a preset
     directory (its config, weights and card, and its log as ``train_log.csv``), once it is checked to be the run its
     record names; the card gains ``protocol``: the validation score of each budget, the seeds run and each test
-    metric's mean and sample sd over them. A preset already in ``args.to`` is replaced."""
+    metric's mean and sample sd over them. A preset already in ``args.to`` is replaced.
+
+    A run shipped before (its directory gone from ``args.runs``, as after the session that shipped it: a GPU lease
+    is shorter than the seeds take) has its shipped card's ``protocol`` brought up to the seeds recorded since,
+    once the shipped files are checked to be that run."""
     records = read_records(args.results)
     summary = summarize(records)["presets"]
     for preset in args.presets:
@@ -465,22 +469,34 @@ def ship(args):
             print(f"{preset}: no final run of seed {args.seed} recorded; not shipped")
             continue
         run_dir = _run_dir(args.runs, ("final", preset, record["epochs"], args.seed))
-        card = _checked_card(run_dir, record)
+        destination = os.path.join(args.to, preset)
+        refresh = not os.path.isdir(run_dir) and _holds_run(destination, record)
+        card = _checked_card(destination if refresh else run_dir, record)
         entry = summary[preset]
         card["protocol"] = dict(
             script="experiments/gpu_presets.py", budget=record["epochs"],
             budget_chosen_on="the validation part of the training images (the test split is not read)",
             validation_by_budget=entry["validation_by_budget"], seeds=entry["seeds"],
             **{metric: {key: entry[metric][key] for key in ("mean", "sd")} for metric in record["metrics"]})
-        destination = os.path.join(args.to, preset)
-        shutil.rmtree(destination, ignore_errors=True)
-        os.makedirs(destination)
-        for name in (CONFIG_FILE, WEIGHTS_FILE):
-            shutil.copy2(os.path.join(run_dir, name), destination)
-        shutil.copy2(os.path.join(run_dir, "log.csv"), os.path.join(destination, "train_log.csv"))
+        if not refresh:
+            shutil.rmtree(destination, ignore_errors=True)
+            os.makedirs(destination)
+            for name in (CONFIG_FILE, WEIGHTS_FILE):
+                shutil.copy2(os.path.join(run_dir, name), destination)
+            shutil.copy2(os.path.join(run_dir, "log.csv"), os.path.join(destination, "train_log.csv"))
         write_text_atomically(os.path.join(destination, CARD_FILE), json.dumps(card, indent=2))
-        print(f"{preset}: seed {args.seed}, {record['epochs']} epochs, {record['metrics']} -> {destination}")
+        print(f"{preset}: seed {args.seed}, {record['epochs']} epochs, {record['metrics']} -> {destination}"
+              + (f" (shipped before; protocol now over seeds {entry['seeds']})" if refresh else ""))
     return 0
+
+
+def _holds_run(directory, record):
+    """Whether ``directory`` holds the finished run ``record`` names (see :func:`_checked_card`)."""
+    try:
+        _checked_card(directory, record)
+    except SystemExit:
+        return False
+    return True
 
 
 def _checked_card(run_dir, record):

@@ -14,9 +14,13 @@
 #                                                     run's directory (its newest backup) in 15 MiB parts; the
 #                                                     protocol stops between epochs at SECONDS and is killed at
 #                                                     SECONDS + 60 s at the latest, so both are made in the call.
-#                                                     Before the next presets call, here: rm -rf gpu_runs &&
-#                                                     cat gpu_resume.tgz.* | tar xzf -, and carry gpu_runs
-#                                                     with .whl and .fashion-mnist: the unfinished runs resume.
+#                                                     After the call, here: bash scripts/gpu_keep.sh FILES_AT
+#                                                     commits nothing but puts the records, seed 0's shipped
+#                                                     presets and the unfinished runs (experiments/results/
+#                                                     gpu_resume/) in the checkout, to commit: the next call,
+#                                                     in this session or a later one, finds them in the working
+#                                                     tree and resumes the unfinished runs (a warm machine's own
+#                                                     gpu_runs, newer, is used where it holds runs).
 #                                                     PRESETS_WORKERS (default 4) runs train side by side; the
 #                                                     log's last line gives the epochs trained per minute.
 #
@@ -80,6 +84,12 @@ case "$step" in
         # of later calls while the machine stays warm, load it instead of compiling and autotuning it again.
         export JAX_COMPILATION_CACHE_DIR="${JAX_COMPILATION_CACHE_DIR:-/tmp/otzoo-jax-cache}"
         mkdir -p experiments/results/gpu_presets gpu_runs
+        # The unfinished runs of the last call, kept in the checkout by scripts/gpu_keep.sh (a session's lease is
+        # shorter than the runs take), unless this machine still holds its own (warm from an earlier call).
+        if [ -z "$(ls -A gpu_runs)" ] && compgen -G "experiments/results/gpu_resume/gpu_resume.tgz.*" >/dev/null; then
+            cat experiments/results/gpu_resume/gpu_resume.tgz.* | tar xzf -
+            echo "resuming the kept runs: $(ls gpu_runs | tr '\n' ' ')"
+        fi
         KERAS_BACKEND=jax timeout "$((${limit%.*} + 60))" "$python" experiments/gpu_presets.py run \
             --results experiments/results/gpu_presets --runs gpu_runs --time-limit "$limit" \
             --workers "${PRESETS_WORKERS:-4}" ${PRESETS_OPTIONS:-} 2>&1 \

@@ -309,6 +309,42 @@ def test_ship_copies_the_checked_seed_0_run_with_the_seeds_summary_on_its_card(t
         gpu_presets.main(options)
 
 
+def test_ship_again_brings_a_shipped_cards_protocol_up_to_the_seeds_recorded_since(tmp_path):
+    """A lease is shorter than the seeds take: seed 0 is shipped once it is done, its run directory is gone by the
+    time the other seeds are recorded, and a later ``ship`` updates the shipped card's ``protocol`` only."""
+    preset = "resnet20_gap_fashion_mnist"
+    results, runs, to = (str(tmp_path / name) for name in ("results", "runs", "presets"))
+    os.makedirs(results)
+    metrics = _finished_run(runs, preset, 0, 10, "jax")
+    _write(results, _select(preset, 10, 0, 0.93))
+    _write(results, _final(preset, 10, 0, metrics))
+    options = ["ship", "--results", results, "--runs", runs, "--to", to, "--presets", preset]
+    assert gpu_presets.main(options) == 0
+    shipped = os.path.join(to, preset)
+    with open(os.path.join(shipped, "model.weights.h5"), "rb") as handle:
+        weights = handle.read()
+    with open(os.path.join(shipped, "metadata.json")) as handle:
+        assert json.load(handle)["protocol"]["seeds"] == [0]
+
+    shutil.rmtree(runs)
+    accuracies = [metrics["accuracy"], 0.9402, 0.9377]
+    for seed, accuracy in enumerate(accuracies[1:], start=1):
+        _write(results, _final(preset, 10, seed, dict(accuracy=accuracy)))
+    assert gpu_presets.main(options) == 0
+    with open(os.path.join(shipped, "metadata.json")) as handle:
+        card = json.load(handle)
+    assert card["protocol"]["seeds"] == [0, 1, 2] and card["metrics"] == metrics
+    assert card["protocol"]["accuracy"]["sd"] == pytest.approx(np.std(accuracies, ddof=1))
+    with open(os.path.join(shipped, "model.weights.h5"), "rb") as handle:
+        assert handle.read() == weights
+    assert sorted(os.listdir(shipped)) == ["config.json", "metadata.json", "model.weights.h5", "train_log.csv"]
+
+    # Without the run directory, a shipped preset that is another run (here: another seed 0 recorded) is refused.
+    _write(results, _final(preset, 10, 0, dict(accuracy=0.5)))
+    with pytest.raises(SystemExit, match="`--runs`.*holds no card"):
+        gpu_presets.main(options)
+
+
 def test_final_runs_go_seed_by_seed_with_the_compared_presets_first(tmp_path):
     """A lease that ends early must leave both sides of a comparison with as many seeds: the final runs are started
     seed by seed, and the preset outside every comparison (the hyperspherical one) after the compared ones."""
