@@ -6,12 +6,12 @@
 #     bash scripts/gpu_keep.sh FILES_AT      # the folder where the call's $OUT files landed
 #
 # 1. the run records (experiments/results/gpu_presets/) and the call's log (experiments/results/gpu_presets_logs/);
-# 2. each preset's finished seed-0 run, shipped into zoo/presets (experiments/gpu_presets.py ship: the card's
-#    protocol gives the seeds recorded so far; a preset shipped before has its protocol brought up to date);
-# 3. the unfinished runs' newest backups (gpu_resume.tgz.*, 15 MiB parts) in experiments/results/gpu_resume/,
+# 2. the unfinished runs' newest backups (gpu_resume.tgz.*, 15 MiB parts) in experiments/results/gpu_resume/,
 #    replacing the last call's: tracked files travel with the working tree, so the next presets call resumes them
 #    without a carry. The working tree may carry 64 MiB: the checkout (about 15 MB), .whl (5 MB) and .fashion-mnist
-#    (30 MB) leave about 14 MB for these parts, about 2.4 MB a run: PRESETS_WORKERS=4 keeps within it.
+#    (30 MB) leave about 14 MB for these parts, about 2.4 MB a run: PRESETS_WORKERS=4 keeps within it;
+# 3. each preset's finished seed-0 run, shipped into zoo/presets (experiments/gpu_presets.py ship: the card's
+#    protocol gives the seeds recorded so far; a preset shipped before has its protocol brought up to date).
 # Then commit: git add -A experiments/results zoo/presets && git commit.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -23,7 +23,6 @@ tar xzf "$from/gpu_presets.tgz"  # the records, and gpu_runs/PRESET-seed0 for ea
 if [ -f "$from/presets.log" ]; then
     cp "$from/presets.log" "experiments/results/gpu_presets_logs/presets_$(date -u +%Y%m%dT%H%M%S).log"
 fi
-"$python" experiments/gpu_presets.py ship --results experiments/results/gpu_presets --runs gpu_runs --to zoo/presets
 keep=experiments/results/gpu_resume
 rm -rf "$keep"
 unfinished=$(cat "$from"/gpu_resume.tgz.* 2>/dev/null | tar tzf - 2>/dev/null | cut -d/ -f2 | sort -u | tr '\n' ' ' || true)
@@ -33,5 +32,7 @@ if [ -n "${unfinished// }" ]; then
 else
     echo "no unfinished runs"
 fi
+# then ship (a refusal stops here, with the unfinished runs kept)
+"$python" experiments/gpu_presets.py ship --results experiments/results/gpu_presets --runs gpu_runs --to zoo/presets
 "$python" experiments/gpu_presets.py report --results experiments/results/gpu_presets --markdown /dev/stdout \
     | sed -n '/^|/p'
