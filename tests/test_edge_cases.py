@@ -14,7 +14,7 @@ import ot_layers
 from ot_layers import EMDHead, ManifoldProxies, solvers
 from ot_layers.solvers.prototypes import max_pairwise_cosine
 from tests.edge_cases import (CASES, COST_EXPONENT_LAYERS, COST_EXPONENTS, EPSILON_LAYERS, EPSILON_SOLVERS,
-                              LAYER_CASES, SPATIAL_CASES, ZERO_MASS_SOLVERS, check_cost_exponent,
+                              LAYER_CASES, MIXED_POLICIES, SPATIAL_CASES, ZERO_MASS_SOLVERS, check_cost_exponent,
                               check_layer_at_small_epsilon, check_mixed_precision, check_nan_input,
                               check_solver_at_small_epsilon, check_unknown_spatial_size, check_zero_mass_marginals,
                               check_zero_vectors)
@@ -51,9 +51,10 @@ def test_nan_input_is_confined_or_raises_the_documented_error(case):
     check_nan_input(case)
 
 
+@pytest.mark.parametrize("policy", list(MIXED_POLICIES))
 @pytest.mark.parametrize("case", LAYER_CASES, ids=_ids(LAYER_CASES))
-def test_mixed_precision_outputs_follow_the_policy_and_the_float32_run(case):
-    check_mixed_precision(case)
+def test_mixed_precision_outputs_follow_the_policy_and_the_float32_run(case, policy):
+    check_mixed_precision(case, policy)
 
 
 @pytest.mark.parametrize("case", SPATIAL_CASES, ids=_ids(SPATIAL_CASES))

@@ -1,8 +1,8 @@
 """The edge cases of every public layer and solver (``tests/edge_cases.py``) on the active Keras backend: all-zero
-feature vectors, NaN in one sample (confined, or the documented error eagerly and from ``jax.jit``), mixed precision,
-unknown spatial size, ``epsilon = 1e-3`` in float32 (against float64 and POT), zero-mass marginals (against POT) and
-cost exponents (against central differences). ``tests/test_edge_cases.py`` runs the same checks under pytest on
-TensorFlow.
+feature vectors, NaN in one sample (confined, or the documented error eagerly and from ``jax.jit``), mixed precision
+(``mixed_float16`` and ``mixed_bfloat16``), unknown spatial size, ``epsilon = 1e-3`` in float32 (against float64 and
+POT), zero-mass marginals (against POT) and cost exponents (against central differences). ``tests/test_edge_cases.py``
+runs the same checks under pytest on TensorFlow.
 
 Prints one JSON line (every case's result by ``check[case]``) and exits non-zero when one fails; a failure's
 traceback goes to stderr.
@@ -21,7 +21,8 @@ from tests.backends.backend_tools import Report  # noqa: E402
 CHECKS = [
     (edge_cases.check_zero_vectors, [(case.name, case) for case in edge_cases.CASES]),
     (edge_cases.check_nan_input, [(case.name, case) for case in edge_cases.CASES]),
-    (edge_cases.check_mixed_precision, [(case.name, case) for case in edge_cases.LAYER_CASES]),
+    (edge_cases.check_mixed_precision, [(f"{case.name}-{policy}", (case, policy)) for case in edge_cases.LAYER_CASES
+                                        for policy in edge_cases.MIXED_POLICIES]),
     (edge_cases.check_unknown_spatial_size, [(case.name, case) for case in edge_cases.SPATIAL_CASES]),
     (edge_cases.check_layer_at_small_epsilon, [(case.name, case) for case in edge_cases.EPSILON_LAYERS]),
     (edge_cases.check_solver_at_small_epsilon, [(case.name, case) for case in edge_cases.EPSILON_SOLVERS]),
