@@ -12,7 +12,8 @@
 #    (30 MB) leave about 14 MB for these parts, about 2.4 MB a run: PRESETS_WORKERS=4 keeps within it;
 # 3. each preset's finished seed-0 run, shipped into zoo/presets (experiments/gpu_presets.py ship: the card's
 #    protocol gives the seeds recorded so far; a preset shipped before has its protocol brought up to date).
-# Then commit: git add -A experiments/results zoo/presets && git commit.
+# Then bring README.md's preset table to the shipped cards (tests/test_readme.py checks it) and commit:
+# git add -A experiments/results zoo/presets README.md && git commit.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 from="${1:?usage: gpu_keep.sh FILES_AT (the folder holding gpu_presets.tgz and gpu_resume.tgz.*)}"

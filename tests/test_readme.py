@@ -1,5 +1,6 @@
 """The README is a product page that works: its Python runs as written, it stays short, and the docs cite papers by
 author and year rather than by internal file or ticket."""
+import json
 import os
 import pathlib
 import re
@@ -92,3 +93,25 @@ def test_readme_python_runs_as_written(tmp_path):
     assert result.returncode == 0, f"stdout:\n{result.stdout[-4000:]}\nstderr:\n{result.stderr[-6000:]}"
     assert (work / "served" / "1" / "saved_model.pb").is_file()
     assert (work / "model.onnx").is_file()
+
+
+def _headline_in_readme(card):
+    """How the README's preset table states a card's headline test metric."""
+    metrics = card["metrics"]
+    if card["task"] == "classification":
+        return f"accuracy {metrics['accuracy']:.4f}"
+    if card["task"] == "retrieval":
+        return f"MAP@R {metrics['map_at_r']:.4f}"
+    one_shot = metrics["5way_1shot"]
+    return f"5-way 1-shot {100 * one_shot['mean']:.2f} ± {100 * one_shot['ci95']:.2f} %"
+
+
+def test_readme_preset_table_states_each_packaged_cards_headline_metric():
+    """Every packaged preset has a row in the README's table, and the row gives the headline metric its card states:
+    a preset retrained, or shipped from the GPU runs, must bring the table along."""
+    rows = dict(re.findall(r"^\| `(\w+)` \| [^|]+\| ([^|]+?) \|", README.read_text(encoding="utf-8"), re.MULTILINE))
+    for card_path in sorted((ROOT / "zoo" / "presets").glob("*/metadata.json")):
+        card = json.loads(card_path.read_text(encoding="utf-8"))
+        name = card_path.parent.name
+        assert name in rows, f"README.md's preset table has no row for {name}"
+        assert rows[name] == _headline_in_readme(card), (name, rows[name], card["metrics"])
