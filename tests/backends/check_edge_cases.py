@@ -13,6 +13,8 @@ import os
 import sys
 import traceback
 
+import keras
+
 sys.path.insert(0, os.path.abspath(os.path.join(os.path.dirname(__file__), "..", "..")))
 
 from tests import edge_cases  # noqa: E402
@@ -38,6 +40,7 @@ def main():
     for check, cases in CHECKS:
         for label, case in cases:
             key = f"{check.__name__.removeprefix('check_')}[{label}]"
+            keras.utils.set_random_seed(0)  # each case from the same weights, as under pytest (tests/conftest.py)
             try:
                 check(*case) if isinstance(case, tuple) else check(case)
             except Exception as failure:  # noqa: BLE001 - every failure is reported, its traceback kept
