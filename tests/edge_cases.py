@@ -39,6 +39,7 @@ from keras import ops
 
 from ot_layers import (ClassProxies, EMDHead, GeneralizedSumPooling, HypersphericalPrototypes, ManifoldProxies,
                        MultiProxyWasserstein, PatchExtractor, SinkhornMatch, StructuredFC, solvers)
+from ot_layers.layers.emd_head import EXPORT_PARITY_RTOL
 from ot_layers.layers.sinkhorn_match import pairwise_cost
 from ot_layers.solvers.emd import SINKHORN_EPSILON
 from ot_layers.tensor_ops import flatten_feature_map, normalize_rows
@@ -88,6 +89,9 @@ class Case:
     pairs: outputs are indexed by pairs of samples (both leading axes are batch axes).
     random: fresh random draws on every call (PatchExtractor's sampling mode).
     nan_index: the sample made NaN; check: extra checks of a host solver's outputs ``check(x, outputs)``.
+    graph_rtol: a compiled model against eager calls, relative to the outputs' scale (the EMD head's Sinkhorn stops
+      at a threshold, and a problem whose error lands within round-off of it can take one update more or fewer in
+      a graph: its documented export parity, ``EXPORT_PARITY_RTOL``).
     """
 
     name: str
@@ -108,6 +112,7 @@ class Case:
     random: bool = False
     nan_index: int = 1
     check: Optional[Callable] = None
+    graph_rtol: float = 1e-5
 
 
 def _greedy_check(x, outputs):
@@ -155,7 +160,7 @@ LAYER_CASES = [
     Case("EMDHead-sinkhorn", EMDHead,
          lambda **kw: EMDHead(method="sinkhorn", **kw),
          lambda layer, x: layer([x, _like(SUPPORT, x)]),
-         epsilon=dict(epsilon=1e-3, max_iter=10_000, threshold=1e-3)),
+         epsilon=dict(epsilon=1e-3, max_iter=10_000, threshold=1e-3), graph_rtol=EXPORT_PARITY_RTOL),
     Case("EMDHead-exact", EMDHead,
          lambda **kw: EMDHead(method="exact", **kw),
          lambda layer, x: layer([x, _like(SUPPORT, x)]),
@@ -163,7 +168,7 @@ LAYER_CASES = [
     Case("StructuredFC-sinkhorn", StructuredFC,
          lambda dtype=None, **kw: StructuredFC(K, num_nodes=4, head=dict(method="sinkhorn", **kw), dtype=dtype),
          lambda layer, x: layer(x),
-         epsilon=dict(epsilon=1e-3, max_iter=10_000, threshold=1e-3)),
+         epsilon=dict(epsilon=1e-3, max_iter=10_000, threshold=1e-3), graph_rtol=EXPORT_PARITY_RTOL),
     Case("StructuredFC-exact", StructuredFC,
          lambda **kw: StructuredFC(K, num_nodes=4, head=dict(method="exact"), **kw),
          lambda layer, x: layer(x),
@@ -421,8 +426,8 @@ def check_unknown_spatial_size(case):
         expected = _numpy(case.apply(reference, x))
         assert len(predicted) == len(expected)
         for out, ref in zip(predicted, expected):
-            # graph and eager kernels may round differently: the EMD head's export parity, 1e-5 of the scale
-            _assert_close_to_scale(out, ref, 1e-5, f"spatial size {size}")
+            # graph and eager kernels may round differently (see ``Case.graph_rtol``)
+            _assert_close_to_scale(out, ref, case.graph_rtol, f"spatial size {size}")
 
 
 # --- epsilon = 1e-3 in float32 ---------------------------------------------------------------------------------
