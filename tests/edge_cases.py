@@ -2,14 +2,16 @@
 
 One table (``CASES``) holds a row per layer / solver configuration: how to build it, how to make its inputs from a
 feature tensor (a batch of feature maps ``(B, H, W, d)`` or of vectors ``(B, d)``), and its documented behaviour on
-NaN input ("confined": the other samples' outputs and input gradients equal a run on the batch without the bad
-sample; or the error a host-side check raises). The checks below run the same edge case over every row:
+NaN input ("confined": the NaN stays out of the other samples' outputs and input gradients; or the error a host-side
+check raises). The checks below run the same edge case over every row:
 
 - all-zero feature vectors (a whole sample, and some cells of another sample): finite outputs, and finite gradients
   of a random linear functional of the outputs with respect to the inputs and the trainable weights;
-- NaN in one sample: confined (against a run without that sample, 1e-5 of the outputs' scale) or the documented
-  error (``ValueError`` eagerly; from a compiled call, ``tf.function`` or ``jax.jit``, the backend's runtime error
-  with the same message);
+- NaN in one sample: confined or the documented error (``ValueError`` eagerly; from a compiled call,
+  ``tf.function`` or ``jax.jit``, the backend's runtime error with the same message). Confined: the other samples'
+  outputs and input gradients equal those of the same batch with that sample clean (1e-5 of their scale; equal in
+  practice, since the same kernels run on the same numbers), and their outputs equal a run on the batch without
+  it within ``graph_rtol``; for batch-coupled cases outputs and gradients equal a run without it (1e-5);
 - mixed precision (layers), ``mixed_float16`` and ``mixed_bfloat16``: the output in the compute dtype, finite,
   within 1e-2 (float16) or 4e-2 (bfloat16) of the float32 run's scale, with finite gradients;
 - unknown spatial size (layers taking feature maps): a model on ``keras.Input((None, None, d))`` equals the layer
@@ -87,6 +89,8 @@ class Case:
     mixed_dtype: the output dtype under ``mixed_float16`` (layers; ``bfloat16`` for it under ``mixed_bfloat16``).
     epsilon: the settings for ``epsilon = 1e-3`` (``None``: the case has no ``epsilon``).
     pairs: outputs are indexed by pairs of samples (both leading axes are batch axes).
+    batch_coupled: a sample's outputs depend on the other samples (``ManifoldProxies``' contextual and intrinsic
+      modes, ``random_walk_similarity``): a NaN sample's documented effect is that of removing it from the batch.
     random: fresh random draws on every call (PatchExtractor's sampling mode).
     nan_index: the sample made NaN; check: extra checks of a host solver's outputs ``check(x, outputs)``.
     graph_rtol: a compiled model against eager calls, relative to the outputs' scale (the EMD head's Sinkhorn stops
@@ -109,6 +113,7 @@ class Case:
     spatial: tuple = MAP
     sizes: tuple = ((2, 3), (3, 2))
     pairs: bool = False
+    batch_coupled: bool = False
     random: bool = False
     nan_index: int = 1
     check: Optional[Callable] = None
@@ -190,7 +195,7 @@ LAYER_CASES = [
     Case(f"ManifoldProxies-{mode}", ManifoldProxies,
          lambda mode=mode, **kw: ManifoldProxies(K, D, mode=mode, **kw),
          lambda layer, x: layer(x),
-         kind="vector")  # contextual / intrinsic: batch-coupled, the contract still holds (bad samples cut out)
+         kind="vector", batch_coupled=mode != "direct")  # the contextual / intrinsic modes cut bad samples out
     for mode in ("direct", "contextual", "intrinsic")
 ]
 
@@ -215,7 +220,7 @@ SOLVER_CASES = [
     Case("random_walk_similarity", solvers.random_walk_similarity,
          lambda **kw: kw,
          lambda kw, x: solvers.random_walk_similarity(x, **kw),
-         kind="vector", layer=False, pairs=True),
+         kind="vector", layer=False, pairs=True, batch_coupled=True),
     Case("greedy_k_center", solvers.greedy_k_center,
          lambda **kw: kw,
          lambda kw, x: solvers.greedy_k_center(np.asarray(x).reshape(-1, D), 4, **kw),
@@ -367,12 +372,26 @@ def check_nan_input(case):
         return
     keep = [i for i in range(B) if i != index]
     outputs, grads, weights = _run(case, built, bad)
-    clean_weights = [_select(w, keep, case.pairs) for w in weights]
-    clean_built = case.build() if case.random else built  # a fresh layer draws the same crops again
-    clean_outputs, clean_grads, _ = _run(case, clean_built, x[keep], weights=clean_weights)
-    for i, (out, clean) in enumerate(zip(outputs, clean_outputs)):
-        _assert_close_to_scale(_select(out, keep, case.pairs), clean, 1e-5, f"output {i}")
-    _assert_close_to_scale(grads[0][keep], clean_grads[0], 1e-5, "input gradient")
+    fresh = (lambda: case.build()) if case.random else (lambda: built)  # a fresh layer draws the same crops again
+    without_weights = [_select(w, keep, case.pairs) for w in weights]
+    if case.batch_coupled:
+        without_outputs, without_grads, _ = _run(case, fresh(), x[keep], weights=without_weights)
+        for i, (out, clean) in enumerate(zip(outputs, without_outputs)):
+            _assert_close_to_scale(_select(out, keep, case.pairs), clean, 1e-5, f"output {i}")
+        _assert_close_to_scale(grads[0][keep], without_grads[0], 1e-5, "input gradient")
+    else:
+        # Against the same batch with the sample clean: a batch of another size may run other kernels, and their
+        # round-off (one unit in a cost) moved StructuredFC-sinkhorn's input gradient by up to 1.2e-4 of its scale
+        # over 60 weight draws (4.4e-3 where a problem stopped at max_iter unconverged) at epsilon 0.03.
+        clean_outputs, clean_grads, _ = _run(case, fresh(), x, weights=weights)
+        for i, (out, clean) in enumerate(zip(outputs, clean_outputs)):
+            _assert_close_to_scale(_select(out, keep), _select(clean, keep), 1e-5, f"output {i}")
+        _assert_close_to_scale(grads[0][keep], clean_grads[0][keep], 1e-5, "input gradient")
+        # Each sample solved alone (per-problem stopping): the outputs equal a run without the sample, up to a
+        # threshold stop moved by round-off (``graph_rtol``).
+        without_outputs = _numpy(case.apply(fresh(), tensor(x[keep])))
+        for i, (out, clean) in enumerate(zip(outputs, without_outputs)):
+            _assert_close_to_scale(_select(out, keep), clean, case.graph_rtol, f"output {i} without the sample")
     # The NaN is not hidden: the bad sample's outputs show it.
     assert any(not np.all(np.isfinite(out[index])) for out in outputs), "the NaN sample's outputs are finite"
 
