@@ -470,8 +470,10 @@ def ship(args):
             continue
         run_dir = _run_dir(args.runs, ("final", preset, record["epochs"], args.seed))
         destination = os.path.join(args.to, preset)
-        refresh = not os.path.isdir(run_dir) and _holds_run(destination, record)
-        card = _checked_card(destination if refresh else run_dir, record)
+        refresh = not os.path.isdir(run_dir)
+        card = _shipped_card(destination, record) if refresh else _checked_card(run_dir, record)
+        if card is None:  # neither the run nor, shipped, its files: _checked_card names what is missing
+            card = _checked_card(run_dir, record)
         entry = summary[preset]
         card["protocol"] = dict(
             script="experiments/gpu_presets.py", budget=record["epochs"],
@@ -490,13 +492,13 @@ def ship(args):
     return 0
 
 
-def _holds_run(directory, record):
-    """Whether ``directory`` holds the finished run ``record`` names (see :func:`_checked_card`)."""
+def _shipped_card(directory, record):
+    """The card in ``directory`` when it holds the finished run ``record`` names (see :func:`_checked_card`), else
+    ``None``."""
     try:
-        _checked_card(directory, record)
+        return _checked_card(directory, record)
     except SystemExit:
-        return False
-    return True
+        return None
 
 
 def _checked_card(run_dir, record):
