@@ -13,6 +13,8 @@ class, the preset's evaluation protocol) and reports, for several ``max_iter`` (
 - the cross-entropy gradient with respect to the query and support feature maps (meta-training's gradient):
   cosine with the reference's and relative error of the whole gradient, and the worst episode's cosine.
 
+(``mixed_float16``: the head's inputs and logits in float16; its transport problems are solved in float32.)
+
     python experiments/emd_sinkhorn_convergence.py --episodes 50
 """
 import argparse
@@ -37,10 +39,12 @@ REFERENCE = dict(max_iter=20000, threshold=1e-9, dtype="float64")
 
 def settings(max_iters):
     """``{name: EMDHead overrides}``: the preset's head at each ``max_iter`` in float32, its default in float64
-    (the float32 rounding at the same iterate), the largest ``max_iter`` at ``threshold = 1e-5`` (what the stopping
+    (the float32 rounding at the same iterate) and under ``mixed_float16`` (inputs and logits rounded to float16,
+    the solve in float32), the largest ``max_iter`` at ``threshold = 1e-5`` (what the stopping
     threshold leaves), and the converged float64 reference."""
     runs = {f"max_iter={m}": dict(max_iter=m) for m in max_iters}
     runs[f"max_iter={max_iters[0]}, float64"] = dict(max_iter=max_iters[0], dtype="float64")
+    runs[f"max_iter={max_iters[0]}, mixed_float16"] = dict(max_iter=max_iters[0], dtype="mixed_float16")
     runs[f"max_iter={max_iters[-1]}, threshold=1e-5"] = dict(max_iter=max_iters[-1], threshold=1e-5)
     runs["reference"] = dict(REFERENCE)
     return runs
@@ -55,7 +59,7 @@ def head_like(head, dtype="float32", **overrides):
 def episode_function(head, means):
     """A compiled ``(query, support, support_labels, query_labels) -> (logits, d_query, d_support, iterations,
     error, converged)`` for one head setting (``tf.function``: the reference needs thousands of updates)."""
-    dtype = head.dtype_policy.compute_dtype
+    dtype = head.dtype_policy.compute_dtype  # float16 under mixed_float16: the head's inputs, as in such a model
     domain = "kernel" if 2.0 / head.epsilon <= COSINE_KERNEL_LIMIT else "log"
 
     @tf.function(reduce_retracing=True)
@@ -67,10 +71,11 @@ def episode_function(head, means):
             logits = head([query, classes])
             loss = tf.reduce_mean(tf.nn.sparse_softmax_cross_entropy_with_logits(query_labels, logits))
         d_query, d_support = tape.gradient(loss, [query, support])
-        cost, a, b, _ = head.transport(flatten_feature_map(query), flatten_feature_map(classes))
+        cost, a, b, _ = head.transport(flatten_feature_map(query), flatten_feature_map(classes))  # float32 or 64
         result = solvers.sinkhorn(cost, a, b, epsilon=head.epsilon, max_iter=head.max_iter,
                                   threshold=head.threshold, domain=domain)
-        return logits, d_query, d_support, result.iterations, result.error, result.converged
+        return (tf.cast(logits, "float64"), tf.cast(d_query, "float64"), tf.cast(d_support, "float64"),
+                result.iterations, result.error, result.converged)
 
     return run
 
@@ -80,8 +85,23 @@ def cosine(a, b):
     return float(a @ b / (np.linalg.norm(a) * np.linalg.norm(b)))
 
 
+def agreement(runs, other):
+    """How one setting's logits and gradients agree with another's over all episodes."""
+    logits = np.concatenate([r["logits"] for r in runs])
+    other_logits = np.concatenate([r["logits"] for r in other])
+    out = dict(max_abs_logit_difference=float(np.max(np.abs(logits - other_logits))),
+               changed_predictions=int(np.sum(logits.argmax(-1) != other_logits.argmax(-1))))
+    for part in ("d_query", "d_support"):
+        got = np.concatenate([r[part].ravel() for r in runs])
+        want = np.concatenate([r[part].ravel() for r in other])
+        out[f"cosine_{part}"] = cosine(got, want)
+        out[f"relative_error_{part}"] = float(np.linalg.norm(got - want) / np.linalg.norm(want))
+        out[f"worst_episode_cosine_{part}"] = min(cosine(r[part], s[part]) for r, s in zip(runs, other))
+    return out
+
+
 def summary(runs, reference, query_labels):
-    """One setting's numbers over all episodes, against the reference's."""
+    """One setting's numbers over all episodes, against the reference's (``None`` for the reference itself)."""
     iterations = np.concatenate([r["iterations"].ravel() for r in runs])
     error = np.concatenate([r["error"].ravel() for r in runs])
     converged = np.concatenate([r["converged"].ravel() for r in runs])
@@ -92,15 +112,7 @@ def summary(runs, reference, query_labels):
                iterations_max=int(iterations.max()), marginal_error_p90=float(np.percentile(error, 90)),
                marginal_error_max=float(error.max()), accuracy=float(np.mean(logits.argmax(-1) == labels)))
     if reference is not None:
-        ref_logits = np.concatenate([r["logits"] for r in reference])
-        out.update(max_abs_logit_difference=float(np.max(np.abs(logits - ref_logits))),
-                   changed_predictions=int(np.sum(logits.argmax(-1) != ref_logits.argmax(-1))))
-        for part in ("d_query", "d_support"):
-            got = np.concatenate([r[part].ravel() for r in runs])
-            want = np.concatenate([r[part].ravel() for r in reference])
-            out[f"cosine_{part}"] = cosine(got, want)
-            out[f"relative_error_{part}"] = float(np.linalg.norm(got - want) / np.linalg.norm(want))
-            out[f"worst_episode_cosine_{part}"] = min(cosine(r[part], s[part]) for r, s in zip(runs, reference))
+        out.update(agreement(runs, reference))
     return out
 
 
@@ -138,6 +150,10 @@ def study(preset, shots, episodes, max_iters, seed):
         query_labels = [episode[3] for episode in drawn]
         table = {name: summary(runs[name], None if name == "reference" else runs["reference"], query_labels)
                  for name in runs}
+        defaults = f"max_iter={max_iters[0]}"
+        for name, overrides in settings(max_iters).items():
+            if "dtype" in overrides and name != "reference":  # the same settings in another precision
+                table[name]["against_float32"] = agreement(runs[name], runs[defaults])
         for name, row in table.items():
             print(f"{k}-shot {name}: {json.dumps(row)}", flush=True)
         report["results"][f"{ways}way_{k}shot"] = dict(episodes=episodes, settings=table)
