@@ -27,7 +27,6 @@ import numpy as np
 import tensorflow as tf
 
 from ot_layers import EMDHead, solvers
-from ot_layers.solvers.emd import COSINE_KERNEL_LIMIT
 from ot_layers.tensor_ops import flatten_feature_map
 from training.data.datasets import image_arrays
 from training.data.episodes import EpisodeSampler
@@ -60,7 +59,6 @@ def episode_function(head, means):
     """A compiled ``(query, support, support_labels, query_labels) -> (logits, d_query, d_support, iterations,
     error, converged)`` for one head setting (``tf.function``: the reference needs thousands of updates)."""
     dtype = head.dtype_policy.compute_dtype  # float16 under mixed_float16: the head's inputs, as in such a model
-    domain = "kernel" if 2.0 / head.epsilon <= COSINE_KERNEL_LIMIT else "log"
 
     @tf.function(reduce_retracing=True)
     def run(query, support, support_labels, query_labels):
@@ -71,9 +69,10 @@ def episode_function(head, means):
             logits = head([query, classes])
             loss = tf.reduce_mean(tf.nn.sparse_softmax_cross_entropy_with_logits(query_labels, logits))
         d_query, d_support = tape.gradient(loss, [query, support])
+        # The head's problems again, for their per-problem counts (the head's result keeps plan and value only).
         cost, a, b, _ = head.transport(flatten_feature_map(query), flatten_feature_map(classes))  # float32 or 64
         result = solvers.sinkhorn(cost, a, b, epsilon=head.epsilon, max_iter=head.max_iter,
-                                  threshold=head.threshold, domain=domain)
+                                  threshold=head.threshold, domain=head.sinkhorn_domain)
         return (tf.cast(logits, "float64"), tf.cast(d_query, "float64"), tf.cast(d_support, "float64"),
                 result.iterations, result.error, result.converged)
 
@@ -118,10 +117,8 @@ def summary(runs, reference, query_labels):
 
 def study(preset, shots, episodes, max_iters, seed):
     import zoo
-    from zoo.loading import model_card
 
     model = zoo.load(preset)
-    card = model_card(preset)
     embed, _ = few_shot_parts(model)
     head, means = model.get_layer("emd_head"), model.get_layer("class_means")
     spec = preset_spec(preset)
@@ -129,7 +126,9 @@ def study(preset, shots, episodes, max_iters, seed):
                                   image_size=spec.data.input_shape[0])
     features = np.concatenate([keras.ops.convert_to_numpy(embed(tf.constant(images[i:i + 256], tf.float32)))
                                for i in range(0, len(images), 256)])
-    ways, queries = spec.architecture.ways, card["recipe"]["eval_queries"]
+    ways, queries = spec.architecture.ways, spec.recipe.eval_queries
+    compared = settings(max_iters)
+    defaults = f"max_iter={max_iters[0]}"
     report = dict(preset=preset, feature_map=list(features.shape[1:]), novel_images=int(len(labels)),
                   head=dict(epsilon=head.epsilon, max_iter=head.max_iter, threshold=head.threshold),
                   reference=REFERENCE, results={})
@@ -137,7 +136,7 @@ def study(preset, shots, episodes, max_iters, seed):
         sampler = EpisodeSampler(labels, ways, k, queries, seed)
         drawn = [sampler.episode(i) for i in range(episodes)]
         runs = {}
-        for name, overrides in settings(max_iters).items():
+        for name, overrides in compared.items():
             start = time.time()
             run = episode_function(head_like(head, **overrides), means)
             runs[name] = []
@@ -150,8 +149,7 @@ def study(preset, shots, episodes, max_iters, seed):
         query_labels = [episode[3] for episode in drawn]
         table = {name: summary(runs[name], None if name == "reference" else runs["reference"], query_labels)
                  for name in runs}
-        defaults = f"max_iter={max_iters[0]}"
-        for name, overrides in settings(max_iters).items():
+        for name, overrides in compared.items():
             if "dtype" in overrides and name != "reference":  # the same settings in another precision
                 table[name]["against_float32"] = agreement(runs[name], runs[defaults])
         for name, row in table.items():

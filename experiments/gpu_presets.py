@@ -470,9 +470,10 @@ def ship(args):
             continue
         run_dir = _run_dir(args.runs, ("final", preset, record["epochs"], args.seed))
         destination = os.path.join(args.to, preset)
-        refresh = not os.path.isdir(run_dir)
-        card = _shipped_card(destination, record) if refresh else _checked_card(run_dir, record)
-        if card is None:  # neither the run nor, shipped, its files: _checked_card names what is missing
+        # Shipped before when the run is gone and the preset folder holds it; else the run must be there.
+        card = None if os.path.isdir(run_dir) else _shipped_card(destination, record)
+        refresh = card is not None
+        if not refresh:
             card = _checked_card(run_dir, record)
         entry = summary[preset]
         card["protocol"] = dict(

@@ -113,6 +113,12 @@ class EMDHead(ExportableLayer):
                     'ONNX cannot hold; use EMDHead(method="sinkhorn") (pure keras.ops) for an exportable model.')
         return None
 
+    @property
+    def sinkhorn_domain(self):
+        """The Sinkhorn domain of ``method="sinkhorn"``: ``"kernel"`` while the cosine kernel ``exp(-c / epsilon)``
+        stays representable (``2 / epsilon <= COSINE_KERNEL_LIMIT``), ``"log"`` otherwise."""
+        return "kernel" if 2.0 / self.epsilon <= COSINE_KERNEL_LIMIT else "log"
+
     def _solve(self, query, support):
         """``(cost, a, b, result)`` as :meth:`transport`, with ``a = b = None`` for uniform node weights (the solver
         builds them), so the forward pass builds nothing it does not use."""
@@ -124,10 +130,8 @@ class EMDHead(ExportableLayer):
             a, b = cross_reference_weights(query, support, self.weight_floor)
         else:
             a = b = None  # the solver's uniform 1/n, 1/m
-        # The kernel domain while the cosine kernel exp(-c / epsilon) stays representable, else the log domain.
-        domain = "kernel" if 2.0 / self.epsilon <= COSINE_KERNEL_LIMIT else "log"
         result = emd(cost, a, b, method=self.method, epsilon=self.epsilon, max_iter=self.max_iter,
-                     threshold=self.threshold, domain=domain)
+                     threshold=self.threshold, domain=self.sinkhorn_domain)
         return cost, a, b, result
 
     def transport(self, query, support):
