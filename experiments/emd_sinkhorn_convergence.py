@@ -26,7 +26,7 @@ import keras
 import numpy as np
 import tensorflow as tf
 
-from ot_layers import EMDHead, solvers
+from ot_layers import EMDHead
 from ot_layers.tensor_ops import flatten_feature_map
 from training.data.datasets import image_arrays
 from training.data.episodes import EpisodeSampler
@@ -69,10 +69,8 @@ def episode_function(head, means):
             logits = head([query, classes])
             loss = tf.reduce_mean(tf.nn.sparse_softmax_cross_entropy_with_logits(query_labels, logits))
         d_query, d_support = tape.gradient(loss, [query, support])
-        # The head's problems again, for their per-problem counts (the head's result keeps plan and value only).
-        cost, a, b, _ = head.transport(flatten_feature_map(query), flatten_feature_map(classes))  # float32 or 64
-        result = solvers.sinkhorn(cost, a, b, epsilon=head.epsilon, max_iter=head.max_iter,
-                                  threshold=head.threshold, domain=head.sinkhorn_domain)
+        # The head's problems again, for their per-problem counts (the head's call answers logits only).
+        result = head.transport(flatten_feature_map(query), flatten_feature_map(classes))[3]  # float32 or 64
         return (tf.cast(logits, "float64"), tf.cast(d_query, "float64"), tf.cast(d_support, "float64"),
                 result.iterations, result.error, result.converged)
 

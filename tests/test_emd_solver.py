@@ -1,11 +1,17 @@
 """ot_layers.solvers.emd against POT's exact EMD, finite differences, and the entropic deviation bound."""
+import importlib
+import warnings
+
 import numpy as np
 import ot
 import pytest
 import tensorflow as tf
 from hypothesis import given, settings, strategies as st
 
-from ot_layers.solvers import emd
+from ot_layers.solvers import emd, sinkhorn
+
+# The module (``ot_layers.solvers.emd`` as an attribute is the function the package re-exports).
+emd_module = importlib.import_module("ot_layers.solvers.emd")
 
 
 def _problem(rng, batch, n, m, dtype=np.float64):
@@ -33,6 +39,50 @@ def test_exact_matches_pot_emd2(seed, n, m, batch):
     np.testing.assert_allclose(result.plan.numpy().sum(-1), a, atol=1e-9)
     np.testing.assert_allclose(result.plan.numpy().sum(-2), b, atol=1e-9)
     np.testing.assert_allclose(np.sum(result.plan.numpy() * cost, axis=(-2, -1)), result.cost.numpy(), atol=1e-12)
+
+
+def test_exact_result_reports_marginal_error_and_optimality():
+    cost, a, b = _problem(np.random.default_rng(7), 4, 6, 5)
+    result = emd(cost, a, b, method="exact")
+    plan = result.plan.numpy()
+    # The error is the larger relative L1 marginal error of the returned flow, recomputed here from the plan.
+    expected = np.maximum(np.abs(plan.sum(-1) - a).sum(-1), np.abs(plan.sum(-2) - b).sum(-1)) / a.sum(-1)
+    np.testing.assert_allclose(result.error.numpy(), expected, atol=1e-15)
+    assert np.all(result.error.numpy() < 1e-12)
+    assert result.converged.dtype == tf.bool and np.all(result.converged.numpy())
+    assert result.iterations.dtype == tf.int32
+    np.testing.assert_array_equal(result.iterations.numpy(), np.full(4, emd_module.NOT_COUNTED))
+
+
+def test_exact_result_flags_a_simplex_stopped_at_its_iteration_bound(monkeypatch):
+    rng = np.random.default_rng(8)
+    cost, a, b = _problem(rng, 2, 30, 30)
+    monkeypatch.setattr(emd_module, "SIMPLEX_MAX_ITER", 3)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        result = emd(cost, a, b, method="exact")
+    # One warning per stopped problem, naming it (POT's own, index-less warning is not repeated).
+    assert [(w.category, str(w.message).split(":")[0]) for w in caught] == [
+        (RuntimeWarning, "Exact EMD, problem 0"), (RuntimeWarning, "Exact EMD, problem 1")]
+    assert not np.any(result.converged.numpy())
+    # The stopped simplex answers with a flow that still routes mass through its artificial arcs: the flow misses
+    # the marginals (seen in ``error``), and its cost undercuts the optimum, which no feasible flow can.
+    plan = result.plan.numpy()
+    missed = np.maximum(np.abs(plan.sum(-1) - a).sum(-1), np.abs(plan.sum(-2) - b).sum(-1))
+    np.testing.assert_allclose(result.error.numpy(), missed, atol=1e-15)
+    assert np.all(result.error.numpy() > 1e-2)
+    optimum = np.array([ot.emd2(a[p], b[p], cost[p]) for p in range(2)])
+    assert np.all(result.cost.numpy() < optimum)
+
+
+def test_sinkhorn_method_result_is_the_sinkhorn_solvers():
+    cost = _cosine_costs(np.random.default_rng(9), 5, 7)
+    result = emd(cost, method="sinkhorn", epsilon=0.05, max_iter=40, threshold=1e-4, domain="log")
+    reference = sinkhorn(cost, epsilon=0.05, max_iter=40, threshold=1e-4, domain="log")
+    for field in ("plan", "f", "g", "iterations", "error", "converged"):
+        np.testing.assert_array_equal(getattr(result, field).numpy(), getattr(reference, field).numpy(), field)
+    np.testing.assert_array_equal(result.cost.numpy(), reference.transport_cost.numpy())
+    assert np.any(reference.iterations.numpy() > 1)
 
 
 def test_exact_handles_batch_dims_broadcast_weights_and_float32():

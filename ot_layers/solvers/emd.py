@@ -49,6 +49,8 @@ SINKHORN_THRESHOLD = 1e-3
 COSINE_KERNEL_LIMIT = 70.0
 # The network simplex's iteration bound (POT's default).
 SIMPLEX_MAX_ITER = 100000
+# ``iterations`` of an exact solve: POT's network simplex does not report how many pivots it made.
+NOT_COUNTED = -1
 
 
 class EMDResult(NamedTuple):
@@ -57,12 +59,27 @@ class EMDResult(NamedTuple):
     plan: ``(..., n, m)`` the optimal flow (exact) or the entropic plan.
     cost: ``(...)`` ``<C, T>``, the EMD value (exact) or its entropic approximation.
     f, g: ``(..., n)``, ``(..., m)`` centred dual potentials (exact) or the Sinkhorn potentials.
+    iterations: ``(...)`` int32; Sinkhorn: the scaling updates each problem ran (as
+      :class:`~ot_layers.solvers.SinkhornResult`); exact: ``NOT_COUNTED`` (-1), the network simplex does not report
+      its pivots.
+    error: ``(...)`` marginal error of the returned plan relative to the mass; Sinkhorn: its row error
+      ``sum_i |T 1 - a|_i / sum_i a_i`` (columns are met exactly); exact: the larger of the row and column errors
+      (round-off, plus the columns' rescaling onto ``a``'s mass when the sums differ within validation).
+    converged: ``(...)`` bool; Sinkhorn: ``error`` finite and at most ``threshold``; exact: the network simplex
+      reported an optimal flow (not its iteration bound, not an infeasible or unbounded problem). A simplex stopped
+      at its bound returns a flow that still routes mass through its artificial arcs: it misses the marginals (a
+      large ``error``) and its cost may undercut the optimum.
+
+    The first four fields come first, so ``result[:2]`` is ``(plan, cost)`` for either method.
     """
 
     plan: object
     cost: object
     f: object
     g: object
+    iterations: object
+    error: object
+    converged: object
 
 
 def _check_finite(cost, a, b):
@@ -74,8 +91,17 @@ def _check_finite(cost, a, b):
                              f"{array.shape[0]}) holds NaN or Inf (NaN/Inf features?).")
 
 
+def _marginal_errors(plans, a, b):
+    """``(P,)`` the larger of the row and column L1 marginal errors of ``plans`` ``(P, n, m)`` relative to the
+    mass of ``a``."""
+    mass = np.maximum(a.sum(axis=-1), np.finfo(a.dtype).tiny)
+    rows = np.abs(plans.sum(axis=-1) - a).sum(axis=-1)
+    columns = np.abs(plans.sum(axis=-2) - b).sum(axis=-1)
+    return np.maximum(rows, columns) / mass
+
+
 def _network_simplex(cost, a, b):
-    """NumPy: optimal flows, values and centred duals of ``P`` problems.
+    """NumPy: optimal flows, values, centred duals, marginal errors and optimality flags of ``P`` problems.
 
     ``cost (P, n, m)``, ``a (P, n)``, ``b (P, m)``, all float64.
     """
@@ -84,24 +110,27 @@ def _network_simplex(cost, a, b):
     values = np.empty(cost.shape[0], dtype=cost.dtype)
     f = np.empty_like(a)
     g = np.empty_like(b)
+    optimal = np.empty(cost.shape[0], dtype=bool)
     for p in range(cost.shape[0]):
         # The simplex needs equal masses to round-off; rescale b onto a's sum (they agree within validation).
         b_p = b[p] * (a[p].sum() / b[p].sum())
         plan, value, u, v, code = emd_c(a[p], b_p, np.ascontiguousarray(cost[p]), SIMPLEX_MAX_ITER, 1)
-        message = check_result(code)
+        with warnings.catch_warnings():  # POT's own warning would repeat the message without the problem's index
+            warnings.simplefilter("ignore")
+            message = check_result(code)
         if message:
             warnings.warn(f"Exact EMD, problem {p}: {message}", RuntimeWarning, stacklevel=2)
-        plans[p], values[p] = plan, value
+        plans[p], values[p], optimal[p] = plan, value, not message
         f[p], g[p] = u - u.mean(), v - v.mean()
-    return plans, values, f, g
+    return plans, values, f, g, _marginal_errors(plans, a, b), optimal
 
 
 def _host_network_simplex(cost, a, b):
     """:func:`_network_simplex` on arrays in the compute dtype: the host computes in float64 and answers in the
-    dtype it was given (float32, or float64 for float64 input)."""
+    dtype it was given (float32, or float64 for float64 input); the optimality flags stay bool."""
     dtype = cost.dtype
-    results = _network_simplex(*(np.asarray(x, dtype=np.float64) for x in (cost, a, b)))
-    return tuple(r.astype(dtype) for r in results)
+    *results, optimal = _network_simplex(*(np.asarray(x, dtype=np.float64) for x in (cost, a, b)))
+    return (*(r.astype(dtype) for r in results), optimal)
 
 
 def _danskin_value(cost, a, b, value, plan, f, g):
@@ -129,14 +158,18 @@ def _exact(cost, a, b):
     flat_cost = ops.reshape(ops.stop_gradient(cost), (-1, n, m))
     flat_a = ops.reshape(ops.stop_gradient(a), (-1, n))
     flat_b = ops.reshape(ops.stop_gradient(b), (-1, m))
-    outputs = [(tuple(flat_cost.shape), dtype), (tuple(flat_cost.shape)[:1], dtype), (tuple(flat_a.shape), dtype),
-               (tuple(flat_b.shape), dtype)]
-    plan, value, f, g = host_call(_host_network_simplex, [flat_cost, flat_a, flat_b], outputs)
+    problems = tuple(flat_cost.shape)[:1]
+    outputs = [(tuple(flat_cost.shape), dtype), (problems, dtype), (tuple(flat_a.shape), dtype),
+               (tuple(flat_b.shape), dtype), (problems, dtype), (problems, "bool")]
+    plan, value, f, g, error, optimal = host_call(_host_network_simplex, [flat_cost, flat_a, flat_b], outputs)
     plan = ops.stop_gradient(ops.reshape(plan, shape))
     value = ops.stop_gradient(ops.reshape(value, shape[:-2]))
     f = ops.stop_gradient(ops.reshape(f, ops.shape(a)))
     g = ops.stop_gradient(ops.reshape(g, ops.shape(b)))
-    return plan, _danskin_value(cost, a, b, value, plan, f, g), f, g
+    error = ops.stop_gradient(ops.reshape(error, shape[:-2]))
+    converged = ops.reshape(optimal, shape[:-2])
+    iterations = ops.full_like(error, NOT_COUNTED, dtype="int32")
+    return EMDResult(plan, _danskin_value(cost, a, b, value, plan, f, g), f, g, iterations, error, converged)
 
 
 def emd(cost, a=None, b=None, *, method="exact", epsilon=SINKHORN_EPSILON, max_iter=SINKHORN_MAX_ITER,
@@ -154,7 +187,7 @@ def emd(cost, a=None, b=None, *, method="exact", epsilon=SINKHORN_EPSILON, max_i
       epsilon, max_iter, threshold, domain: the Sinkhorn settings (``method="sinkhorn"`` only).
 
     Returns:
-      :class:`EMDResult` ``(plan, cost, f, g)``.
+      :class:`EMDResult` ``(plan, cost, f, g, iterations, error, converged)``.
     """
     check_choice("method", method, METHODS)
     check_positive("epsilon", epsilon)
@@ -163,12 +196,12 @@ def emd(cost, a=None, b=None, *, method="exact", epsilon=SINKHORN_EPSILON, max_i
         check_non_negative("threshold", threshold)
     if method == "sinkhorn":
         result = sinkhorn(cost, a, b, epsilon=epsilon, max_iter=max_iter, threshold=threshold, domain=domain)
-        return EMDResult(result.plan, result.transport_cost, result.f, result.g)
+        return EMDResult(result.plan, result.transport_cost, result.f, result.g, result.iterations, result.error,
+                         result.converged)
 
     cost, a, b = prepare_problem(cost, a, b)
     if values_known(cost) and values_known(a) and values_known(b):
         n, m = cost.shape[-2], cost.shape[-1]
         _check_finite(*(ops.convert_to_numpy(x).reshape(-1, size) for x, size in
                         ((cost, n * m), (a, n), (b, m))))
-    plan, value, f, g = _exact(cost, a, b)
-    return EMDResult(plan, value, f, g)
+    return _exact(cost, a, b)

@@ -32,6 +32,12 @@ plans = np.stack([ot.emd(a[k], b[k], cost[k]) for k in range(3)])
 report.measure("exact_plan_vs_pot", np.abs(numpy(result.plan) - plans).max(), 1e-9)
 report.measure("exact_cost_vs_pot", np.abs(numpy(result.cost) - (plans * cost).sum((-2, -1))).max(), 1e-9)
 report.expect("exact_dtype_float64", numpy(result.cost).dtype == np.float64)
+# The result vocabulary: the flow's marginal error, the simplex's optimality flag, iterations not counted (-1).
+report.measure("exact_error_vs_plan", np.abs(numpy(result.error) - np.maximum(
+    np.abs(plans.sum(-1) - a).sum(-1), np.abs(plans.sum(-2) - b).sum(-1))).max(), 1e-9)
+report.expect("exact_converged", numpy(result.converged).dtype == np.bool_ and bool(numpy(result.converged).all()))
+report.expect("exact_iterations_not_counted", numpy(result.iterations).dtype == np.int32
+              and bool(np.all(numpy(result.iterations) == -1)))
 result32 = emd(tensor(cost.astype(np.float32)), tensor(a.astype(np.float32)), tensor(b.astype(np.float32)),
                method="exact")
 report.expect("exact_dtype_float32", numpy(result32.plan).dtype == np.float32)
@@ -81,9 +87,11 @@ if BACKEND == "jax":
                                                                                           tensor(b))))), 1e-12)
     report.measure("jit_exact_gradient_vs_eager", max(np.abs(np.asarray(g) - e).max()
                                                       for g, e in zip(grads, (d_cost, d_a, d_b))), 1e-12)
-    plan_jit = jax.jit(lambda c: emd(c, method="exact").plan)(tensor(cost))
+    jitted = jax.jit(lambda c: emd(c, method="exact"))(tensor(cost))
     reference = np.stack([ot.emd(np.full(5, 0.2), np.full(4, 0.25), cost[k]) for k in range(3)])
-    report.measure("jit_exact_plan_vs_pot", np.abs(np.asarray(plan_jit) - reference).max(), 1e-9)
+    report.measure("jit_exact_plan_vs_pot", np.abs(np.asarray(jitted.plan) - reference).max(), 1e-9)
+    report.expect("jit_exact_converged", bool(np.all(np.asarray(jitted.converged)))
+                  and bool(np.all(np.asarray(jitted.iterations) == -1)))
 elif BACKEND == "tensorflow":
     import tensorflow as tf
 
@@ -99,6 +107,9 @@ for domain in ("log", "kernel"):
     report.measure(f"sinkhorn_plan_vs_pot_{domain}", np.abs(numpy(entropic.plan) - reference).max(), 1e-8)
     report.measure(f"sinkhorn_cost_vs_pot_{domain}",
                    np.abs(numpy(entropic.cost) - (reference * cost).sum((-2, -1))).max(), 1e-8)
+    report.expect(f"sinkhorn_counts_{domain}", bool(numpy(entropic.converged).all())
+                  and bool(np.all((numpy(entropic.iterations) > 0) & (numpy(entropic.iterations) < 5000)))
+                  and bool(np.all(numpy(entropic.error) <= 1e-10)))
 
 
 # EMDHead against NumPy: scale * sum_ij (1 - c_ij) T_ij with the channel-centred cosine cost and the
