@@ -33,7 +33,7 @@ from keras import ops
 from ot.lp.emd_wrap import check_result, emd_c
 
 from ot_layers.backends import custom_gradient, host_call, values_known
-from ot_layers.solvers.sinkhorn import prepare_problem, sinkhorn
+from ot_layers.solvers.sinkhorn import marginal_error, prepare_problem, sinkhorn
 from ot_layers.validation import check_choice, check_non_negative, check_positive, check_positive_int
 
 METHODS = ("exact", "sinkhorn")
@@ -62,9 +62,10 @@ class EMDResult(NamedTuple):
     iterations: ``(...)`` int32; Sinkhorn: the scaling updates each problem ran (as
       :class:`~ot_layers.solvers.SinkhornResult`); exact: ``NOT_COUNTED`` (-1), the network simplex does not report
       its pivots.
-    error: ``(...)`` marginal error of the returned plan relative to the mass; Sinkhorn: its row error
-      ``sum_i |T 1 - a|_i / sum_i a_i`` (columns are met exactly); exact: the larger of the row and column errors
-      (round-off, plus the columns' rescaling onto ``a``'s mass when the sums differ within validation).
+    error: ``(...)`` marginal error of the returned plan relative to the mass
+      (:func:`~ot_layers.solvers.sinkhorn.marginal_error`); Sinkhorn: its row error ``sum_i |T 1 - a|_i / sum_i a_i``
+      (columns are met exactly); exact: the larger of the row and column errors (round-off in the compute dtype,
+      plus the columns' rescaling onto ``a``'s mass when the sums differ within validation).
     converged: ``(...)`` bool; Sinkhorn: ``error`` finite and at most ``threshold``; exact: the network simplex
       reported an optimal flow (not its iteration bound, not an infeasible or unbounded problem). A simplex stopped
       at its bound returns a flow that still routes mass through its artificial arcs: it misses the marginals (a
@@ -91,17 +92,8 @@ def _check_finite(cost, a, b):
                              f"{array.shape[0]}) holds NaN or Inf (NaN/Inf features?).")
 
 
-def _marginal_errors(plans, a, b):
-    """``(P,)`` the larger of the row and column L1 marginal errors of ``plans`` ``(P, n, m)`` relative to the
-    mass of ``a``."""
-    mass = np.maximum(a.sum(axis=-1), np.finfo(a.dtype).tiny)
-    rows = np.abs(plans.sum(axis=-1) - a).sum(axis=-1)
-    columns = np.abs(plans.sum(axis=-2) - b).sum(axis=-1)
-    return np.maximum(rows, columns) / mass
-
-
 def _network_simplex(cost, a, b):
-    """NumPy: optimal flows, values, centred duals, marginal errors and optimality flags of ``P`` problems.
+    """NumPy: optimal flows, values, centred duals and optimality flags of ``P`` problems.
 
     ``cost (P, n, m)``, ``a (P, n)``, ``b (P, m)``, all float64.
     """
@@ -122,7 +114,7 @@ def _network_simplex(cost, a, b):
             warnings.warn(f"Exact EMD, problem {p}: {message}", RuntimeWarning, stacklevel=2)
         plans[p], values[p], optimal[p] = plan, value, not message
         f[p], g[p] = u - u.mean(), v - v.mean()
-    return plans, values, f, g, _marginal_errors(plans, a, b), optimal
+    return plans, values, f, g, optimal
 
 
 def _host_network_simplex(cost, a, b):
@@ -160,13 +152,14 @@ def _exact(cost, a, b):
     flat_b = ops.reshape(ops.stop_gradient(b), (-1, m))
     problems = tuple(flat_cost.shape)[:1]
     outputs = [(tuple(flat_cost.shape), dtype), (problems, dtype), (tuple(flat_a.shape), dtype),
-               (tuple(flat_b.shape), dtype), (problems, dtype), (problems, "bool")]
-    plan, value, f, g, error, optimal = host_call(_host_network_simplex, [flat_cost, flat_a, flat_b], outputs)
+               (tuple(flat_b.shape), dtype), (problems, "bool")]
+    plan, value, f, g, optimal = host_call(_host_network_simplex, [flat_cost, flat_a, flat_b], outputs)
     plan = ops.stop_gradient(ops.reshape(plan, shape))
     value = ops.stop_gradient(ops.reshape(value, shape[:-2]))
     f = ops.stop_gradient(ops.reshape(f, ops.shape(a)))
     g = ops.stop_gradient(ops.reshape(g, ops.shape(b)))
-    error = ops.stop_gradient(ops.reshape(error, shape[:-2]))
+    error = ops.stop_gradient(ops.maximum(marginal_error(ops.sum(plan, axis=-1), a),
+                                          marginal_error(ops.sum(plan, axis=-2), b)))
     converged = ops.reshape(optimal, shape[:-2])
     iterations = ops.full_like(error, NOT_COUNTED, dtype="int32")
     return EMDResult(plan, _danskin_value(cost, a, b, value, plan, f, g), f, g, iterations, error, converged)

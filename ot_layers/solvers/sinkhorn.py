@@ -99,9 +99,11 @@ def _constant_like(x, value):
     return ops.full_like(x, value)
 
 
-def _marginal_error(row_sums, a):
+def marginal_error(sums, a):
+    """``(...)`` the L1 error ``sum_i |sums_i - a_i|`` of a plan's marginal ``sums`` ``(..., k)`` against the
+    weights ``a`` ``(..., k)``, relative to their mass."""
     mass = ops.sum(a, axis=-1)
-    return ops.sum(ops.abs(row_sums - a), axis=-1) / at_least(mass, _tiny(a))
+    return ops.sum(ops.abs(sums - a), axis=-1) / at_least(mass, _tiny(a))
 
 
 def initial_error(a):
@@ -169,7 +171,7 @@ def _solve_log(cost, a, b, epsilon, max_iter, threshold, differentiable):
 
     def body(i, error, count, f, g):
         row_lse = ops.logsumexp((g[..., None, :] - cost) / epsilon, axis=-1)
-        error = _marginal_error(ops.exp(f / epsilon + row_lse), a)
+        error = marginal_error(ops.exp(f / epsilon + row_lse), a)
         f = epsilon * (log_a - row_lse)
         g = epsilon * (log_b - ops.logsumexp((f[..., :, None] - cost) / epsilon, axis=-2))
         return i + 1, error, count + 1, f, g
@@ -209,7 +211,7 @@ def _solve_kernel(cost, a, b, epsilon, max_iter, threshold, differentiable):
 
     def body(i, error, count, u, v):
         kv = _matvec(kernel, v)
-        error = _marginal_error(u * kv, a)
+        error = marginal_error(u * kv, a)
         u = a / kv
         v = b / _matvec(kernel, u, transpose=True)
         return i + 1, error, count + 1, u, v
@@ -521,5 +523,5 @@ def sinkhorn(
         plan = _plan(cost, f, g, epsilon, _support(a, b))
         value = _entropic_value(plan, f, g, epsilon)
     transport_cost = ops.sum(plan * cost, axis=(-2, -1))
-    error = _marginal_error(ops.sum(plan, axis=-1), a)
+    error = marginal_error(ops.sum(plan, axis=-1), a)
     return SinkhornResult(plan, f, g, value, transport_cost, iterations, error, has_converged(error, threshold))
