@@ -14,7 +14,7 @@ scored on the same episodes; mean accuracy +- 95 % CI.
 The models are the zoo's: pre-training ``zoo.image_classifier(backbone, "gap_fc")``, meta-training
 ``zoo.few_shot_model(backbone, "emd" | "protonet")`` (heads ``EMDHead(method="sinkhorn", scale=12.5)`` and
 ``PrototypeLogits(metric="cosine", scale=12.5)`` on the class means ``SupportClassMeans``) by
-``training.episodes.meta_train`` (Adam 5e-4, one episode a step, not XLA-compiled), all on unnormalized images
+``training.recipes.few_shot.meta_train`` (Adam 5e-4, one episode a step, not XLA-compiled), all on unnormalized images
 (``zoo_inputs.RAW_PIXELS``, as before). Two differences from the loop that produced docs/results/emd.md (so a re-run
 does not repeat its numbers digit for digit; the method is the same): meta-training episode ``i`` is
 ``EpisodeSampler(...).episode(i)`` (the earlier loop drew one random stream, ``sample()``: other episodes, same

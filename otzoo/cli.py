@@ -353,9 +353,10 @@ def check_backend(args):
 
 
 def check_train_backend(args, active):
-    """``otzoo train`` on JAX or PyTorch: classification and retrieval presets through ``model.fit`` (JAX: data
-    parallel over all devices by ``keras.distribution``); the multi-worker cluster, the ``tf.distribute``
-    strategies and the few-shot meta-training loop are TensorFlow's (a :class:`CommandError` names the option)."""
+    """``otzoo train`` on JAX or PyTorch: every preset through Keras' own training steps (classification and
+    retrieval: ``model.fit``, on JAX data parallel over all devices by ``keras.distribution``; few-shot: pre-training
+    by ``model.fit`` and meta-training one episode a step, on one device); the multi-worker cluster and the
+    ``tf.distribute`` strategies are TensorFlow's (a :class:`CommandError` names the option)."""
     if args.workers > 1 or args.strategy not in ("auto", "one_device"):
         option = "--workers" if args.workers > 1 else "--strategy"
         devices = ("every local device through keras.distribution (--strategy auto) or one (--strategy one_device)"
@@ -363,11 +364,6 @@ def check_train_backend(args, active):
                    "parallelism is JAX's)")
         raise CommandError(f"{option}: multi-worker and tf.distribute training run on the TensorFlow backend; on "
                            f"{active} otzoo train uses {devices}.")
-    task = PRESETS[args.preset].task
-    if task == "few_shot":
-        raise CommandError(f"backend: the few-shot meta-training loop of {args.preset} runs on the TensorFlow "
-                           f"backend; on {active}, otzoo train takes classification and retrieval presets, and "
-                           f"otzoo evaluate and otzoo fine-tune take {args.preset}.")
 
 
 def main(argv=None):

@@ -7,11 +7,11 @@ relative to their scale. A preset fine-tuned one epoch with ``model.fit`` on JAX
 slice, and its weights load in TensorFlow and export (SavedModel, ONNX) with parity <= 1e-5; so does the model ``otzoo
 demo`` fine-tunes on PyTorch. ``otzoo train`` on JAX (one device, and data parallel over two host devices) and PyTorch
 writes a card that names the backend and the device layout, and whose metrics ``otzoo evaluate`` reproduces on
-TensorFlow from the weights it wrote; and ``otzoo train``, ``evaluate`` and ``fine-tune`` run on JAX and PyTorch in a
-process where TensorFlow cannot be imported (``tests/backends/train_without_tensorflow.py``), as on a GPU machine
-without it. A TFDS data set (its ``tf.data`` pipeline, on TFDS's offline mock data) trains on JAX and PyTorch through
-``model.fit`` and evaluates the same on TensorFlow. ``otzoo explain`` on JAX and PyTorch draws the pictures TensorFlow
-draws.
+TensorFlow from the weights it wrote (a few-shot preset's too); and ``otzoo train``, ``evaluate`` and ``fine-tune``
+run on JAX and PyTorch, for a classification and the DeepEMD few-shot preset, in a process where TensorFlow cannot
+be imported (``tests/backends/train_without_tensorflow.py``), as on a GPU machine without it. A TFDS data set (its
+``tf.data`` pipeline, on TFDS's offline mock data) trains on JAX and PyTorch through ``model.fit`` and evaluates the
+same on TensorFlow. ``otzoo explain`` on JAX and PyTorch draws the pictures TensorFlow draws.
 """
 import json
 import os
@@ -43,6 +43,7 @@ def _metrics_reproduced_on_tensorflow(card, out, cwd, command=("-m", "otzoo")):
     printed = _run([*command, "evaluate", out], "tensorflow", cwd)
     for metric, value in card["metrics"].items():
         found = float(re.search(rf"{metric} ([0-9.]+)", printed).group(1))
+        value = value["mean"] if isinstance(value, dict) else value  # few-shot: the mean accuracy of its episodes
         assert abs(found - value) <= 0.003, (metric, found, value, printed)
 
 
@@ -118,23 +119,24 @@ def test_demo_on_torch_saves_a_preset_that_exports_from_tensorflow(tmp_path):
     assert "parity holds" in exported, exported
 
 
-@pytest.mark.parametrize("backend, preset, devices", [
-    ("jax", "resnet20_mpw_fashion_mnist", 1),
-    ("jax", "resnet20_hyperspherical_fashion_mnist", 2),
-    ("torch", "resnet20_gsp_retrieval_fashion_mnist", 1),
+@pytest.mark.parametrize("backend, preset, devices, layout, options", [
+    ("jax", "resnet20_mpw_fashion_mnist", 1, "default, 1 device(s)", ()),
+    ("jax", "resnet20_hyperspherical_fashion_mnist", 2, "data_parallel, 2 device(s)", ()),
+    ("torch", "resnet20_gsp_retrieval_fashion_mnist", 1, "default, 1 device(s)", ()),
+    ("torch", "resnet20_protonet_fewshot_fashion_mnist", 1, "one_device, 1 device(s)", ("--episodes", "3")),
 ])
-def test_otzoo_train_on_backend_evaluates_the_same_on_tensorflow(backend, preset, devices, tmp_path):
-    """One epoch of ``otzoo --backend B train`` on a slice: the card names the backend and the device layout (JAX on
-    two host devices: ``keras.distribution`` data parallel), and TensorFlow reproduces its metrics from the weights
-    (within 0.3 points: the backends' float sums differ in the last bits, which may flip a near tie)."""
+def test_otzoo_train_on_backend_evaluates_the_same_on_tensorflow(backend, preset, devices, layout, options, tmp_path):
+    """One epoch of ``otzoo --backend B train`` on a slice (few-shot: one pre-training epoch and 3 meta-training
+    episodes, on one device): the card names the backend and the device layout (JAX on two host devices:
+    ``keras.distribution`` data parallel), and TensorFlow reproduces its metrics from the weights (within 0.3
+    points: the backends' float sums differ in the last bits, which may flip a near tie)."""
     pytest.importorskip(backend)
     out = str(tmp_path / "run")
     environment = {"XLA_FLAGS": f"--xla_force_host_platform_device_count={devices}"} if devices > 1 else {}
-    _run(["-m", "otzoo", "--backend", backend, "train", preset, "--limit", "512", "--epochs", "1", "--out", out],
-         backend, str(tmp_path), **environment)
+    _run(["-m", "otzoo", "--backend", backend, "train", preset, "--limit", "512", "--epochs", "1", *options, "--out",
+          out], backend, str(tmp_path), **environment)
     with open(os.path.join(out, "metadata.json")) as handle:
         card = json.load(handle)
-    layout = "data_parallel, 2 device(s)" if devices > 1 else "default, 1 device(s)"
     assert card["backend"] == backend and f"keras.distribution ({layout}" in card["strategy"], card
     assert card["command"].startswith(f"otzoo --backend {backend} train {preset}")
     assert not os.path.exists(os.path.join(out, "backup"))  # the finished run's backup is removed

@@ -172,13 +172,12 @@ def test_a_backend_chosen_too_late_is_named(capsys):
 
 @pytest.mark.parametrize("command, expected", [
     (["export", "resnet20_mpw_fashion_mnist", "--out", "unused"], "backend: otzoo export runs on the TensorFlow backend"),
-    (["train", "resnet20_emd_fewshot_fashion_mnist", "--limit", "8"], "backend: the few-shot meta-training loop"),
     (["train", "resnet20_mpw_fashion_mnist", "--limit", "8", "--workers", "2"], "--workers: multi-worker"),
     (["train", "resnet20_mpw_fashion_mnist", "--limit", "8", "--strategy", "mirrored"], "--strategy: multi-worker"),
 ])
 def test_tensorflow_only_parts_refuse_other_backends(command, expected, tmp_path):
     """``otzoo --backend jax`` (the backend picked on the command line, before Keras is imported) with a part that
-    runs on TensorFlow only (export, the few-shot meta-training, multi-worker or tf.distribute training) ends in one
+    runs on TensorFlow only (export, multi-worker or tf.distribute training) ends in one
     line naming the option and the backend, before anything is written."""
     pytest.importorskip("jax")
     env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3")

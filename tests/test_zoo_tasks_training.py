@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 import zoo
-from training.data.episodes import EpisodeSampler, episode_dataset
+from training.data.episodes import EpisodeBatches, EpisodeSampler, episode_dataset
 from training.evaluation.few_shot import few_shot_accuracy
 from training.recipes.few_shot import meta_train
 from zoo.tasks import few_shot_parts
@@ -82,6 +82,39 @@ def test_meta_training_resumed_from_its_checkpoint_equals_an_uninterrupted_run(t
     assert any(not np.allclose(a, b) for a, b in zip(model.get_weights(), untrained.get_weights()))
 
 
+def test_meta_training_refuses_a_tf_train_checkpoint_in_one_line(tmp_path):
+    """A ``tf.train`` checkpoint (what meta-training wrote before it ran on every backend) is not silently ignored:
+    starting over would discard its episodes without a word."""
+    (tmp_path / "checkpoint").write_text('model_checkpoint_path: "ckpt-100"\n')
+    images, labels = _images()
+    model, optimizer = _meta_model()
+    with pytest.raises(ValueError, match="^`checkpoint_dir` .* holds a tf.train checkpoint"):
+        meta_train(model, images, labels, 2, optimizer, ways=3, shots=1, queries=3, checkpoint_dir=str(tmp_path),
+                   jit_compile=False, verbose=0)
+
+
+def test_episode_batches_are_the_episode_datasets_batches():
+    """The NumPy episodes ``model.fit`` reads on every backend and the ``tf.data`` pipeline hold the same batches,
+    episode ``i`` being the sampler's episode ``i``."""
+    images, labels = _images()
+    batches = EpisodeBatches(images, labels, 3, ways=3, shots=2, queries=2, seed=9)
+    sampler = EpisodeSampler(labels, ways=3, shots=2, queries=2, seed=9)
+    for index, ((query, support, support_labels), query_labels) in enumerate(
+            episode_dataset(images, labels, 3, ways=3, shots=2, queries=2, seed=9).as_numpy_iterator()):
+        (own_query, own_support, own_support_labels), own_query_labels = batches[index]
+        support_index, support_label, query_index, query_label = sampler.episode(index)
+        np.testing.assert_array_equal(own_query, images[query_index])
+        np.testing.assert_array_equal(own_support, images[support_index])
+        np.testing.assert_array_equal(own_support_labels, support_label)
+        np.testing.assert_array_equal(own_query_labels, query_label)
+        for a, b in ((query, own_query), (support, own_support), (support_labels, own_support_labels),
+                     (query_labels, own_query_labels)):
+            np.testing.assert_array_equal(a, b)
+    assert len(batches) == 3 and own_query.dtype == np.float32 and own_query_labels.dtype == np.int32
+    with pytest.raises(IndexError):
+        batches[3]
+
+
 def test_model_fit_on_the_episode_dataset_takes_the_meta_training_steps():
     """``model.fit`` on ``episode_dataset`` (what a user runs on a loaded few-shot preset) makes the same updates as
     ``meta_train`` on the same episodes."""
@@ -93,6 +126,52 @@ def test_model_fit_on_the_episode_dataset_takes_the_meta_training_steps():
     fitted.fit(episode_dataset(images, labels, 3, ways=3, shots=1, queries=3, seed=4), epochs=1, verbose=0)
     for a, b in zip(model.get_weights(), fitted.get_weights()):
         np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-5)
+
+
+def _penalized_meta_model():
+    """A few-shot model whose ResNet backbone carries an L2 penalty (as the presets' recipes build it)."""
+    keras.utils.set_random_seed(3)
+    backbone = zoo.cifar_resnet(8, (28, 28, 1), widths=(4, 8, 8), l2=0.05, name="backbone")
+    return zoo.few_shot_model(backbone, "protonet", ways=3, input_shape=(28, 28, 1)), keras.optimizers.SGD(0.05, 0.9)
+
+
+def _meta_training_by_hand(images, labels, episodes, penalty, **options):
+    """The episodic step written out with a ``tf.GradientTape``: each episode's query cross-entropy (plus the
+    backbone's L2 penalty when ``penalty``), one SGD step per episode, the episodes in order. Returns the model and
+    the episodes' losses."""
+    import tensorflow as tf
+
+    model, optimizer = _penalized_meta_model()
+    loss_fn = keras.losses.SparseCategoricalCrossentropy(from_logits=True)
+    sampler, losses = EpisodeSampler(labels, **options), []
+    for index in range(episodes):
+        support, support_label, query, query_label = sampler.episode(index)
+        with tf.GradientTape() as tape:
+            loss = loss_fn(query_label, model([images[query], images[support], support_label], training=True))
+            objective = loss + tf.add_n(model.losses) if penalty else loss
+        gradients = tape.gradient(objective, model.trainable_variables)
+        optimizer.apply_gradients(zip(gradients, model.trainable_variables))
+        losses.append(float(loss))
+    return model, losses
+
+
+def test_meta_training_equals_the_episodic_step_written_out_in_tensorflow():
+    """``meta_train`` (Keras' own training step, on every backend) against the step written out by hand: the
+    query cross-entropy alone (the backbone's L2 penalty is pre-training's and left out), one step per episode, the
+    episodes in order. The weights agree after 4 episodes; with the penalty included they would not."""
+    images, labels = _images()
+    options = dict(ways=3, shots=1, queries=3, seed=6)
+    model, optimizer = _penalized_meta_model()
+    assert len(model.losses) > 0  # a penalty to leave out
+    history = meta_train(model, images, labels, 4, optimizer, jit_compile=False, verbose=0, log_every=2, **options)
+
+    reference, losses = _meta_training_by_hand(images, labels, 4, penalty=False, **options)
+    for a, b in zip(reference.get_weights(), model.get_weights()):
+        np.testing.assert_allclose(b, a, rtol=1e-5, atol=1e-5)
+    assert history["episode"] == [2, 4]
+    np.testing.assert_allclose(history["loss"], [np.mean(losses[:2]), np.mean(losses[2:])], rtol=1e-5)
+    penalized, _ = _meta_training_by_hand(images, labels, 4, penalty=True, **options)
+    assert max(float(np.max(np.abs(a - b))) for a, b in zip(penalized.get_weights(), model.get_weights())) > 1e-3
 
 
 @pytest.mark.parametrize("name", zoo.list_models())

@@ -1,7 +1,10 @@
 """``otzoo train``, ``evaluate`` and ``fine-tune`` on JAX or PyTorch in a process where TensorFlow cannot be imported,
 as on a GPU machine with JAX or PyTorch only: a classification preset trains one epoch on a Fashion-MNIST slice, the
 card names the backend, ``otzoo evaluate`` reproduces the card's accuracy, and a fine-tune lowers its loss on the
-slice; TensorFlow is never loaded. Prints one JSON line; exits non-zero when a check fails.
+slice; the DeepEMD few-shot preset pre-trains one epoch and meta-trains a few episodes, ``otzoo evaluate``
+reproduces its card's accuracies and a fine-tune on base-class episodes lowers its loss; a meta-training run
+resumed from its backup ends with the weights of an uninterrupted one. TensorFlow is never loaded. Prints one JSON
+line; exits non-zero when a check fails.
 
     KERAS_BACKEND=jax python tests/backends/train_without_tensorflow.py OUT_DIR
 """
@@ -12,6 +15,7 @@ import os
 import re
 import sys
 
+import numpy as np
 from no_tensorflow import block_tensorflow
 
 block_tensorflow()
@@ -43,6 +47,55 @@ record["accuracy"] = [found, card["metrics"]["accuracy"]]
 command("fine-tune", preset, "--limit", "256", "--out", os.path.join(out, "tuned"))
 with open(os.path.join(out, "tuned", "metadata.json")) as handle:
     record["fine_tune_loss_before_after"] = json.load(handle)["fine_tuned"]["loss_on_slice_before_after"]
+
+few_shot = "resnet20_emd_fewshot_fashion_mnist"
+command("train", few_shot, "--limit", "1024", "--epochs", "1", "--episodes", "3", "--recipe", "eval_episodes=3",
+        "--out", os.path.join(out, "few_shot"))
+with open(os.path.join(out, "few_shot", "metadata.json")) as handle:
+    few_shot_card = json.load(handle)
+record["few_shot_card_backend"] = few_shot_card["backend"]
+record["few_shot_meta_training_episodes"] = few_shot_card["meta_training"]["episode"]
+printed = command("evaluate", os.path.join(out, "few_shot"))
+for setting, expected in few_shot_card["metrics"].items():
+    reproduced = float(re.search(rf"{setting} ([0-9.]+)", printed).group(1))
+    record[f"few_shot_{setting}"] = [reproduced, expected["mean"]]
+    if abs(reproduced - expected["mean"]) > 1e-4:
+        failures.append(f"evaluate {few_shot}: {setting} {reproduced} vs the card's {expected['mean']}")
+command("fine-tune", few_shot, "--limit", "512", "--out", os.path.join(out, "few_shot_tuned"))
+with open(os.path.join(out, "few_shot_tuned", "metadata.json")) as handle:
+    before, after = json.load(handle)["fine_tuned"]["loss_on_slice_before_after"]
+record["few_shot_fine_tune_loss_before_after"] = [before, after]
+if not after < before:
+    failures.append(f"fine-tune {few_shot}: loss {before} -> {after}")
+if few_shot_card["backend"] != record["backend"] or record["few_shot_meta_training_episodes"] != [3]:
+    failures.append(f"the few-shot card names {few_shot_card['backend']}, episodes "
+                    f"{record['few_shot_meta_training_episodes']}")
+
+
+def meta_trained(episodes, checkpoint_dir):
+    """A small few-shot model meta-trained ``episodes`` episodes (backed up every 2 into ``checkpoint_dir``)."""
+    import keras
+
+    import zoo
+    from training.recipes.few_shot import meta_train
+
+    keras.utils.set_random_seed(0)
+    model = zoo.few_shot_model("small_convnet", "emd", ways=3, input_shape=(28, 28, 1),
+                               backbone_kwargs={"width": 8, "feature_dim": 8})
+    rng = np.random.default_rng(0)
+    labels = np.repeat(np.arange(4), 12)
+    images = rng.uniform(0, 255, (len(labels), 28, 28, 1)).astype(np.float32)
+    meta_train(model, images, labels, episodes, keras.optimizers.SGD(0.01, momentum=0.9), ways=3, shots=1,
+               queries=3, seed=1, checkpoint_dir=checkpoint_dir, checkpoint_every=2, verbose=0)
+    return model.get_weights()
+
+
+whole = meta_trained(4, os.path.join(out, "meta_whole"))
+meta_trained(2, os.path.join(out, "meta_cut"))  # a run stopped after episode 2, then started again
+resumed = meta_trained(4, os.path.join(out, "meta_cut"))
+record["meta_training_resumed_max_difference"] = max(float(np.max(np.abs(a - b))) for a, b in zip(whole, resumed))
+if record["meta_training_resumed_max_difference"] > 1e-5:
+    failures.append(f"meta-training resumed: weights differ by {record['meta_training_resumed_max_difference']}")
 record["tensorflow_loaded"] = "tensorflow" in sys.modules
 if card["backend"] != record["backend"]:
     failures.append(f"the card names {card['backend']}")

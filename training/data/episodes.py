@@ -1,4 +1,6 @@
-"""N-way K-shot episodes: the sampler and a ``tf.data`` pipeline of episodes for ``model.fit``."""
+"""N-way K-shot episodes: the sampler, and the episodes as batches for ``model.fit``: :class:`EpisodeBatches`
+(NumPy, every Keras backend) and :func:`episode_dataset` (the same batches as a ``tf.data`` pipeline)."""
+import keras
 import numpy as np
 
 from ot_layers.optional import tensorflow_if_installed
@@ -57,24 +59,41 @@ class EpisodeSampler:
             yield self.sample()
 
 
+class EpisodeBatches(keras.utils.PyDataset):
+    """Episodes ``0 .. episodes - 1`` of ``EpisodeSampler(labels, ways, shots, queries, seed)`` drawn from
+    ``images`` (raw pixels), one episode a batch: item ``i`` is episode ``i`` as ``((query_images, support_images,
+    support_labels), query_labels)`` (float32 pixels, int32 labels), what a few-shot model (``zoo.few_shot_model``)
+    takes. NumPy only, so ``model.fit`` reads it on every Keras backend, without TensorFlow; an item depends on its
+    index alone (``EpisodeSampler.episode``), whatever order Keras asks for them in."""
+
+    def __init__(self, images, labels, episodes, ways=5, shots=1, queries=15, seed=0):
+        super().__init__()
+        self.episodes = check_positive_int("episodes", episodes)
+        self.sampler = EpisodeSampler(labels, ways, shots, queries, seed)
+        self.images = np.asarray(images)
+        if len(self.images) != len(np.asarray(labels)):
+            raise ValueError(f"`images` and `labels` must have the same length, got {len(self.images)} and "
+                             f"{len(np.asarray(labels))}.")
+
+    def __len__(self):
+        return self.episodes
+
+    def __getitem__(self, index):
+        if not 0 <= index < self.episodes:
+            raise IndexError(f"episode {index} of {self.episodes}")
+        support, support_label, query, query_label = self.sampler.episode(index)
+        return ((self.images[query].astype(np.float32), self.images[support].astype(np.float32),
+                 support_label.astype(np.int32)), query_label.astype(np.int32))
+
+
 def episode_dataset(images, labels, episodes, ways=5, shots=1, queries=15, seed=0):
-    """A ``tf.data.Dataset`` of ``episodes`` episodes as ``((query_images, support_images, support_labels),
-    query_labels)``, episode ``i`` being ``EpisodeSampler(labels, ways, shots, queries, seed).episode(i)`` drawn from
-    ``images`` (raw pixels): what ``model.fit`` takes to train a few-shot model (``zoo.few_shot_model``), one episode
-    a step."""
-    episodes = check_positive_int("episodes", episodes)
-    sampler = EpisodeSampler(labels, ways, shots, queries, seed)
-    images = np.asarray(images)
-
-    def generate():
-        for index in range(episodes):
-            support, support_label, query, query_label = sampler.episode(index)
-            yield ((images[query].astype(np.float32), images[support].astype(np.float32),
-                    support_label.astype(np.int32)), query_label.astype(np.int32))
-
-    shape = tuple(images.shape[1:])
+    """The batches of :class:`EpisodeBatches` (same arguments) as a ``tf.data.Dataset`` of known cardinality, for
+    TensorFlow's input pipelines and ``tf.distribute``."""
+    batches = EpisodeBatches(images, labels, episodes, ways, shots, queries, seed)
+    shape = tuple(batches.images.shape[1:])
     signature = ((tf.TensorSpec((ways * queries,) + shape, tf.float32),
                   tf.TensorSpec((ways * shots,) + shape, tf.float32), tf.TensorSpec((ways * shots,), tf.int32)),
                  tf.TensorSpec((ways * queries,), tf.int32))
-    dataset = tf.data.Dataset.from_generator(generate, output_signature=signature)
-    return dataset.apply(tf.data.experimental.assert_cardinality(episodes))
+    dataset = tf.data.Dataset.from_generator(lambda: (batches[i] for i in range(len(batches))),
+                                             output_signature=signature)
+    return dataset.apply(tf.data.experimental.assert_cardinality(batches.episodes))

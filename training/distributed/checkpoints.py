@@ -19,6 +19,9 @@ if the newest cannot be read).
 - :class:`AtomicBackupAndRestore`: ``keras.callbacks.BackupAndRestore`` for ``model.fit`` with the same atomic
   writes (the stock callback overwrites ``latest.weights.h5`` in place and writes its epoch counter in a second
   file, so a kill between the two, or during the first, leaves a checkpoint that resumes wrongly or not at all).
+- :func:`save_weights_backup` / :func:`load_weights_backup`: a backup of a model's weights (its optimizer's
+  included) with a JSON record of the progress, on every Keras backend; what ``AtomicBackupAndRestore`` writes, and
+  what a loop of its own (few-shot meta-training) checkpoints with.
 
 Resuming equals an uninterrupted run when the data order of an epoch does not depend on how many epochs this
 process has iterated: pass the data unshuffled, with a shuffle seeded per epoch, or (``training.distributed.fit``) as a
@@ -41,9 +44,10 @@ tf = tensorflow_if_installed("tf.distribute checkpoints")
 
 POINTER_FILE = "latest"
 PREFIX = "ckpt-"
+WEIGHTS_FILE, METADATA_FILE = "latest.weights.h5", "training_metadata.json"  # the files of a backup of weights
 # What keras.callbacks.BackupAndRestore writes into its directory (read by AtomicBackupAndRestore when no atomic
 # backup is there, so a run started with the stock callback resumes under this one).
-KERAS_BACKUP_FILES = ("latest.weights.h5", "training_metadata.json")
+KERAS_BACKUP_FILES = (WEIGHTS_FILE, METADATA_FILE)
 
 
 def write_text_atomically(path, text):
@@ -103,6 +107,48 @@ def _temporary_dir(directory, tag):
     path = os.path.join(directory, f".tmp-{tag}-{os.getpid()}-{uuid.uuid4().hex[:8]}")
     os.makedirs(path)
     return path
+
+
+# --- backups of a model's weights (optimizer included) with a small record of the progress -----------------------
+
+def save_weights_backup(model, directory, name, progress, max_to_keep=2):
+    """Back up ``model``'s weights (``model.save_weights``: with its optimizer's variables once compiled and built)
+    and the JSON dict ``progress`` (e.g. the epoch, or the episodes done) as ``directory/name``, written atomically
+    (see the module docstring); the newest ``max_to_keep`` backups are kept. Returns the backup's path."""
+    os.makedirs(directory, exist_ok=True)
+    temp = _temporary_dir(directory, name)
+    model.save_weights(os.path.join(temp, WEIGHTS_FILE))
+    with open(os.path.join(temp, METADATA_FILE), "w") as handle:
+        json.dump(progress, handle)
+    return commit_directory(temp, directory, name, progress, max_to_keep)
+
+
+def load_weights_backup(model, directory, name="directory", keras_backup=False):
+    """Restore the newest readable backup :func:`save_weights_backup` wrote into ``directory`` into ``model`` (its
+    optimizer is built first when it is compiled); returns the backup's ``progress`` dict, or ``None`` when the
+    directory holds none. ``keras_backup``: also read a backup ``keras.callbacks.BackupAndRestore`` wrote (its files
+    at the directory's top). A directory whose backups all fail to load raises ``ValueError`` naming ``name``."""
+    pointer = read_pointer(directory) if os.path.isdir(directory) else None
+    if pointer is not None:
+        names = list(reversed(pointer.get("history", [pointer["checkpoint"]])))
+    elif keras_backup and all(os.path.isfile(os.path.join(directory, f)) for f in KERAS_BACKUP_FILES):
+        names = [""]  # a backup written by keras.callbacks.BackupAndRestore itself: read it as Keras would
+    else:
+        return None
+    if getattr(model, "optimizer", None) is not None and not model.optimizer.built:
+        model.optimizer.build(model.trainable_variables)
+    errors = []
+    for backup in names:
+        path = os.path.join(directory, backup)
+        try:
+            with open(os.path.join(path, METADATA_FILE)) as handle:
+                progress = json.load(handle)
+            model.load_weights(os.path.join(path, WEIGHTS_FILE))
+        except Exception as error:  # noqa: BLE001 - a damaged file raises anything; the next one is tried
+            errors.append(f"{backup}: {type(error).__name__}: {error}")
+            continue
+        return progress
+    raise ValueError(f"`{name}` {directory!r}: no readable backup ({'; '.join(errors)}).")
 
 
 # --- state of callbacks ------------------------------------------------------------------------------------------
@@ -288,36 +334,12 @@ class AtomicBackupAndRestore(keras.callbacks.BackupAndRestore):
     def _load_model(self):
         if not self.model.built:
             raise ValueError("`model` must be built before fit() to use AtomicBackupAndRestore (call it on a batch).")
-        pointer = read_pointer(self.backup_dir) if os.path.isdir(self.backup_dir) else None
-        if pointer is not None:
-            names = list(reversed(pointer.get("history", [pointer["checkpoint"]])))
-        elif all(os.path.isfile(os.path.join(self.backup_dir, f)) for f in KERAS_BACKUP_FILES):
-            names = [""]  # a backup written by keras.callbacks.BackupAndRestore itself: read it as Keras would
-        else:
-            return
-        if self.model.optimizer is not None and not self.model.optimizer.built:
-            self.model.optimizer.build(self.model.trainable_variables)
-        errors = []
-        for name in names:
-            path = os.path.join(self.backup_dir, name)
-            try:
-                with open(os.path.join(path, "training_metadata.json")) as handle:
-                    metadata = json.load(handle)
-                self.model.load_weights(os.path.join(path, "latest.weights.h5"))
-            except Exception as error:  # noqa: BLE001 - a damaged file raises anything; the next one is tried
-                errors.append(f"{name}: {type(error).__name__}: {error}")
-                continue
+        metadata = load_weights_backup(self.model, self.backup_dir, name="backup_dir", keras_backup=True)
+        if metadata is not None:
             self._current_epoch = metadata["epoch"]
             self.model._initial_epoch = metadata["epoch"]  # noqa: SLF001 - how BackupAndRestore tells fit
-            return
-        raise ValueError(f"`backup_dir` {self.backup_dir!r}: no readable backup ({'; '.join(errors)}).")
 
     def _save_model(self):
-        os.makedirs(self.backup_dir, exist_ok=True)
+        progress = {"epoch": self._current_epoch, "batch": self._last_batch_seen}
         name = f"{PREFIX}{self._current_epoch:05d}-{self._last_batch_seen:07d}"
-        temp = _temporary_dir(self.backup_dir, name)
-        self.model.save_weights(os.path.join(temp, "latest.weights.h5"))
-        with open(os.path.join(temp, "training_metadata.json"), "w") as handle:
-            json.dump({"epoch": self._current_epoch, "batch": self._last_batch_seen}, handle)
-        commit_directory(temp, self.backup_dir, name, {"epoch": self._current_epoch, "batch": self._last_batch_seen},
-                         self.max_to_keep)
+        save_weights_backup(self.model, self.backup_dir, name, progress, self.max_to_keep)

@@ -5,12 +5,12 @@ Fashion-MNIST: base classes 0-4 of the training images, novel classes 5-9 of the
 
 1. Pre-training: the backbone + global average pooling + ``Dense(len(base classes))`` (``zoo.image_classifier(...,
    "gap_fc")``) trained by cross-entropy on the base images with the recipe's optimizer, schedule, L2 and
-   augmentation; ``keras.callbacks.BackupAndRestore`` makes it resumable; the backbone's weights are kept in
-   ``pretrained_backbone.weights.h5``, and ``pretrained=`` re-uses them from another run of the same recipe (the EMD
-   preset and its ProtoNet baseline share one pre-training).
+   augmentation (``training.distributed.fit``, whose epoch backups make it resumable); the backbone's weights are
+   kept in ``pretrained_backbone.weights.h5``, and ``pretrained=`` re-uses them from another run of the same recipe
+   (the EMD preset and its ProtoNet baseline share one pre-training).
 2. Meta-training of the few-shot model (``zoo.few_shot_model``, the preset's head) on ``ways``-way ``shots``-shot
    episodes of the base classes (``queries`` per class) by the recipe's ``meta_optimizer``, one episode a step
-   (:func:`meta_train`, checkpointed).
+   (:func:`meta_train`, checkpointed; Keras' own training step, so on every backend).
 3. Evaluation: ``ways``-way episodes of the novel classes for each of ``eval_shots``, a fixed episode seed, mean
    accuracy +- 95 % interval (``training.evaluation.few_shot.few_shot_accuracy``).
 
@@ -26,13 +26,14 @@ from typing import Any
 import keras
 import numpy as np
 
-from ot_layers.optional import tensorflow_if_installed
 from ot_layers.validation import check_positive_int
 from training.data.datasets import image_arrays
-from training.data.episodes import EpisodeSampler, episode_dataset
+from training.data.episodes import EpisodeBatches
 from training.data.errors import EmptySliceError
 from training.data.fashion_mnist import fashion_mnist_split
-from training.data.pipelines import image_dataset
+from training.data.pipelines import array_batches
+from training.distributed.checkpoints import POINTER_FILE, load_weights_backup, save_weights_backup
+from training.distributed.fit import fit
 from training.evaluation.few_shot import few_shot_accuracy
 from training.recipes.common import (
     current_strategy,
@@ -45,12 +46,10 @@ from training.recipes.common import (
     standard_callbacks,
     write_preset,
 )
-from training.recipes.components import make_meta_optimizer, make_optimizer
+from training.recipes.components import compiled_step, make_meta_optimizer, make_optimizer
 from training.recipes.run_directory import claim_run_directory, run_identity
 from zoo.loading import build
 from zoo.models import image_classifier
-
-tf = tensorflow_if_installed("the few-shot meta-training loop")
 
 PRETRAINED_FILE = "pretrained_backbone.weights.h5"
 META_CHECKPOINTS = "meta_checkpoints"  # in the run directory: meta-training's checkpoints, resumed from
@@ -127,8 +126,9 @@ def training_setup(spec, limit=None, strategy=None, data_dir=None):
                                       data.pixel_mean, data.pixel_std, name=f"{spec.name}_pretraining")
         optimizer = make_optimizer(recipe, steps)
         loss = keras.losses.SparseCategoricalCrossentropy(from_logits=True)
-        classifier.compile(optimizer=optimizer, loss=loss, metrics=["accuracy"], jit_compile=recipe.jit_compile)
-    pretrain_data = image_dataset(images, labels, recipe.batch_size, training=True, pad=recipe.pad, seed=recipe.seed,
+        classifier.compile(optimizer=optimizer, loss=loss, metrics=["accuracy"],
+                           jit_compile=compiled_step(recipe.jit_compile))
+    pretrain_data = array_batches(images, labels, recipe.batch_size, training=True, pad=recipe.pad, seed=recipe.seed,
                                   augment=recipe.augment)
     return FewShotSetup(spec, model, images, labels, classifier, optimizer, loss, pretrain_data,
                         make_meta_optimizer(recipe))
@@ -150,8 +150,8 @@ def _check_episodes(labels, recipe, limit):
 def pretrain_backbone(setup, out_dir, verbose=2, extra_callbacks=()):
     """Stage 1: train the set-up's backbone with GAP + Dense on the base classes; returns the seconds it took."""
     start = time.time()
-    setup.classifier.fit(setup.pretrain_data, epochs=setup.spec.recipe.pretrain_epochs,
-                         callbacks=standard_callbacks(out_dir) + list(extra_callbacks), verbose=verbose)
+    fit(setup.classifier, setup.pretrain_data, epochs=setup.spec.recipe.pretrain_epochs,
+        callbacks=standard_callbacks(out_dir) + list(extra_callbacks), verbose=verbose)
     setup.model.get_layer("backbone").save_weights(os.path.join(out_dir, PRETRAINED_FILE))
     return time.time() - start
 
@@ -173,7 +173,9 @@ def train(name, out_dir, epochs=None, batch_size=None, limit=None, seed=None, ep
         recipe_overrides, pretrain_epochs=epochs, batch_size=batch_size, seed=seed, meta_episodes=episodes))
     recipe = spec.recipe
     pretrained_file = pretrained_backbone_path(pretrained) if pretrained is not None else None
-    single_replica = "one_device" if strategy == "one_device" else tf.distribute.get_strategy()
+    # One replica: meta-training takes one episode a step (TensorFlow: the current strategy, the default one).
+    single_replica = ("one_device" if strategy == "one_device" or keras.backend.backend() != "tensorflow"
+                      else current_strategy())
     strategy, _, _, extra_callbacks = run_options(name, single_replica, None, tensorboard)
     setup = training_setup(spec, limit=limit, strategy=strategy, data_dir=data_dir)
     claim_run_directory(out_dir, run_identity(spec, limit=limit, pretrained=pretrained_file),
@@ -215,57 +217,77 @@ def evaluate(preset, weights=None, limit=None, episodes=None, data_dir=None):
     return dict(metrics=metrics, card_metrics=card.get("metrics"), examples=examples)
 
 
+class MetaTrainingModel(keras.Model):
+    """A few-shot model as :func:`meta_train` fits it: the same inputs and logits, trained by the compiled loss
+    alone. The backbone's L2 penalty (``zoo.build(..., l2=...)``) belongs to pre-training, and meta-training's
+    objective is the episodes' query cross-entropy, as the presets were meta-trained; ``model.fit`` on the few-shot
+    model itself would add the penalty."""
+
+    def __init__(self, model, **kwargs):
+        super().__init__(**kwargs)
+        self.few_shot = model
+        self.built = model.built
+
+    def call(self, inputs, training=False):
+        return self.few_shot(list(inputs), training=training)
+
+    @property
+    def losses(self):
+        return []
+
+
 def meta_train(model, images, labels, episodes, optimizer, ways=5, shots=1, queries=15, seed=0, checkpoint_dir=None,
                checkpoint_every=100, jit_compile=True, log_every=50, verbose=1):
     """Episodic meta-training of a few-shot model (``zoo.few_shot_model``: inputs ``[query_images, support_images,
-    support_labels]``, logits ``(queries * ways, ways)``) by cross-entropy on the query labels, one episode a step.
+    support_labels]``, logits ``(queries * ways, ways)``) by cross-entropy on the query labels, one episode a step,
+    on every Keras backend (Keras' own training step, ``train_on_batch``; ``jit_compile`` as a recipe's: XLA on
+    TensorFlow and JAX, eager on PyTorch). The backbone's weight penalties are left out (:class:`MetaTrainingModel`).
 
-    Episode ``i`` is ``EpisodeSampler(labels, ways, shots, queries, seed).episode(i)`` drawn from ``images`` (raw
-    pixels, as the model takes them). With ``checkpoint_dir`` the model, the optimizer and the episode counter are
-    saved every ``checkpoint_every`` episodes (``tf.train.CheckpointManager``: written to a temporary file, then
-    renamed) and a new call resumes after the last saved episode, drawing the same episodes an uninterrupted run
-    would. Returns ``{"episode": [...], "loss": [...], "accuracy": [...]}``: means over each ``log_every`` episodes.
+    Episode ``i`` is ``EpisodeBatches(images, labels, episodes, ways, shots, queries, seed)[i]`` (raw pixels, as the
+    model takes them). With ``checkpoint_dir`` the model's weights, the optimizer's state and the episode count are
+    backed up every ``checkpoint_every`` episodes and at the end (``training.distributed.checkpoints.
+    save_weights_backup``: written to a temporary directory, then renamed), and a new call resumes after the last
+    backed-up episode, drawing the episodes an uninterrupted run would. Returns ``{"episode": [...], "loss": [...],
+    "accuracy": [...]}``: means over each ``log_every`` episodes.
     """
-    episodes = check_positive_int("episodes", episodes)
-    sampler = EpisodeSampler(labels, ways, shots, queries, seed)
-    loss_fn = keras.losses.SparseCategoricalCrossentropy(from_logits=True)
-    done = tf.Variable(0, dtype=tf.int64, trainable=False)
-    manager = None
+    batches = EpisodeBatches(images, labels, episodes, ways, shots, queries, seed)
+    checkpoint_every = check_positive_int("checkpoint_every", checkpoint_every)
+    log_every = check_positive_int("log_every", log_every)
+    trained = MetaTrainingModel(model)
+    trained.compile(optimizer=optimizer, loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True),
+                    metrics=["accuracy"], jit_compile=compiled_step(jit_compile))
+    done = 0
     if checkpoint_dir is not None:
-        checkpoint = tf.train.Checkpoint(model=model, optimizer=optimizer, episodes_done=done)
-        manager = tf.train.CheckpointManager(checkpoint, checkpoint_dir, max_to_keep=1)
-        if manager.latest_checkpoint:
-            checkpoint.restore(manager.latest_checkpoint)
-
-    @tf.function(jit_compile=jit_compile)
-    def step(query, support, support_labels, query_labels):
-        with tf.GradientTape() as tape:
-            logits = model([query, support, support_labels], training=True)
-            loss = loss_fn(query_labels, logits)
-        gradients = tape.gradient(loss, model.trainable_variables)
-        optimizer.apply_gradients(zip(gradients, model.trainable_variables))
-        correct = tf.cast(tf.equal(tf.argmax(logits, axis=-1, output_type=tf.int32), query_labels), tf.float32)
-        return loss, tf.reduce_mean(correct)
-
+        _check_checkpoint_format(checkpoint_dir)
+        progress = load_weights_backup(trained, checkpoint_dir, name="checkpoint_dir")
+        done = progress["episodes"] if progress is not None else 0
     history, window = {"episode": [], "loss": [], "accuracy": []}, []
-    for index in range(int(done.numpy()), episodes):
-        support, support_label, query, query_label = sampler.episode(index)
-        loss, accuracy = step(tf.constant(images[query], tf.float32), tf.constant(images[support], tf.float32),
-                              tf.constant(support_label, tf.int32), tf.constant(query_label, tf.int32))
-        window.append((float(loss), float(accuracy)))
-        done.assign(index + 1)
-        if manager is not None and ((index + 1) % checkpoint_every == 0 or index + 1 == episodes):
-            manager.save(checkpoint_number=index + 1)
-        if (index + 1) % log_every == 0 or index + 1 == episodes:
+    for index in range(done, batches.episodes):
+        inputs, query_labels = batches[index]
+        logs = trained.train_on_batch(inputs, query_labels, return_dict=True)
+        window.append((float(logs["loss"]), float(logs["accuracy"])))
+        if checkpoint_dir is not None and ((index + 1) % checkpoint_every == 0 or index + 1 == batches.episodes):
+            save_weights_backup(trained, checkpoint_dir, f"episodes-{index + 1:07d}", {"episodes": index + 1})
+        if (index + 1) % log_every == 0 or index + 1 == batches.episodes:
             mean_loss, mean_accuracy = np.mean(window, axis=0)
             history["episode"].append(index + 1)
             history["loss"].append(float(mean_loss))
             history["accuracy"].append(float(mean_accuracy))
             window = []
             if verbose:
-                print(f"episode {index + 1}/{episodes}: loss {mean_loss:.4f}, query accuracy {mean_accuracy:.4f}",
-                      flush=True)
+                print(f"episode {index + 1}/{batches.episodes}: loss {mean_loss:.4f}, query accuracy "
+                      f"{mean_accuracy:.4f}", flush=True)
     return history
+
+
+def _check_checkpoint_format(checkpoint_dir):
+    """Meta-training's backups are Keras weight files; a ``tf.train`` checkpoint (what otzoo's meta-training wrote
+    before it ran on every backend) cannot be resumed from: one line naming ``checkpoint_dir``."""
+    if os.path.isfile(os.path.join(checkpoint_dir, "checkpoint")) and not os.path.isfile(
+            os.path.join(checkpoint_dir, POINTER_FILE)):
+        raise ValueError(f"`checkpoint_dir` {checkpoint_dir!r} holds a tf.train checkpoint of an earlier otzoo's "
+                         "meta-training, which this version does not resume from; resume the run with that version, "
+                         "or delete the directory to meta-train again from the pre-trained backbone.")
 
 
 def check_evaluation_limit(spec, limit):
@@ -302,5 +324,5 @@ def fine_tune_setup(name, model, limit, seed, batch_size, queries):
             f"{needed} images or more; a {ways}-way episode needs {ways} (per class: {counts.tolist()}); "
             "give more images", parameter="limit", value=limit)
     episodes = max(1, len(images) // (ways * (1 + queries)))  # about one pass over the images
-    return model, keras.losses.SparseCategoricalCrossentropy(from_logits=True), episode_dataset(
+    return model, keras.losses.SparseCategoricalCrossentropy(from_logits=True), EpisodeBatches(
         images, labels, episodes, ways=ways, shots=1, queries=queries, seed=seed)

@@ -4,7 +4,7 @@ Each task is fitted the way its recipe trains it, from the pretrained weights, w
 on what comes from the task's recipe module (its ``fine_tune_setup``, reached through
 ``training.recipes.recipe_for``): classification by cross-entropy on the training images (the hyperspherical head by
 its pull loss, with the labels as a second input), retrieval by ProxyNCA++ on the seen classes' training images
-(fresh class proxies), few-shot on base-class episodes (``training.data.episodes.episode_dataset``). The images are
+(fresh class proxies), few-shot on base-class episodes (``training.data.episodes.EpisodeBatches``). The images are
 Fashion-MNIST's (:data:`FINE_TUNE_DATASET`): a preset of another data set is refused. The result is written with
 ``zoo.save_preset`` (Keras config, weights, card), a directory that ``zoo.load``, ``otzoo export`` and ``otzoo
 explain --weights`` read.
