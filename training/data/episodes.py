@@ -5,6 +5,7 @@ import numpy as np
 
 from ot_layers.optional import tensorflow_if_installed
 from ot_layers.validation import check_positive_int
+from training.data.arrays import check_arrays
 
 tf = tensorflow_if_installed("episode pipelines (tf.data)")
 
@@ -69,11 +70,9 @@ class EpisodeBatches(keras.utils.PyDataset):
     def __init__(self, images, labels, episodes, ways=5, shots=1, queries=15, seed=0):
         super().__init__()
         self.episodes = check_positive_int("episodes", episodes)
-        self.sampler = EpisodeSampler(labels, ways, shots, queries, seed)
         self.images = np.asarray(images)
-        if len(self.images) != len(np.asarray(labels)):
-            raise ValueError(f"`images` and `labels` must have the same length, got {len(self.images)} and "
-                             f"{len(np.asarray(labels))}.")
+        check_arrays(self.images, np.asarray(labels))
+        self.sampler = EpisodeSampler(labels, ways, shots, queries, seed)
 
     def __len__(self):
         return self.episodes
