@@ -1,0 +1,122 @@
+"""Few-shot meta-training speed: ``training.recipes.few_shot.meta_train`` (Keras' own training step, on every backend)
+beside the same episodic step written out in TensorFlow (a ``tf.function`` around a ``GradientTape``, XLA).
+
+Workload: the DeepEMD few-shot preset's model (``resnet20_emd_fewshot_fashion_mnist``: ResNet-20 with its L2 penalty,
+``EMDHead`` by Sinkhorn), 5-way 1-shot episodes with 15 queries per class from Fashion-MNIST's base classes (the first
+``--limit`` training images), SGD with momentum, as the preset's recipe meta-trains (``meta_train``'s defaults:
+``jit_compile`` XLA on TensorFlow and JAX, eager on PyTorch). The hand-written step is the peer on TensorFlow: the
+query cross-entropy without the penalty, one step per episode, the episodes ``meta_train`` draws.
+
+Timed: the steady cost of an episode, without compiling. Each method meta-trains a fresh model for ``--short`` and
+for ``--long`` episodes (each call compiles once); the episode cost is the difference of the two times over the
+difference of the counts. ``--rounds`` rounds; on TensorFlow the two methods alternate within each round, so that
+the load of other processes affects both alike. Every backend runs in a process of its own (``KERAS_BACKEND``).
+Reported: each method's median and minimum milliseconds per episode, and on TensorFlow the ratio of ``meta_train``'s
+median to the hand-written step's.
+
+    python benchmarks/meta_training.py [--rounds 3] [--out benchmarks/results/meta_training.json]
+"""
+import argparse
+import json
+import os
+import platform
+import statistics
+import subprocess
+import sys
+import time
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+PRESET = "resnet20_emd_fewshot_fashion_mnist"
+
+
+def _hand_written(model, images, labels, episodes, optimizer, seed=0):
+    """The episodic step written out in TensorFlow (XLA): each episode's query cross-entropy, one step."""
+    import tensorflow as tf
+
+    from training.data.episodes import EpisodeSampler
+
+    loss_fn = tf.keras.losses.SparseCategoricalCrossentropy(from_logits=True)
+    sampler = EpisodeSampler(labels, 5, 1, 15, seed)
+
+    @tf.function(jit_compile=True)
+    def step(query, support, support_labels, query_labels):
+        with tf.GradientTape() as tape:
+            loss = loss_fn(query_labels, model([query, support, support_labels], training=True))
+        optimizer.apply_gradients(zip(tape.gradient(loss, model.trainable_variables), model.trainable_variables))
+        return loss
+
+    for index in range(episodes):
+        support, support_label, query, query_label = sampler.episode(index)
+        float(step(tf.constant(images[query], tf.float32), tf.constant(images[support], tf.float32),
+                   tf.constant(support_label, tf.int32), tf.constant(query_label, tf.int32)))
+
+
+def worker(args):
+    """One backend's measurements, printed as one JSON line."""
+    import keras
+
+    from training.data.fashion_mnist import fashion_mnist_split
+    from training.recipes.few_shot import meta_train
+    from zoo.loading import build
+
+    images, labels = fashion_mnist_split("few_shot", "base", limit=args.limit, normalize=False, relabel=True)
+    methods = {"otzoo_meta_train": meta_train}
+    if keras.backend.backend() == "tensorflow":
+        methods["tensorflow_hand_written_xla"] = _hand_written
+    per_episode = {name: [] for name in methods}
+    for _ in range(args.rounds):
+        for name, method in methods.items():
+            seconds = []
+            for episodes in (args.short, args.long):
+                keras.utils.set_random_seed(0)
+                model = build(PRESET, l2=5e-4)
+                optimizer = keras.optimizers.SGD(0.005, momentum=0.9)
+                start = time.perf_counter()
+                if method is meta_train:
+                    meta_train(model, images, labels, episodes, optimizer, verbose=0)
+                else:
+                    method(model, images, labels, episodes, optimizer)
+                seconds.append(time.perf_counter() - start)
+            per_episode[name].append(1000.0 * (seconds[1] - seconds[0]) / (args.long - args.short))
+    print(json.dumps({"backend": keras.backend.backend(), "ms_per_episode": per_episode}))
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--short", type=int, default=5)
+    parser.add_argument("--long", type=int, default=35)
+    parser.add_argument("--limit", type=int, default=4000)
+    parser.add_argument("--backends", nargs="+", default=["tensorflow", "jax", "torch"])
+    parser.add_argument("--out", default=os.path.join(ROOT, "benchmarks", "results", "meta_training.json"))
+    parser.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.worker:
+        return worker(args)
+    results = {}
+    for backend in args.backends:
+        env = dict(os.environ, KERAS_BACKEND=backend, TF_CPP_MIN_LOG_LEVEL="3",
+                   PYTHONPATH=os.pathsep.join([ROOT] + [p for p in [os.environ.get("PYTHONPATH")] if p]))
+        proc = subprocess.run([sys.executable, __file__, "--worker", "--rounds", str(args.rounds), "--short",
+                               str(args.short), "--long", str(args.long), "--limit", str(args.limit)],
+                              capture_output=True, text=True, env=env)
+        if proc.returncode != 0:
+            results[backend] = {"skipped": proc.stderr.strip().splitlines()[-1] if proc.stderr.strip() else "failed"}
+            continue
+        measured = json.loads(proc.stdout.strip().splitlines()[-1])["ms_per_episode"]
+        results[backend] = {name: {"median_ms": round(statistics.median(v), 1), "min_ms": round(min(v), 1),
+                                   "rounds_ms": [round(x, 1) for x in v]} for name, v in measured.items()}
+        if "tensorflow_hand_written_xla" in results[backend]:
+            results[backend]["ratio_meta_train_to_hand_written"] = round(
+                results[backend]["otzoo_meta_train"]["median_ms"]
+                / results[backend]["tensorflow_hand_written_xla"]["median_ms"], 3)
+        print(backend, json.dumps(results[backend]), flush=True)
+    record = {"workload": f"{PRESET}: 5-way 1-shot, 15 queries per class, SGD momentum 0.9; steady ms per episode "
+                          f"({args.long} minus {args.short} episodes)", "rounds": args.rounds,
+              "machine": f"{platform.machine()} x{os.cpu_count()}", "results": results}
+    with open(args.out, "w") as handle:
+        json.dump(record, handle, indent=1)
+
+
+if __name__ == "__main__":
+    main()
