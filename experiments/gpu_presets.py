@@ -62,15 +62,13 @@ from scipy import stats  # noqa: E402
 from explain.signals import read_training_log  # noqa: E402
 from otzoo.arguments import positive_int  # noqa: E402
 from training.data.errors import EmptySliceError  # noqa: E402
-from training.data.pipelines import array_batches  # noqa: E402
 from training.distributed.checkpoints import write_text_atomically  # noqa: E402
 from training.distributed.fit import fit  # noqa: E402
 from training.distributed.keras_distribution import hardware_description  # noqa: E402
 from training.recipes import recipe_for, train_preset  # noqa: E402
 from training.recipes.common import preset_spec, standard_callbacks  # noqa: E402
-from training.recipes.components import compiled_step, make_optimizer  # noqa: E402
 from training.recipes.run_directory import read_mark  # noqa: E402
-from zoo.loading import build  # noqa: E402
+from training.tuning.trial import trial_score, trial_setup  # noqa: E402
 from zoo.preset_format import (CARD_FILE, CONFIG_FILE, WEIGHTS_FILE, WeightsIntegrityError, check_sha256,  # noqa: E402
                                read_card)
 
@@ -91,26 +89,19 @@ def validation_score(preset, epochs, seed, limit=None, fraction=0.1, verbose=2, 
     epochs in ``run_dir/log.csv`` (the losses returned are the log's, every call's); ``callbacks`` go to ``fit``."""
     spec = preset_spec(preset, epochs=epochs, seed=seed)
     recipe, task = spec.recipe, recipe_for(spec.task)
-    train, (val_images, val_labels), _ = task.tuning_data(limit, fraction, 0)  # one validation part for all runs
-    images, labels = train
-    if len(images) < recipe.batch_size:
-        raise EmptySliceError(f"{len(images)} training images left after the validation part, fewer than one batch "
+    train, validation, _ = task.tuning_data(limit, fraction, 0)  # one validation part for all runs
+    if len(train[0]) < recipe.batch_size:
+        raise EmptySliceError(f"{len(train[0])} training images left after the validation part, fewer than one batch "
                               f"of {recipe.batch_size}; raise `limit`", "limit", limit)
     keras.utils.set_random_seed(seed)
-    model = build(spec, l2=recipe.l2)
-    trained, loss, layer_callbacks, feed = task.tuning_parts(spec, model, train, recipe)
-    steps = len(images) // recipe.batch_size * epochs
-    trained.compile(optimizer=make_optimizer(recipe, steps), loss=loss, jit_compile=compiled_step(recipe.jit_compile))
-    data = array_batches(images, labels, recipe.batch_size, training=True, augment=recipe.augment, pad=recipe.pad,
-                         seed=seed)
+    trial = trial_setup(spec, train)
     if run_dir:
         os.makedirs(run_dir, exist_ok=True)
-    run_callbacks = list(layer_callbacks) + (standard_callbacks(run_dir) if run_dir else []) + list(callbacks)
-    _, history = fit(trained, data.map(feed) if feed is not None else data, epochs=epochs, callbacks=run_callbacks,
-                     verbose=verbose)
-    outputs = model.predict(array_batches(val_images, val_labels, 256).map(lambda x, y: x), verbose=0)
+    run_callbacks = trial.callbacks + (standard_callbacks(run_dir) if run_dir else []) + list(callbacks)
+    _, history = fit(trial.trained, trial.batches, epochs=epochs, callbacks=run_callbacks, verbose=verbose)
+    score = trial_score(spec, trial.served, validation)
     losses = _logged_losses(run_dir) if run_dir else history.history["loss"]
-    return float(task.tuning_score(outputs, val_labels)), [round(float(v), 4) for v in losses]
+    return score, [round(float(v), 4) for v in losses]
 
 
 def _logged_losses(run_dir):

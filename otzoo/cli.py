@@ -331,9 +331,9 @@ USER_ERRORS = (CommandError, EmptySliceError, ResumeMismatchError, DataUnavailab
                PresetFormatError, MissingExtraError)
 
 
-# Commands built on TensorFlow-only machinery: keras-tuner's tf.distribute trials (tune) and the SavedModel / ONNX
-# converters (export). ``train`` runs on every backend but for the parts named in :func:`check_train_backend`.
-TENSORFLOW_COMMANDS = ("tune", "export")
+# Commands built on TensorFlow-only machinery: the SavedModel and ONNX converters (export). ``train`` runs on every
+# backend but for the parts named in :func:`check_train_backend`.
+TENSORFLOW_COMMANDS = ("export",)
 
 
 def check_backend(args):
@@ -344,10 +344,10 @@ def check_backend(args):
         raise CommandError(f"backend: Keras already runs on {active} in this process; start otzoo with --backend "
                            f"{args.backend} first on its command line, or set KERAS_BACKEND={args.backend}.")
     if args.command in TENSORFLOW_COMMANDS and active != "tensorflow":
-        raise CommandError(f"backend: otzoo {args.command} runs on the TensorFlow backend (tf.distribute, the SavedModel "
-                           f"and ONNX converters), and Keras runs on {active}. On {active}, use otzoo train, "
-                           f"evaluate, fine-tune and explain, or zoo.load and model.fit; weights saved there load "
-                           f"on and export from TensorFlow.")
+        raise CommandError(f"backend: otzoo {args.command} runs on the TensorFlow backend (the SavedModel and ONNX "
+                           f"converters), and Keras runs on {active}. On {active}, use otzoo train, evaluate, "
+                           f"fine-tune, tune and explain, or zoo.load and model.fit; weights saved there load on and "
+                           f"export from TensorFlow.")
     if args.command == "train" and active != "tensorflow":
         check_train_backend(args, active)
 

@@ -14,7 +14,8 @@ from zoo.registry import PRESETS
 def run(args):
     """Search the head's parameters and the learning rate on a validation part of the training split (for a
     retrieval preset: held-out seen classes, scored by MAP@R); print the trials and write OUT/best.json (read by
-    ``otzoo train --config`` through ``training.recipes.tuned_config.load_tuned_config``)."""
+    ``otzoo train --config`` through ``training.recipes.tuned_config.load_tuned_config``). Each trial trains by the
+    preset's recipe on one device of the active backend (TensorFlow, JAX or PyTorch)."""
 
     spec = PRESETS[args.preset]
     if tuning_objective(spec.task) is None:
@@ -30,8 +31,7 @@ def run(args):
 
 
 def _backbone(text):
-
-
+    """``--backbone``: a ``zoo.BACKBONES`` name."""
     if text not in BACKBONES:
         raise argparse.ArgumentTypeError(f"unknown backbone {text!r}; known: {', '.join(BACKBONES)}")
     return text

@@ -17,32 +17,41 @@ from zoo.registry import PRESETS
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 PRESET = "resnet20_mpw_fashion_mnist"
+# On PYTHONPATH, this folder's sitecustomize makes ``import tensorflow`` fail, as on a machine without TensorFlow.
+WITHOUT_TENSORFLOW = os.path.join(ROOT, "tests", "backends", "without_tensorflow_site")
+
+
+def _training_split_only(tmp_path):
+    """A Fashion-MNIST folder holding the real training files and unreadable test files: a search that read the
+    test split would fail."""
+    data = tmp_path / "fashion"
+    data.mkdir()
+    for name in ("train-images-idx3-ubyte.gz", "train-labels-idx1-ubyte.gz"):
+        os.symlink(os.path.join(fashion_mnist_dir(), name), data / name)
+    for name in ("t10k-images-idx3-ubyte.gz", "t10k-labels-idx1-ubyte.gz"):
+        (data / name).write_bytes(b"not the test split")
+    return data
+
+
+def _recorded_trials(out, preset):
+    """keras-tuner's own record of the trials of a search in ``out`` (independent of otzoo's summary code), by id."""
+    trials = [json.load(open(path)) for path in glob.glob(str(out / "tuner" / preset / "trial_*" / "trial.json"))]
+    return {trial["trial_id"]: trial for trial in trials}
 
 
 @pytest.mark.slow  # three trainings in a subprocess: 25-38 s measured on the 2-core dev machine
 @pytest.mark.fashion_mnist
 def test_tune_three_trials_from_the_cli_reports_the_best(tmp_path):
-    # The data folder holds the real training files and unreadable test files: reading the test split would fail.
-    data = tmp_path / "fashion"
-    data.mkdir()
-    source = fashion_mnist_dir()
-    for name in ("train-images-idx3-ubyte.gz", "train-labels-idx1-ubyte.gz"):
-        os.symlink(os.path.join(source, name), data / name)
-    for name in ("t10k-images-idx3-ubyte.gz", "t10k-labels-idx1-ubyte.gz"):
-        (data / name).write_bytes(b"not the test split")
     out = tmp_path / "tune"
-    env = dict(os.environ, OTZOO_FASHION_MNIST=str(data), CUDA_VISIBLE_DEVICES="", TF_CPP_MIN_LOG_LEVEL="2")
+    env = dict(os.environ, OTZOO_FASHION_MNIST=str(_training_split_only(tmp_path)), CUDA_VISIBLE_DEVICES="",
+               TF_CPP_MIN_LOG_LEVEL="2")
     result = subprocess.run([sys.executable, "-m", "otzoo", "tune", PRESET, "--trials", "3", "--limit", "512",
                              "--epochs", "1", "--batch-size", "64", "--backbone", "small_convnet", "--out", str(out)],
                             env=env, cwd=ROOT, capture_output=True, text=True, timeout=600)
     assert result.returncode == 0, result.stderr[-3000:]
     config = load_tuned_config(str(out / "best.json"), preset=PRESET)
 
-    # keras-tuner's own record of the trials (independent of the summary code)
-    recorded = {}
-    for path in glob.glob(str(out / "tuner" / PRESET / "trial_*" / "trial.json")):
-        trial = json.load(open(path))
-        recorded[trial["trial_id"]] = trial
+    recorded = _recorded_trials(out, PRESET)
     assert len(recorded) == 3 and all(t["status"] == "COMPLETED" for t in recorded.values())
     best_id = max(recorded, key=lambda k: recorded[k]["score"])
     best = recorded[best_id]["hyperparameters"]["values"]
@@ -64,12 +73,7 @@ def test_tune_three_trials_from_the_cli_reports_the_best(tmp_path):
 @pytest.mark.fashion_mnist
 def test_tune_a_retrieval_preset_scores_map_at_r_on_held_out_seen_classes(tmp_path):
     preset = "resnet20_gsp_retrieval_fashion_mnist"
-    data = tmp_path / "fashion"
-    data.mkdir()
-    for name in ("train-images-idx3-ubyte.gz", "train-labels-idx1-ubyte.gz"):
-        os.symlink(os.path.join(fashion_mnist_dir(), name), data / name)
-    for name in ("t10k-images-idx3-ubyte.gz", "t10k-labels-idx1-ubyte.gz"):
-        (data / name).write_bytes(b"not the test split")
+    data = _training_split_only(tmp_path)
     out = tmp_path / "tune"
     env = dict(os.environ, OTZOO_FASHION_MNIST=str(data), CUDA_VISIBLE_DEVICES="", TF_CPP_MIN_LOG_LEVEL="2")
     result = subprocess.run([sys.executable, "-m", "otzoo", "tune", preset, "--trials", "2", "--limit",
@@ -77,7 +81,7 @@ def test_tune_a_retrieval_preset_scores_map_at_r_on_held_out_seen_classes(tmp_pa
                              str(out)], env=env, cwd=ROOT, capture_output=True, text=True, timeout=600)
     assert result.returncode == 0, result.stderr[-3000:]
     config = load_tuned_config(str(out / "best.json"), preset=preset)
-    recorded = [json.load(open(p)) for p in glob.glob(str(out / "tuner" / preset / "trial_*" / "trial.json"))]
+    recorded = list(_recorded_trials(out, preset).values())
     assert len(recorded) == 2 and all(t["status"] == "COMPLETED" for t in recorded)
     best = max(recorded, key=lambda t: t["score"])
     assert config["objective"] == "val_map_at_r" and config["score"] == pytest.approx(best["score"])
@@ -87,6 +91,72 @@ def test_tune_a_retrieval_preset_scores_map_at_r_on_held_out_seen_classes(tmp_pa
     labels = np.frombuffer(__import__("gzip").open(data / "train-labels-idx1-ubyte.gz").read()[8:], np.uint8)[:1200]
     assert config["search"]["validation_examples"] == int(np.isin(labels, [3, 4]).sum())
     assert config["search"]["train_examples"] == int(np.isin(labels, [0, 1, 2]).sum())
+
+
+@pytest.mark.slow  # two small-ConvNet trials in a subprocess: 25 s (JAX) and 15 s (PyTorch) on the 2-core machine
+@pytest.mark.fashion_mnist
+@pytest.mark.parametrize("backend", ["jax", "torch"])
+def test_tune_runs_without_tensorflow_and_tensorflow_scores_its_trials_alike(backend, tmp_path):
+    """``otzoo --backend jax|torch tune`` where ``import tensorflow`` fails: the search completes, and TensorFlow
+    (this process), loading each trial's checkpoint into the trial's architecture, computes the validation accuracy
+    keras-tuner recorded for it (the trial trained and scored on the other backend, the score taken by the last
+    epoch's weights, which keras-tuner checkpoints)."""
+    pytest.importorskip(backend)
+    from training.recipes.classification import tuning_data
+    from zoo.loading import build
+
+    data, out = _training_split_only(tmp_path), tmp_path / "tune"
+    env = dict(os.environ, OTZOO_FASHION_MNIST=str(data), KERAS_BACKEND=backend, TF_CPP_MIN_LOG_LEVEL="3",
+               PYTHONPATH=os.pathsep.join([WITHOUT_TENSORFLOW, ROOT]))
+    result = subprocess.run([sys.executable, "-m", "otzoo", "--backend", backend, "tune", PRESET, "--trials", "2",
+                             "--limit", "512", "--epochs", "1", "--batch-size", "64", "--backbone", "small_convnet",
+                             "--out", str(out)], env=env, cwd=str(tmp_path), capture_output=True, text=True,
+                            timeout=600)
+    assert result.returncode == 0, result.stderr[-3000:]
+    recorded = _recorded_trials(out, PRESET)
+    assert len(recorded) == 2 and all(t["status"] == "COMPLETED" for t in recorded.values())
+    config = load_tuned_config(str(out / "best.json"), preset=PRESET)
+    assert config["score"] == pytest.approx(max(t["score"] for t in recorded.values()))
+
+    os.environ["OTZOO_FASHION_MNIST"], previous = str(data), os.environ.get("OTZOO_FASHION_MNIST")
+    try:
+        _, (images, labels), _ = tuning_data(512, 0.2, 0)  # the search's validation part (--seed 0)
+    finally:
+        if previous is None:
+            del os.environ["OTZOO_FASHION_MNIST"]
+        else:
+            os.environ["OTZOO_FASHION_MNIST"] = previous
+    for trial_id, trial in recorded.items():
+        values = trial["hyperparameters"]["values"]
+        model = build(PRESET, backbone="small_convnet", epsilon=values["epsilon"], num_proxies=values["num_proxies"])
+        model.load_weights(str(out / "tuner" / PRESET / f"trial_{trial_id}" / "checkpoint.weights.h5"))
+        accuracy = float(np.mean(np.argmax(model.predict(images, verbose=0), axis=-1) == labels))
+        assert abs(accuracy - trial["score"]) <= 1 / len(labels) + 1e-9, (trial_id, accuracy, trial["score"])
+
+
+def test_a_trial_trains_by_the_recipe_weight_decay_included():
+    """A trial (``otzoo tune``'s, and a budget-selection run of ``experiments/gpu_presets.py``) trains what ``otzoo
+    train`` trains: the ResNet backbone's convolutions carry the recipe's L2 penalty (the trials used to leave it
+    out), the sampled head arguments reach the head, and a small backbone swapped in for a quick search has no
+    penalty."""
+    import keras
+
+    from training.tuning.trial import trial_setup
+
+    spec = PRESETS[PRESET].with_recipe(epochs=2, batch_size=16, learning_rate=0.01)
+    images = np.random.default_rng(0).integers(0, 256, (40, 28, 28, 1)).astype(np.uint8)
+    labels = np.arange(40) % 10
+    keras.utils.set_random_seed(0)
+    trial = trial_setup(spec, (images, labels), {"num_proxies": 2})
+    kernels = [layer.kernel for layer in trial.served.get_layer("backbone")._flatten_layers()
+               if isinstance(layer, keras.layers.Conv2D)]
+    expected = spec.recipe.l2 * sum(float(np.sum(np.square(keras.ops.convert_to_numpy(k)))) for k in kernels)
+    penalty = sum(float(keras.ops.convert_to_numpy(loss)) for loss in trial.trained.losses)
+    assert spec.recipe.l2 > 0 and len(kernels) > 10 and penalty == pytest.approx(expected, rel=1e-5)
+    assert trial.served.get_layer("mpw_head").num_proxies == 2
+    assert float(keras.ops.convert_to_numpy(trial.trained.optimizer.learning_rate)) == pytest.approx(0.01)
+    quick = trial_setup(spec, (images, labels), backbone="small_convnet")
+    assert quick.trained.losses == [] and quick.served.get_layer("small_convnet") is not None
 
 
 def test_validation_split_is_stratified_and_disjoint():

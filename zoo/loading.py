@@ -60,11 +60,15 @@ def model_card(name):
                 command=f"otzoo train {name}")
 
 
+# The backbones ``build``'s ``l2`` (the recipes' weight decay) applies to: the CIFAR-style ResNets.
+L2_BACKBONES = ("resnet20", "resnet32", "resnet56")
+
+
 def _backbone(backbone, input_shape, l2):
     """The feature extractor ``backbone`` (a name) for ``input_shape``, named ``backbone``; ``l2`` applies to the
     CIFAR-style ResNets."""
     input_shape = tuple(input_shape)
-    if backbone in ("resnet20", "resnet32", "resnet56"):
+    if backbone in L2_BACKBONES:
         return cifar_resnet(int(backbone[len("resnet"):]), input_shape, l2=l2, name="backbone")
     if l2:
         raise ValueError(f"`l2` applies to the CIFAR-style ResNet backbones only, not to {backbone!r}.")

@@ -5,14 +5,18 @@ each trial builds the preset's architecture with the sampled head arguments, tra
 the training split minus a validation part carved from it (the test split is never read), and is scored on that
 validation part. What is carved, trained and scored is the task's, from its recipe module
 (``training.recipes.recipe_for(task)``: ``TUNING_OBJECTIVE``, ``tuning_data``, ``tuning_parts``,
-``tuning_score``):
+``tuning_score``), and a trial trains by the recipe ``otzoo train`` follows, weight decay included
+(:func:`training.tuning.trial.trial_setup`), on any Keras backend:
 
 - classification presets: a class-stratified share of the training images (:func:`validation_split`), scored by
   accuracy (``val_accuracy``);
 - retrieval presets: whole seen classes held out (:func:`held_out_classes_split`, the retrieval protocol one level
   down: the trial trains on the other seen classes and is scored by cosine-retrieval MAP@R among the held-out
-  classes' training images, ``val_map_at_r``). It prints a summary of the trials and writes the best
-configuration as JSON (:data:`CONFIG_FORMAT`), which :func:`load_tuned_config` reads back for ``otzoo train``.
+  classes' training images, ``val_map_at_r``).
+
+It prints a summary of the trials and writes the best configuration as JSON (:data:`CONFIG_FORMAT`), which
+``training.recipes.tuned_config.load_tuned_config`` reads back for ``otzoo train --config``. The trials run on one
+device (a JAX run does not spread them over several with ``keras.distribution``).
 
 Search spaces by head (the vocabulary of ``docs/api.md``):
 
@@ -30,23 +34,20 @@ Trials run for the presets whose task has a ``TUNING_OBJECTIVE`` (classification
 the few-shot head's space is defined here but its trials need the episodic recipe: a few-shot preset raises a
 ``ValueError`` saying so.
 """
-import dataclasses
 import json
 import math
 import os
 
 import keras
 
-import zoo
 from ot_layers.optional import require
 from ot_layers.validation import check_positive_int
 from training.data.errors import EmptySliceError
-from training.data.pipelines import image_dataset
 from training.recipes import RECIPES, recipe_for
-from training.recipes.components import make_optimizer
 from training.recipes.run_directory import claim_run_directory, run_identity
 from training.recipes.tuned_config import CONFIG_FORMAT
 from training.recipes.validation import VALIDATION_IMAGES_PER_CLASS, held_out_classes_split, validation_split
+from training.tuning.trial import trial_score, trial_setup
 from zoo.registry import PRESETS
 
 # The JSON written by ``tune`` (``OUT/best.json``):
@@ -103,56 +104,40 @@ def _sample(hp, param):
 
 
 class _ValidationScore(keras.callbacks.Callback):
-    """Adds the task's objective (``objective``, e.g. ``val_accuracy`` or ``val_map_at_r``: ``score(outputs,
-    labels)``) of ``served`` (the served model: images -> logits or embeddings) on the validation images to each
-    epoch's logs, before the tuner's callbacks read it."""
+    """Adds the task's objective (``objective``, e.g. ``val_accuracy`` or ``val_map_at_r``) of a trial's ``served``
+    model on the ``validation`` images to each epoch's logs (``training.tuning.trial.trial_score``), before the
+    tuner's callbacks read it."""
 
-    def __init__(self, objective, score, served, images, labels, batch_size=256):
+    def __init__(self, objective, spec, served, validation):
         super().__init__()
-        self.objective, self.score = objective, score
-        self.served, self.images, self.labels, self.batch_size = served, images, labels, batch_size
+        self.objective, self.spec, self.served, self.validation = objective, spec, served, validation
 
     def on_epoch_end(self, epoch, logs=None):
-        outputs = self.served.predict(self.images, batch_size=self.batch_size, verbose=0)
         if logs is not None:
-            logs[self.objective] = float(self.score(outputs, self.labels))
+            logs[self.objective] = trial_score(self.spec, self.served, self.validation)
 
 
-def _trial_parts(spec, served, data, recipe):
-    """``(model fit trains, loss, callbacks before the scorer, batch feed or None, scorer)`` of one trial, by the
-    task's recipe module."""
-    task_recipe = recipe_for(spec.task)
-    train, (x_val, y_val) = data
-    model, loss, head_callbacks, feed = task_recipe.tuning_parts(spec, served, train, recipe)
-    scorer = _ValidationScore(task_recipe.TUNING_OBJECTIVE, task_recipe.tuning_score, served, x_val, y_val)
-    return model, loss, head_callbacks, feed, scorer
-
-
-def _preset_hypermodel(name, spec, params, data, epochs, batch_size, backbone):
+def _preset_hypermodel(spec, params, data, backbone):
+    """keras-tuner's hypermodel of a search on preset ``spec`` (its recipe set to the search's ``epochs`` and
+    ``batch_size``): each trial is a ``training.tuning.trial`` run with the sampled head arguments and learning
+    rate, trained on ``data[0]`` and scored on ``data[1]``."""
     kt = require("keras_tuner", "tune", "otzoo tune")
-
-
-    recipe = spec.recipe
-    x_train, y_train = data[0]
-    steps = max(1, len(x_train) // batch_size) * epochs
+    train, validation = data
+    objective = tuning_objective(spec.task)
 
     class PresetHyperModel(kt.HyperModel):
         def build(self, hp):
             values = {p["name"]: _sample(hp, p) for p in params}
             head_kwargs = {p["name"]: values[p["name"]] for p in params if p["target"] == "head"}
-            served = zoo.build(name, **({"backbone": backbone} if backbone else {}), **head_kwargs)
-            optimizer = make_optimizer(dataclasses.replace(recipe, learning_rate=values["learning_rate"]), steps)
-            model, loss, self.head_callbacks, self.feed, self.scorer = _trial_parts(spec, served, data, recipe)
-            model.compile(optimizer, loss)
-            return model
+            trial_spec = spec.with_recipe(learning_rate=values["learning_rate"])
+            self.trial = trial_setup(trial_spec, train, head_kwargs, backbone)
+            self.scorer = _ValidationScore(objective, trial_spec, self.trial.served, validation)
+            return self.trial.trained
 
         def fit(self, hp, model, *args, callbacks=None, **kwargs):
-            callbacks = self.head_callbacks + [self.scorer] + list(callbacks or [])
-            train = image_dataset(x_train, y_train, batch_size, training=True, pad=recipe.pad, seed=recipe.seed,
-                                  augment=recipe.augment)
-            if self.feed is not None:
-                train = train.map(self.feed)
-            return model.fit(train, epochs=epochs, callbacks=callbacks, verbose=kwargs.get("verbose", 0))
+            callbacks = self.trial.callbacks + [self.scorer] + list(callbacks or [])
+            return model.fit(self.trial.batches, epochs=spec.recipe.epochs, callbacks=callbacks,
+                             verbose=kwargs.get("verbose", 0))
 
     return PresetHyperModel()
 
@@ -191,8 +176,6 @@ def tune(preset, trials, out_dir, epochs=1, limit=None, batch_size=None, backbon
     ``GSPPrototypeInit``): give it ``epochs >= 2``.
     """
     kt = require("keras_tuner", "tune", "otzoo tune")
-
-
     if preset not in PRESETS:
         raise ValueError(f"`preset` {preset!r} is unknown; known presets: {', '.join(sorted(PRESETS))}.")
     trials = check_positive_int("trials", trials)
@@ -220,7 +203,8 @@ def tune(preset, trials, out_dir, epochs=1, limit=None, batch_size=None, backbon
                               f"batch of {batch_size}; lower `batch_size` or raise `limit`",
                               *(("limit", limit) if limit is not None else ("batch_size", batch_size)))
     claim_run_directory(out_dir, search, state=("tuner",) if resume else (), restarts=() if resume else ("tuner",))
-    hypermodel = _preset_hypermodel(preset, spec, params, (train, val), epochs, batch_size, backbone)
+    trial_spec = spec.with_recipe(epochs=epochs, batch_size=batch_size)
+    hypermodel = _preset_hypermodel(trial_spec, params, (train, val), backbone)
     tuner = kt.RandomSearch(hypermodel, objective=kt.Objective(objective, direction="max"), max_trials=trials,
                             seed=seed, directory=os.path.join(out_dir, "tuner"), project_name=preset,
                             overwrite=not resume)
