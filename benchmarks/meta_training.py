@@ -60,7 +60,7 @@ def worker(args):
     from zoo.loading import build
 
     images, labels = fashion_mnist_split("few_shot", "base", limit=args.limit, normalize=False, relabel=True)
-    methods = {"otzoo_meta_train": meta_train}
+    methods = {"otzoo_meta_train": lambda *run: meta_train(*run, verbose=0)}
     if keras.backend.backend() == "tensorflow":
         methods["tensorflow_hand_written_xla"] = _hand_written
     per_episode = {name: [] for name in methods}
@@ -72,10 +72,7 @@ def worker(args):
                 model = build(PRESET, l2=5e-4)
                 optimizer = keras.optimizers.SGD(0.005, momentum=0.9)
                 start = time.perf_counter()
-                if method is meta_train:
-                    meta_train(model, images, labels, episodes, optimizer, verbose=0)
-                else:
-                    method(model, images, labels, episodes, optimizer)
+                method(model, images, labels, episodes, optimizer)
                 seconds.append(time.perf_counter() - start)
             per_episode[name].append(1000.0 * (seconds[1] - seconds[0]) / (args.long - args.short))
     print(json.dumps({"backend": keras.backend.backend(), "ms_per_episode": per_episode}))

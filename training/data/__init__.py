@@ -8,6 +8,6 @@ from training.data.splits import CLASS_SPLITS, PROTOCOLS, class_split, protocol_
 from training.data.tfds import TFDS_DATASETS, tfds_dataset, tfds_split_dataset
 
 __all__ = ["EpisodeBatches", "EpisodeSampler", "episode_dataset", "fashion_mnist_dir", "fashion_mnist_split",
-           "load_fashion_mnist", "image_dataset", "pad_crop_flip", "ClassBalancedBatches", "class_balanced_indices", "CLASS_SPLITS",
-           "PROTOCOLS", "class_split", "protocol_split", "select_classes", "TFDS_DATASETS", "tfds_dataset",
-           "tfds_split_dataset"]
+           "load_fashion_mnist", "image_dataset", "pad_crop_flip", "ClassBalancedBatches", "class_balanced_indices",
+           "CLASS_SPLITS", "PROTOCOLS", "class_split", "protocol_split", "select_classes", "TFDS_DATASETS",
+           "tfds_dataset", "tfds_split_dataset"]
