@@ -158,6 +158,30 @@ def test_otzoo_tune_resumes_the_same_search_only(tmp_path, capsys, monkeypatch, 
     assert _recorded(out)["options"]["epochs"] == 2
 
 
+def test_a_search_whose_trials_left_the_weight_decay_out_is_not_resumed(tmp_path, capsys, monkeypatch,
+                                                                         stopped_after_claim):
+    """An earlier otzoo's trials left the recipe's weight decay out (its ``run.json`` records no
+    ``options.weight_decay``): continuing its search would rank trials of two objectives together, so ``--resume``
+    refuses it in one line; a search on a small backbone, which has no weight decay, records 0."""
+    monkeypatch.setattr(classification, "tuning_data", _tuning_data(512))
+    mpw, out = "resnet20_mpw_fashion_mnist", tmp_path / "tune"
+    command = ["tune", mpw, "--limit", "512", "--epochs", "1", "--trials", "2", "--out", str(out)]
+    with pytest.raises(_Stop):
+        cli.main(command)
+    _state(out, "tuner")
+    record = _recorded(out)
+    assert record["options"]["weight_decay"] == 0.0005
+    del record["options"]["weight_decay"]
+    (out / RUN_FILE).write_text(json.dumps(record))
+    capsys.readouterr()
+    assert cli.main(command + ["--resume"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "options.weight_decay: absent there, 0.0005 here" in err
+    with pytest.raises(_Stop):
+        cli.main(command + ["--backbone", "small_convnet", "--out", str(tmp_path / "quick")])
+    assert _recorded(tmp_path / "quick")["options"]["weight_decay"] == 0.0
+
+
 def test_a_refused_command_leaves_the_run_record_as_it_was(tmp_path, capsys, monkeypatch, stopped_after_claim):
     """A search refused for its input (too few training images left) leaves ``run.json`` as it was, so the search
     recorded there still resumes (the record used to be replaced before the data were checked)."""

@@ -47,7 +47,7 @@ from training.recipes import RECIPES, recipe_for
 from training.recipes.run_directory import claim_run_directory, run_identity
 from training.recipes.tuned_config import CONFIG_FORMAT
 from training.recipes.validation import VALIDATION_IMAGES_PER_CLASS, held_out_classes_split, validation_split
-from training.tuning.trial import trial_score, trial_setup
+from training.tuning.trial import trial_score, trial_setup, trial_weight_decay
 from zoo.registry import PRESETS
 
 # The JSON written by ``tune`` (``OUT/best.json``):
@@ -194,8 +194,10 @@ def tune(preset, trials, out_dir, epochs=1, limit=None, batch_size=None, backbon
     params = search_space(spec)
     # A resumed search must be the same search: its trials are ranked together and best.json states its settings.
     # ``trials`` may differ (a search continued for more trials).
+    # ``weight_decay``: a search begun by an otzoo whose trials left the recipe's weight decay out is not resumed.
     search = run_identity(spec, epochs=epochs, limit=limit, batch_size=batch_size, backbone=backbone,
-                          validation_fraction=validation_fraction, seed=seed, space=params)
+                          validation_fraction=validation_fraction, seed=seed, space=params,
+                          weight_decay=trial_weight_decay(spec, backbone))
     keras.utils.set_random_seed(seed)
     train, val, split = recipe_for(spec.task).tuning_data(limit, validation_fraction, seed)  # never the test split
     if len(train[0]) < batch_size:

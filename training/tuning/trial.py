@@ -42,15 +42,19 @@ def trial_setup(spec, train, head_kwargs=None, backbone=None):
     recipe, task = spec.recipe, recipe_for(spec.task)
     images, labels = train
     overrides = dict(head_kwargs or {}, **({"backbone": backbone} if backbone else {}))
-    # The recipe's weight decay is the ResNet backbone's; a backbone swapped in for a quick search has none.
-    l2 = recipe.l2 if (backbone or spec.architecture.backbone) in L2_BACKBONES else 0.0
-    served = build(spec, l2=l2, **overrides)
+    served = build(spec, l2=trial_weight_decay(spec, backbone), **overrides)
     trained, loss, callbacks, feed = task.tuning_parts(spec, served, train, recipe)
     steps = len(images) // recipe.batch_size * recipe.epochs
     trained.compile(optimizer=make_optimizer(recipe, steps), loss=loss, jit_compile=compiled_step(recipe.jit_compile))
     batches = array_batches(images, labels, recipe.batch_size, training=True, augment=recipe.augment, pad=recipe.pad,
                             seed=recipe.seed)
     return Trial(served, trained, list(callbacks), batches.map(feed) if feed is not None else batches)
+
+
+def trial_weight_decay(spec, backbone=None):
+    """The L2 penalty a trial of ``spec`` puts on its backbone's kernels: the recipe's ``l2`` on a ResNet backbone
+    (``zoo.loading.L2_BACKBONES``), none on a ``backbone`` swapped in for a quick search."""
+    return float(spec.recipe.l2) if (backbone or spec.architecture.backbone) in L2_BACKBONES else 0.0
 
 
 def trial_score(spec, served, validation):
