@@ -41,6 +41,19 @@ def check_installed(module_name, extra, feature=None):
         raise MissingExtraError(_message(module_name, extra, feature), name=module_name)
 
 
+def require_tensorflow(feature, advice):
+    """Import and return ``tensorflow`` for ``feature``, a part that needs TensorFlow on any Keras backend (e.g.
+    Keras' TensorBoard callback, which writes with ``tf.summary``); where it is not installed (a machine with JAX or
+    PyTorch only) raise :class:`MissingExtraError` naming the feature, with ``advice`` (what to do instead)."""
+    try:
+        return importlib.import_module("tensorflow")
+    except ModuleNotFoundError as error:
+        if (error.name or "").partition(".")[0] != "tensorflow":
+            raise
+        raise MissingExtraError(f"{feature} needs tensorflow, which is not installed here: pip install tensorflow, "
+                                f"or {advice}", name="tensorflow") from None
+
+
 class AbsentModule:
     """Stands for a library that is not installed, in a module that needs it only for some of its functions: any
     use of an attribute raises ``ModuleNotFoundError`` naming the library and the ``feature`` that needs it."""

@@ -223,6 +223,21 @@ def test_a_backend_whose_library_is_missing_is_one_line(tmp_path):
     assert proc.returncode == 0 and "resnet20_mpw_fashion_mnist" in proc.stdout, proc.stderr[-2000:]
 
 
+@pytest.mark.parametrize("preset", ["resnet20_gap_fashion_mnist", "resnet20_protonet_fewshot_fashion_mnist"])
+def test_tensorboard_logs_without_tensorflow_are_one_line_before_the_run(preset, tmp_path):
+    """``otzoo --backend jax train --tensorboard`` on a machine without TensorFlow (whose ``tf.summary`` Keras'
+    TensorBoard callback writes with): one line naming ``--tensorboard``, exit status 2, no run directory."""
+    pytest.importorskip("jax")
+    proc = _otzoo_without_tensorflow(["--backend", "jax", "train", preset, "--limit", "256", "--out", "run",
+                                      "--tensorboard", "logs"], tmp_path)
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr, proc.stderr[-2000:]
+    assert proc.stderr.splitlines() == [
+        "otzoo train: error: --tensorboard (Keras writes TensorBoard logs with tf.summary) needs tensorflow, which is "
+        "not installed here: pip install tensorflow, or train without --tensorboard (log.csv in the run's directory "
+        "holds every epoch's metrics)"], proc.stderr
+    assert not (tmp_path / "run").exists() and not (tmp_path / "logs").exists()
+
+
 def test_an_import_error_of_another_module_keeps_its_traceback(tmp_path):
     """Only the backend's own library is named in one line: a missing module otzoo needs (here SciPy) is a broken
     install, and its error keeps its traceback."""

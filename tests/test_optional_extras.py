@@ -188,6 +188,19 @@ def test_tensorboard_logs_name_the_tune_extra(tmp_path, monkeypatch):
     _one_line(raised.value, "tensorboard", "tune")
 
 
+def test_tensorboard_logs_without_tensorflow_are_one_line(tmp_path, monkeypatch):
+    """Keras' TensorBoard callback writes with ``tf.summary`` on every backend: on a machine without TensorFlow,
+    ``--tensorboard`` is refused before the run starts, in one line naming the option and what to do instead (it
+    failed after the run directory was claimed, with a traceback from inside Keras)."""
+    _block(monkeypatch, "tensorflow")
+    with pytest.raises(MissingExtraError) as raised:
+        run_options(PRESET, strategy="one_device", tensorboard=str(tmp_path / "logs"))
+    message = str(raised.value)
+    assert "\n" not in message and message.startswith("--tensorboard (Keras writes TensorBoard logs with tf.summary) "
+                                                      "needs tensorflow, which is not installed here")
+    assert "train without --tensorboard" in message and not (tmp_path / "logs").exists()
+
+
 @pytest.mark.parametrize("module", ["tf2onnx", "onnx", "onnxruntime", "tensorflow_serving"])
 def test_otzoo_export_exits_2_with_one_line(module, tmp_path, monkeypatch, capsys):
     _block(monkeypatch, module)

@@ -15,7 +15,7 @@ import os
 import keras
 import numpy as np
 
-from ot_layers.optional import require, tensorflow_if_installed
+from ot_layers.optional import require, require_tensorflow, tensorflow_if_installed
 from training.data.datasets import check_dataset_augmentation, data_spec
 from training.data.errors import EmptySliceError
 from training.distributed.keras_distribution import (
@@ -45,8 +45,10 @@ def run_options(name, strategy="auto", config=None, tensorboard=None):
     """
 
     tuned = load_tuned_config(config, name) if config is not None else None
-    if tensorboard:  # tf.summary needs the tensorboard package (the tune extra), checked before training starts
-        require("tensorboard", "tune", "--tensorboard")
+    if tensorboard:  # tf.summary needs the tensorboard package (the tune extra) and TensorFlow, on every backend:
+        require("tensorboard", "tune", "--tensorboard")  # checked before anything is written
+        require_tensorflow("--tensorboard (Keras writes TensorBoard logs with tf.summary)",
+                           "train without --tensorboard (log.csv in the run's directory holds every epoch's metrics)")
     callbacks = [keras.callbacks.TensorBoard(tensorboard)] if tensorboard else []
     return (run_strategy(strategy), dict(tuned["head_kwargs"]) if tuned else {},
             tuned["learning_rate"] if tuned else None, callbacks)
