@@ -223,18 +223,29 @@ def test_a_backend_whose_library_is_missing_is_one_line(tmp_path):
     assert proc.returncode == 0 and "resnet20_mpw_fashion_mnist" in proc.stdout, proc.stderr[-2000:]
 
 
-@pytest.mark.parametrize("preset", ["resnet20_gap_fashion_mnist", "resnet20_protonet_fewshot_fashion_mnist"])
-def test_tensorboard_logs_without_tensorflow_are_one_line_before_the_run(preset, tmp_path):
-    """``otzoo --backend jax train --tensorboard`` on a machine without TensorFlow (whose ``tf.summary`` Keras'
-    TensorBoard callback writes with): one line naming ``--tensorboard``, exit status 2, no run directory."""
+_TENSORBOARD_WITHOUT_TENSORFLOW = (
+    "--tensorboard (Keras writes TensorBoard logs with tf.summary) needs tensorflow, which is not installed here: pip "
+    "install tensorflow, or train without --tensorboard (log.csv in the run's directory holds every epoch's metrics)")
+_TFDS_WITHOUT_TENSORFLOW = (
+    "`dataset` 'cifar10' (a TFDS data set, read through tf.data on every backend) needs tensorflow, which is not "
+    "installed here: pip install tensorflow, or use a data set read in memory (fashion_mnist)")
+
+
+@pytest.mark.parametrize("preset, options, message", [
+    ("resnet20_gap_fashion_mnist", ["--tensorboard", "logs"], _TENSORBOARD_WITHOUT_TENSORFLOW),
+    ("resnet20_protonet_fewshot_fashion_mnist", ["--tensorboard", "logs"], _TENSORBOARD_WITHOUT_TENSORFLOW),
+    ("resnet20_gap_fashion_mnist", ["--dataset", "cifar10"], _TFDS_WITHOUT_TENSORFLOW),
+    ("resnet20_protonet_fewshot_fashion_mnist", ["--dataset", "cifar10"], _TFDS_WITHOUT_TENSORFLOW),
+])
+def test_parts_that_need_tensorflow_on_every_backend_are_one_line_without_it(preset, options, message, tmp_path):
+    """``otzoo --backend jax train`` on a machine without TensorFlow, with a part that needs it on every backend
+    (Keras' TensorBoard callback writes with ``tf.summary``; the TFDS data sets are ``tf.data`` pipelines): one line
+    naming the option, exit status 2, no run directory (both failed with a traceback from inside Keras or TFDS)."""
     pytest.importorskip("jax")
     proc = _otzoo_without_tensorflow(["--backend", "jax", "train", preset, "--limit", "256", "--out", "run",
-                                      "--tensorboard", "logs"], tmp_path)
+                                      *options], tmp_path)
     assert proc.returncode == 2 and "Traceback" not in proc.stderr, proc.stderr[-2000:]
-    assert proc.stderr.splitlines() == [
-        "otzoo train: error: --tensorboard (Keras writes TensorBoard logs with tf.summary) needs tensorflow, which is "
-        "not installed here: pip install tensorflow, or train without --tensorboard (log.csv in the run's directory "
-        "holds every epoch's metrics)"], proc.stderr
+    assert proc.stderr.splitlines() == [f"otzoo train: error: {message}"], proc.stderr
     assert not (tmp_path / "run").exists() and not (tmp_path / "logs").exists()
 
 

@@ -1,6 +1,6 @@
 """The TFDS data sets by name (CIFAR-10/100, CUB-200-2011, Cars196, Stanford Online Products): their pipelines, augmentations and class-split protocols."""
 
-from ot_layers.optional import require, tensorflow_if_installed
+from ot_layers.optional import require, require_tensorflow, tensorflow_if_installed
 from ot_layers.validation import check_non_negative, check_positive_int
 from training.data.errors import DataUnavailableError
 from training.data.arrays import check_augmentation
@@ -118,8 +118,9 @@ def tfds_dataset(name, split, batch_size, training=False, image_size=None, class
     A data set not prepared in ``data_dir`` raises ``DataUnavailableError`` (a ``FileNotFoundError``) saying how to
     get it (``download=True`` lets TFDS download and prepare it, which needs network).
     """
+    require_tensorflow(f"`dataset` {name!r} (a TFDS data set, read through tf.data on every backend)",
+                       "use a data set read in memory (fashion_mnist)")
     tfds = require("tensorflow_datasets", "data", "reading TFDS data sets")  # heavy import, only needed here
-
     if name not in TFDS_DATASETS:
         raise ValueError(f"`name` must be one of {sorted(TFDS_DATASETS)}, got {name!r}.")
     if not isinstance(split, str) or not split:
