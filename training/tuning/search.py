@@ -5,8 +5,7 @@ each trial builds the preset's architecture with the sampled head arguments, tra
 the training split minus a validation part carved from it (the test split is never read), and is scored on that
 validation part. What is carved, trained and scored is the task's, from its recipe module
 (``training.recipes.recipe_for(task)``: ``TUNING_OBJECTIVE``, ``tuning_data``, ``tuning_parts``,
-``tuning_score``), and a trial trains by the recipe ``otzoo train`` follows, weight decay included
-(:func:`training.tuning.trial.trial_setup`), on any Keras backend:
+``tuning_score``):
 
 - classification presets: a class-stratified share of the training images (:func:`validation_split`), scored by
   accuracy (``val_accuracy``);
@@ -14,9 +13,11 @@ validation part. What is carved, trained and scored is the task's, from its reci
   down: the trial trains on the other seen classes and is scored by cosine-retrieval MAP@R among the held-out
   classes' training images, ``val_map_at_r``).
 
-It prints a summary of the trials and writes the best configuration as JSON (:data:`CONFIG_FORMAT`), which
-``training.recipes.tuned_config.load_tuned_config`` reads back for ``otzoo train --config``. The trials run on one
-device (a JAX run does not spread them over several with ``keras.distribution``).
+A trial trains by the recipe ``otzoo train`` follows, weight decay included
+(:func:`training.tuning.trial.trial_setup`), on one device of any Keras backend (a JAX search does not spread its
+trials over several devices with ``keras.distribution``). :func:`tune` prints a summary of the trials and writes the
+best configuration as JSON (:data:`CONFIG_FORMAT`), which ``training.recipes.tuned_config.load_tuned_config`` reads
+back for ``otzoo train --config``.
 
 Search spaces by head (the vocabulary of ``docs/api.md``):
 
