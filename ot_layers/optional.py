@@ -41,17 +41,26 @@ def check_installed(module_name, extra, feature=None):
         raise MissingExtraError(_message(module_name, extra, feature), name=module_name)
 
 
-def require_tensorflow(feature, advice):
-    """Import and return ``tensorflow`` for ``feature``, a part that needs TensorFlow on any Keras backend (e.g.
-    Keras' TensorBoard callback, which writes with ``tf.summary``); where it is not installed (a machine with JAX or
-    PyTorch only) raise :class:`MissingExtraError` naming the feature, with ``advice`` (what to do instead)."""
+def _installed_tensorflow():
+    """The ``tensorflow`` module, or ``None`` where it is not installed; an import error of another module (a broken
+    install) keeps its traceback."""
     try:
         return importlib.import_module("tensorflow")
     except ModuleNotFoundError as error:
         if (error.name or "").partition(".")[0] != "tensorflow":
             raise
+        return None
+
+
+def require_tensorflow(feature, advice):
+    """Import and return ``tensorflow`` for ``feature``, a part that needs TensorFlow on any Keras backend (e.g.
+    Keras' TensorBoard callback, which writes with ``tf.summary``); where it is not installed (a machine with JAX or
+    PyTorch only) raise :class:`MissingExtraError` naming the feature, with ``advice`` (what to do instead)."""
+    tf = _installed_tensorflow()
+    if tf is None:
         raise MissingExtraError(f"{feature} needs tensorflow, which is not installed here: pip install tensorflow, "
-                                f"or {advice}", name="tensorflow") from None
+                                f"or {advice}", name="tensorflow")
+    return tf
 
 
 class AbsentModule:
@@ -74,10 +83,8 @@ def tensorflow_if_installed(feature):
     :class:`AbsentModule` that names ``feature`` (a TensorFlow-backend feature: ``tf.data`` pipelines,
     ``tf.distribute``, the exporters) when it is used. The modules that import TensorFlow this way import without it,
     so the parts that run on JAX and PyTorch (``otzoo --backend jax train``, ``evaluate``, ``fine-tune``) do too."""
-    try:
-        return importlib.import_module("tensorflow")
-    except ModuleNotFoundError as error:
-        if (error.name or "").partition(".")[0] != "tensorflow":
-            raise
+    tf = _installed_tensorflow()
+    if tf is None:
         return AbsentModule("tensorflow", feature, "; it runs on the TensorFlow backend (pip install tensorflow, "
                                                    "KERAS_BACKEND=tensorflow)")
+    return tf
