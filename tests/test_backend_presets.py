@@ -23,6 +23,7 @@ import numpy as np
 import pytest
 from PIL import Image
 
+from explain.signals import read_training_log
 from zoo.loading import model_card
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -119,17 +120,20 @@ def test_demo_on_torch_saves_a_preset_that_exports_from_tensorflow(tmp_path):
     assert "parity holds" in exported, exported
 
 
-@pytest.mark.parametrize("backend, preset, devices, layout, options", [
-    ("jax", "resnet20_mpw_fashion_mnist", 1, "default, 1 device(s)", ()),
-    ("jax", "resnet20_hyperspherical_fashion_mnist", 2, "data_parallel, 2 device(s)", ()),
-    ("torch", "resnet20_gsp_retrieval_fashion_mnist", 1, "default, 1 device(s)", ()),
-    ("torch", "resnet20_protonet_fewshot_fashion_mnist", 1, "one_device, 1 device(s)", ("--episodes", "3")),
+@pytest.mark.parametrize("backend, preset, devices, layout, options, signals", [
+    ("jax", "resnet20_mpw_fashion_mnist", 2, "data_parallel, 2 device(s)", (),
+     ("mpw_head_sinkhorn_iterations", "mpw_head_marginal_error")),
+    ("jax", "resnet20_hyperspherical_fashion_mnist", 2, "data_parallel, 2 device(s)", (), ("prototype_changes",)),
+    ("torch", "resnet20_gsp_retrieval_fashion_mnist", 1, "default, 1 device(s)", (), ("gsp_prototypes_initialized",)),
+    ("torch", "resnet20_protonet_fewshot_fashion_mnist", 1, "one_device, 1 device(s)", ("--episodes", "3"), ()),
 ])
-def test_otzoo_train_on_backend_evaluates_the_same_on_tensorflow(backend, preset, devices, layout, options, tmp_path):
+def test_otzoo_train_on_backend_evaluates_the_same_on_tensorflow(backend, preset, devices, layout, options, signals,
+                                                                 tmp_path):
     """One epoch of ``otzoo --backend B train`` on a slice (few-shot: one pre-training epoch and 3 meta-training
     episodes, on one device): the card names the backend and the device layout (JAX on two host devices:
-    ``keras.distribution`` data parallel), and TensorFlow reproduces its metrics from the weights (within 0.3
-    points: the backends' float sums differ in the last bits, which may flip a near tie)."""
+    ``keras.distribution`` data parallel), log.csv holds the layers' ``signals`` (finite), and TensorFlow reproduces
+    its metrics from the weights (within 0.3 points: the backends' float sums differ in the last bits, which may
+    flip a near tie)."""
     pytest.importorskip(backend)
     out = str(tmp_path / "run")
     environment = {"XLA_FLAGS": f"--xla_force_host_platform_device_count={devices}"} if devices > 1 else {}
@@ -140,6 +144,10 @@ def test_otzoo_train_on_backend_evaluates_the_same_on_tensorflow(backend, preset
     assert card["backend"] == backend and f"keras.distribution ({layout}" in card["strategy"], card
     assert card["command"].startswith(f"otzoo --backend {backend} train {preset}")
     assert not os.path.exists(os.path.join(out, "backup"))  # the finished run's backup is removed
+    if signals:
+        log = read_training_log(os.path.join(out, "log.csv"))
+        for column in signals:
+            assert column in log and np.all(np.isfinite(log[column])), (column, log)
     _metrics_reproduced_on_tensorflow(card, out, str(tmp_path))
 
 

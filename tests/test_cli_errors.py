@@ -225,7 +225,8 @@ def test_a_backend_whose_library_is_missing_is_one_line(tmp_path):
 
 _TENSORBOARD_WITHOUT_TENSORFLOW = (
     "--tensorboard (Keras writes TensorBoard logs with tf.summary) needs tensorflow, which is not installed here: pip "
-    "install tensorflow, or train without --tensorboard (log.csv in the run's directory holds every epoch's metrics)")
+    "install tensorflow, or train without --tensorboard (log.csv in the run's directory holds every epoch's metrics "
+    "and the layers' signals)")
 _TFDS_WITHOUT_TENSORFLOW = (
     "`dataset` 'cifar10' (a TFDS data set, read through tf.data on every backend) needs tensorflow, which is not "
     "installed here: pip install tensorflow, or use a data set read in memory (fashion_mnist)")

@@ -135,6 +135,20 @@ def test_a_slice_smaller_than_one_batch_names_limit():
         gpu_presets.validation_score("resnet20_gsp_retrieval_fashion_mnist", 1, 0, limit=384)
 
 
+@pytest.mark.fashion_mnist
+def test_a_validation_run_logs_the_heads_signals_beside_its_losses(tmp_path):
+    """A select run of the MPW preset logs its head's Sinkhorn iterations and marginal error every epoch into
+    ``log.csv``, in the rows of the losses the run returns."""
+    from explain.signals import read_training_log
+
+    run_dir = tmp_path / "run"
+    _, losses = gpu_presets.validation_score("resnet20_mpw_fashion_mnist", 1, 0, limit=384, run_dir=str(run_dir),
+                                             verbose=0)
+    log = read_training_log(str(run_dir / "log.csv"))
+    assert log["loss"].round(4).tolist() == losses and len(losses) == 1
+    assert log["mpw_head_sinkhorn_iterations"][0] >= 1 and np.isfinite(log["mpw_head_marginal_error"][0])
+
+
 @pytest.mark.slow
 @pytest.mark.fashion_mnist
 def test_the_protocol_runs_without_tensorflow_and_resumes(tmp_path):

@@ -1,9 +1,11 @@
-"""The layers' signals reach the epoch logs, CSVLogger and TensorBoard (training.layer_signals.LayerSignals)."""
+"""The layers' signals reach the epoch logs, CSVLogger and TensorBoard (ot_layers.callbacks.layer_signals.LayerSignals),
+and every training run's log.csv."""
 import glob
 import os
 
 import keras
 import numpy as np
+import pytest
 import tensorflow as tf
 
 import zoo
@@ -54,7 +56,33 @@ def test_mpw_iterations_are_logged_to_tensorboard_and_are_what_the_solver_needs(
 
 
 def test_probe_images_must_be_a_batch():
-    import pytest
-
     with pytest.raises(ValueError, match="probe_images"):
         LayerSignals(np.zeros((0, 28, 28, 1)))
+
+
+@pytest.mark.slow
+@pytest.mark.fashion_mnist
+def test_every_training_run_logs_the_signals_that_its_saved_model_gives(tmp_path, capsys):
+    """``otzoo train`` of the MPW preset, without ``--tensorboard``: log.csv holds the head's Sinkhorn iterations and
+    marginal error for every epoch, and the last epoch's are what the saved preset's head, loaded afresh, needs on
+    the first 64 training images."""
+    from explain.signals import read_training_log
+    from otzoo import cli
+    from training.data.fashion_mnist import load_fashion_mnist
+
+    out = tmp_path / "run"
+    assert cli.main(["train", "resnet20_mpw_fashion_mnist", "--limit", "256", "--epochs", "2", "--batch-size", "64",
+                     "--out", str(out)]) == 0, capsys.readouterr().err
+    log = read_training_log(str(out / "log.csv"))
+    assert log["epoch"].astype(int).tolist() == [0, 1]
+    assert np.all(np.isfinite(log["val_accuracy"]))  # the rows line up with the header
+
+    model = zoo.load(str(out))
+    head = find_layer(model, MultiProxyWasserstein)
+    images, _ = load_fashion_mnist("train", limit=64, normalize=False)
+    features = keras.Model(model.inputs[0], head.input)(images.astype("float32"), training=False)
+    _, _, result = head.matcher.match(flatten_feature_map(tf.convert_to_tensor(features)), head.proxies)
+    assert log["mpw_head_sinkhorn_iterations"][-1] == int(np.max(result.iterations))
+    np.testing.assert_allclose(log["mpw_head_marginal_error"][-1], float(np.mean(result.error)), rtol=1e-5)
+    assert np.all((log["mpw_head_sinkhorn_iterations"] >= 1)
+                  & (log["mpw_head_sinkhorn_iterations"] <= head.matcher.max_iter))

@@ -82,6 +82,33 @@ def test_meta_training_resumed_from_its_checkpoint_equals_an_uninterrupted_run(t
     assert any(not np.allclose(a, b) for a, b in zip(model.get_weights(), untrained.get_weights()))
 
 
+def test_meta_training_records_the_emd_solvers_signals_on_its_first_episode():
+    """An EMD model's meta-training history holds, at every logged episode, its Sinkhorn solver's iterations,
+    marginal error and converged share on the first training episode: the last ones are those of the trained head
+    on that episode's features, recomputed here through the embed-once parts and checked against the plans' marginals
+    in NumPy."""
+    images, labels = _images()
+    keras.utils.set_random_seed(0)
+    model = zoo.few_shot_model("small_convnet", "emd", ways=3, head_kwargs={"threshold": 0.01}, **SMALL)
+    history = meta_train(model, images, labels, 4, keras.optimizers.SGD(0.01), ways=3, shots=1, queries=3, seed=2,
+                         jit_compile=False, verbose=0, log_every=2)
+    assert history["episode"] == [2, 4]
+    assert all(len(history[name]) == 2 for name in ("emd_head_sinkhorn_iterations", "emd_head_marginal_error",
+                                                     "emd_head_converged"))
+
+    (query, support, support_labels), _ = EpisodeBatches(images, labels, 4, 3, 1, 3, 2)[0]
+    embed, _ = few_shot_parts(model)
+    head = model.get_layer("emd_head")
+    classes = model.get_layer("class_means")([embed(support), support_labels])
+    q, s = (keras.ops.reshape(x, (x.shape[0], -1, x.shape[-1])) for x in (embed(query), classes))
+    _, a, _, result = head.transport(q, s)
+    plan, a = keras.ops.convert_to_numpy(result.plan), keras.ops.convert_to_numpy(a)
+    row_error = np.sum(np.abs(plan.sum(-1) - a), axis=-1) / np.sum(a, axis=-1)  # per (query, class) problem
+    assert history["emd_head_marginal_error"][-1] == pytest.approx(float(np.mean(row_error)), rel=1e-4, abs=1e-7)
+    assert history["emd_head_converged"][-1] == pytest.approx(float(np.mean(row_error <= 0.01 * (1 + 1e-5))))
+    assert history["emd_head_sinkhorn_iterations"][-1] == int(np.max(keras.ops.convert_to_numpy(result.iterations)))
+
+
 def test_meta_training_refuses_a_tf_train_checkpoint_in_one_line(tmp_path):
     """A ``tf.train`` checkpoint (what meta-training wrote before it ran on every backend) is not silently ignored:
     starting over would discard its episodes without a word."""

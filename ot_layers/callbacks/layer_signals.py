@@ -5,6 +5,9 @@
 - ``<layer>_sinkhorn_iterations``, ``<layer>_marginal_error``: for each ``MultiProxyWasserstein`` head, the Sinkhorn
   iterations its matcher used on the probe images' feature maps (one batch, inference mode) and the mean final
   row-marginal error (the solver stops at ``threshold`` or ``max_iter``);
+- for each ``EMDHead`` (a few-shot model, probed with one episode's inputs): ``<layer>_marginal_error`` and
+  ``<layer>_converged`` (the share of its query-class problems that met their threshold, or whose network simplex
+  reported an optimal flow), and with ``method="sinkhorn"`` ``<layer>_sinkhorn_iterations``;
 - ``ccp_reinitializations``: the CCP re-initialization rounds so far (``model.ccp_state``,
   ``ot_layers.callbacks.CCPReinitialization``);
 - ``<layer>_prototypes_initialized``: whether a ``GeneralizedSumPooling`` layer's k-center initialization ran
@@ -12,11 +15,14 @@
 
 The hyperspherical re-assignments are logged by ``PrototypeReassignment`` itself (``prototype_changes``). Put this
 callback before ``TensorBoard``/``CSVLogger`` in the list: Keras passes one ``logs`` dict along the callbacks in order.
+Episodic meta-training, which runs no callbacks, calls :meth:`LayerSignals.signals` itself
+(``training.recipes.few_shot.meta_train``).
 """
 import keras
 import numpy as np
 from keras import ops
 
+from ot_layers.layers.emd_head import EMDHead
 from ot_layers.layers.generalized_sum_pooling import GeneralizedSumPooling
 from ot_layers.layers.multi_proxy_wasserstein import MultiProxyWasserstein
 from ot_layers.tensor_ops import flatten_feature_map, walk_layers
@@ -24,25 +30,44 @@ from ot_layers.tensor_ops import flatten_feature_map, walk_layers
 
 class LayerSignals(keras.callbacks.Callback):
     """Adds the layers' signals (see the module docstring) to each epoch's logs. ``probe_images``: a small batch of
-    model inputs (e.g. 64 training images) on which the Sinkhorn heads are run."""
+    the model's first input (e.g. 64 training images) on which the Sinkhorn heads are run, or a list with a batch
+    for every input of the model (a few-shot model: one episode's ``[query images, support images, support
+    labels]``)."""
 
     def __init__(self, probe_images):
         super().__init__()
-        probe = np.asarray(probe_images)
-        if probe.ndim < 2 or len(probe) == 0:
-            raise ValueError(f"`probe_images` must be a non-empty batch of model inputs, got shape {probe.shape}.")
+        if isinstance(probe_images, (list, tuple)):  # a batch for each input: labels are batches of scalars
+            probe, lowest_rank = [np.asarray(part) for part in probe_images], 1
+        else:
+            probe, lowest_rank = np.asarray(probe_images), 2
+        for part in probe if isinstance(probe, list) else [probe]:
+            if part.ndim < lowest_rank or len(part) == 0:
+                raise ValueError(f"`probe_images` must be a non-empty batch of model inputs, got shape {part.shape}.")
         self.probe = probe
+
+    def _layer_inputs(self, layer):
+        """What ``layer`` receives when the model runs on the probe (inference mode)."""
+        inputs = self.model.inputs if isinstance(self.probe, list) else self.model.inputs[0]
+        return keras.Model(inputs, layer.input)(self.probe, training=False)
 
     def signals(self):
         """``{name: float}`` for the model's layers now."""
         found = {}
         for layer in walk_layers(self.model):
             if isinstance(layer, MultiProxyWasserstein):
-                features = keras.Model(self.model.inputs[0], layer.input)(self.probe, training=False)
+                features = self._layer_inputs(layer)
                 _, _, result = layer.matcher.match(flatten_feature_map(ops.convert_to_tensor(features)),
                                                    layer.proxies)
-                found[f"{layer.name}_sinkhorn_iterations"] = float(np.max(keras.ops.convert_to_numpy(result.iterations)))
-                found[f"{layer.name}_marginal_error"] = float(ops.convert_to_numpy(ops.mean(result.error)))
+                found[f"{layer.name}_sinkhorn_iterations"] = _largest(result.iterations)
+                found[f"{layer.name}_marginal_error"] = _mean(result.error)
+            elif isinstance(layer, EMDHead):
+                query, support = self._layer_inputs(layer)
+                result = layer.transport(flatten_feature_map(ops.convert_to_tensor(query)),
+                                         flatten_feature_map(ops.convert_to_tensor(support)))[3]
+                if layer.method == "sinkhorn":
+                    found[f"{layer.name}_sinkhorn_iterations"] = _largest(result.iterations)
+                found[f"{layer.name}_marginal_error"] = _mean(result.error)
+                found[f"{layer.name}_converged"] = _mean(ops.cast(result.converged, "float32"))
             elif isinstance(layer, GeneralizedSumPooling):
                 found[f"{layer.name}_prototypes_initialized"] = float(np.asarray(layer.prototypes_initialized))
         state = getattr(self.model, "ccp_state", None)
@@ -53,3 +78,11 @@ class LayerSignals(keras.callbacks.Callback):
     def on_epoch_end(self, epoch, logs=None):
         if logs is not None:
             logs.update(self.signals())
+
+
+def _largest(values):
+    return float(np.max(ops.convert_to_numpy(values)))
+
+
+def _mean(values):
+    return float(np.mean(ops.convert_to_numpy(values)))

@@ -1,14 +1,16 @@
 """``otzoo train``, ``evaluate`` and ``fine-tune`` on JAX or PyTorch in a process where TensorFlow cannot be imported,
 as on a GPU machine with JAX or PyTorch only: a classification preset trains one epoch on a Fashion-MNIST slice, the
-card names the backend, ``otzoo evaluate`` reproduces the card's accuracy, and a fine-tune lowers its loss on the
-slice; the DeepEMD few-shot preset pre-trains one epoch and meta-trains a few episodes, ``otzoo evaluate``
-reproduces its card's accuracies and a fine-tune on base-class episodes lowers its loss; a meta-training run
-resumed from its backup ends with the weights of an uninterrupted one. TensorFlow is never loaded. Prints one JSON
-line; exits non-zero when a check fails.
+card names the backend, the run's log.csv holds the MPW head's Sinkhorn iterations, ``otzoo evaluate`` reproduces
+the card's accuracy, and a fine-tune lowers its loss on the slice; the DeepEMD few-shot preset pre-trains one epoch
+and meta-trains a few episodes (its card's history holds the EMD solver's signals), ``otzoo evaluate`` reproduces
+its card's accuracies and a fine-tune on base-class episodes lowers its loss; a meta-training run resumed from its
+backup ends with the weights of an uninterrupted one. TensorFlow is never loaded. Prints one JSON line; exits
+non-zero when a check fails.
 
     KERAS_BACKEND=jax python tests/backends/train_without_tensorflow.py OUT_DIR
 """
 import contextlib
+import csv
 import io
 import json
 import os
@@ -41,6 +43,11 @@ command("train", preset, "--limit", "384", "--epochs", "1", "--out", os.path.joi
 with open(os.path.join(out, "run", "metadata.json")) as handle:
     card = json.load(handle)
 record["card_backend"] = card["backend"]
+with open(os.path.join(out, "run", "log.csv"), newline="") as handle:  # the MPW head's signals, logged every run
+    record["logged_sinkhorn_iterations"] = [float(row["mpw_head_sinkhorn_iterations"])
+                                            for row in csv.DictReader(handle)]
+if not record["logged_sinkhorn_iterations"] or min(record["logged_sinkhorn_iterations"]) < 1:
+    failures.append(f"log.csv's Sinkhorn iterations: {record['logged_sinkhorn_iterations']}")
 printed = command("evaluate", os.path.join(out, "run"))
 found = float(re.search(r"accuracy ([0-9.]+)", printed).group(1))
 record["accuracy"] = [found, card["metrics"]["accuracy"]]
@@ -55,6 +62,9 @@ with open(os.path.join(out, "few_shot", "metadata.json")) as handle:
     few_shot_card = json.load(handle)
 record["few_shot_card_backend"] = few_shot_card["backend"]
 record["few_shot_meta_training_episodes"] = few_shot_card["meta_training"]["episode"]
+record["few_shot_meta_training_marginal_error"] = few_shot_card["meta_training"].get("emd_head_marginal_error")
+if not record["few_shot_meta_training_marginal_error"]:
+    failures.append("the few-shot card's meta-training history holds no EMD solver signals")
 printed = command("evaluate", os.path.join(out, "few_shot"))
 for setting, expected in few_shot_card["metrics"].items():
     reproduced = float(re.search(rf"{setting} ([0-9.]+)", printed).group(1))

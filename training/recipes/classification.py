@@ -14,7 +14,6 @@ from typing import Any, Callable, List
 import keras
 import numpy as np
 
-from ot_layers.callbacks.layer_signals import LayerSignals
 from training.data.datasets import Batches, image_batches
 from training.data.errors import EmptySliceError
 from training.data.fashion_mnist import load_fashion_mnist
@@ -24,6 +23,7 @@ from training.recipes.common import (
     current_strategy,
     check_fine_tune_batch,
     evaluation_target,
+    layer_signals,
     merged_overrides,
     preset_spec,
     reproducing_command,
@@ -118,12 +118,11 @@ def train(name, out_dir, epochs=None, batch_size=None, limit=None, seed=None, ve
         recipe_overrides, epochs=epochs, batch_size=batch_size, seed=seed, learning_rate=learning_rate))
     setup = training_setup(spec, limit=limit, strategy=strategy, head_overrides=head_overrides, data_dir=data_dir)
     claim_run_directory(out_dir, run_identity(spec, limit=limit, head=head_overrides))
-    if tensorboard:  # the layers' signals (e.g. Sinkhorn iterations) into the logs TensorBoard writes
-        extra_callbacks.insert(0, LayerSignals(setup.train.sample[:64]))
     start = time.time()
     fit(setup.trained, setup.train.dataset.map(setup.feed), epochs=spec.recipe.epochs,
         validation_data=setup.test.dataset.map(setup.feed), verbose=verbose,
-        callbacks=setup.callbacks + extra_callbacks + standard_callbacks(out_dir) + list(callbacks or []))
+        callbacks=setup.callbacks + [layer_signals(setup.train.sample)] + extra_callbacks
+        + standard_callbacks(out_dir) + list(callbacks or []))
     train_time = time.time() - start
     accuracy = classification_accuracy(setup.model, setup.test.dataset)
     return write_preset(setup.model, spec, out_dir, spec.recipe, {"accuracy": round(accuracy, 4)}, train_time,

@@ -3,9 +3,10 @@ overrides), the run options, the standard callbacks, and the preset directory a 
 
 A run writes into ``out_dir``: ``run.json`` (what it trains, :mod:`training.recipes.run_directory`), ``backup/``
 (``keras.callbacks.BackupAndRestore``, so a killed run resumes at its last finished epoch, under the same options
-only), ``log.csv`` (per-epoch metrics), and at the end ``config.json`` (``zoo.preset_format.write_config``),
-``model.weights.h5`` and ``metadata.json`` (the model card, whose ``recipe`` is ``dataclasses.asdict`` of the
-recipe that ran): a preset directory that ``zoo.load(out_dir)`` and ``otzoo export`` read.
+only), ``log.csv`` (per-epoch metrics and the layers' signals, such as an MPW head's Sinkhorn iterations:
+:func:`layer_signals`), and at the end ``config.json`` (``zoo.preset_format.write_config``), ``model.weights.h5``
+and ``metadata.json`` (the model card, whose ``recipe`` is ``dataclasses.asdict`` of the recipe that ran): a preset
+directory that ``zoo.load(out_dir)`` and ``otzoo export`` read.
 """
 import dataclasses
 import datetime
@@ -15,6 +16,7 @@ import os
 import keras
 import numpy as np
 
+from ot_layers.callbacks.layer_signals import LayerSignals
 from ot_layers.optional import require, require_tensorflow, tensorflow_if_installed
 from training.data.datasets import check_dataset_augmentation, data_spec
 from training.data.errors import EmptySliceError
@@ -26,6 +28,7 @@ from training.distributed.keras_distribution import (
 )
 from training.distributed.strategies import is_chief, make_strategy, strategy_name, tf_config
 from training.recipes.components import check_recipe
+from training.recipes.epoch_log import EpochLog
 from training.recipes.tuned_config import load_tuned_config
 from zoo.loading import CARD_FILE, WEIGHTS_FILE, load, model_card, sha256_of
 from zoo.preset_format import write_config
@@ -33,6 +36,8 @@ from zoo.registry import PRESETS
 from zoo.spec import PresetSpec, published_recipe, recipe_from_dict
 
 tf = tensorflow_if_installed("tf.distribute strategies")
+
+PROBE_IMAGES = 64  # the training images on which LayerSignals runs the heads at the end of each epoch
 
 
 def run_options(name, strategy="auto", config=None, tensorboard=None):
@@ -48,7 +53,8 @@ def run_options(name, strategy="auto", config=None, tensorboard=None):
     if tensorboard:  # tf.summary needs the tensorboard package (the tune extra) and TensorFlow, on every backend:
         require("tensorboard", "tune", "--tensorboard")  # checked before anything is written
         require_tensorflow("--tensorboard (Keras writes TensorBoard logs with tf.summary)",
-                           "train without --tensorboard (log.csv in the run's directory holds every epoch's metrics)")
+                           "train without --tensorboard (log.csv in the run's directory holds every epoch's metrics "
+                           "and the layers' signals)")
     callbacks = [keras.callbacks.TensorBoard(tensorboard)] if tensorboard else []
     return (run_strategy(strategy), dict(tuned["head_kwargs"]) if tuned else {},
             tuned["learning_rate"] if tuned else None, callbacks)
@@ -159,10 +165,18 @@ def evaluation_slice(limit, labels):
                     f"{per_class})")
 
 
+def layer_signals(images, probe_images=PROBE_IMAGES):
+    """The callback that adds the layers' signals to each epoch's logs (``ot_layers.callbacks.layer_signals.
+    LayerSignals``), run on the first ``probe_images`` of the training ``images``. Every run logs them; put it
+    before the loggers (``TensorBoard``, :func:`standard_callbacks`), which write what it adds."""
+    return LayerSignals(images[:probe_images])
+
+
 def standard_callbacks(out_dir):
-    """Epoch checkpoints that a killed run resumes from, and the per-epoch log."""
+    """Epoch checkpoints that a killed run resumes from, and the per-epoch log (:class:`~training.recipes.epoch_log.
+    EpochLog`: a resumed run appends to it, also when it logs other columns)."""
     return [keras.callbacks.BackupAndRestore(os.path.join(out_dir, "backup")),
-            keras.callbacks.CSVLogger(os.path.join(out_dir, "log.csv"), append=True)]
+            EpochLog(os.path.join(out_dir, "log.csv"))]
 
 
 def reproducing_command(name, recipe_overrides=None, **options):

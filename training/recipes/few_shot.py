@@ -26,6 +26,7 @@ from typing import Any
 import keras
 import numpy as np
 
+from ot_layers.callbacks.layer_signals import LayerSignals
 from ot_layers.validation import check_positive_int
 from training.data.datasets import image_arrays
 from training.data.episodes import EpisodeBatches
@@ -248,7 +249,10 @@ def meta_train(model, images, labels, episodes, optimizer, ways=5, shots=1, quer
     backed up every ``checkpoint_every`` episodes and at the end (``training.distributed.checkpoints.
     save_weights_backup``: written to a temporary directory, then renamed), and a new call resumes after the last
     backed-up episode, drawing the episodes an uninterrupted run would. Returns ``{"episode": [...], "loss": [...],
-    "accuracy": [...]}``: means over each ``log_every`` episodes.
+    "accuracy": [...]}``: means over each ``log_every`` episodes; for a model with an ``EMDHead``, also its solver's
+    signals at each of those episodes (``ot_layers.callbacks.layer_signals.LayerSignals`` on the first episode, in
+    inference mode: ``emd_head_marginal_error``, ``emd_head_converged`` and, with Sinkhorn,
+    ``emd_head_sinkhorn_iterations``).
     """
     batches = EpisodeBatches(images, labels, episodes, ways, shots, queries, seed)
     checkpoint_every = check_positive_int("checkpoint_every", checkpoint_every)
@@ -261,6 +265,8 @@ def meta_train(model, images, labels, episodes, optimizer, ways=5, shots=1, quer
         _check_checkpoint_format(checkpoint_dir)
         progress = load_weights_backup(trained, checkpoint_dir, name="checkpoint_dir")
         done = progress["episodes"] if progress is not None else 0
+    signals = LayerSignals(list(batches[0][0]))
+    signals.set_model(model)
     history, window = {"episode": [], "loss": [], "accuracy": []}, []
     for index in range(done, batches.episodes):
         inputs, query_labels = batches[index]
@@ -273,10 +279,14 @@ def meta_train(model, images, labels, episodes, optimizer, ways=5, shots=1, quer
             history["episode"].append(index + 1)
             history["loss"].append(float(mean_loss))
             history["accuracy"].append(float(mean_accuracy))
+            found = signals.signals()
+            for name, value in found.items():
+                history.setdefault(name, []).append(value)
             window = []
             if verbose:
                 print(f"episode {index + 1}/{batches.episodes}: loss {mean_loss:.4f}, query accuracy "
-                      f"{mean_accuracy:.4f}", flush=True)
+                      f"{mean_accuracy:.4f}" + "".join(f", {name} {value:.4g}" for name, value in found.items()),
+                      flush=True)
     return history
 
 

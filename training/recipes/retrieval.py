@@ -20,7 +20,6 @@ import time
 import keras
 import numpy as np
 
-from ot_layers.callbacks.layer_signals import LayerSignals
 from training.data.datasets import image_batches
 from training.data.errors import EmptySliceError
 from training.data.fashion_mnist import fashion_mnist_split
@@ -33,6 +32,7 @@ from training.recipes.common import (
     check_fine_tune_batch,
     evaluation_slice,
     evaluation_target,
+    layer_signals,
     merged_overrides,
     preset_spec,
     reproducing_command,
@@ -159,10 +159,10 @@ def train(name, out_dir, epochs=None, batch_size=None, limit=None, seed=None, ve
         recipe_overrides, epochs=epochs, batch_size=batch_size, seed=seed, learning_rate=learning_rate))
     setup = training_setup(spec, limit=limit, strategy=strategy, head_overrides=pooling_overrides, data_dir=data_dir)
     claim_run_directory(out_dir, run_identity(spec, limit=limit, head=pooling_overrides))
-    signals = [LayerSignals(setup.train.sample[:64])] if tensorboard else []
     start = time.time()
     fit(setup.trained, setup.train.dataset, epochs=spec.recipe.epochs, verbose=verbose,
-        callbacks=setup.callbacks + signals + extra_callbacks + standard_callbacks(out_dir) + list(callbacks or []))
+        callbacks=setup.callbacks + [layer_signals(setup.train.sample)] + extra_callbacks
+        + standard_callbacks(out_dir) + list(callbacks or []))
     train_time = time.time() - start
     test = _unseen_test_images(spec, None, data_dir)
     metrics = retrieval_scores(setup.model, test.dataset)
