@@ -8,7 +8,7 @@ import argparse
 import math
 import os
 
-from zoo.preset_format import CARD_FILE, WEIGHTS_FILE, output_directory_problem
+from zoo.preset_format import CARD_FILE, WEIGHTS_FILE, is_weights_url, output_directory_problem
 from zoo.registry import PRESETS
 
 
@@ -100,7 +100,7 @@ def preset_or_directory(text):
 def weights_location(text):
     """An ``argparse`` type: a weights file, a preset directory holding ``model.weights.h5``, or an http(s) URL
     (what ``zoo.load(..., weights=)`` reads)."""
-    if text.startswith(("http://", "https://")):
+    if is_weights_url(text):
         return text
     path = os.path.join(text, WEIGHTS_FILE) if os.path.isdir(text) else text
     if not os.path.isfile(path):

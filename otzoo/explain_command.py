@@ -26,6 +26,7 @@ from otzoo.arguments import (
 )
 from training.data.fashion_mnist import load_fashion_mnist
 from zoo.loading import preset_dir
+from zoo.preset_format import weights_directory
 from zoo.registry import PRESETS
 
 DESCRIPTION = """\
@@ -43,7 +44,8 @@ The pictures that fit the preset are drawn (or only those named by --kinds):
               images (of the preset's evaluation classes when it has some; embedding presets: their embeddings;
               classifiers: the pooled backbone features), framed green when of the query's class, red
               otherwise: one PNG
-  curves      the training curves of the preset's train_log.csv: one PNG
+  curves      the training curves of the weights explained: the preset's train_log.csv, or with --weights the
+              log beside them (a preset directory's train_log.csv, an `otzoo train` run's log.csv): one PNG
 
 Images are PNG/JPEG files (converted to the model's input size and channels; Fashion-MNIST items are light on a
 black background) or Fashion-MNIST test images by index (their labels are then known). With neither,
@@ -75,6 +77,21 @@ def register(commands, parser_class):
     sub.add_argument("--dpi", type=positive_int, default=100, help="resolution of the PNG files (default 100)")
     sub.set_defaults(run=run)
     return sub
+
+
+LOG_FILES = ("train_log.csv", "log.csv")  # a packaged preset's training log; an `otzoo train` run's
+
+
+def training_log(preset, weights=None):
+    """The training log of the weights ``otzoo explain`` draws, or ``None``: the packaged preset's ``train_log.csv``;
+    with ``weights`` (``--weights``) the log of their directory (``zoo.preset_format.weights_directory``:
+    ``train_log.csv``, else an ``otzoo train`` run's ``log.csv``), never the packaged preset's, whose curves are
+    those of other weights."""
+    folder = preset_dir(preset) if weights is None else weights_directory(weights)
+    if folder is None:
+        return None
+    found = [os.path.join(folder, name) for name in LOG_FILES if os.path.isfile(os.path.join(folder, name))]
+    return found[0] if found else None
 
 
 class IndicesThenImages(argparse.Action):
@@ -172,15 +189,17 @@ def run(args):
             raise CommandError(f"--test-index: {index} is out of range; the Fashion-MNIST test split has "
                                f"{len(x_test):,} images (0-{len(x_test) - 1})")
     card = zoo.model_card(args.preset)
-    log = os.path.join(preset_dir(args.preset), "train_log.csv")
-    logs = {args.preset: log} if os.path.isfile(log) else None
+    log = training_log(args.preset, args.weights)
+    logs = {args.preset: log} if log else None
     model = zoo.load(args.preset, weights=args.weights)
     fitting = available_kinds(model, logs)
     kinds = args.kinds or fitting
     for kind in kinds:
         if kind not in fitting:
-            raise CommandError(f"--kinds: {kind!r} does not fit preset {args.preset} ({why_not(kind, model)}); it "
-                               f"fits: {', '.join(fitting)}")
+            reason = (f"no training log goes with the weights explained: none of {', '.join(LOG_FILES)} in their "
+                      "directory") if kind == "curves" else why_not(kind, model)
+            raise CommandError(f"--kinds: {kind!r} does not fit preset {args.preset} ({reason}); it fits: "
+                               f"{', '.join(fitting)}")
     shape = model_input_shape(model)
     images, labels, names, indices = _inputs(args, shape, x_test, y_test)
     class_names = FASHION_MNIST_CLASSES if card.get("dataset") == "fashion_mnist" else None

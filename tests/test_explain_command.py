@@ -111,3 +111,40 @@ def test_explain_the_mpw_preset_on_a_test_image_and_a_file(tmp_path, capsys):
     assert printed.splitlines() == expected
     for line in expected:
         assert os.path.getsize(line.split(": ")[1]) > 0
+
+
+@pytest.mark.fashion_mnist
+def test_the_curves_are_those_of_the_weights_explained(tmp_path, capsys, monkeypatch):
+    """``--weights`` of an ``otzoo train`` run: the curves come from the run's log.csv (its signal columns included),
+    not from the packaged preset's train_log.csv, which belongs to other weights; a weights file outside a preset
+    directory has no log, and ``--kinds curves`` says so in one line."""
+    import shutil
+
+    import explain.plots
+    from zoo.loading import preset_dir
+
+    preset, drawn = "resnet20_mpw_fashion_mnist", []
+    original = explain.plots.plot_training_curves
+
+    def recording(logs, path, dpi=100):
+        drawn.append(dict(logs))
+        return original(logs, path, dpi)
+
+    monkeypatch.setattr(explain.plots, "plot_training_curves", recording)
+    run = tmp_path / "run"  # what `otzoo train --out run` leaves: config, weights, card and log.csv
+    os.makedirs(run)
+    for name in ("config.json", "model.weights.h5", "metadata.json"):
+        shutil.copy(os.path.join(preset_dir(preset), name), run / name)
+    (run / "log.csv").write_text("epoch,loss,mpw_head_sinkhorn_iterations,val_loss\n0,2.0,7.0,2.5\n1,1.0,5.0,1.5\n")
+    code, printed, err = _main(["explain", preset, "--weights", str(run), "--kinds", "curves", "--out",
+                                str(tmp_path / "pictures"), "--dpi", "40"], capsys)
+    assert code == 0, err
+    assert drawn == [{preset: str(run / "log.csv")}]
+    assert printed.splitlines() == [f"curves: {tmp_path / 'pictures' / 'curves.png'}"]
+
+    shutil.copy(run / "model.weights.h5", tmp_path / "other.weights.h5")
+    code, _, err = _main(["explain", preset, "--weights", str(tmp_path / "other.weights.h5"), "--kinds", "curves",
+                          "--out", str(tmp_path / "pictures")], capsys)
+    assert code == 2 and len(err.splitlines()) == 1
+    assert "--kinds: 'curves' does not fit preset resnet20_mpw_fashion_mnist (no training log goes with" in err
+    assert len(drawn) == 1

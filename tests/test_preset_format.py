@@ -210,3 +210,16 @@ def test_layers_share_one_export_blocker(layer, reason):
         assert layer.export_blocker is None
     else:
         assert reason in layer.export_blocker
+
+
+def test_the_directory_that_goes_with_weights(tmp_path):
+    """A card and a training log go with a preset directory or its model.weights.h5, not with a weights file of
+    another name or a URL."""
+    from zoo.preset_format import WEIGHTS_FILE, is_weights_url, weights_directory
+
+    assert weights_directory(str(tmp_path)) == str(tmp_path)
+    assert weights_directory(os.path.join(str(tmp_path), WEIGHTS_FILE)) == str(tmp_path)
+    assert weights_directory(WEIGHTS_FILE) == "."
+    assert weights_directory(os.path.join(str(tmp_path), "other.weights.h5")) is None
+    assert weights_directory(f"https://example.org/{WEIGHTS_FILE}") is None
+    assert is_weights_url("http://example.org/w.weights.h5") and not is_weights_url(str(tmp_path))

@@ -14,7 +14,7 @@ import keras
 from zoo.backbones import backbone as resolve_backbone
 from zoo.models import image_classifier
 from zoo.preset_format import (CARD_FILE, CONFIG_FILE, WEIGHTS_FILE, WeightsIntegrityError, check_sha256,
-                               load_preset, load_weights, read_card, sha256_of, weights_with_card,
+                               is_weights_url, load_preset, load_weights, read_card, sha256_of, weights_with_card,
                                write_preset)
 from zoo.registry import PRESETS
 from zoo.resnet import cifar_resnet
@@ -196,7 +196,7 @@ def load(name, pretrained=True, weights=None, **overrides):
     model = build(name, **overrides)
     if weights is None:
         path, card = _package_weights(name), model_card(name)
-    elif str(weights).startswith(("http://", "https://")):
+    elif is_weights_url(weights):
         card = model_card(name)
         path = _url_weights(name, str(weights), card.get("weights_sha256"))
     else:

@@ -110,20 +110,33 @@ def read_config(directory):
     return keras.saving.deserialize_keras_object(config)  # what keras.models.model_from_json does after parsing
 
 
+def is_weights_url(weights):
+    """Whether ``weights`` (as ``zoo.load(..., weights=)`` takes them) is an http(s) URL rather than a path."""
+    return str(weights).startswith(("http://", "https://"))
+
+
+def weights_directory(weights):
+    """The directory whose card and training log go with ``weights``: ``weights`` itself when it is a directory,
+    the folder of a preset's ``model.weights.h5``; ``None`` for a weights file of another name or a URL."""
+    weights = str(weights)
+    if os.path.isdir(weights):
+        return weights
+    if not is_weights_url(weights) and os.path.basename(weights) == WEIGHTS_FILE:
+        return os.path.dirname(weights) or "."
+    return None
+
+
 def weights_with_card(weights):
     """``(weights file, card or None)`` for ``weights``: a ``.weights.h5`` file (its card: the ``metadata.json``
     beside it when the file is a preset's ``model.weights.h5``) or a directory holding ``model.weights.h5`` (its
     card: the directory's ``metadata.json``)."""
     weights = str(weights)
-    if os.path.isdir(weights):
-        directory, path = weights, os.path.join(weights, WEIGHTS_FILE)
-    else:
-        directory, path = os.path.dirname(weights) or ".", weights
+    path = os.path.join(weights, WEIGHTS_FILE) if os.path.isdir(weights) else weights
     if not os.path.isfile(path):
         raise FileNotFoundError(f"`weights`: no weights file at {path!r} (give a .weights.h5 file, a preset "
                                 f"directory holding {WEIGHTS_FILE}, or an http(s) URL).")
-    card = read_card(directory) if os.path.basename(path) == WEIGHTS_FILE else None
-    return path, card
+    directory = weights_directory(weights)
+    return path, read_card(directory) if directory is not None else None
 
 
 def load_weights(model, path, card):
