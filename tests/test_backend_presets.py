@@ -74,22 +74,34 @@ def test_preset_reproduces_its_card(preset, backend, tmp_path):
 
 MPW_LOGITS = """
 import sys, numpy as np, zoo
+from ot_layers.callbacks.layer_signals import LayerSignals
 from training.data.fashion_mnist import load_fashion_mnist
 images, _ = load_fashion_mnist("test", limit=500, normalize=False)
-np.save(sys.argv[1], np.asarray(zoo.load("resnet20_mpw_fashion_mnist").predict(images, batch_size=250, verbose=0)))
+model = zoo.load("resnet20_mpw_fashion_mnist")
+signals = LayerSignals(images[:64])
+signals.set_model(model)
+found = signals.signals()
+np.savez(sys.argv[1], logits=np.asarray(model.predict(images, batch_size=250, verbose=0)),
+         iterations=found["mpw_head_sinkhorn_iterations"], error=found["mpw_head_marginal_error"])
 """
 
 
-def test_mpw_logits_match_tensorflow_on_every_backend(tmp_path):
-    logits = {}
+def test_mpw_logits_and_signals_match_tensorflow_on_every_backend(tmp_path):
+    """The MPW preset on 500 test images: logits within 1e-4 of TensorFlow's scale; its head's signals
+    (``LayerSignals``, the ones every run logs) on 64 of them: the same Sinkhorn iterations, the marginal error
+    within 1e-3 relative."""
+    found = {}
     for backend in ("tensorflow", "jax", "torch"):
         pytest.importorskip(backend)
-        path = str(tmp_path / f"{backend}.npy")
+        path = str(tmp_path / f"{backend}.npz")
         _run(["-c", MPW_LOGITS, path], backend, str(tmp_path))
-        logits[backend] = np.load(path)
-    scale = np.abs(logits["tensorflow"]).max()
+        found[backend] = np.load(path)
+    reference = found["tensorflow"]
+    scale = np.abs(reference["logits"]).max()
     for backend in ("jax", "torch"):
-        assert np.abs(logits[backend] - logits["tensorflow"]).max() <= 1e-4 * scale, backend
+        assert np.abs(found[backend]["logits"] - reference["logits"]).max() <= 1e-4 * scale, backend
+        assert found[backend]["iterations"] == reference["iterations"] >= 1, backend
+        np.testing.assert_allclose(found[backend]["error"], reference["error"], rtol=1e-3, err_msg=backend)
 
 
 @pytest.mark.parametrize("backend", ["jax", "torch"])
