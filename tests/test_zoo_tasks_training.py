@@ -82,19 +82,23 @@ def test_meta_training_resumed_from_its_checkpoint_equals_an_uninterrupted_run(t
     assert any(not np.allclose(a, b) for a, b in zip(model.get_weights(), untrained.get_weights()))
 
 
-def test_meta_training_records_the_emd_solvers_signals_on_its_first_episode():
-    """An EMD model's meta-training history holds, at every logged episode, its Sinkhorn solver's iterations,
-    marginal error and converged share on the first training episode: the last ones are those of the trained head
-    on that episode's features, recomputed here through the embed-once parts and checked against the plans' marginals
-    in NumPy."""
+@pytest.mark.parametrize("method", ["sinkhorn", "exact"])
+def test_meta_training_records_the_emd_solvers_signals_on_its_first_episode(method):
+    """An EMD model's meta-training history holds, at every logged episode, its solver's marginal error and
+    converged share (and Sinkhorn's iterations) on the first training episode: the last ones are those of the
+    trained head on that episode's features, recomputed here through the embed-once parts and checked against the
+    plans' marginals in NumPy."""
     images, labels = _images()
     keras.utils.set_random_seed(0)
-    model = zoo.few_shot_model("small_convnet", "emd", ways=3, head_kwargs={"threshold": 0.01}, **SMALL)
+    model = zoo.few_shot_model("small_convnet", "emd", ways=3, head_kwargs={"threshold": 0.01, "method": method},
+                               **SMALL)
     history = meta_train(model, images, labels, 4, keras.optimizers.SGD(0.01), ways=3, shots=1, queries=3, seed=2,
                          jit_compile=False, verbose=0, log_every=2)
     assert history["episode"] == [2, 4]
-    assert all(len(history[name]) == 2 for name in ("emd_head_sinkhorn_iterations", "emd_head_marginal_error",
-                                                     "emd_head_converged"))
+    signals = ["emd_head_marginal_error", "emd_head_converged"]
+    assert sorted(set(history) - {"episode", "loss", "accuracy"}) == sorted(
+        signals + (["emd_head_sinkhorn_iterations"] if method == "sinkhorn" else []))
+    assert all(len(history[name]) == 2 for name in signals)
 
     (query, support, support_labels), _ = EpisodeBatches(images, labels, 4, 3, 1, 3, 2)[0]
     embed, _ = few_shot_parts(model)
@@ -104,6 +108,10 @@ def test_meta_training_records_the_emd_solvers_signals_on_its_first_episode():
     _, a, _, result = head.transport(q, s)
     plan, a = keras.ops.convert_to_numpy(result.plan), keras.ops.convert_to_numpy(a)
     row_error = np.sum(np.abs(plan.sum(-1) - a), axis=-1) / np.sum(a, axis=-1)  # per (query, class) problem
+    if method == "exact":  # the network simplex's flow meets both marginals up to float32 round-off
+        assert history["emd_head_marginal_error"][-1] <= 1e-6 and np.max(row_error) <= 1e-6
+        assert history["emd_head_converged"][-1] == 1.0
+        return
     assert history["emd_head_marginal_error"][-1] == pytest.approx(float(np.mean(row_error)), rel=1e-4, abs=1e-7)
     assert history["emd_head_converged"][-1] == pytest.approx(float(np.mean(row_error <= 0.01 * (1 + 1e-5))))
     assert history["emd_head_sinkhorn_iterations"][-1] == int(np.max(keras.ops.convert_to_numpy(result.iterations)))
