@@ -29,6 +29,8 @@ from zoo.loading import preset_dir
 from zoo.preset_format import weights_directory
 from zoo.registry import PRESETS
 
+LOG_FILES = ("train_log.csv", "log.csv")  # a packaged preset's training log; an `otzoo train` run's
+
 DESCRIPTION = """\
 Draw what the layers of a preset do on images and write the pictures as PNG files into --out, printing each path.
 The pictures that fit the preset are drawn (or only those named by --kinds):
@@ -77,9 +79,6 @@ def register(commands, parser_class):
     sub.add_argument("--dpi", type=positive_int, default=100, help="resolution of the PNG files (default 100)")
     sub.set_defaults(run=run)
     return sub
-
-
-LOG_FILES = ("train_log.csv", "log.csv")  # a packaged preset's training log; an `otzoo train` run's
 
 
 def training_log(preset, weights=None):
