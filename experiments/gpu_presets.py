@@ -66,7 +66,7 @@ from training.distributed.checkpoints import write_text_atomically  # noqa: E402
 from training.distributed.fit import fit  # noqa: E402
 from training.distributed.keras_distribution import hardware_description  # noqa: E402
 from training.recipes import recipe_for, train_preset  # noqa: E402
-from training.recipes.common import layer_signals, preset_spec, standard_callbacks  # noqa: E402
+from training.recipes.common import preset_spec, standard_callbacks  # noqa: E402
 from training.recipes.run_directory import read_mark  # noqa: E402
 from training.tuning.trial import trial_score, trial_setup  # noqa: E402
 from zoo.preset_format import (CARD_FILE, CONFIG_FILE, WEIGHTS_FILE, WeightsIntegrityError, check_sha256,  # noqa: E402
@@ -98,8 +98,7 @@ def validation_score(preset, epochs, seed, limit=None, fraction=0.1, verbose=2, 
     trial = trial_setup(spec, train)
     if run_dir:
         os.makedirs(run_dir, exist_ok=True)
-    logged = [layer_signals(train[0])] + standard_callbacks(run_dir) if run_dir else []  # signals: into log.csv
-    run_callbacks = trial.callbacks + logged + list(callbacks)
+    run_callbacks = trial.callbacks + (standard_callbacks(run_dir, train[0]) if run_dir else []) + list(callbacks)
     _, history = fit(trial.trained, trial.batches, epochs=epochs, callbacks=run_callbacks, verbose=verbose)
     score = trial_score(spec, trial.served, validation)
     losses = _logged_losses(run_dir) if run_dir else history.history["loss"]

@@ -89,8 +89,7 @@ def training_log(preset, weights=None):
     folder = preset_dir(preset) if weights is None else weights_directory(weights)
     if folder is None:
         return None
-    found = [os.path.join(folder, name) for name in LOG_FILES if os.path.isfile(os.path.join(folder, name))]
-    return found[0] if found else None
+    return next((path for path in (os.path.join(folder, name) for name in LOG_FILES) if os.path.isfile(path)), None)
 
 
 class IndicesThenImages(argparse.Action):

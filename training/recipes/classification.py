@@ -23,7 +23,6 @@ from training.recipes.common import (
     current_strategy,
     check_fine_tune_batch,
     evaluation_target,
-    layer_signals,
     merged_overrides,
     preset_spec,
     reproducing_command,
@@ -121,8 +120,8 @@ def train(name, out_dir, epochs=None, batch_size=None, limit=None, seed=None, ve
     start = time.time()
     fit(setup.trained, setup.train.dataset.map(setup.feed), epochs=spec.recipe.epochs,
         validation_data=setup.test.dataset.map(setup.feed), verbose=verbose,
-        callbacks=setup.callbacks + [layer_signals(setup.train.sample)] + extra_callbacks
-        + standard_callbacks(out_dir) + list(callbacks or []))
+        callbacks=setup.callbacks + standard_callbacks(out_dir, setup.train.sample) + extra_callbacks
+        + list(callbacks or []))
     train_time = time.time() - start
     accuracy = classification_accuracy(setup.model, setup.test.dataset)
     return write_preset(setup.model, spec, out_dir, spec.recipe, {"accuracy": round(accuracy, 4)}, train_time,

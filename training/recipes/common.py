@@ -4,7 +4,7 @@ overrides), the run options, the standard callbacks, and the preset directory a 
 A run writes into ``out_dir``: ``run.json`` (what it trains, :mod:`training.recipes.run_directory`), ``backup/``
 (``keras.callbacks.BackupAndRestore``, so a killed run resumes at its last finished epoch, under the same options
 only), ``log.csv`` (per-epoch metrics and the layers' signals, such as an MPW head's Sinkhorn iterations:
-:func:`layer_signals`), and at the end ``config.json`` (``zoo.preset_format.write_config``), ``model.weights.h5``
+:func:`standard_callbacks`), and at the end ``config.json`` (``zoo.preset_format.write_config``), ``model.weights.h5``
 and ``metadata.json`` (the model card, whose ``recipe`` is ``dataclasses.asdict`` of the recipe that ran): a preset
 directory that ``zoo.load(out_dir)`` and ``otzoo export`` read.
 """
@@ -165,18 +165,15 @@ def evaluation_slice(limit, labels):
                     f"{per_class})")
 
 
-def layer_signals(images, probe_images=PROBE_IMAGES):
-    """The callback that adds the layers' signals to each epoch's logs (``ot_layers.callbacks.layer_signals.
-    LayerSignals``), run on the first ``probe_images`` of the training ``images``. Every run logs them; put it
-    before the loggers (``TensorBoard``, :func:`standard_callbacks`), which write what it adds."""
-    return LayerSignals(images[:probe_images])
-
-
-def standard_callbacks(out_dir):
-    """Epoch checkpoints that a killed run resumes from, and the per-epoch log (:class:`~training.recipes.epoch_log.
-    EpochLog`: a resumed run appends to it, also when it logs other columns)."""
-    return [keras.callbacks.BackupAndRestore(os.path.join(out_dir, "backup")),
-            EpochLog(os.path.join(out_dir, "log.csv"))]
+def standard_callbacks(out_dir, probe_images=None):
+    """What every run's ``fit`` gets before the run's own loggers: with ``probe_images`` (the run's training
+    images) the layers' signals on the first :data:`PROBE_IMAGES` of them (``ot_layers.callbacks.layer_signals.
+    LayerSignals``, first, so that every logger after it writes them); epoch checkpoints that a killed run resumes
+    from; and the per-epoch log (:class:`~training.recipes.epoch_log.EpochLog`: a resumed run appends to it, also
+    when it logs other columns)."""
+    signals = [LayerSignals(probe_images[:PROBE_IMAGES])] if probe_images is not None else []
+    return signals + [keras.callbacks.BackupAndRestore(os.path.join(out_dir, "backup")),
+                      EpochLog(os.path.join(out_dir, "log.csv"))]
 
 
 def reproducing_command(name, recipe_overrides=None, **options):

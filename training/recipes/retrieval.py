@@ -32,7 +32,6 @@ from training.recipes.common import (
     check_fine_tune_batch,
     evaluation_slice,
     evaluation_target,
-    layer_signals,
     merged_overrides,
     preset_spec,
     reproducing_command,
@@ -161,8 +160,8 @@ def train(name, out_dir, epochs=None, batch_size=None, limit=None, seed=None, ve
     claim_run_directory(out_dir, run_identity(spec, limit=limit, head=pooling_overrides))
     start = time.time()
     fit(setup.trained, setup.train.dataset, epochs=spec.recipe.epochs, verbose=verbose,
-        callbacks=setup.callbacks + [layer_signals(setup.train.sample)] + extra_callbacks
-        + standard_callbacks(out_dir) + list(callbacks or []))
+        callbacks=setup.callbacks + standard_callbacks(out_dir, setup.train.sample) + extra_callbacks
+        + list(callbacks or []))
     train_time = time.time() - start
     test = _unseen_test_images(spec, None, data_dir)
     metrics = retrieval_scores(setup.model, test.dataset)
