@@ -9,6 +9,7 @@ import pytest
 import tensorflow as tf
 
 import zoo
+from ot_layers.layers.generalized_sum_pooling import GeneralizedSumPooling
 from ot_layers.layers.multi_proxy_wasserstein import MultiProxyWasserstein
 from ot_layers.tensor_ops import find_layer, flatten_feature_map
 from ot_layers.callbacks.layer_signals import LayerSignals
@@ -53,6 +54,33 @@ def test_mpw_iterations_are_logged_to_tensorboard_and_are_what_the_solver_needs(
         _, _, short = head.matcher.match(flatten_feature_map(tf.convert_to_tensor(features)), head.proxies)
         head.matcher.max_iter, head.matcher.threshold = fewer
         assert int(np.max(short.iterations)) == k - 1 and float(tf.reduce_max(short.error)) > 0.0
+
+
+def test_gsp_transport_iterations_are_what_its_partial_transport_needs_per_image():
+    """A GSP embedding model's logs hold its partial transport's largest iteration count and mean final error on the
+    probe images; solving each probe image apart, the largest count is the same, and one iteration fewer leaves
+    that image's error above the threshold."""
+    rng = np.random.default_rng(1)
+    x = rng.uniform(0, 255, (48, 28, 28, 1)).astype("float32")
+    y = rng.integers(0, 3, 48)
+    model = zoo.embedding_model("small_convnet", "gsp", 8, input_shape=(28, 28, 1),
+                                backbone_kwargs={"width": 8, "feature_dim": 8},
+                                pooling_kwargs={"num_prototypes": 4, "epsilon": 0.1, "threshold": 1e-3,
+                                                "max_iter": 200})
+    model.compile("sgd", loss=lambda labels, embeddings: keras.ops.mean(embeddings[:, 0]))
+    history = model.fit(x, y, epochs=2, batch_size=16, verbose=0, callbacks=[LayerSignals(x[:8])])
+    iterations, error = history.history["gsp_transport_iterations"], history.history["gsp_marginal_error"]
+    assert len(iterations) == 2 and history.history["gsp_prototypes_initialized"] == [0.0, 0.0]
+
+    layer = find_layer(model, GeneralizedSumPooling)
+    features = flatten_feature_map(keras.Model(model.inputs[0], layer.input)(x[:8], training=False))
+    alone = [layer.transport(features[i:i + 1]) for i in range(8)]  # each image on its own
+    counts = [int(np.asarray(result.iterations)[0]) for result in alone]
+    assert max(counts) == iterations[-1] and 1 < iterations[-1] < layer.max_iter
+    np.testing.assert_allclose(error[-1], np.mean([float(np.asarray(r.error)[0]) for r in alone]), rtol=1e-4)
+    hardest = int(np.argmax(counts))
+    layer.max_iter = counts[hardest] - 1
+    assert float(np.asarray(layer.transport(features[hardest:hardest + 1]).error)[0]) > layer.threshold
 
 
 def test_probe_images_must_be_a_batch():

@@ -60,6 +60,13 @@ def test_tune_three_trials_from_the_cli_reports_the_best(tmp_path):
     assert config["head_kwargs"] == {"epsilon": pytest.approx(best["epsilon"]), "num_proxies": best["num_proxies"]}
     assert 0.02 <= config["head_kwargs"]["epsilon"] <= 0.5 and config["head_kwargs"]["num_proxies"] in (1, 2, 4, 8)
     assert config["search"]["train_examples"] + config["search"]["validation_examples"] == 512
+    # Each trial's signals are the MPW head's solver logs that keras-tuner recorded at the trial's scored epoch
+    for trial in config["trials"]:
+        logged = recorded[trial["trial_id"]]["metrics"]["metrics"]
+        assert set(trial["signals"]) == {"mpw_head_sinkhorn_iterations", "mpw_head_marginal_error"}, trial
+        for name, value in trial["signals"].items():
+            assert value == pytest.approx(logged[name]["observations"][-1]["value"][0])
+        assert 1 <= trial["signals"]["mpw_head_sinkhorn_iterations"] <= 100  # the head's max_iter
 
     table = result.stdout[result.stdout.index("otzoo tune"):].splitlines()
     assert table[0].startswith(f"otzoo tune {PRESET}: 3 trial(s), best first")
@@ -87,6 +94,8 @@ def test_tune_a_retrieval_preset_scores_map_at_r_on_held_out_seen_classes(tmp_pa
     assert config["objective"] == "val_map_at_r" and config["score"] == pytest.approx(best["score"])
     assert config["head_kwargs"]["epsilon"] == pytest.approx(best["hyperparameters"]["values"]["epsilon"])
     assert 0.05 <= config["head_kwargs"]["epsilon"] <= 2.0 and 0.0 < config["score"] <= 1.0
+    assert all({"gsp_transport_iterations", "gsp_marginal_error", "gsp_prototypes_initialized"}
+               <= set(trial["signals"]) for trial in config["trials"]), config["trials"]
     # The held-out classes 3 and 4 of the first 1,200 training images; the rest (classes 0-2) trained on.
     labels = np.frombuffer(__import__("gzip").open(data / "train-labels-idx1-ubyte.gz").read()[8:], np.uint8)[:1200]
     assert config["search"]["validation_examples"] == int(np.isin(labels, [3, 4]).sum())

@@ -10,7 +10,10 @@
   reported an optimal flow), and with ``method="sinkhorn"`` ``<layer>_sinkhorn_iterations``;
 - ``ccp_reinitializations``: the CCP re-initialization rounds so far (``model.ccp_state``,
   ``ot_layers.callbacks.CCPReinitialization``);
-- ``<layer>_prototypes_initialized``: whether a ``GeneralizedSumPooling`` layer's k-center initialization ran
+- for each ``GeneralizedSumPooling`` layer: ``<layer>_transport_iterations`` and ``<layer>_marginal_error``, the
+  partial transport's (Gürbüz 2022, Prop. 5.2.1) largest iteration count and mean final error on the probe
+  images (each image stops at the layer's ``threshold`` or ``max_iter``; the transport runs during the GAP warm-up
+  too), and ``<layer>_prototypes_initialized``, whether its k-center initialization ran
   (``ot_layers.callbacks.GSPPrototypeInit``).
 
 The hyperspherical re-assignments are logged by ``PrototypeReassignment`` itself (``prototype_changes``). Put this
@@ -69,6 +72,11 @@ class LayerSignals(keras.callbacks.Callback):
                 found[f"{layer.name}_marginal_error"] = _mean(result.error)
                 found[f"{layer.name}_converged"] = _mean(ops.cast(result.converged, "float32"))
             elif isinstance(layer, GeneralizedSumPooling):
+                features = self._layer_inputs(layer)
+                dtype = "float64" if layer.variable_dtype == "float64" else "float32"  # as the layer computes
+                result = layer.transport(flatten_feature_map(ops.cast(features, dtype)))
+                found[f"{layer.name}_transport_iterations"] = _largest(result.iterations)
+                found[f"{layer.name}_marginal_error"] = _mean(result.error)
                 found[f"{layer.name}_prototypes_initialized"] = float(np.asarray(layer.prototypes_initialized))
         state = getattr(self.model, "ccp_state", None)
         if state is not None:

@@ -89,15 +89,21 @@ class GeneralizedSumPooling(ExportableLayer):
         self.prototypes_initialized = self.add_weight(name="prototypes_initialized", shape=(), initializer="zeros",
                                                       trainable=False)
 
+    def transport(self, features):
+        """The partial transport of Prop. 5.2.1 between the prototypes and features ``(B, n, C)`` (float32/64):
+        the solver's ``PartialTransportResult`` (``plan`` ``(B, m, n)``, rows: prototypes; per-sample
+        ``iterations``, ``error`` and ``converged``), before the warm-up mixing of :meth:`pooling_weights`."""
+        prototypes = ops.cast(self.prototypes, features.dtype)
+        cost = _euclidean_cost(_clip_norm(prototypes), _clip_norm(features))
+        return partial_transport(cost, self.transport_ratio, epsilon=self.epsilon, max_iter=self.max_iter,
+                                 threshold=self.threshold, gradient=self.gradient)
+
     def pooling_weights(self, features):
         """Pooling weights ``(B, n)`` and transport plan ``(B, m, n)`` for features ``(B, n, C)`` (float32/64).
 
         The weights are the transported mass over ``transport_ratio`` (``p_j``, Eq. 5.2.1; they sum to one),
         mixed with the uniform ``1/n`` by the warm-up flag; the plan is ``pi`` of Prop. 5.2.1 (rows: prototypes)."""
-        prototypes = ops.cast(self.prototypes, features.dtype)
-        cost = _euclidean_cost(_clip_norm(prototypes), _clip_norm(features))
-        result = partial_transport(cost, self.transport_ratio, epsilon=self.epsilon, max_iter=self.max_iter,
-                                   threshold=self.threshold, gradient=self.gradient)
+        result = self.transport(features)
         transported = ops.sum(result.plan, axis=1)  # q_j = 1/n - rho_j at the fixed point
         weights = transported / self.transport_ratio
         n = ops.cast(ops.shape(features)[1], features.dtype)

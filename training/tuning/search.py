@@ -41,10 +41,12 @@ import os
 
 import keras
 
+from ot_layers.callbacks.layer_signals import LayerSignals
 from ot_layers.optional import require
 from ot_layers.validation import check_positive_int
 from training.data.errors import EmptySliceError
 from training.recipes import RECIPES, recipe_for
+from training.recipes.common import PROBE_IMAGES
 from training.recipes.run_directory import claim_run_directory, run_identity
 from training.recipes.tuned_config import CONFIG_FORMAT
 from training.recipes.validation import VALIDATION_IMAGES_PER_CLASS, held_out_classes_split, validation_split
@@ -56,7 +58,10 @@ from zoo.registry import PRESETS
 #    "head_kwargs": {...},           # keyword arguments of the head layer (zoo.build(NAME, **head_kwargs))
 #    "learning_rate": FLOAT,         # the recipe's initial learning rate to use instead
 #    "objective": "val_accuracy" | "val_map_at_r", "score": FLOAT, "search": {...how it was searched...},
-#    "trials": [{"trial_id", "score", "head_kwargs", "learning_rate"}, ...best first]}
+#    "trials": [{"trial_id", "score", "head_kwargs", "learning_rate", "signals"}, ...best first]}
+# A trial's "signals" are its other logs at the epoch its score comes from (keras-tuner keeps a trial's best epoch):
+# the layers' own (ot_layers.callbacks.layer_signals.LayerSignals, e.g. "mpw_head_sinkhorn_iterations") and its
+# layer-state callbacks' (e.g. "prototype_changes"); a trial whose Sinkhorn head ran to ``max_iter`` shows it there.
 # Only "preset", "head_kwargs" and "learning_rate" are read back (load_tuned_config); the rest documents the search.
 TUNING_DATASET = "fashion_mnist"  # the only data set the trials read (the recipes' tuning_data)
 __all__ = ["tune", "search_space", "tuning_objective", "tunable_tasks", "format_summary", "validation_split",
@@ -136,28 +141,40 @@ def _preset_hypermodel(spec, params, data, backbone):
             return self.trial.trained
 
         def fit(self, hp, model, *args, callbacks=None, **kwargs):
-            callbacks = self.trial.callbacks + [self.scorer] + list(callbacks or [])
+            # The layers' signals (e.g. an MPW head's Sinkhorn iterations) join the epoch logs keras-tuner records
+            signals = LayerSignals(train[0][:PROBE_IMAGES])
+            callbacks = self.trial.callbacks + [signals, self.scorer] + list(callbacks or [])
             return model.fit(self.trial.batches, epochs=spec.recipe.epochs, callbacks=callbacks,
                              verbose=kwargs.get("verbose", 0))
 
     return PresetHyperModel()
 
 
-def _trial_config(trial, params):
+def _trial_config(trial, params, objective):
     values = trial.hyperparameters.values
+    recorded = trial.metrics.metrics  # {name: history} at the trial's best epoch; none for a failed trial
+    signals = {name: float(trial.metrics.get_last_value(name)) for name in sorted(recorded)
+               if name not in ("loss", objective)}
     return dict(trial_id=trial.trial_id, score=None if trial.score is None else float(trial.score),
                 head_kwargs={p["name"]: values[p["name"]] for p in params if p["target"] == "head"},
-                learning_rate=float(values["learning_rate"]))
+                learning_rate=float(values["learning_rate"]), signals=signals)
+
+
+def _listed(values):
+    return ", ".join(f"{k}={v:.4g}" if isinstance(v, float) else f"{k}={v}" for k, v in values.items()) or "-"
 
 
 def format_summary(preset, trials, objective="val_accuracy"):
-    """The trial table :func:`tune` prints: rank, trial, validation score, learning rate, head arguments."""
+    """The trial table :func:`tune` prints: rank, trial, validation score, learning rate, head arguments, and the
+    trial's signals (its layers' at the scored epoch, e.g. Sinkhorn iterations) where any trial has some."""
+    with_signals = any(t.get("signals") for t in trials)
     lines = [f"otzoo tune {preset}: {len(trials)} trial(s), best first (score: {objective})",
-             f"{'rank':>4}  {'trial':>5}  {'score':>7}  {'learning_rate':>13}  head_kwargs"]
+             f"{'rank':>4}  {'trial':>5}  {'score':>7}  {'learning_rate':>13}  head_kwargs"
+             + ("  |  signals" if with_signals else "")]
     for rank, t in enumerate(trials, 1):
         score = "failed" if t["score"] is None else f"{t['score']:.4f}"
-        kwargs = ", ".join(f"{k}={v:.4g}" if isinstance(v, float) else f"{k}={v}" for k, v in t["head_kwargs"].items())
-        lines.append(f"{rank:>4}  {t['trial_id']:>5}  {score:>7}  {t['learning_rate']:>13.4g}  {kwargs or '-'}")
+        line = f"{rank:>4}  {t['trial_id']:>5}  {score:>7}  {t['learning_rate']:>13.4g}  {_listed(t['head_kwargs'])}"
+        lines.append(line + (f"  |  {_listed(t.get('signals', {}))}" if with_signals else ""))
     return "\n".join(lines)
 
 
@@ -215,7 +232,7 @@ def tune(preset, trials, out_dir, epochs=1, limit=None, batch_size=None, backbon
     done = [t for t in tuner.oracle.trials.values() if t.status == "COMPLETED"]
     if not done:
         raise ValueError(f"`preset` {preset!r}: every trial failed; see keras-tuner's messages above.")
-    ranked = sorted((_trial_config(t, params) for t in tuner.oracle.trials.values()),
+    ranked = sorted((_trial_config(t, params, objective) for t in tuner.oracle.trials.values()),
                     key=lambda t: -math.inf if t["score"] is None else t["score"], reverse=True)
     best = ranked[0]
     config = dict(format=CONFIG_FORMAT, preset=preset, task=spec.task, head_kwargs=best["head_kwargs"],
