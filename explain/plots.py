@@ -29,6 +29,7 @@ RIGHT = "#1a9850"  # frame of a retrieved image of the query's class
 WRONG = "#d73027"  # frame of one of another class
 UNKNOWN = "#808080"  # frame when the labels are not known
 FLOW_COLOR = "#ff7f0e"
+STEP_COLUMNS = ("epoch", "episode")  # a Keras log's x axis (0-based epochs); a meta-training history's (episodes)
 
 
 def figure_pixels(cols, rows, panel=PANEL_INCHES, dpi=100):
@@ -387,11 +388,31 @@ def _log_items(logs):
     return [(os.path.basename(os.path.dirname(os.path.abspath(p))) or f"log {i}", p) for i, p in enumerate(logs)]
 
 
+def _log_table(source):
+    """A log's columns: a Keras CSV log's path read (``signals.read_training_log``), or an in-memory table such as
+    a few-shot card's ``meta_training`` (``{"episode": [...], "loss": [...], ...}``) as float arrays."""
+    if isinstance(source, (str, os.PathLike)):
+        return signals.read_training_log(source)
+    table = {name: np.asarray(values, dtype=float) for name, values in dict(source).items()}
+    if not any(column in table for column in STEP_COLUMNS):
+        raise ValueError(f"`logs`: a table needs one of the columns {STEP_COLUMNS}, got {sorted(table)}.")
+    return table
+
+
+def _steps(tables):
+    """The x axis shared by ``tables``: ``(label, [values per table])``; Keras' 0-based epochs are drawn from 1."""
+    kinds = {next(column for column in STEP_COLUMNS if column in table) for _, table in tables}
+    if len(kinds) > 1:
+        raise ValueError(f"`logs`: the logs count different steps ({', '.join(sorted(kinds))}); draw them apart.")
+    label = kinds.pop()
+    return label, [table[label] + 1 if label == "epoch" else table[label] for _, table in tables]
+
+
 def curve_families(columns):
     """The metric names of a log's columns, ``loss`` first (``val_x`` and ``x`` are one family ``x``)."""
     names = []
     for column in columns:
-        if column == "epoch":
+        if column in STEP_COLUMNS:
             continue
         base = column[4:] if column.startswith("val_") else column
         if base not in names:
@@ -402,13 +423,16 @@ def curve_families(columns):
 def plot_training_curves(logs, path, dpi=100):
     """Training curves from Keras CSV logs (``keras.callbacks.CSVLogger``; the presets ship
     ``zoo/presets/<name>/train_log.csv``): ``logs`` is a path, a list of paths (named by their folders) or a dict
-    ``{name: path}``. One ``2 * PANEL_INCHES`` panel per metric (the union over the logs), one row; training solid,
-    validation dashed, one colour per log; the legend gives each validation curve's best value and epoch.
+    ``{name: path or table}``, a table being columns in memory with an ``epoch`` or ``episode`` column (a few-shot
+    card's ``meta_training``: its episodic loss, query accuracy and EMD signals). One ``2 * PANEL_INCHES`` panel per
+    metric (the union over the logs), one row; training solid, validation dashed, one colour per log; the legend
+    gives each validation curve's best value and step. The logs must count the same steps (epochs or episodes).
     """
     items = _log_items(logs)
     if not items:
         raise ValueError("`logs` must name at least one CSV log.")
-    tables = [(name, signals.read_training_log(p)) for name, p in items]
+    tables = [(name, _log_table(source)) for name, source in items]
+    step, steps = _steps(tables)
     families = []
     for _, table in tables:
         for family in curve_families(table):
@@ -422,8 +446,7 @@ def plot_training_curves(logs, path, dpi=100):
     colors = [f"C{i}" for i in range(10)]
     for ax, family in zip(axes, families):
         lower_is_better = "loss" in family or "error" in family
-        for i, (name, table) in enumerate(tables):
-            epochs = table["epoch"] + 1
+        for i, ((name, table), epochs) in enumerate(zip(tables, steps)):
             color = colors[i % len(colors)]
             if family in table:
                 ax.plot(epochs, table[family], color=color, linewidth=1.2, label=f"{name} train")
@@ -431,9 +454,9 @@ def plot_training_curves(logs, path, dpi=100):
             if values is not None and np.any(np.isfinite(values)):  # a log without validation holds NA there
                 best = int(np.nanargmin(values) if lower_is_better else np.nanargmax(values))
                 ax.plot(epochs, values, color=color, linewidth=1.2, linestyle="--",
-                        label=f"{name} val (best {values[best]:.4f}, ep {int(epochs[best])})")
+                        label=f"{name} val (best {values[best]:.4f}, {step} {int(epochs[best])})")
         ax.set_title(family, fontsize=FONT_SIZE + 1)
-        ax.set_xlabel("epoch", fontsize=FONT_SIZE)
+        ax.set_xlabel(step, fontsize=FONT_SIZE)
         ax.tick_params(labelsize=FONT_SIZE)
         ax.grid(alpha=0.3)
         ax.legend(fontsize=FONT_SIZE - 2)

@@ -21,13 +21,14 @@ def _has(model, layer_class):
     return any(isinstance(layer, layer_class) for layer in walk_layers(model, include_self=True))
 
 
-def available_kinds(model, logs=None):
+def available_kinds(model, logs=None, meta_training=None):
     """The kinds of :data:`KINDS` that fit ``model``: a kind per layer it holds (``mpw``, ``gsp``, ``emd``,
-    ``prototypes``), ``retrieval`` for a single-input image model, ``curves`` when ``logs`` are given."""
+    ``prototypes``), ``retrieval`` for a single-input image model, ``curves`` when ``logs`` or a few-shot model's
+    ``meta_training`` history are given."""
     kinds = [kind for kind, layer_class in _LAYERS.items() if _has(model, layer_class)]
     if len(model.inputs) == 1:
         kinds.append("retrieval")
-    if logs:
+    if logs or meta_training:
         kinds.append("curves")
     return [kind for kind in KINDS if kind in kinds]
 
@@ -38,7 +39,7 @@ def why_not(kind, model):
         return f"the model has no {_LAYERS[kind].__name__} layer"
     if kind == "retrieval":
         return "retrieval needs a model with a single image input"
-    return "no training log was given"
+    return "no training log or meta-training history was given"
 
 
 def _emd_classes(logits, label):
@@ -52,7 +53,8 @@ def _emd_classes(logits, label):
 
 
 def explain_model(model, out, images=None, labels=None, names=None, kinds=None, class_names=None, gallery=None,
-                  gallery_labels=None, gallery_exclude=None, support=None, logs=None, history=None, k=5, dpi=100):
+                  gallery_labels=None, gallery_exclude=None, support=None, logs=None, history=None, k=5, dpi=100,
+                  meta_training=None):
     """Write the pictures of :data:`KINDS` that fit ``model`` into folder ``out``; returns ``{kind: [paths]}``.
 
     images: 0-255 images (a batch, or one image), fitted to the model's input; labels: their labels (or ``None``);
@@ -64,13 +66,14 @@ def explain_model(model, out, images=None, labels=None, names=None, kinds=None, 
       skip (the image itself), or -1.
     support: ``(support_images, support_labels)`` of the few-shot episode the images are queries of (EMD).
     logs: a CSV log path, list or ``{name: path}`` (curves); history: the prototype assignment history.
+    meta_training: a few-shot card's ``meta_training`` (``{"episode": [...], "loss": [...], ...}``; curves).
     k: neighbours in the retrieval panel; dpi: the PNGs' resolution.
 
     Per kind: ``mpw_<name>.png`` per image (predicted and true class), ``gsp.png`` (all images), ``emd_<name>_<tag>
     .png`` per image (its true and best other class, or predicted and runner-up), ``prototypes.png``,
-    ``retrieval.png`` (all images as queries), ``curves.png``.
+    ``retrieval.png`` (all images as queries), ``curves.png`` (the logs) and ``meta_training.png`` (the episodes).
     """
-    fitting = available_kinds(model, logs)
+    fitting = available_kinds(model, logs, meta_training)
     if kinds is None:
         kinds = fitting
     for kind in kinds:
@@ -122,6 +125,10 @@ def explain_model(model, out, images=None, labels=None, names=None, kinds=None, 
                                               query_labels=known, gallery_labels=gallery_labels, k=k,
                                               exclude=gallery_exclude, class_names=class_names, dpi=dpi))
         elif kind == "curves":
-            paths.append(plots.plot_training_curves(logs, os.path.join(out, "curves.png"), dpi=dpi))
+            if logs:
+                paths.append(plots.plot_training_curves(logs, os.path.join(out, "curves.png"), dpi=dpi))
+            if meta_training:
+                paths.append(plots.plot_training_curves({"meta-training": meta_training},
+                                                        os.path.join(out, "meta_training.png"), dpi=dpi))
         written[kind] = paths
     return written

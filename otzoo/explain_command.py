@@ -26,7 +26,7 @@ from otzoo.arguments import (
 )
 from training.data.fashion_mnist import load_fashion_mnist
 from zoo.loading import preset_dir
-from zoo.preset_format import weights_directory
+from zoo.preset_format import read_card, weights_directory
 from zoo.registry import PRESETS
 
 LOG_FILES = ("train_log.csv", "log.csv")  # a packaged preset's training log; an `otzoo train` run's
@@ -47,7 +47,9 @@ The pictures that fit the preset are drawn (or only those named by --kinds):
               classifiers: the pooled backbone features), framed green when of the query's class, red
               otherwise: one PNG
   curves      the training curves of the weights explained: the preset's train_log.csv, or with --weights the
-              log beside them (a preset directory's train_log.csv, an `otzoo train` run's log.csv): one PNG
+              log beside them (a preset directory's train_log.csv, an `otzoo train` run's log.csv): one PNG;
+              for a few-shot preset also its card's meta-training curves (loss, query accuracy and the EMD
+              head's solver signals by episode): meta_training.png
 
 Images are PNG/JPEG files (converted to the model's input size and channels; Fashion-MNIST items are light on a
 black background) or Fashion-MNIST test images by index (their labels are then known). With neither,
@@ -81,15 +83,28 @@ def register(commands, parser_class):
     return sub
 
 
+def _explained_directory(preset, weights):
+    """The directory of the weights ``otzoo explain`` draws: the packaged preset's, or with ``weights``
+    (``--weights``) theirs (``zoo.preset_format.weights_directory``; ``None`` for a lone file or a URL), never the
+    packaged preset's, whose log and card are those of other weights."""
+    return preset_dir(preset) if weights is None else weights_directory(weights)
+
+
 def training_log(preset, weights=None):
-    """The training log of the weights ``otzoo explain`` draws, or ``None``: the packaged preset's ``train_log.csv``;
-    with ``weights`` (``--weights``) the log of their directory (``zoo.preset_format.weights_directory``:
-    ``train_log.csv``, else an ``otzoo train`` run's ``log.csv``), never the packaged preset's, whose curves are
-    those of other weights."""
-    folder = preset_dir(preset) if weights is None else weights_directory(weights)
+    """The training log of the weights ``otzoo explain`` draws, or ``None``: their directory's ``train_log.csv``
+    (a packaged preset's), else its ``log.csv`` (an ``otzoo train`` run's)."""
+    folder = _explained_directory(preset, weights)
     if folder is None:
         return None
     return next((path for path in (os.path.join(folder, name) for name in LOG_FILES) if os.path.isfile(path)), None)
+
+
+def meta_training_history(preset, weights=None):
+    """The episodic meta-training history of the weights ``otzoo explain`` draws (a few-shot card's
+    ``meta_training``: loss, query accuracy and EMD signals by episode), or ``None``."""
+    folder = _explained_directory(preset, weights)
+    card = read_card(folder) if folder is not None else None
+    return (card or {}).get("meta_training") or None
 
 
 class IndicesThenImages(argparse.Action):
@@ -189,13 +204,15 @@ def run(args):
     card = zoo.model_card(args.preset)
     log = training_log(args.preset, args.weights)
     logs = {args.preset: log} if log else None
+    meta_training = meta_training_history(args.preset, args.weights)
     model = zoo.load(args.preset, weights=args.weights)
-    fitting = available_kinds(model, logs)
+    fitting = available_kinds(model, logs, meta_training)
     kinds = args.kinds or fitting
     for kind in kinds:
         if kind not in fitting:
             reason = (f"no training log goes with the weights explained: none of {', '.join(LOG_FILES)} in their "
-                      "directory") if kind == "curves" else why_not(kind, model)
+                      "directory, nor a card with a meta-training history") if kind == "curves" else why_not(kind,
+                                                                                                             model)
             raise CommandError(f"--kinds: {kind!r} does not fit preset {args.preset} ({reason}); it fits: "
                                f"{', '.join(fitting)}")
     shape = model_input_shape(model)
@@ -213,7 +230,7 @@ def run(args):
         written.update(explain_model(model, args.out, images=np.stack(images), labels=labels, names=names,
                                      kinds=plain, class_names=class_names, gallery=gallery,
                                      gallery_labels=y_test[gallery_indices], gallery_exclude=exclude, logs=logs,
-                                     history=history, k=args.top_k, dpi=args.dpi))
+                                     history=history, k=args.top_k, dpi=args.dpi, meta_training=meta_training))
     if "emd" in kinds:
         written["emd"] = []
         for image, label, name, index in zip(images, labels, names, indices):

@@ -7,6 +7,7 @@ import sys
 import pytest
 from PIL import Image
 
+import zoo
 from explain.report import KINDS
 from otzoo import cli
 from otzoo.arguments import ArgumentParser
@@ -148,3 +149,27 @@ def test_the_curves_are_those_of_the_weights_explained(tmp_path, capsys, monkeyp
     assert code == 2 and len(err.splitlines()) == 1
     assert "--kinds: 'curves' does not fit preset resnet20_mpw_fashion_mnist (no training log goes with" in err
     assert len(drawn) == 1
+
+
+@pytest.mark.fashion_mnist
+def test_a_few_shot_preset_draws_its_meta_training_from_its_card(tmp_path, capsys, monkeypatch):
+    """The DeepEMD preset's curves: its pre-training log (train_log.csv, by epoch) and, apart, its card's
+    meta-training history (loss and query accuracy by episode) as meta_training.png."""
+    import explain.plots
+
+    preset, drawn = "resnet20_emd_fewshot_fashion_mnist", []
+    original = explain.plots.plot_training_curves
+
+    def recording(logs, path, dpi=100):
+        drawn.append((os.path.basename(path), dict(logs)))
+        return original(logs, path, dpi)
+
+    monkeypatch.setattr(explain.plots, "plot_training_curves", recording)
+    out = tmp_path / "pictures"
+    code, printed, err = _main(["explain", preset, "--kinds", "curves", "--out", str(out), "--dpi", "40"], capsys)
+    assert code == 0, err
+    assert printed.splitlines() == [f"curves: {out / 'curves.png'}", f"curves: {out / 'meta_training.png'}"]
+    card = zoo.model_card(preset)
+    assert [name for name, _ in drawn] == ["curves.png", "meta_training.png"]
+    assert drawn[1][1] == {"meta-training": card["meta_training"]} and len(card["meta_training"]["episode"]) > 1
+    assert all(os.path.getsize(out / name) > 0 for name, _ in drawn)

@@ -109,6 +109,21 @@ def test_training_curves_of_a_run_without_validation(tmp_path):
     _check_png(path, 1, 1, 2 * PANEL_INCHES)
 
 
+def test_meta_training_curves_by_episode(tmp_path):
+    """A few-shot card's meta-training history (columns in memory, counted in episodes) draws one panel per
+    metric; a log counted in epochs cannot share its figure, and a table without a step column is refused."""
+    history = {"episode": [50, 100, 150], "loss": [0.9, 0.6, 0.5], "accuracy": [0.6, 0.7, 0.75],
+               "emd_head_marginal_error": [1e-3, 2e-3, 1e-3]}
+    path = explain.plot_training_curves({"meta-training": history}, str(tmp_path / "m.png"), dpi=DPI)
+    _check_png(path, 3, 1, 2 * PANEL_INCHES)  # loss, accuracy, emd_head_marginal_error
+    log = tmp_path / "log.csv"
+    log.write_text("epoch,loss\n0,1.0\n1,0.8\n")
+    with pytest.raises(ValueError, match="`logs`: the logs count different steps \\(episode, epoch\\)"):
+        explain.plot_training_curves({"pre-training": str(log), "meta-training": history}, str(tmp_path / "x.png"))
+    with pytest.raises(ValueError, match="`logs`: a table needs one of the columns"):
+        explain.plot_training_curves({"t": {"loss": [1.0]}}, str(tmp_path / "y.png"))
+
+
 def test_explain_model_writes_the_kinds_that_fit(mpw_model, tmp_path):
     log = tmp_path / "log.csv"
     log.write_text("epoch,loss\n0,1.0\n1,0.5\n")
