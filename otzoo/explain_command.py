@@ -208,11 +208,11 @@ def run(args):
     model = zoo.load(args.preset, weights=args.weights)
     fitting = available_kinds(model, logs, meta_training)
     kinds = args.kinds or fitting
+    no_log = (f"no training log goes with the weights explained: none of {', '.join(LOG_FILES)} in their directory, "
+              "nor a card with a meta-training history")
     for kind in kinds:
         if kind not in fitting:
-            reason = (f"no training log goes with the weights explained: none of {', '.join(LOG_FILES)} in their "
-                      "directory, nor a card with a meta-training history") if kind == "curves" else why_not(kind,
-                                                                                                             model)
+            reason = no_log if kind == "curves" else why_not(kind, model)
             raise CommandError(f"--kinds: {kind!r} does not fit preset {args.preset} ({reason}); it fits: "
                                f"{', '.join(fitting)}")
     shape = model_input_shape(model)

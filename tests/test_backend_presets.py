@@ -136,7 +136,8 @@ def test_demo_on_torch_saves_a_preset_that_exports_from_tensorflow(tmp_path):
     ("jax", "resnet20_mpw_fashion_mnist", 2, "data_parallel, 2 device(s)", (),
      ("mpw_head_sinkhorn_iterations", "mpw_head_marginal_error")),
     ("jax", "resnet20_hyperspherical_fashion_mnist", 2, "data_parallel, 2 device(s)", (), ("prototype_changes",)),
-    ("torch", "resnet20_gsp_retrieval_fashion_mnist", 1, "default, 1 device(s)", (), ("gsp_prototypes_initialized", "gsp_transport_iterations", "gsp_marginal_error")),
+    ("torch", "resnet20_gsp_retrieval_fashion_mnist", 1, "default, 1 device(s)", (),
+     ("gsp_prototypes_initialized", "gsp_transport_iterations", "gsp_marginal_error")),
     ("torch", "resnet20_protonet_fewshot_fashion_mnist", 1, "one_device, 1 device(s)", ("--episodes", "3"), ()),
 ])
 def test_otzoo_train_on_backend_evaluates_the_same_on_tensorflow(backend, preset, devices, layout, options, signals,

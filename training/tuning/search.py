@@ -153,8 +153,8 @@ def _preset_hypermodel(spec, params, data, backbone):
 def _trial_config(trial, params, objective):
     values = trial.hyperparameters.values
     recorded = trial.metrics.metrics  # {name: history} at the trial's best epoch; none for a failed trial
-    signals = {name: float(trial.metrics.get_last_value(name)) for name in sorted(recorded)
-               if name not in ("loss", objective)}
+    last = {name: trial.metrics.get_last_value(name) for name in sorted(recorded) if name not in ("loss", objective)}
+    signals = {name: float(value) for name, value in last.items() if value is not None}
     return dict(trial_id=trial.trial_id, score=None if trial.score is None else float(trial.score),
                 head_kwargs={p["name"]: values[p["name"]] for p in params if p["target"] == "head"},
                 learning_rate=float(values["learning_rate"]), signals=signals)
