@@ -57,13 +57,25 @@ def test_a_resumed_run_with_fewer_columns_fills_them_with_na(tmp_path):
     _log_epochs(EpochLog(path), 0, [{"loss": 2.0, "ccp_reinitializations": 1.0}])
     _log_epochs(EpochLog(path), 1, [{"loss": 1.0}])
     header, rows = _table(path)
-    # Keras' rule, kept: a first epoch without validation metrics gets val_ columns for every metric (left NA).
-    assert header == ["epoch", "ccp_reinitializations", "loss", "val_ccp_reinitializations", "val_loss"]
-    assert rows == [["0", "1.0", "2.0", "NA", "NA"], ["1", "NA", "1.0", "NA", "NA"]]
+    assert header == ["epoch", "ccp_reinitializations", "loss"]
+    assert rows == [["0", "1.0", "2.0"], ["1", "NA", "1.0"]]
+
+
+def test_a_run_without_validation_logs_no_empty_val_columns(tmp_path):
+    """Keras' logger adds an always-NA ``val_`` column for every key of a run without validation, a layer's signal
+    included; the run's log holds the columns its epochs log."""
+    epochs = [{"loss": 2.0, "gsp_transport_iterations": 11.0}, {"loss": 1.5, "gsp_transport_iterations": 9.0}]
+    _log_epochs(keras.callbacks.CSVLogger(str(tmp_path / "keras.csv"), append=True), 0, epochs)
+    assert _table(tmp_path / "keras.csv")[0] == ["epoch", "gsp_transport_iterations", "loss",
+                                                 "val_gsp_transport_iterations", "val_loss"]
+    _log_epochs(EpochLog(tmp_path / "log.csv"), 0, epochs)
+    header, rows = _table(tmp_path / "log.csv")
+    assert header == ["epoch", "gsp_transport_iterations", "loss"]
+    assert rows == [["0", "11.0", "2.0"], ["1", "9.0", "1.5"]]
 
 
 @pytest.mark.parametrize("existing", ["", "not,an,epoch,log\r\n1,2,3,4\r\n"])
-def test_an_empty_or_foreign_file_is_left_to_keras_rules(tmp_path, existing):
+def test_an_empty_or_foreign_file_is_appended_to_as_keras_does(tmp_path, existing):
     for name, logger in (("ours.csv", EpochLog), ("keras.csv", lambda p: keras.callbacks.CSVLogger(p, append=True))):
         (tmp_path / name).write_text(existing)
         _log_epochs(logger(str(tmp_path / name)), 0, RUN)

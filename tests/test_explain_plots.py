@@ -101,8 +101,8 @@ def test_plot_training_curves(tmp_path):
 
 
 def test_training_curves_of_a_run_without_validation(tmp_path):
-    """A run trained on the whole training split (the presets' final runs) logs ``NA`` in its ``val_`` columns: the
-    training curves are drawn, the validation ones left out."""
+    """A run trained on the whole training split (the presets' final runs) logged ``NA`` in Keras' ``val_`` columns
+    (the shipped train_log.csv files): the training curves are drawn, the validation ones left out."""
     log = tmp_path / "train_log.csv"
     log.write_text("epoch,loss,val_loss\n0,1.6,NA\n1,0.9,NA\n2,0.7,NA\n")
     path = explain.plot_training_curves(str(log), str(tmp_path / "c.png"), dpi=DPI)

@@ -4,6 +4,11 @@ Keras' ``CSVLogger(append=True)`` writes every row under the columns of the firs
 already has a header it writes no new one. A run resumed with other columns than the ones it began with (a layer
 signal or metric it did not log before) thus wrote rows that no longer line up with the header, and every reader of
 the file took its values for the wrong columns. :class:`EpochLog` keeps the file one table.
+
+Keras' logger also adds, when the first epoch has no validation metric, a ``val_`` column for every key (room for
+``validation_freq > 1``), which stays ``NA`` in a run without validation data -- ``val_loss`` beside ``loss``, and
+``val_mpw_head_sinkhorn_iterations`` beside a layer's signal, which no evaluation ever gives. otzoo's runs validate
+every epoch or never, so :class:`EpochLog` writes the columns the epochs log and nothing more.
 """
 import csv
 import io
@@ -19,11 +24,12 @@ MISSING = "NA"  # what keras.callbacks.CSVLogger writes where an epoch's logs la
 class EpochLog(keras.callbacks.CSVLogger):
     """``keras.callbacks.CSVLogger(filename, separator, append=True)`` that keeps an appended file one table.
 
-    On a new (or empty) file it writes what Keras' logger writes. On a file with a header, at the first epoch this
-    run logs: the columns this run logs and the header lacks are added to the header, the earlier rows holding
-    ``NA`` there (the file is rewritten through a temporary file and ``os.replace``, so a run killed meanwhile
-    leaves the old file or the new one); the header's columns this run does not log get ``NA`` in its rows. Every
-    row then has the header's columns, in the header's order.
+    On a new (or empty) file it writes what Keras' logger writes, less the ``NA`` ``val_`` columns of a run without
+    validation (see the module docstring): the first epoch's keys, sorted, after ``epoch``. On a file with a header,
+    at the first epoch this run logs: the columns this run logs and the header lacks are added to the header, the
+    earlier rows holding ``NA`` there (the file is rewritten through a temporary file and ``os.replace``, so a run
+    killed meanwhile leaves the old file or the new one); the header's columns this run does not log get ``NA`` in
+    its rows. Every row then has the header's columns, in the header's order.
     """
 
     def __init__(self, filename, separator=","):
@@ -35,24 +41,18 @@ class EpochLog(keras.callbacks.CSVLogger):
         super().on_train_begin(logs)
 
     def on_epoch_end(self, epoch, logs=None):
-        if self.keys is None and self._header:
-            columns = self._header[1:]
-            added = [key for key in keras_log_columns(logs or {}) if key not in columns]
-            if added:
-                self.csv_file.close()
-                _add_columns(self.filename, self.sep, self._header, added)
-                self.csv_file = open(self.filename, "a")
-            self.keys = columns + added
+        if self.keys is None:
+            logged = sorted(logs or {})
+            if self._header:
+                columns = self._header[1:]
+                added = [key for key in logged if key not in columns]
+                if added:
+                    self.csv_file.close()
+                    _add_columns(self.filename, self.sep, self._header, added)
+                    self.csv_file = open(self.filename, "a")
+                logged = columns + added
+            self.keys = logged
         super().on_epoch_end(epoch, logs)
-
-
-def keras_log_columns(logs):
-    """The columns after ``epoch`` that ``keras.callbacks.CSVLogger`` writes for a run whose first epoch's logs are
-    ``logs``: their keys sorted, and when none is a validation metric, a ``val_`` column for each as well."""
-    keys = sorted(logs)
-    if keys and not any(key.startswith("val_") for key in keys):
-        keys += [f"val_{key}" for key in keys]
-    return keys
 
 
 def _read_header(path, separator):
