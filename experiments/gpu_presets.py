@@ -113,6 +113,16 @@ def _logged_losses(run_dir):
     return [losses[epoch] for epoch in sorted(losses)]
 
 
+def last_epoch_log(run_dir):
+    """The last epoch's row of ``run_dir/log.csv`` (``{column: value}``, ``epoch`` and empty cells left out): the
+    loss, metrics and layers' signals (e.g. the MPW head's Sinkhorn iterations) a run ended with. Kept in its
+    record, since only seed 0's directory is kept (``ship``)."""
+    log = read_training_log(os.path.join(run_dir, "log.csv"))
+    row = int(np.flatnonzero(log["epoch"] == np.max(log["epoch"]))[-1])  # an epoch logged twice: its last row
+    return {name: round(float(values[row]), 6) for name, values in log.items()
+            if name != "epoch" and np.isfinite(values[row])}
+
+
 def _record_path(results, phase, preset, epochs, seed):
     return os.path.join(results, f"{phase}-{preset}-e{epochs}-s{seed}.json")
 
@@ -299,7 +309,8 @@ def run_job(args, job, deadline):
         return False
     os.remove(os.path.join(run_dir, RUN_MARKER))  # finished: a final run's directory is the preset shipped
     seconds = time.time() - start
-    record.update(seconds=round(seconds, 1), resumed_at_epoch=deadline.first_epoch)
+    record.update(seconds=round(seconds, 1), resumed_at_epoch=deadline.first_epoch,
+                  last_epoch=last_epoch_log(run_dir))
     # written whole, then renamed: the runs beside this one read every record
     write_text_atomically(_record_path(args.results, *job), json.dumps(record, indent=1))
     print(f"{_job_name(job)}: {record.get('validation_score', record.get('metrics'))} ({seconds:.0f} s)", flush=True)
@@ -374,6 +385,11 @@ def run(args):
     return 0
 
 
+def _spread(values):
+    return {"values": values, "mean": float(np.mean(values)),
+            "sd": float(np.std(values, ddof=1)) if len(values) > 1 else None}
+
+
 def summarize(records):
     """Each preset's chosen budget, validation scores, and test metrics over the seeds; the comparisons."""
     presets = sorted({r["preset"] for r in records})
@@ -393,9 +409,12 @@ def summarize(records):
                  "hardware": sorted({r["hardware"] for r in finals}), "backend": sorted({r["backend"] for r in finals}),
                  "limit": sorted({str(r["limit"]) for r in finals})}
         for metric in (finals[0]["metrics"] if finals else {}):
-            values = [r["metrics"][metric] for r in finals]
-            entry[metric] = {"values": values, "mean": float(np.mean(values)),
-                             "sd": float(np.std(values, ddof=1)) if len(values) > 1 else None}
+            entry[metric] = _spread([r["metrics"][metric] for r in finals])
+        # The final runs' last training epoch (loss, metrics, the layers' signals), for the runs that recorded it
+        logged = [r["last_epoch"] for r in finals if r.get("last_epoch")]
+        columns = sorted(set.intersection(*(set(log) for log in logged))) if logged else []
+        entry["last_epoch"] = {"seeds": len(logged),
+                               **{column: _spread([log[column] for log in logged]) for column in columns}}
         summary["presets"][preset] = entry
     for preset, baseline, metric in COMPARISONS:
         a = summary["presets"].get(preset, {}).get(metric)
@@ -423,14 +442,18 @@ def report(args):
     return 0
 
 
+def _mean_sd(spreads, digits=4):
+    return ", ".join(f"{name} {value['mean']:.{digits}f}" + (f" ± {value['sd']:.{digits}f}" if value["sd"] is not None
+                                                             else "") for name, value in spreads)
+
+
 def markdown_tables(summary):
-    """``report``'s summary as two Markdown tables: each preset's budget and test metrics (mean ± sample sd over its
-    seeds), then the comparisons (difference of the means, Welch's t and its two-sided p-value)."""
+    """``report``'s summary as three Markdown tables: each preset's budget and test metrics (mean ± sample sd over
+    its seeds), the comparisons (difference of the means, Welch's t and its two-sided p-value), and the final
+    runs' last training epoch (loss, metrics and the layers' signals, mean ± sd over the seeds that recorded it)."""
     lines = ["| preset | budget (epochs) | seeds | test metrics, mean ± sd |", "| --- | --- | --- | --- |"]
     for preset, entry in summary["presets"].items():
-        metrics = [(name, value) for name, value in entry.items() if isinstance(value, dict) and "values" in value]
-        shown = ", ".join(f"{name} {value['mean']:.4f}" + (f" ± {value['sd']:.4f}" if value["sd"] is not None else "")
-                          for name, value in metrics)
+        shown = _mean_sd((name, value) for name, value in entry.items() if isinstance(value, dict) and "values" in value)
         budget = entry["budget"] if entry["budget"] is not None else entry["best_budget_on_validation"]  # no final yet
         if entry["best_budget_at_edge_of_grid"]:
             budget = f"{budget} ({entry['best_budget_at_edge_of_grid']} of the grid)"
@@ -440,6 +463,12 @@ def markdown_tables(summary):
     for c in summary["comparisons"]:
         lines.append(f"| {c['preset']} vs {c['baseline']} | {c['metric']} | {c['difference']:+.4f} | "
                      f"{c['welch_t']:.2f} | {c['p_value']:.3g} | {c['seeds'][0]} vs {c['seeds'][1]} |")
+    lines += ["", "| preset | seeds | last training epoch, mean ± sd |", "| --- | --- | --- |"]
+    for preset, entry in summary["presets"].items():
+        last = entry.get("last_epoch", {})
+        if last.get("seeds"):
+            lines.append(f"| {preset} | {last['seeds']} | "
+                         f"{_mean_sd((name, value) for name, value in last.items() if name != 'seeds')} |")
     return "\n".join(lines) + "\n"
 
 

@@ -7,6 +7,7 @@ every run done; calls stopped after every epoch, one run at a time or two side b
 with the records and weights of the uninterrupted calls.
 """
 import argparse
+import csv
 import glob
 import importlib.util
 import json
@@ -180,6 +181,14 @@ def test_the_protocol_runs_without_tensorflow_and_resumes(tmp_path):
         with open(os.path.join(record["out_dir"], "metadata.json")) as handle:
             cards.append(json.load(handle))
     assert all(card["backend"] == "jax" and card["recipe"]["epochs"] == finals[0]["epochs"] for card in cards)
+    for record in records:  # each run's last logged epoch, kept in its record (only seed 0's directory is shipped)
+        if record["phase"] == "select":
+            assert record["last_epoch"]["loss"] == pytest.approx(record["loss"][-1], abs=1e-4)
+        else:
+            with open(os.path.join(record["out_dir"], "log.csv")) as handle:
+                last_row = list(csv.DictReader(handle))[-1]
+            assert record["last_epoch"] == {k: pytest.approx(float(v), abs=1e-6) for k, v in last_row.items()
+                                            if k != "epoch"}
     again = call("run", *options)
     assert "e1 s0:" not in again and len(gpu_presets.read_records(results)) == len(records)  # every run skipped
     call("report", "--results", results, "--output", str(tmp_path / "report.json"))
@@ -387,6 +396,9 @@ def test_the_report_tables_give_mean_sd_and_welch_test_of_the_final_runs(tmp_pat
     records += [_final(preset, 60, seed, {"accuracy": value})
                 for preset, values in (("resnet20_mpw_fashion_mnist", mpw), ("resnet20_gap_fashion_mnist", gap))
                 for seed, value in enumerate(values)]
+    iterations = [12.0, 9.0]  # MPW seeds 0 and 1 recorded their last epoch; seed 2 (an older record) did not
+    for record, count in zip(records[4:6], iterations):
+        record["last_epoch"] = {"loss": 0.2, "mpw_head_sinkhorn_iterations": count}
     for record in records:
         _write(str(tmp_path), record)
     table = tmp_path / "seeds.md"
@@ -400,3 +412,8 @@ def test_the_report_tables_give_mean_sd_and_welch_test_of_the_final_runs(tmp_pat
     assert f"accuracy {np.mean(mpw):.4f} ± {np.std(mpw, ddof=1):.4f}" in text
     assert "| resnet20_mpw_fashion_mnist | 60 (largest of the grid) | 3 |" in text
     assert f"| {np.mean(mpw) - np.mean(gap):+.4f} | {expected.statistic:.2f} | {expected.pvalue:.3g} | 3 vs 4 |" in text
+    last = summary["presets"]["resnet20_mpw_fashion_mnist"]["last_epoch"]
+    assert last["seeds"] == 2 and last["mpw_head_sinkhorn_iterations"]["values"] == iterations
+    assert (f"| resnet20_mpw_fashion_mnist | 2 | loss 0.2000 ± 0.0000, mpw_head_sinkhorn_iterations "
+            f"{np.mean(iterations):.4f} ± {np.std(iterations, ddof=1):.4f} |") in text
+    assert summary["presets"]["resnet20_gap_fashion_mnist"]["last_epoch"] == {"seeds": 0}
