@@ -453,7 +453,8 @@ def markdown_tables(summary):
     runs' last training epoch (loss, metrics and the layers' signals, mean ± sd over the seeds that recorded it)."""
     lines = ["| preset | budget (epochs) | seeds | test metrics, mean ± sd |", "| --- | --- | --- | --- |"]
     for preset, entry in summary["presets"].items():
-        shown = _mean_sd((name, value) for name, value in entry.items() if isinstance(value, dict) and "values" in value)
+        shown = _mean_sd((name, value) for name, value in entry.items()
+                         if isinstance(value, dict) and "values" in value)
         budget = entry["budget"] if entry["budget"] is not None else entry["best_budget_on_validation"]  # no final yet
         if entry["best_budget_at_edge_of_grid"]:
             budget = f"{budget} ({entry['best_budget_at_edge_of_grid']} of the grid)"
