@@ -105,12 +105,17 @@ def validation_score(preset, epochs, seed, limit=None, fraction=0.1, verbose=2, 
     return score, [round(float(v), 4) for v in losses]
 
 
+def _epoch_rows(log):
+    """``{epoch: row}`` of a run's log; an epoch logged twice (its call killed after logging it and before its
+    backup, so the next call trained it again) counts by its last row."""
+    return dict(zip(log["epoch"].astype(int).tolist(), range(len(log["epoch"]))))
+
+
 def _logged_losses(run_dir):
-    """The loss of every epoch in ``run_dir/log.csv``; an epoch logged twice (its call killed after logging it and
-    before its backup, so the next call trained it again) counts by its last row."""
+    """The loss of every epoch in ``run_dir/log.csv``, by :func:`_epoch_rows`."""
     log = read_training_log(os.path.join(run_dir, "log.csv"))
-    losses = dict(zip(log["epoch"].astype(int).tolist(), log["loss"].tolist()))
-    return [losses[epoch] for epoch in sorted(losses)]
+    rows = _epoch_rows(log)
+    return [float(log["loss"][rows[epoch]]) for epoch in sorted(rows)]
 
 
 def last_epoch_log(run_dir):
@@ -118,7 +123,8 @@ def last_epoch_log(run_dir):
     loss, metrics and layers' signals (e.g. the MPW head's Sinkhorn iterations) a run ended with. Kept in its
     record, since only seed 0's directory is kept (``ship``)."""
     log = read_training_log(os.path.join(run_dir, "log.csv"))
-    row = int(np.flatnonzero(log["epoch"] == np.max(log["epoch"]))[-1])  # an epoch logged twice: its last row
+    rows = _epoch_rows(log)
+    row = rows[max(rows)]
     return {name: round(float(values[row]), 6) for name, values in log.items()
             if name != "epoch" and np.isfinite(values[row])}
 

@@ -106,8 +106,7 @@ def gsp_weights(model, images, layer_name=None):
     """The GSP layer's pooling weights over the feature map for ``images`` (see :class:`GSPWeights`)."""
     layer = find_layer(model, GeneralizedSumPooling, layer_name)
     features = layer_inputs(model, layer, _images(model, images))
-    dtype = "float64" if layer.variable_dtype == "float64" else "float32"  # as the layer's call
-    flat = flatten_feature_map(keras.ops.cast(keras.ops.convert_to_tensor(features), dtype))
+    flat = layer.flat_features(keras.ops.convert_to_tensor(features))
     weights = convert_to_numpy(layer.pooling_weights(flat)[0])
     flat = convert_to_numpy(flat)
     return GSPWeights(weights, flat, np.einsum("bn,bnc->bc", weights, flat), _grid(features))

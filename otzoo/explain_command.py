@@ -83,28 +83,18 @@ def register(commands, parser_class):
     return sub
 
 
-def _explained_directory(preset, weights):
-    """The directory of the weights ``otzoo explain`` draws: the packaged preset's, or with ``weights``
-    (``--weights``) theirs (``zoo.preset_format.weights_directory``; ``None`` for a lone file or a URL), never the
-    packaged preset's, whose log and card are those of other weights."""
-    return preset_dir(preset) if weights is None else weights_directory(weights)
-
-
-def training_log(preset, weights=None):
-    """The training log of the weights ``otzoo explain`` draws, or ``None``: their directory's ``train_log.csv``
-    (a packaged preset's), else its ``log.csv`` (an ``otzoo train`` run's)."""
-    folder = _explained_directory(preset, weights)
+def training_records(preset, weights=None):
+    """What the weights ``otzoo explain`` draws were trained with, from their directory (the packaged preset's, or
+    with ``weights`` (``--weights``) theirs, ``zoo.preset_format.weights_directory``; never the packaged preset's,
+    whose log and card are those of other weights): ``(log, meta_training)``, the path of its ``train_log.csv`` (a
+    packaged preset's), else of its ``log.csv`` (an ``otzoo train`` run's), and its card's episodic
+    ``meta_training`` history (a few-shot run's: loss, query accuracy and EMD signals by episode); ``None`` where
+    there is none (a lone weights file or a URL has neither)."""
+    folder = preset_dir(preset) if weights is None else weights_directory(weights)
     if folder is None:
-        return None
-    return next((path for path in (os.path.join(folder, name) for name in LOG_FILES) if os.path.isfile(path)), None)
-
-
-def meta_training_history(preset, weights=None):
-    """The episodic meta-training history of the weights ``otzoo explain`` draws (a few-shot card's
-    ``meta_training``: loss, query accuracy and EMD signals by episode), or ``None``."""
-    folder = _explained_directory(preset, weights)
-    card = read_card(folder) if folder is not None else None
-    return (card or {}).get("meta_training") or None
+        return None, None
+    log = next((path for path in (os.path.join(folder, name) for name in LOG_FILES) if os.path.isfile(path)), None)
+    return log, (read_card(folder) or {}).get("meta_training") or None
 
 
 class IndicesThenImages(argparse.Action):
@@ -202,9 +192,8 @@ def run(args):
             raise CommandError(f"--test-index: {index} is out of range; the Fashion-MNIST test split has "
                                f"{len(x_test):,} images (0-{len(x_test) - 1})")
     card = zoo.model_card(args.preset)
-    log = training_log(args.preset, args.weights)
+    log, meta_training = training_records(args.preset, args.weights)
     logs = {args.preset: log} if log else None
-    meta_training = meta_training_history(args.preset, args.weights)
     model = zoo.load(args.preset, weights=args.weights)
     fitting = available_kinds(model, logs, meta_training)
     kinds = args.kinds or fitting

@@ -72,9 +72,7 @@ class LayerSignals(keras.callbacks.Callback):
                 found[f"{layer.name}_marginal_error"] = _mean(result.error)
                 found[f"{layer.name}_converged"] = _mean(ops.cast(result.converged, "float32"))
             elif isinstance(layer, GeneralizedSumPooling):
-                features = self._layer_inputs(layer)
-                dtype = "float64" if layer.variable_dtype == "float64" else "float32"  # as the layer computes
-                result = layer.transport(flatten_feature_map(ops.cast(features, dtype)))
+                result = layer.transport(layer.flat_features(self._layer_inputs(layer)))
                 found[f"{layer.name}_transport_iterations"] = _largest(result.iterations)
                 found[f"{layer.name}_marginal_error"] = _mean(result.error)
                 found[f"{layer.name}_prototypes_initialized"] = float(np.asarray(layer.prototypes_initialized))

@@ -89,6 +89,12 @@ class GeneralizedSumPooling(ExportableLayer):
         self.prototypes_initialized = self.add_weight(name="prototypes_initialized", shape=(), initializer="zeros",
                                                       trainable=False)
 
+    def flat_features(self, inputs):
+        """``inputs`` ``(B, H, W, C)`` or ``(B, n, C)`` as the transport takes them: ``(B, n, C)`` in float64 under
+        a float64 policy, else float32 (also under mixed precision)."""
+        dtype = "float64" if self.variable_dtype == "float64" else "float32"
+        return flatten_feature_map(ops.cast(inputs, dtype))
+
     def transport(self, features):
         """The partial transport of Prop. 5.2.1 between the prototypes and features ``(B, n, C)`` (float32/64):
         the solver's ``PartialTransportResult`` (``plan`` ``(B, m, n)``, rows: prototypes; per-sample
@@ -118,9 +124,7 @@ class GeneralizedSumPooling(ExportableLayer):
         return pooled, attributes
 
     def call(self, inputs):
-        dtype = "float64" if self.variable_dtype == "float64" else "float32"  # float32 under mixed precision
-        features = ops.cast(inputs, dtype)
-        pooled, attributes = self.pool(flatten_feature_map(features))
+        pooled, attributes = self.pool(self.flat_features(inputs))
         pooled = ops.cast(pooled, self.compute_dtype)
         if self.return_attributes:
             return pooled, ops.cast(attributes, self.compute_dtype)
