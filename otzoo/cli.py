@@ -45,7 +45,7 @@ from training.recipes.fine_tune import (BATCH_SIZE as FINE_TUNE_BATCH, FINE_TUNE
                                        fine_tuned_card)
 from training.recipes.run_directory import ResumeMismatchError
 from training.recipes.tuned_config import check_tuned_head, load_tuned_config
-from zoo.preset_format import PresetFormatError, WeightsIntegrityError, read_card
+from zoo.preset_format import MissingWeightsError, PresetFormatError, WeightsIntegrityError, read_card
 from zoo.registry import PRESETS
 
 
@@ -86,7 +86,8 @@ def train(args):
     running this command with --strategy multi_worker; on a real cluster, start the command on every host with its
     TF_CONFIG instead. On JAX and PyTorch (otzoo --backend jax train ...) classification and retrieval presets
     train with model.fit (--strategy auto: JAX spreads each batch over all local devices with keras.distribution;
-    one_device: one device), and the card records the backend.
+    one_device: one device), few-shot presets pre-train with model.fit and meta-train one episode a step on one
+    device, and the card records the backend.
     A run killed before it finished resumes from --out/backup with --resume, given the options it was started
     with (--out's run.json records them; other options stop with an error naming the fields that differ).
     """
@@ -328,7 +329,7 @@ def demo(args):
 # runs). Nothing else is caught: a plain ValueError, FileNotFoundError or any other exception is a bug (or an
 # unforeseen failure) and keeps its traceback, exit status 1.
 USER_ERRORS = (CommandError, EmptySliceError, ResumeMismatchError, DataUnavailableError, WeightsIntegrityError,
-               PresetFormatError, MissingExtraError)
+               MissingWeightsError, PresetFormatError, MissingExtraError)
 
 
 # Commands built on TensorFlow-only machinery: the SavedModel and ONNX converters (export). ``train`` runs on every
@@ -370,7 +371,7 @@ def main(argv=None):
     parser = ArgumentParser(prog="otzoo", description="Optimal-transport and prototype layers for Keras: the model zoo.")
     parser.add_argument("--backend", choices=BACKENDS, default=None,
                         help="the Keras backend (default: KERAS_BACKEND, else tensorflow); must come first when "
-                             "otzoo is run as a command; tune and export run on tensorflow only")
+                             f"otzoo is run as a command; on tensorflow only: {', '.join(TENSORFLOW_COMMANDS)}")
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND", parser_class=ArgumentParser)
 
     sub = commands.add_parser("list", help="list the presets with task and headline metric",

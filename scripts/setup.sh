@@ -15,7 +15,7 @@ fi
 if .venv/bin/python -m pip show -q tensorflow-cpu >/dev/null 2>&1; then
   .venv/bin/python -m pip uninstall -y -q tensorflow-cpu
 fi
-# Development: the editable checkout with every feature's extra, the JAX and PyTorch CPU builds (the backend
+# Development: the editable checkout with every feature's extra, JAX's CPU build and PyTorch (the backend
 # matrix, tests/test_backend_matrix.py) and the test tools (scripts/check_wheel.sh checks
 # what a user gets from the wheel, core alone and with an extra).
 .venv/bin/python -m pip install -q -e ".[all,dev,backends]"

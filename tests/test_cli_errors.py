@@ -332,6 +332,27 @@ def test_outputs_are_checked_before_the_work(tmp_path, capsys):
     assert not (tmp_path / "t").exists()
 
 
+@pytest.mark.fashion_mnist
+@pytest.mark.parametrize("command, options", [("evaluate", ["--limit", "256"]),
+                                              ("explain", ["--kinds", "prototypes", "--out", "OUT"]),
+                                              ("export", ["--no-verify", "--out", "OUT"]),
+                                              ("fine-tune", ["--limit", "256", "--out", "OUT"])])
+def test_a_built_in_preset_without_its_weights_is_one_line(command, options, tmp_path, monkeypatch, capsys):
+    """A preset added to the registry but not trained yet has no weights in its package: zoo.load's error
+    (MissingWeightsError, a FileNotFoundError) is the user's to fix, so each command that loads the preset ends in
+    one line that says how (train it, or give weights) instead of a traceback."""
+    from zoo import loading
+
+    name = "resnet20_gap_fashion_mnist"
+    os.makedirs(tmp_path / "presets" / name)
+    for item in ("config.json", "metadata.json"):
+        shutil.copy(os.path.join(preset_dir(name), item), tmp_path / "presets" / name / item)
+    monkeypatch.setattr(loading, "PRESETS_DIR", str(tmp_path / "presets"))
+    options = [str(tmp_path / "out") if option == "OUT" else option for option in options]
+    err = _fails_with([command, name, *options], f"otzoo train {name}", capsys)
+    assert "has no pretrained weights" in err and "--weights" in err
+
+
 def test_a_broken_preset_directory_or_foreign_weights_are_one_line(tmp_path, capsys):
     """A card that is not JSON, a directory without its weights, another architecture's weights or a file that is
     no weights file ended in a traceback (JSONDecodeError, FileNotFoundError, Keras' ValueError)."""

@@ -13,9 +13,9 @@ import keras
 
 from zoo.backbones import backbone as resolve_backbone
 from zoo.models import image_classifier
-from zoo.preset_format import (CARD_FILE, CONFIG_FILE, WEIGHTS_FILE, WeightsIntegrityError, check_sha256,
-                               is_weights_url, load_preset, load_weights, read_card, sha256_of, weights_with_card,
-                               write_preset)
+from zoo.preset_format import (CARD_FILE, CONFIG_FILE, WEIGHTS_FILE, MissingWeightsError, WeightsIntegrityError,
+                               check_sha256, is_weights_url, load_preset, load_weights, read_card, sha256_of,
+                               weights_with_card, write_preset)
 from zoo.registry import PRESETS
 from zoo.resnet import cifar_resnet
 from zoo.spec import TASKS, PresetSpec, published_recipe
@@ -161,8 +161,9 @@ def _url_weights(name, url, expected_sha256):
 def _package_weights(name):
     path = os.path.join(preset_dir(name), WEIGHTS_FILE)
     if not os.path.isfile(path):
-        raise FileNotFoundError(f"Preset {name!r} has no pretrained weights in this installation ({path}); "
-                                f"train them with `otzoo train {name}`, or pass `weights=` a file or URL.")
+        raise MissingWeightsError(f"preset {name!r} has no pretrained weights in this installation ({path}); "
+                                  f"train them with `otzoo train {name}`, or give a weights file or URL (zoo.load's "
+                                  f"`weights=`, the command line's --weights).")
     return path
 
 

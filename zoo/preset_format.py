@@ -32,6 +32,10 @@ class WeightsIntegrityError(ValueError):
     """A weights file whose sha256 is not the one its card names (corrupted, or another model's)."""
 
 
+class MissingWeightsError(FileNotFoundError):
+    """A built-in preset whose package holds no trained weights (a preset added but not trained yet)."""
+
+
 class PresetFormatError(ValueError):
     """A preset directory or weights file that cannot be read as the format says: a card that is not JSON, a
     missing weights file, weights that do not fit the model they are loaded into."""
