@@ -5,7 +5,7 @@
 - :func:`to_onnx` (:mod:`export.onnx`): the same names, a dynamic batch axis;
 - :func:`verify` (:mod:`export.verification`): max abs differences per artifact and output, each artifact run in a
   child process that cannot import otzoo (:mod:`export.isolation`);
-- the served interface by task (:mod:`export.signatures`) and ``otzoo export`` (:mod:`export.command`).
+- the served interface by task (:mod:`export.signatures`) and ``otzoo export`` (:mod:`otzoo.export_command`).
 """
 from export.onnx import to_onnx
 from export.saved_model import to_saved_model

@@ -38,7 +38,8 @@ def _basic_block(x, filters, strides, name, l2, bn_momentum):
 
 
 def cifar_resnet(depth=20, input_shape=(32, 32, 3), widths=WIDTHS, l2=0.0, bn_momentum=0.9, name=None):
-    """A CIFAR-style ResNet of ``depth`` layers (``6 n + 2``) returning its last feature map ``(B, H/4, W/4, 64)``.
+    """A CIFAR-style ResNet of ``depth`` layers (``6 n + 2``) returning its last feature map
+    ``(B, H/4, W/4, widths[-1])`` (64 channels by default).
 
     ``input_shape`` may leave the spatial size open (``(None, None, C)``); ``l2`` adds an L2 penalty
     ``l2 * ||w||^2`` on every convolution kernel; ``bn_momentum`` is BatchNorm's moving-average momentum.

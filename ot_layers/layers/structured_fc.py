@@ -14,7 +14,7 @@ class StructuredFC(ExportableLayer):
     Class ``k`` owns nodes ``Phi_k`` of shape ``(num_nodes, d)`` (the shape of one flattened feature map); the logit
     of a query node set ``U`` is ``EMDHead(U, Phi_k)``. For k-shot episodes the nodes start from the mean support
     feature map of each class (:meth:`initialize_from_support`) and are fine-tuned by SGD on the support set with the
-    backbone frozen (``training.structured_fc.fine_tune_structured_fc``).
+    backbone frozen (``training.evaluation.structured_fc.fine_tune_structured_fc``).
 
     Input ``(B, H, W, d)`` or ``(B, n, d)``; output logits ``(B, num_classes)``. ``head`` holds the
     :class:`EMDHead` settings (``scale``, ``method``, ``node_weights``, ...); ``initializer`` initializes the nodes

@@ -3,7 +3,7 @@
 Every loss takes integer class labels ``y_true`` ``(B,)`` or ``(B, 1)`` and embeddings ``y_pred`` ``(B, d)``,
 L2-normalizes the embeddings (unless ``normalize=False``; then distances and similarities are the raw Euclidean
 distances and inner products) and returns the batch loss (a scalar). Pair-based losses use the pairs of the
-(local, per-replica) batch; use them with a class-balanced batch sampler (``training.samplers``).
+(local, per-replica) batch; use them with a class-balanced batch sampler (``training.data.ClassBalancedBatches``).
 Proxy losses (``ProxyNCAPlusPlusLoss``, ``ProxyAnchorLoss``) take instead the output of a ``ClassProxies`` layer
 placed in the model: the cosine similarities ``(B, num_classes, num_proxies)`` of the normalized embeddings to the
 normalized proxies. The proxies are that layer's weight (trained by ``model.fit``, re-initialized by callbacks

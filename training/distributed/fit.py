@@ -35,7 +35,7 @@ batch must be divisible by it; batch with ``drop_remainder=True``). With several
 splits every global batch among the workers, so a run on N workers follows the same data order and the same global
 batches as one process would.
 
-Fault tolerance: ``checkpoint_dir`` backs up the training state (``training.fault_tolerance``, atomic writes) every
+Fault tolerance: ``checkpoint_dir`` backs up the training state (``training.distributed.checkpoints``, atomic writes) every
 epoch, or every ``save_freq`` batches, restores it when the run starts again and deletes it when training finishes
 (``keras.callbacks.BackupAndRestore`` semantics). A ``keras.callbacks.BackupAndRestore`` in ``callbacks`` is
 replaced by the same mechanism (its ``backup_dir`` and ``save_freq``). The multi-worker loop resumes mid-epoch

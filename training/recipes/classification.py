@@ -106,8 +106,8 @@ def train(name, out_dir, epochs=None, batch_size=None, limit=None, seed=None, ve
     ``config.json`` and ``model.weights.h5``, into ``out_dir``).
 
     ``epochs``, ``batch_size``, ``seed``: override the recipe's (``seed`` sets the initialization and data order);
-    ``limit``: train on the first ``limit`` training images; ``dataset``: a ``training.data.DATASETS`` name instead
-    of the preset's (``image_size``: the TFDS images' side; ``data_dir``: the TFDS folder); ``strategy``,
+    ``limit``: train on the first ``limit`` training images; ``dataset``: a name of ``training.data.datasets.DATASETS``
+    instead of the preset's (``image_size``: the TFDS images' side; ``data_dir``: the TFDS folder); ``strategy``,
     ``config``, ``tensorboard``: see :func:`run_options`. The run trains with ``training.distributed.fit.fit``
     (``model.fit``, or the multi-worker loop) and resumes from ``out_dir/backup``. ``callbacks``: more Keras
     callbacks for the run, after the recipe's own and the backup's.

@@ -148,7 +148,7 @@ def train(name, out_dir, epochs=None, batch_size=None, limit=None, seed=None, ve
     ``config.json`` and ``model.weights.h5``).
 
     ``epochs``, ``batch_size``, ``seed`` override the recipe's; ``limit`` reads only the first ``limit`` training
-    images (before keeping the seen classes); ``dataset``: a ``training.data.DATASETS`` name instead of the
+    images (before keeping the seen classes); ``dataset``: a name of ``training.data.datasets.DATASETS`` instead of the
     preset's, trained and evaluated on its retrieval class split (``image_size``, ``data_dir``: its TFDS images'
     side and folder); ``strategy``, ``config``, ``tensorboard``: see ``training.recipes.common.run_options``;
     ``callbacks``: more Keras callbacks for the run, after the recipe's own and the backup's.
