@@ -38,6 +38,20 @@ def check_seed(name, value):
     return int(value)
 
 
+def check_finite(name, value):
+    """``value`` must be a finite real number."""
+    if isinstance(value, bool) or not isinstance(value, numbers.Real) or not np.isfinite(value):
+        raise ValueError(f"`{name}` must be a finite number, got {value!r}.")
+    return float(value)
+
+
+def check_flag(name, value):
+    """``value`` must be ``True`` or ``False`` (a string such as ``"no"`` would read as true)."""
+    if not isinstance(value, (bool, np.bool_)):
+        raise ValueError(f"`{name}` must be True or False, got {value!r}.")
+    return bool(value)
+
+
 def check_in_range(name, value, low, high, low_open=False, high_open=False):
     """``value`` must lie in the interval between ``low`` and ``high`` (open or closed ends)."""
     ok = isinstance(value, numbers.Real) and not isinstance(value, bool) and np.isfinite(value)

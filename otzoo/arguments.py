@@ -33,6 +33,17 @@ def non_negative_int(text):
     return _integer_at_least(text, 0)
 
 
+MAX_SEED = 2 ** 32 - 1  # NumPy's and Keras' random seeds are 32-bit
+
+
+def seed_value(text):
+    """An ``argparse`` type: a random seed, an integer in ``0 .. 2**32 - 1``."""
+    value = _integer_at_least(text, 0)
+    if value > MAX_SEED:
+        raise argparse.ArgumentTypeError(f"must be an integer <= {MAX_SEED} (a 32-bit seed), got {text!r}")
+    return value
+
+
 def _integer_at_least(text, low):
     try:
         value = int(text)

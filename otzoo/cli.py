@@ -24,12 +24,12 @@ from otzoo.arguments import (
     ArgumentParser,
     CommandError,
     new_preset_directory,
-    non_negative_int,
     output_directory,
     positive_int,
     positive_number,
     preset_name,
     preset_or_directory,
+    seed_value,
     weights_location,
 )
 from training.data.datasets import DATASETS
@@ -253,7 +253,7 @@ def _preset_of_directory(directory):
     evaluates it; its task must be the card's."""
     card = read_card(directory) or {}
     name = (card.get("fine_tuned") or {}).get("base") or card.get("name")
-    if name not in PRESETS:
+    if not isinstance(name, str) or name not in PRESETS:
         raise CommandError(f"PRESET: the card of {directory!r} names no built-in preset (name {name!r}); only copies "
                            "and fine-tuned runs of a preset are evaluated by its recipe.")
     if card.get("task") != PRESETS[name].task:
@@ -386,7 +386,7 @@ def main(argv=None):
     sub.add_argument("--batch-size", type=positive_int, default=None, help="default: the recipe's")
     sub.add_argument("--limit", type=positive_int, default=None,
                      help="read only the first N training images (before a class split)")
-    sub.add_argument("--seed", type=non_negative_int, default=None,
+    sub.add_argument("--seed", type=seed_value, default=None,
                      help="default: the recipe's (initialization and data order)")
     sub.add_argument("--episodes", type=positive_int, default=None,
                      help="few-shot presets: meta-training episodes (default: the recipe's)")
@@ -434,7 +434,7 @@ def main(argv=None):
     sub.add_argument("--epochs", type=positive_int, default=1)
     sub.add_argument("--limit", type=positive_int, default=4096, help="fit on the first N training images")
     sub.add_argument("--learning-rate", type=positive_number, default=0.01, help="SGD (momentum 0.9) step size")
-    sub.add_argument("--seed", type=non_negative_int, default=0)
+    sub.add_argument("--seed", type=seed_value, default=0)
     sub.set_defaults(run=fine_tune)
 
     sub = commands.add_parser("demo", help="load, evaluate, fine-tune and export the MPW preset",
@@ -442,7 +442,7 @@ def main(argv=None):
     sub.add_argument("--limit", type=positive_int, default=4096, help="fine-tune on the first N training images")
     sub.add_argument("--test-limit", type=positive_int, default=10000, help="evaluate on the first N test images")
     sub.add_argument("--learning-rate", type=positive_number, default=0.01)
-    sub.add_argument("--seed", type=non_negative_int, default=0)
+    sub.add_argument("--seed", type=seed_value, default=0)
     sub.add_argument("--out", default="otzoo_demo", type=output_directory,
                      help="where the SavedModel (on JAX and PyTorch: the fine-tuned preset) is written")
     sub.set_defaults(run=demo)

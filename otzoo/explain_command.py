@@ -19,6 +19,7 @@ from ot_layers.tensor_ops import find_layer
 from otzoo.arguments import (
     CommandError,
     non_negative_int,
+    seed_value,
     output_directory,
     positive_int,
     preset_name,
@@ -76,7 +77,7 @@ def register(commands, parser_class):
     sub.add_argument("--gallery-size", type=positive_int, default=1000,
                      help="the retrieval gallery: the first N Fashion-MNIST test images (of the preset's "
                           "evaluation classes, if any; default 1000)")
-    sub.add_argument("--seed", type=non_negative_int, default=0,
+    sub.add_argument("--seed", type=seed_value, default=0,
                      help="chooses the few-shot episode's support images (default 0)")
     sub.add_argument("--dpi", type=positive_int, default=100, help="resolution of the PNG files (default 100)")
     sub.set_defaults(run=run)
@@ -215,6 +216,10 @@ def run(args):
         gallery_indices = _gallery(y_test, args.gallery_size, pool)
         position = {int(index): i for i, index in enumerate(gallery_indices)}
         exclude = [position.get(index, -1) for index in indices]
+        neighbours = len(gallery_indices) - (1 if any(index >= 0 for index in exclude) else 0)
+        if "retrieval" in plain and args.top_k > neighbours:  # before anything is drawn or written
+            raise CommandError(f"--top-k {args.top_k}: the gallery holds {neighbours} image(s) to rank (the query "
+                               f"itself left out); give a smaller --top-k or a larger --gallery-size")
         gallery = x_test[gallery_indices] if "retrieval" in plain else None
         written.update(explain_model(model, args.out, images=np.stack(images), labels=labels, names=names,
                                      kinds=plain, class_names=class_names, gallery=gallery,

@@ -5,7 +5,7 @@ A preset whose trials cannot run (a few-shot preset, a data set other than Fashi
 small to carve a validation part and one batch from are one-line errors (exit status 2)."""
 import argparse
 
-from otzoo.arguments import CommandError, non_negative_int, open_fraction, output_directory, positive_int, preset_name
+from otzoo.arguments import CommandError, open_fraction, output_directory, positive_int, preset_name, seed_value
 from training.tuning.search import TUNING_DATASET, tunable_tasks, tune, tuning_objective
 from zoo.backbones import BACKBONES
 from zoo.registry import PRESETS
@@ -53,7 +53,7 @@ def register(commands, parser_class):
     sub.add_argument("--validation-fraction", type=open_fraction, default=0.2,
                      help="part of the training images (retrieval: of the seen classes, at least two) held out to "
                           "score trials (default 0.2)")
-    sub.add_argument("--seed", type=non_negative_int, default=0)
+    sub.add_argument("--seed", type=seed_value, default=0)
     sub.add_argument("--resume", action="store_true",
                      help="continue the search in --out, by its settings (--trials may be raised), instead of "
                           "restarting")

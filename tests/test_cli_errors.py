@@ -277,6 +277,8 @@ def test_an_import_error_of_another_module_keeps_its_traceback(tmp_path):
     ("l2", "-5", "recipe field `l2` must be a finite number >= 0, got -5"),
     ("loss_kwargs", "3", "recipe field `loss_kwargs` must be an object of keyword arguments"),
     ("callbacks", '"gsp_init"', "recipe field `callbacks` must be a list of names"),
+    ("optimizer", '{"name": "sgd"}', "recipe field `optimizer` must be a name (a JSON string)"),
+    ("seed", str(2 ** 32), "recipe field `seed` must be an integer in 0 .. 2**32 - 1"),
 ])
 def test_recipe_values_out_of_range_are_one_line_before_anything_is_written(field, value, message, tmp_path,
                                                                               capsys):
@@ -289,12 +291,24 @@ def test_recipe_values_out_of_range_are_one_line_before_anything_is_written(fiel
     assert not out.exists()
 
 
+def test_more_ways_than_base_classes_names_ways_not_limit(tmp_path, capsys):
+    """5 base classes cannot make 20-way episodes whatever the slice: the error named --limit, which no value fixes."""
+    out = tmp_path / "run"
+    _fails_with(["train", "resnet20_protonet_fewshot_fashion_mnist", "--limit", "256", "--out", str(out),
+                 "--recipe", "ways=20"], "recipe field `ways` must be at most the 5 base classes", capsys)
+    assert not out.exists()
+
+
 def test_an_unreadable_tuning_config_is_one_line(tmp_path, capsys):
     (tmp_path / "bad.json").write_text("garbage")
     _fails_with(["train", "resnet20_mpw_fashion_mnist", "--out", str(tmp_path / "run"), "--config",
                  str(tmp_path / "bad.json")], "--config: `config`", capsys)
     _fails_with(["train", "resnet20_mpw_fashion_mnist", "--out", str(tmp_path / "run"), "--config",
                  str(tmp_path / "none.json")], "--config: `config`: no tuning result", capsys)
+    (tmp_path / "inf.json").write_text('{"preset": "resnet20_mpw_fashion_mnist", "learning_rate": Infinity, '
+                                       '"head_kwargs": {}}')  # Python's json writes and reads Infinity
+    _fails_with(["train", "resnet20_mpw_fashion_mnist", "--out", str(tmp_path / "run"), "--config",
+                 str(tmp_path / "inf.json")], "'learning_rate' (a finite number > 0)", capsys)
     # a tuned head that the preset's head does not take (it ended in a traceback after the data were read)
     (tmp_path / "head.json").write_text(json.dumps({"preset": "resnet20_mpw_fashion_mnist", "learning_rate": 0.1,
                                                     "head_kwargs": {"num_proxies": -2}}))
@@ -314,6 +328,7 @@ def test_outputs_are_checked_before_the_work(tmp_path, capsys):
                  ["explain", "resnet20_gap_fashion_mnist"], ["export", "resnet20_gap_fashion_mnist"], ["demo"],
                  ["fine-tune", "resnet20_gap_fashion_mnist"]):
         _fails_with(args + ["--out", str(a_file)], f"argument --out: '{a_file}' is a file; give a directory", capsys)
+        _fails_with(args + ["--out", ""], "argument --out: is empty; give a directory", capsys)  # failed after the work
     _fails_with(["fine-tune", "resnet20_gap_fashion_mnist", "--out", str(a_file / "sub")],
                 f"is below the file '{a_file}'", capsys)
     packaged = preset_dir("resnet20_gap_fashion_mnist")
@@ -325,6 +340,9 @@ def test_outputs_are_checked_before_the_work(tmp_path, capsys):
                      rate], "argument --learning-rate: must be a number > 0", capsys)
     _fails_with(["fine-tune", "resnet20_gap_fashion_mnist", "--out", str(tmp_path / "t"), "--seed", "-1"],
                 "argument --seed: must be an integer >= 0", capsys)
+    for args in (["train", "resnet20_gap_fashion_mnist"], ["tune", "resnet20_gap_fashion_mnist"],
+                 ["fine-tune", "resnet20_gap_fashion_mnist", "--out", str(tmp_path / "t")]):
+        _fails_with(args + ["--seed", str(2 ** 32)], "argument --seed: must be an integer <= 4294967295", capsys)
     with pytest.raises(ValueError, match="`out_dir`.*holds a preset already"):
         fine_tune_preset("resnet20_gap_fashion_mnist", packaged)
     with pytest.raises(ValueError, match="`learning_rate` must be a finite number > 0"):
@@ -351,6 +369,37 @@ def test_a_built_in_preset_without_its_weights_is_one_line(command, options, tmp
     options = [str(tmp_path / "out") if option == "OUT" else option for option in options]
     err = _fails_with([command, name, *options], f"otzoo train {name}", capsys)
     assert "has no pretrained weights" in err and "--weights" in err
+
+
+@pytest.mark.parametrize("breakage, message", [
+    ("config_truncated", "config.json' is not valid JSON"),
+    ("config_missing", "has no config.json"),
+    ("config_not_a_model", "does not describe a model Keras can build"),
+    ("task_unknown", "`task` must be one of"),
+    ("name_not_a_string", "names no built-in preset"),
+])
+def test_a_preset_directory_with_a_broken_config_or_card_is_one_line(breakage, message, tmp_path, capsys):
+    """A preset directory is the user's input: a config.json that is cut short, missing or not a model, and a card
+    stating an unknown task or a name that is not a string, ended in tracebacks (JSONDecodeError,
+    FileNotFoundError, Keras' and the task check's ValueError, TypeError)."""
+    directory = tmp_path / "copy"
+    shutil.copytree(preset_dir("resnet20_gap_fashion_mnist"), directory)
+    card = json.loads((directory / "metadata.json").read_text())
+    if breakage == "config_truncated":
+        (directory / "config.json").write_text((directory / "config.json").read_text()[:100])
+    elif breakage == "config_missing":
+        (directory / "config.json").unlink()
+    elif breakage == "config_not_a_model":
+        (directory / "config.json").write_text(json.dumps({"class_name": "NoSuchModel", "config": {}}))
+    elif breakage == "task_unknown":
+        card["task"] = "bogus"
+    else:
+        card["name"] = ["resnet20_gap_fashion_mnist"]
+    (directory / "metadata.json").write_text(json.dumps(card))
+    command = (["evaluate", str(directory)] if breakage == "name_not_a_string" else
+               ["export", str(directory), "--out", str(tmp_path / "out"), "--no-verify"])
+    _fails_with(command, message, capsys)
+    assert not (tmp_path / "out").exists()
 
 
 def test_a_broken_preset_directory_or_foreign_weights_are_one_line(tmp_path, capsys):

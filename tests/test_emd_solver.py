@@ -191,3 +191,32 @@ def test_bad_arguments_raise(kwargs, match):
 def test_cost_rank_is_checked():
     with pytest.raises(ValueError, match="cost"):
         emd(np.ones(3))
+
+
+@pytest.mark.parametrize("method", ["exact", "sinkhorn"])
+def test_a_cost_shared_by_a_batch_of_marginals_is_solved_for_each(method):
+    """Marginals with more batch dimensions than the cost share it: each pair of marginals is its own problem
+    (the exact solver used to solve the first pair only and return a scalar cost beside (2, n) potentials)."""
+    rng = np.random.default_rng(4)
+    cost = rng.random((3, 4))
+    a = rng.random((2, 3))
+    a /= a.sum(-1, keepdims=True)
+    b = rng.random((5, 1, 4))
+    b /= b.sum(-1, keepdims=True)
+    result = emd(cost, a, b, method=method, epsilon=0.01, threshold=1e-9, max_iter=20_000)
+    assert result.plan.shape == (5, 2, 3, 4) and result.cost.shape == (5, 2) and result.f.shape == (5, 2, 3)
+    def reference(x, y):
+        if method == "exact":
+            return ot.emd2(x, y, cost)
+        return np.sum(cost * ot.sinkhorn(x, y, cost, 0.01, method="sinkhorn_log", numItermax=100_000, stopThr=1e-12))
+
+    expected = np.array([[reference(a[i], b[j, 0]) for i in range(2)] for j in range(5)])
+    np.testing.assert_allclose(result.cost.numpy(), expected, atol=1e-8)
+
+
+@pytest.mark.parametrize("method, domain", [("exact", "auto"), ("sinkhorn", "log"), ("sinkhorn", "kernel")])
+def test_an_empty_batch_gives_empty_results(method, domain):
+    """A batch of no problems (the last, empty slice of a dataset, say) failed in the marginal-sum check
+    ("Cannot compute the max of an empty tensor") or, for the exact method, in the finiteness check."""
+    result = emd(np.zeros((0, 3, 4), np.float32), method=method, domain=domain)
+    assert result.plan.shape == (0, 3, 4) and result.cost.shape == (0,) and result.f.shape == (0, 3)

@@ -74,6 +74,17 @@ def test_bad_input_is_one_line_and_exit_2(args, message, capsys):
     assert len(err.splitlines()) == 1 and "Traceback" not in err
 
 
+@pytest.mark.fashion_mnist
+def test_more_neighbours_than_the_gallery_holds_is_one_line_before_anything_is_written(tmp_path, capsys):
+    """--top-k above the gallery's images failed in the ranking with a traceback, leaving an empty --out."""
+    out = tmp_path / "out"
+    code, _, err = _main(["explain", "resnet20_gsp_retrieval_fashion_mnist", "--kinds", "retrieval", "--top-k", "50",
+                          "--gallery-size", "3", "--out", str(out)], capsys)
+    assert code == 2 and len(err.splitlines()) == 1, err
+    assert "--top-k 50: the gallery holds 2 image(s) to rank" in err
+    assert not out.exists()
+
+
 def test_test_index_takes_its_integers_and_leaves_the_images():
     import argparse
 

@@ -185,6 +185,14 @@ def test_pull_loss_is_squared_cosine_gap():
     np.testing.assert_allclose(loss, ((1 + 0.2) ** 2 + (1 - 0.9) ** 2) / 2, rtol=1e-6)
 
 
+def test_pull_loss_of_a_label_outside_the_classes_is_zero():
+    """-1 (an unlabelled sample) or K contributes nothing, as the layer leaves such samples out; a gather took the
+    last class's cosine for -1 and raised for K."""
+    logits = np.array([[0.5, -0.2, 0.1], [0.9, 0.3, -1.0], [0.2, 0.3, 0.8]], np.float32)
+    per_sample = HypersphericalPullLoss(reduction=None)(np.array([1, -1, 3]), logits)
+    np.testing.assert_allclose(per_sample, [(1 + 0.2) ** 2, 0.0, 0.0], rtol=1e-6)
+
+
 @pytest.mark.parametrize("kwargs,name", [({"num_classes": 1}, "num_classes"), ({"dim": 0}, "dim"),
                                          ({"momentum": 1.0}, "momentum"), ({"prototypes": np.ones((K, DIM + 1))},
                                                                            "prototypes"),

@@ -3,7 +3,7 @@ embedding."""
 import keras
 import numpy as np
 
-from ot_layers.validation import check_positive_int
+from ot_layers.validation import check_positive_int, check_seed
 
 
 def meta_class_partitions(num_classes, num_meta_classes, num_learners=1, seed=0):
@@ -15,7 +15,7 @@ def meta_class_partitions(num_classes, num_meta_classes, num_learners=1, seed=0)
     num_learners = check_positive_int("num_learners", num_learners)
     if num_meta_classes > num_classes:
         raise ValueError(f"`num_meta_classes` ({num_meta_classes}) must not exceed `num_classes` ({num_classes}).")
-    rng = np.random.default_rng(seed)
+    rng = np.random.default_rng(check_seed("seed", seed))
     partitions = np.empty((num_learners, num_classes), dtype=np.int32)
     for e in range(num_learners):
         partitions[e, rng.permutation(num_classes)] = np.arange(num_classes) % num_meta_classes

@@ -45,6 +45,8 @@ def output_directory_problem(path, new_preset=False):
     """Why ``path`` cannot be a directory to write into, or ``None``: it must be an existing directory or none yet
     (then created), not a file nor below one; with ``new_preset``, also not a directory that holds a preset already
     (its card), which a write would replace."""
+    if not str(path).strip():
+        return "is empty; give a directory"
     existing = os.path.abspath(path)
     while not os.path.exists(existing) and os.path.dirname(existing) != existing:
         existing = os.path.dirname(existing)
@@ -106,12 +108,21 @@ def read_config(directory):
     """The (untrained) model ``config.json`` of ``directory`` describes."""
     path = os.path.join(str(directory), CONFIG_FILE)
     if not os.path.isfile(path):
-        raise FileNotFoundError(f"{directory!r} is not a preset directory: it has no {CONFIG_FILE} (a preset directory "
-                                f"holds {CONFIG_FILE}, {WEIGHTS_FILE} and {CARD_FILE}).")
-    with open(path) as handle:
-        config = json.load(handle)
+        raise PresetFormatError(f"the preset directory {directory!r} has no {CONFIG_FILE} (a preset directory holds "
+                                f"{CONFIG_FILE}, {WEIGHTS_FILE} and {CARD_FILE}).")
+    try:
+        with open(path) as handle:
+            config = json.load(handle)
+    except json.JSONDecodeError as error:
+        raise PresetFormatError(f"the model config {path!r} is not valid JSON ({error}).") from None
+    if not isinstance(config, dict):
+        raise PresetFormatError(f"the model config {path!r} must hold a JSON object, got {type(config).__name__}.")
     config.pop("compile_config", None)  # not part of a preset (see write_config); an older one may hold it
-    return keras.saving.deserialize_keras_object(config)  # what keras.models.model_from_json does after parsing
+    try:  # what keras.models.model_from_json does after parsing
+        return keras.saving.deserialize_keras_object(config)
+    except (ValueError, TypeError, KeyError) as error:  # a config Keras cannot rebuild: the file, not a bug
+        raise PresetFormatError(f"the model config {path!r} does not describe a model Keras can build: "
+                                f"{(str(error).splitlines() or [type(error).__name__])[0]}") from error
 
 
 def is_weights_url(weights):
@@ -176,7 +187,10 @@ def load_preset(directory):
         check_sha256(path, expected)  # before anything is deserialized
     model = read_config(directory)
     if card.get("task") is not None:
-        model = with_task(model, card["task"])
+        try:
+            model = with_task(model, card["task"])
+        except ValueError as error:  # a task the model's structure cannot serve, or no task at all
+            raise PresetFormatError(f"the card of {directory!r}: {error}") from None
     return load_weights(model, path, card)
 
 

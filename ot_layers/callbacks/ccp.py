@@ -10,7 +10,7 @@ from keras import ops
 from ot_layers.layers.class_proxies import ClassProxies
 from ot_layers.solvers.k_center import greedy_k_center
 from ot_layers.tensor_ops import find_layer, normalize_rows_np
-from ot_layers.validation import check_non_negative, check_positive_int
+from ot_layers.validation import check_flag, check_non_negative, check_positive_int, check_seed
 
 STATE_ATTRIBUTE = "ccp_state"  # the attribute of the model that holds CCPReinitialization's state
 
@@ -137,9 +137,9 @@ class CCPReinitialization(keras.callbacks.Callback):
         self.pool_size = check_positive_int("pool_size", pool_size)
         self.proximal = float(check_non_negative("proximal", proximal))
         self.min_delta = float(check_non_negative("min_delta", min_delta))
-        self.restore_best_weights = bool(restore_best_weights)
+        self.restore_best_weights = check_flag("restore_best_weights", restore_best_weights)
         self.batch_size = check_positive_int("batch_size", batch_size)
-        self.seed = int(seed)
+        self.seed = check_seed("seed", seed)
         self.history = []
         self._installed = []
 

@@ -4,7 +4,7 @@ import numpy as np
 
 from ot_layers.layers.manifold_proxies import ManifoldProxies
 from ot_layers.tensor_ops import find_layer, normalize_rows_np
-from ot_layers.validation import check_non_negative, check_positive, check_positive_int
+from ot_layers.validation import check_flag, check_non_negative, check_positive, check_positive_int, check_seed
 
 
 def hard_proxy_objective(proxy, anchor, members):
@@ -54,20 +54,22 @@ class HardProxyUpdate(keras.callbacks.Callback):
                  learning_rate=1e-3, threshold=0.0, samples_per_meta_class=256, batch_size=256, seed=0):
         super().__init__()
         meta_labels = np.asarray(meta_labels).reshape(-1)
-        if meta_labels.size and (not np.issubdtype(meta_labels.dtype, np.integer) or meta_labels.min() < 0):
+        if meta_labels.size == 0:
+            raise ValueError("`meta_labels` is empty: give each training image its meta-class.")
+        if not np.issubdtype(meta_labels.dtype, np.integer) or meta_labels.min() < 0:
             raise ValueError("`meta_labels` must be integers >= 0.")
         if len(meta_labels) != len(images):
             raise ValueError(f"`meta_labels` has {len(meta_labels)} entries but `images` has {len(images)}.")
         self.embedding_model = embedding_model
         self.images = images
         self.layer_name = layer_name
-        self.harden = bool(harden)
+        self.harden = check_flag("harden", harden)
         self.max_iter = check_positive_int("max_iter", max_iter)
         self.learning_rate = float(check_positive("learning_rate", learning_rate))
         self.threshold = float(check_non_negative("threshold", threshold))
         check_positive_int("samples_per_meta_class", samples_per_meta_class)
         self.batch_size = check_positive_int("batch_size", batch_size)
-        rng = np.random.default_rng(seed)
+        rng = np.random.default_rng(check_seed("seed", seed))
         self.anchors, self.members = [], []
         for k in range(int(meta_labels.max()) + 1):
             indices = rng.permutation(np.flatnonzero(meta_labels == k))

@@ -8,7 +8,7 @@ from ot_layers.solvers.emd import (
     COSINE_KERNEL_LIMIT, METHODS, SINKHORN_EPSILON, SINKHORN_MAX_ITER, SINKHORN_THRESHOLD, emd,
 )
 from ot_layers.validation import (
-    check_choice, check_non_negative, check_positive, check_positive_int, check_rank, check_same_dim,
+    check_choice, check_flag, check_non_negative, check_positive, check_positive_int, check_rank, check_same_dim,
 )
 
 NODE_WEIGHTS = ("cross_reference", "uniform")
@@ -97,7 +97,7 @@ class EMDHead(ExportableLayer):
         self.scale = float(check_positive("scale", scale))
         self.method = check_choice("method", method, METHODS)
         self.node_weights = check_choice("node_weights", node_weights, NODE_WEIGHTS)
-        self.center = bool(center)
+        self.center = check_flag("center", center)
         self.weight_floor = float(check_positive("weight_floor", weight_floor))
         self.epsilon = float(check_positive("epsilon", epsilon))
         self.max_iter = check_positive_int("max_iter", max_iter)

@@ -8,6 +8,7 @@ from ot_layers.solvers.partial_transport import GRADIENTS, partial_transport
 from ot_layers.tensor_ops import at_least, flatten_feature_map
 from ot_layers.validation import (
     check_choice,
+    check_flag,
     check_in_range,
     check_non_negative,
     check_positive,
@@ -72,7 +73,7 @@ class GeneralizedSumPooling(ExportableLayer):
         self.max_iter = check_positive_int("max_iter", max_iter)
         self.threshold = float(check_non_negative("threshold", threshold))
         self.gradient = check_choice("gradient", gradient, GRADIENTS)
-        self.return_attributes = bool(return_attributes)
+        self.return_attributes = check_flag("return_attributes", return_attributes)
         self.initializer = keras.initializers.get(initializer)
 
     def build(self, input_shape):

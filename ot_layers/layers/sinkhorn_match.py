@@ -9,7 +9,7 @@ from ot_layers.layers.base import ExportableLayer
 from ot_layers.solvers.sinkhorn import DOMAINS, GRADIENTS, KERNEL_DOMAIN_LIMIT, sinkhorn
 from ot_layers.tensor_ops import at_least, compute_dtype, flatten_feature_map, normalize_rows
 from ot_layers.validation import (
-    check_choice, check_non_negative, check_positive, check_positive_int, check_rank, check_same_dim,
+    check_choice, check_flag, check_non_negative, check_positive, check_positive_int, check_rank, check_same_dim,
 )
 
 COSTS = ("cosine", "sqeuclidean")
@@ -93,7 +93,7 @@ class SinkhornMatch(ExportableLayer):
         self.domain = check_choice("domain", domain, DOMAINS)
         self.gradient = check_choice("gradient", gradient, GRADIENTS)
         self.pairing = check_choice("pairing", pairing, PAIRINGS)
-        self.return_cost = bool(return_cost)
+        self.return_cost = check_flag("return_cost", return_cost)
 
     def _solver_domain(self):
         if self.domain == "auto" and self.cost == "cosine":

@@ -7,13 +7,18 @@ from keras import ops
 class HypersphericalPullLoss(keras.losses.Loss):
     """``L = (1 - cos(z, p_{sigma(y)}))^2`` (Saadabadi et al. 2024, Sec. 3.1, the prototype loss), computed from the
     logits ``s_k = cos(z, p_{sigma(k)})`` of ``layers.HypersphericalPrototypes`` as ``(1 - s_y)^2``: a pull towards the
-    assigned prototype only, no push from the others. ``y_true``: integer labels ``(B,)`` or ``(B, 1)``."""
+    assigned prototype only, no push from the others. ``y_true``: integer labels ``(B,)`` or ``(B, 1)``; a sample whose
+    label is outside ``0..K-1`` (-1 for an unlabelled sample, say) contributes zero, alike on every backend, as the
+    layer leaves it out of its class representatives."""
 
     def __init__(self, name="hyperspherical_pull", reduction="sum_over_batch_size", dtype=None):
         super().__init__(name=name, reduction=reduction, dtype=dtype)
 
     def call(self, y_true, y_pred):
+        logits = ops.cast(y_pred, "float32")
         labels = ops.reshape(ops.cast(y_true, "int32"), (-1, 1))
-        cosine = ops.take_along_axis(ops.cast(y_pred, "float32"), labels, axis=1)[:, 0]
-        return ops.square(1.0 - cosine)
+        # the label's column by comparison, not by gather (a gather took the last column for -1)
+        own = ops.equal(ops.arange(ops.shape(logits)[1], dtype="int32")[None, :], labels)  # (B, K)
+        cosine = ops.sum(ops.where(own, logits, ops.zeros_like(logits)), axis=1)
+        return ops.where(ops.any(own, axis=1), ops.square(1.0 - cosine), ops.zeros_like(cosine))
 

@@ -18,7 +18,7 @@ from keras import ops
 
 from ot_layers.backends import replicas_in_sync
 from ot_layers.tensor_ops import as_compute_dtype, at_least, normalize_rows
-from ot_layers.validation import check_non_negative, check_positive
+from ot_layers.validation import check_finite, check_flag, check_non_negative, check_positive
 
 _NEG_INF = float("-inf")
 
@@ -92,7 +92,7 @@ def _per_replica(batch_loss):
 class _MetricLoss(keras.losses.Loss):
     def __init__(self, name, normalize=True, reduction="sum_over_batch_size", **kwargs):
         super().__init__(name=name, reduction=reduction, **kwargs)
-        self.normalize = bool(normalize)
+        self.normalize = check_flag("normalize", normalize)
 
     def call(self, y_true, y_pred):
         x = _normalized(y_pred) if self.normalize else as_compute_dtype(y_pred)
@@ -161,7 +161,7 @@ class MultiSimilarityLoss(_MetricLoss):
         super().__init__(name=name, **kwargs)
         self.alpha = check_positive("alpha", alpha)
         self.beta = check_positive("beta", beta)
-        self.base = float(base)
+        self.base = check_finite("base", base)
         self.mining_margin = check_non_negative("mining_margin", mining_margin)
 
     def batch_loss(self, labels, x):

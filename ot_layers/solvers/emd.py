@@ -33,7 +33,7 @@ from keras import ops
 from ot.lp.emd_wrap import check_result, emd_c
 
 from ot_layers.backends import custom_gradient, host_call, values_known
-from ot_layers.solvers.sinkhorn import marginal_error, prepare_problem, sinkhorn
+from ot_layers.solvers.sinkhorn import DOMAINS, marginal_error, prepare_problem, sinkhorn
 from ot_layers.validation import check_choice, check_non_negative, check_positive, check_positive_int
 
 METHODS = ("exact", "sinkhorn")
@@ -86,6 +86,8 @@ class EMDResult(NamedTuple):
 def _check_finite(cost, a, b):
     """Raises ``ValueError`` naming the first non-finite argument and problem (NumPy arrays ``(P, ...)``)."""
     for name, array in (("cost", cost), ("a", a), ("b", b)):
+        if array.shape[0] == 0:  # an empty batch: no problem to check
+            continue
         bad = ~np.isfinite(array.reshape(array.shape[0], -1)).all(axis=1)
         if bad.any():
             raise ValueError(f"`{name}` of the exact EMD must be finite; problem {int(np.argmax(bad))} (of "
@@ -183,6 +185,7 @@ def emd(cost, a=None, b=None, *, method="exact", epsilon=SINKHORN_EPSILON, max_i
       :class:`EMDResult` ``(plan, cost, f, g, iterations, error, converged)``.
     """
     check_choice("method", method, METHODS)
+    check_choice("domain", domain, DOMAINS)  # checked for the exact method too, which ignores it
     check_positive("epsilon", epsilon)
     max_iter = check_positive_int("max_iter", max_iter)
     if threshold is not None:

@@ -223,6 +223,8 @@ def partial_transport(cost, transport_ratio=0.3, *, epsilon=0.2, max_iter=100, t
     cost = ops.convert_to_tensor(cost)
     if len(cost.shape) not in (2, 3):
         raise ValueError(f"`cost` must have shape (m, n) or (B, m, n), got {tuple(cost.shape)}.")
+    if 0 in tuple(cost.shape[-2:]):
+        raise ValueError(f"`cost` must have m >= 1 prototypes and n >= 1 features, got shape {tuple(cost.shape)}.")
     if not keras.backend.is_float_dtype(dtype_name(cost)):
         raise ValueError(f"`cost` must be a floating tensor, got {dtype_name(cost)}.")
     cost = ops.cast(cost, compute_dtype(cost.dtype))

@@ -77,7 +77,7 @@ def simplex_etf(num_classes, dim, seed=0):
         raise ValueError(f"`num_classes` must be >= 2 to spread prototypes, got {num_classes!r}.")
     if d < k - 1:
         raise ValueError(f"`dim` must be >= num_classes - 1 = {k - 1} for a simplex ETF, got {dim!r}.")
-    rng = np.random.default_rng(seed)
+    rng = np.random.default_rng(check_seed("seed", seed))
     u = np.full(k, -1.0 / np.sqrt(k))
     u[0] += 1.0  # H = I - 2 u u' / (u'u) maps e_1 to 1/sqrt(K)
     p = np.zeros((k, d))

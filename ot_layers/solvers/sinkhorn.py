@@ -442,7 +442,8 @@ def prepare_problem(cost, a=None, b=None):
     """Validates a batch of transport problems and returns ``(cost, a, b)`` in the compute dtype.
 
     ``cost`` ``(..., n, m)``; marginals default to uniform, must be non-negative with equal sums per problem
-    (checked when the values are known: eagerly, not while tracing) and are broadcast to the batch shape.
+    (checked when the values are known: eagerly, not while tracing); the cost and the marginals are broadcast to
+    their common batch shape (one cost shared by a batch of marginals is solved once per pair of marginals).
     """
     cost = ops.convert_to_tensor(cost)
     dtype = compute_dtype(cost.dtype)
@@ -457,9 +458,15 @@ def prepare_problem(cost, a=None, b=None):
     _validate_marginal("b", b, cost.shape[-1], cost.shape[:-2])
     if values_known(a) and values_known(b):
         sums_a, sums_b = ops.sum(a, axis=-1), ops.sum(b, axis=-1)
-        gap = float(ops.convert_to_numpy(ops.max(ops.abs(sums_a - sums_b) / at_least(sums_a, sums_b))))
+        gaps = ops.convert_to_numpy(ops.abs(sums_a - sums_b) / at_least(sums_a, sums_b))
+        gap = float(gaps.max()) if gaps.size else 0.0  # an empty batch has no problem to compare
         if gap > 1e-5:
             raise ValueError(f"`a` and `b` must have equal sums per problem (relative gap {gap:.3g}).")
+    # Marginals with more batch dimensions than ``cost`` share it: the cost takes their batch shape first.
+    if len(a.shape) - 1 > len(cost.shape) - 2:
+        cost = cost + ops.zeros_like(a[..., :, None])
+    if len(b.shape) - 1 > len(cost.shape) - 2:
+        cost = cost + ops.zeros_like(b[..., None, :])
     a = a + ops.zeros_like(cost[..., :, 0])
     b = b + ops.zeros_like(cost[..., 0, :])
     return cost, a, b

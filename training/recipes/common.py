@@ -94,6 +94,10 @@ def preset_spec(name, dataset=None, image_size=None, **recipe_overrides):
         spec = spec.with_data(data_spec(dataset or spec.data.dataset, spec.task, image_size))
     spec = spec.with_recipe(**recipe_overrides)
     check_recipe(spec.recipe, spec.task)
+    ways, train_classes = getattr(spec.recipe, "ways", None), spec.data.train_classes
+    if ways is not None and train_classes is not None and ways > len(train_classes):
+        raise ValueError(f"recipe field `ways` must be at most the {len(train_classes)} base classes of "
+                         f"{spec.data.dataset}'s few-shot split, got {ways}.")
     check_dataset_augmentation(spec.data.dataset, spec.recipe.augment)
     return spec
 

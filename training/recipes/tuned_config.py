@@ -1,5 +1,6 @@
 """The ``best.json`` that ``otzoo tune`` writes and ``otzoo train --config`` reads."""
 import json
+import math
 import os
 
 from zoo.loading import build
@@ -22,10 +23,11 @@ def load_tuned_config(path, preset=None):
         raise ValueError(f"`config` {path!r} is not valid JSON ({error}).") from None
     ok = isinstance(config, dict) and isinstance(config.get("preset"), str) \
         and isinstance(config.get("head_kwargs"), dict) and isinstance(config.get("learning_rate"), (int, float)) \
+        and not isinstance(config["learning_rate"], bool) and math.isfinite(config["learning_rate"]) \
         and config["learning_rate"] > 0
     if not ok:
         raise ValueError(f"`config` {path!r} must hold 'preset' (str), 'head_kwargs' (dict) and 'learning_rate' "
-                         "(> 0), as written by `otzoo tune`.")
+                         "(a finite number > 0), as written by `otzoo tune`.")
     if preset is not None and config["preset"] != preset:
         raise ValueError(f"`config` {path!r} was tuned for preset {config['preset']!r}, not {preset!r}.")
     return config
