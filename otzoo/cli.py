@@ -39,7 +39,7 @@ from training.data.pipelines import array_batches
 from training.distributed.launch import SCRATCH_ENV, run_cluster
 from training.recipes import RECIPES, evaluate_preset, recipe_for, train_preset
 from training.recipes.common import preset_spec
-from training.recipes.components import compiled_step
+from training.recipes.components import RecipeError, compiled_step
 from training.recipes.few_shot import pretrained_backbone_path
 from training.recipes.fine_tune import (BATCH_SIZE as FINE_TUNE_BATCH, FINE_TUNE_DATASET, fine_tune_preset,
                                        fine_tuned_card)
@@ -329,7 +329,7 @@ def demo(args):
 # runs). Nothing else is caught: a plain ValueError, FileNotFoundError or any other exception is a bug (or an
 # unforeseen failure) and keeps its traceback, exit status 1.
 USER_ERRORS = (CommandError, EmptySliceError, ResumeMismatchError, DataUnavailableError, WeightsIntegrityError,
-               MissingWeightsError, PresetFormatError, MissingExtraError)
+               MissingWeightsError, PresetFormatError, MissingExtraError, RecipeError)
 
 
 # Commands built on TensorFlow-only machinery: the SavedModel and ONNX converters (export). ``train`` runs on every

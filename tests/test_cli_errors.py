@@ -291,6 +291,22 @@ def test_recipe_values_out_of_range_are_one_line_before_anything_is_written(fiel
     assert not out.exists()
 
 
+@pytest.mark.fashion_mnist
+@pytest.mark.parametrize("preset, recipe, message", [
+    ("resnet20_gap_retrieval_fashion_mnist", 'loss_kwargs={"temperature": "hot", "num_proxies": 1}',
+     "`loss_kwargs` {'temperature': 'hot', 'num_proxies': 1} does not fit model"),
+    ("resnet20_gap_fashion_mnist", 'loss="hyperspherical_pull"', "recipe field `loss` 'hyperspherical_pull'"),
+    ("resnet20_gap_fashion_mnist", 'callbacks=["GSPPrototypeInit"]', "GSPPrototypeInit drives the layer 'gsp'"),
+])
+def test_a_recipe_that_does_not_fit_the_model_is_one_line_before_training(preset, recipe, message, tmp_path, capsys):
+    """A loss argument the loss refuses, a loss or a callback for a layer the preset's model lacks: found while the
+    run is set up, they ended in tracebacks; now one line naming the recipe field, and no run directory."""
+    out = tmp_path / "run"
+    _fails_with(["train", preset, "--limit", "256", "--epochs", "1", "--out", str(out), "--recipe", recipe], message,
+                capsys)
+    assert not out.exists()
+
+
 def test_more_ways_than_base_classes_names_ways_not_limit(tmp_path, capsys):
     """5 base classes cannot make 20-way episodes whatever the slice: the error named --limit, which no value fixes."""
     out = tmp_path / "run"

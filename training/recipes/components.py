@@ -108,11 +108,22 @@ LOSSES = {
 }
 
 
+class RecipeError(ValueError):
+    """A recipe whose loss, loss arguments or layer-state callbacks do not fit the preset's model (a
+    ``hyperspherical_pull`` loss on a model without prototypes, a ``loss_kwargs`` value the loss refuses, a callback
+    driving a layer the model lacks): the user's recipe, found while a run is set up, before it trains or writes."""
+
+
 def make_loss(recipe, task, model, num_classes):
     """``(the model fit trains, the loss, the batch feed)`` of the recipe's ``loss`` with its ``loss_kwargs`` for
-    ``model`` (the served model) and ``num_classes`` training classes."""
+    ``model`` (the served model) and ``num_classes`` training classes; a :class:`RecipeError` where they do not fit
+    the model or a value is refused."""
     entry = _loss_entry(recipe, task)
-    return entry.make(model, num_classes, **dict(recipe.loss_kwargs))
+    try:
+        return entry.make(model, num_classes, **dict(recipe.loss_kwargs))
+    except ValueError as error:
+        raise RecipeError(f"recipe field `loss` {recipe.loss!r} with `loss_kwargs` {dict(recipe.loss_kwargs)} does "
+                          f"not fit model {model.name!r}: {str(error).splitlines()[0]}") from error
 
 
 def _loss_entry(recipe, task):
@@ -145,7 +156,7 @@ def gsp_prototype_init(images, seed):
 
 def _require_layer(model, layer_name, callback):
     if layer_name not in {layer.name for layer in model.layers}:
-        raise ValueError(f"recipe field `callbacks`: {callback} drives the layer {layer_name!r}, which model "
+        raise RecipeError(f"recipe field `callbacks`: {callback} drives the layer {layer_name!r}, which model "
                          f"{model.name!r} does not have.")
 
 
