@@ -13,7 +13,7 @@ import numpy as np
 import zoo
 from explain.images import load_image_file, model_input_shape, prepare_images
 from explain.report import KINDS, available_kinds, explain_model, why_not
-from explain.signals import FASHION_MNIST_CLASSES
+from explain.signals import FASHION_MNIST_CLASSES, read_training_log
 from ot_layers.layers.task_layers import SupportClassMeans
 from ot_layers.tensor_ops import find_layer
 from otzoo.arguments import (
@@ -194,12 +194,19 @@ def run(args):
                                f"{len(x_test):,} images (0-{len(x_test) - 1})")
     card = zoo.model_card(args.preset)
     log, meta_training = training_records(args.preset, args.weights)
+    unreadable = None
+    if log:
+        try:
+            read_training_log(log)
+        except ValueError as error:  # an empty or foreign log.csv beside the weights: no curves, the rest is drawn
+            log, unreadable = None, str(error).removeprefix("`logs`: ")
     logs = {args.preset: log} if log else None
     model = zoo.load(args.preset, weights=args.weights)
     fitting = available_kinds(model, logs, meta_training)
     kinds = args.kinds or fitting
     no_log = (f"no training log goes with the weights explained: none of {', '.join(LOG_FILES)} in their directory, "
-              "nor a card with a meta-training history")
+              "nor a card with a meta-training history" if unreadable is None else
+              f"the training log beside the weights cannot be read: {unreadable}")
     for kind in kinds:
         if kind not in fitting:
             reason = no_log if kind == "curves" else why_not(kind, model)

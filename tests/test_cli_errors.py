@@ -307,6 +307,21 @@ def test_a_recipe_that_does_not_fit_the_model_is_one_line_before_training(preset
     assert not out.exists()
 
 
+@pytest.mark.fashion_mnist
+def test_a_pretrained_file_that_is_no_backbone_is_one_line_and_claims_no_run_directory(tmp_path, capsys):
+    """The preset's whole-model weights given as --pretrained ended in Keras' 110-line error after run.json was
+    written into --out."""
+    out = tmp_path / "run"
+    whole_model = os.path.join(preset_dir("resnet20_protonet_fewshot_fashion_mnist"), "model.weights.h5")
+    with pytest.warns(UserWarning):  # Keras' own warning on the objects it could not load comes first
+        code = cli.main(["train", "resnet20_protonet_fewshot_fashion_mnist", "--limit", "512", "--episodes", "1",
+                         "--out", str(out), "--pretrained", whole_model])
+    err = capsys.readouterr().err.strip()
+    assert code == 2 and "Traceback" not in err, err
+    assert "`pretrained`" in err.splitlines()[-1] and "is not the pre-trained backbone" in err.splitlines()[-1]
+    assert not out.exists()
+
+
 def test_more_ways_than_base_classes_names_ways_not_limit(tmp_path, capsys):
     """5 base classes cannot make 20-way episodes whatever the slice: the error named --limit, which no value fixes."""
     out = tmp_path / "run"

@@ -1,6 +1,7 @@
 """``otzoo explain``: --help documents every option; bad input is one line naming the option, exit status 2; a real
 run on the pretrained MPW preset writes the pictures it prints."""
 import os
+import shutil
 import subprocess
 import sys
 
@@ -11,6 +12,7 @@ import zoo
 from explain.report import KINDS
 from otzoo import cli
 from otzoo.arguments import ArgumentParser
+from zoo.loading import preset_dir
 
 OPTIONS = ("PRESET", "IMAGE", "--test-index", "--out", "--kinds", "--weights", "--top-k", "--gallery-size", "--seed",
            "--dpi")
@@ -82,6 +84,22 @@ def test_more_neighbours_than_the_gallery_holds_is_one_line_before_anything_is_w
                           "--gallery-size", "3", "--out", str(out)], capsys)
     assert code == 2 and len(err.splitlines()) == 1, err
     assert "--top-k 50: the gallery holds 2 image(s) to rank" in err
+    assert not out.exists()
+
+
+@pytest.mark.fashion_mnist
+def test_an_unreadable_log_beside_the_weights_leaves_out_the_curves_in_one_line(tmp_path, capsys):
+    """An empty log.csv beside --weights failed in the plot with a traceback, leaving an empty --out."""
+    weights = tmp_path / "weights"
+    weights.mkdir()
+    for name in ("model.weights.h5", "metadata.json"):
+        shutil.copy(os.path.join(preset_dir("resnet20_gap_fashion_mnist"), name), weights / name)
+    (weights / "log.csv").write_text("")
+    out = tmp_path / "out"
+    code, _, err = _main(["explain", "resnet20_gap_fashion_mnist", "--weights", str(weights), "--kinds", "curves",
+                          "--out", str(out)], capsys)
+    assert code == 2 and len(err.splitlines()) == 1, err
+    assert "'curves' does not fit" in err and "the training log beside the weights cannot be read" in err
     assert not out.exists()
 
 

@@ -50,6 +50,7 @@ from training.recipes.common import (
 from training.recipes.components import compiled_step, make_meta_optimizer, make_optimizer
 from training.recipes.run_directory import claim_run_directory, run_identity
 from zoo.loading import build
+from zoo.preset_format import PresetFormatError
 from zoo.models import image_classifier
 
 PRETRAINED_FILE = "pretrained_backbone.weights.h5"
@@ -179,17 +180,21 @@ def train(name, out_dir, epochs=None, batch_size=None, limit=None, seed=None, ep
                       else current_strategy())
     strategy, _, _, extra_callbacks = run_options(name, single_replica, None, tensorboard)
     setup = training_setup(spec, limit=limit, strategy=strategy, data_dir=data_dir)
+    model = setup.model
+    pretrain_time, extra = 0.0, {}
+    if pretrained_file is not None:  # before the run directory is claimed: a file that does not load leaves none
+        try:
+            model.get_layer("backbone").load_weights(pretrained_file)
+        except (ValueError, OSError) as error:  # another model's weights, or no weights file (h5py's OSError)
+            raise PresetFormatError(f"`pretrained` {pretrained_file!r} is not the pre-trained backbone of a "
+                                    f"{spec.name} run ({PRETRAINED_FILE}): {str(error).splitlines()[0]}") from error
+        extra["pretrained_from"] = str(pretrained)
     claim_run_directory(out_dir, run_identity(spec, limit=limit, pretrained=pretrained_file),
                         state=("backup", PRETRAINED_FILE, META_CHECKPOINTS))
-    model = setup.model
     own_pretrained = os.path.join(out_dir, PRETRAINED_FILE)
-    pretrain_time, extra = 0.0, {}
-    if pretrained_file is not None:
-        model.get_layer("backbone").load_weights(pretrained_file)
-        extra["pretrained_from"] = str(pretrained)
-    elif os.path.isfile(own_pretrained):  # a resumed run: pre-training finished before
+    if pretrained_file is None and os.path.isfile(own_pretrained):  # a resumed run: pre-training finished before
         model.get_layer("backbone").load_weights(own_pretrained)
-    else:
+    elif pretrained_file is None:
         pretrain_time = pretrain_backbone(setup, out_dir, verbose, extra_callbacks)
     start = time.time()
     history = meta_train(model, setup.images, setup.labels, recipe.meta_episodes, setup.meta_optimizer, recipe.ways,
