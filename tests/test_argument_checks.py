@@ -45,3 +45,15 @@ def test_flags_take_numpy_booleans():
 def test_random_walk_similarity_of_an_empty_point_set_names_points():
     with pytest.raises(ValueError, match="`points` must hold n >= 1 points"):
         solvers.random_walk_similarity(np.zeros((0, 8), np.float32))
+
+
+@pytest.mark.parametrize("call, name", [
+    (lambda: layers.ClassProxies(3)(np.zeros((2, 4, 4, 8), np.float32)), "inputs"),
+    (lambda: layers.PatchExtractor()(np.zeros((28, 28, 1), np.float32)), "images"),
+    (lambda: layers.PatchExtractor(crop_fraction=0.5), "crop_fraction"),
+    (lambda: layers.StructuredFC(3, 4, head="sinkhorn"), "head"),
+])
+def test_a_layer_given_the_wrong_rank_or_argument_type_names_it(call, name):
+    """An einsum error, an IndexError, a len() TypeError and a dict-update TypeError before."""
+    with pytest.raises(ValueError, match=f"`{name}`"):
+        call()

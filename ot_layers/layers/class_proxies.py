@@ -5,7 +5,7 @@ from keras import ops
 
 from ot_layers.layers.base import ExportableLayer
 from ot_layers.tensor_ops import normalize_rows
-from ot_layers.validation import check_choice, check_positive_int
+from ot_layers.validation import check_choice, check_positive_int, check_rank
 
 OUTPUTS = ("similarities", "packed")
 
@@ -42,6 +42,7 @@ class ClassProxies(ExportableLayer):
         self.output_mode = check_choice("output", output, OUTPUTS)
 
     def build(self, input_shape):
+        check_rank("inputs", input_shape, (2,))  # (batch, dim) embeddings
         dim = self.dim if self.dim is not None else input_shape[-1]
         if dim is None:
             raise ValueError("`dim`: ClassProxies needs `dim` or an input with a known last axis.")

@@ -4,7 +4,7 @@ import keras
 from keras import ops
 
 from ot_layers.layers.base import ExportableLayer
-from ot_layers.validation import check_choice, check_in_range, check_positive_int
+from ot_layers.validation import check_choice, check_in_range, check_positive_int, check_rank
 
 MODES = ("grid", "sampling")
 
@@ -79,7 +79,8 @@ class PatchExtractor(ExportableLayer):
         self.grid = check_positive_int("grid", grid)
         self.num_patches = check_positive_int("num_patches", num_patches)
         self.patch_size = check_positive_int("patch_size", patch_size)
-        if len(crop_fraction) != 2 or crop_fraction[0] > crop_fraction[1]:
+        if not isinstance(crop_fraction, (tuple, list)) or len(crop_fraction) != 2 \
+                or crop_fraction[0] > crop_fraction[1]:
             raise ValueError(f"`crop_fraction` must be (low, high) with low <= high, got {crop_fraction!r}.")
         self.crop_fraction = (float(check_in_range("crop_fraction", crop_fraction[0], 0, 1, low_open=True)),
                               float(check_in_range("crop_fraction", crop_fraction[1], 0, 1, low_open=True)))
@@ -121,6 +122,7 @@ class PatchExtractor(ExportableLayer):
                                self.patch_size)
 
     def call(self, images):
+        check_rank("images", images.shape, (4,))  # (batch, height, width, channels)
         images = ops.cast(images, "float32")
         patches = self._grid_cells(images) if self.mode == "grid" else self._random_crops(images)
         patches = ops.reshape(patches, (-1, self.patches_per_image(), self.patch_size, self.patch_size,
