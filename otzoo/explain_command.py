@@ -19,10 +19,10 @@ from ot_layers.tensor_ops import find_layer
 from otzoo.arguments import (
     CommandError,
     non_negative_int,
-    seed_value,
     output_directory,
     positive_int,
     preset_name,
+    seed_value,
     weights_location,
 )
 from training.data.fashion_mnist import load_fashion_mnist

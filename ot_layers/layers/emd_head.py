@@ -136,9 +136,9 @@ class EMDHead(ExportableLayer):
 
     def transport(self, query, support):
         """The optimal flows between node sets ``query`` ``(B, n, d)`` and ``support`` ``(K, m, d)`` under this
-        head's settings (Zhang et al. 2022, Eq. 1-2 and 11-12): ``(cost (B, K, n, m), a (B, K, n), b (B, K, m), result)``
-        with the cosine cost of Eq. 2, the node weights (cross-reference, Eq. 11-12, or uniform ``1/n``, ``1/m``) and
-        the ``solvers.emd`` :class:`EMDResult` (``plan``, ``cost``, ``f``, ``g`` and the per-problem ``iterations``,
+        head's settings (Zhang et al. 2022, Eq. 1-2 and 11-12): ``(cost (B, K, n, m), a (B, K, n), b (B, K, m),
+        result)`` with the cosine cost of Eq. 2, the node weights (cross-reference, Eq. 11-12, or uniform ``1/n``,
+        ``1/m``) and the ``solvers.emd`` :class:`EMDResult` (``plan``, ``cost``, ``f``, ``g`` and the per-problem ``iterations``,
         ``error``, ``converged``). Computes in float32 (float64 for float64 ``query``)."""
         cost, a, b, result = self._solve(query, support)
         if a is None:

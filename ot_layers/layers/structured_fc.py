@@ -26,7 +26,8 @@ class StructuredFC(ExportableLayer):
         self.num_classes = check_positive_int("num_classes", num_classes)
         self.num_nodes = check_positive_int("num_nodes", num_nodes)
         if head is not None and not isinstance(head, dict):
-            raise ValueError(f"`head` must be a dict of EMDHead arguments (e.g. {{'method': 'sinkhorn'}}), got {head!r}.")
+            raise ValueError(f"`head` must be a dict of EMDHead arguments (e.g. {{'method': 'sinkhorn'}}), got "
+                             f"{head!r}.")
         self.head_config = dict(head or {})
         self.initializer = keras.initializers.get(initializer)
         self.head = EMDHead(**self.head_config, dtype=self.dtype_policy, name="emd")

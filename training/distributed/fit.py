@@ -35,12 +35,12 @@ batch must be divisible by it; batch with ``drop_remainder=True``). With several
 splits every global batch among the workers, so a run on N workers follows the same data order and the same global
 batches as one process would.
 
-Fault tolerance: ``checkpoint_dir`` backs up the training state (``training.distributed.checkpoints``, atomic writes) every
-epoch, or every ``save_freq`` batches, restores it when the run starts again and deletes it when training finishes
-(``keras.callbacks.BackupAndRestore`` semantics). A ``keras.callbacks.BackupAndRestore`` in ``callbacks`` is
-replaced by the same mechanism (its ``backup_dir`` and ``save_freq``). The multi-worker loop resumes mid-epoch
-exactly: the batches already done are skipped. Under ``model.fit`` a plain ``BackupAndRestore`` becomes an
-``AtomicBackupAndRestore`` on the same directory.
+Fault tolerance: ``checkpoint_dir`` backs up the training state (``training.distributed.checkpoints``, atomic
+writes) every epoch, or every ``save_freq`` batches, restores it when the run starts again and deletes it when
+training finishes (``keras.callbacks.BackupAndRestore`` semantics). A ``keras.callbacks.BackupAndRestore`` in
+``callbacks`` is replaced by the same mechanism (its ``backup_dir`` and ``save_freq``). The multi-worker loop
+resumes mid-epoch exactly: the batches already done are skipped. Under ``model.fit`` a plain ``BackupAndRestore``
+becomes an ``AtomicBackupAndRestore`` on the same directory.
 """
 import keras
 

@@ -157,7 +157,7 @@ def gsp_prototype_init(images, seed):
 def _require_layer(model, layer_name, callback):
     if layer_name not in {layer.name for layer in model.layers}:
         raise RecipeError(f"recipe field `callbacks`: {callback} drives the layer {layer_name!r}, which model "
-                         f"{model.name!r} does not have.")
+                          f"{model.name!r} does not have.")
 
 
 CALLBACKS = {"PrototypeReassignment": _prototype_reassignment, "GSPPrototypeInit": _gsp_prototype_init}

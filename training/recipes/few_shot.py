@@ -166,9 +166,9 @@ def train(name, out_dir, epochs=None, batch_size=None, limit=None, seed=None, ep
 
     ``epochs``: pre-training epochs; ``episodes``: meta-training episodes; ``batch_size``, ``seed``: the recipe's
     overrides (``recipe_overrides``: any other recipe fields); ``limit``: read only the first ``limit`` images of
-    the base classes' source split (before the class filter); ``dataset``: a name of ``training.data.datasets.DATASETS``
-    instead of the preset's, trained on its few-shot class split (``image_size``, ``data_dir``: its TFDS images' side and
-    folder); ``pretrained``: skip pre-training and start from the backbone another run of this recipe pre-trained
+    the base classes' source split (before the class filter); ``dataset``: a name of
+    ``training.data.datasets.DATASETS`` instead of the preset's, trained on its few-shot class split (``image_size``,
+    ``data_dir``: its TFDS images' side and folder); ``pretrained``: skip pre-training and start from the backbone another run of this recipe pre-trained
     (its run directory or its ``pretrained_backbone.weights.h5``).
     """
     spec = preset_spec(name, dataset=dataset, image_size=image_size, **merged_overrides(
