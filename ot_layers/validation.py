@@ -31,6 +31,9 @@ def check_positive_int(name, value):
     return int(value)
 
 
+MAX_SEED = 2 ** 32 - 1  # the largest seed NumPy's legacy generators and keras.utils.set_random_seed take
+
+
 def check_seed(name, value):
     """``value`` must be an integer >= 0 (what NumPy's generators accept as a seed)."""
     if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < 0:

@@ -8,6 +8,7 @@ import argparse
 import math
 import os
 
+from ot_layers.validation import MAX_SEED
 from zoo.preset_format import CARD_FILE, WEIGHTS_FILE, is_weights_url, output_directory_problem
 from zoo.registry import PRESETS
 
@@ -31,9 +32,6 @@ def positive_int(text):
 def non_negative_int(text):
     """An ``argparse`` type: an integer >= 0 (a seed, an index)."""
     return _integer_at_least(text, 0)
-
-
-MAX_SEED = 2 ** 32 - 1  # NumPy's and Keras' random seeds are 32-bit
 
 
 def seed_value(text):

@@ -194,10 +194,10 @@ def run(args):
                                f"{len(x_test):,} images (0-{len(x_test) - 1})")
     card = zoo.model_card(args.preset)
     log, meta_training = training_records(args.preset, args.weights)
-    unreadable = None
+    table, unreadable = None, None
     if log:
-        try:
-            read_training_log(log)
+        try:  # its columns tell whether it holds the prototype assignment history
+            table = read_training_log(log)
         except ValueError as error:  # an empty or foreign log.csv beside the weights: no curves, the rest is drawn
             log, unreadable = None, str(error).removeprefix("`logs`: ")
     logs = {args.preset: log} if log else None
@@ -215,7 +215,7 @@ def run(args):
     shape = model_input_shape(model)
     images, labels, names, indices = _inputs(args, shape, x_test, y_test)
     class_names = FASHION_MNIST_CLASSES if card.get("dataset") == "fashion_mnist" else None
-    history = log if logs and "prototypes" in kinds and _has_column(log, "prototype_changes") else None
+    history = log if logs and "prototypes" in kinds and "prototype_changes" in table else None
     pool = _evaluation_classes(args.preset, card)
     written = {}
     plain = [kind for kind in kinds if kind != "emd"]
@@ -253,8 +253,3 @@ def _evaluation_classes(name, card):
     ``eval_classes``), or ``None``."""
 
     return card.get("eval_classes") or PRESETS[name].data.eval_classes
-
-
-def _has_column(path, column):
-    with open(path) as handle:
-        return column in handle.readline().strip().split(",")

@@ -94,14 +94,20 @@ def read_card(directory):
     path = os.path.join(str(directory), CARD_FILE)
     if not os.path.isfile(path):
         return None
+    return _read_json_object(path, "the card")
+
+
+def _read_json_object(path, what):
+    """The JSON object in the file ``path``; :class:`PresetFormatError` naming ``what`` and the file when it is not
+    JSON or not an object."""
     with open(path) as handle:
         try:
-            card = json.load(handle)
+            value = json.load(handle)
         except json.JSONDecodeError as error:
-            raise PresetFormatError(f"the card {path!r} is not valid JSON ({error}).") from None
-    if not isinstance(card, dict):
-        raise PresetFormatError(f"the card {path!r} must hold a JSON object, got {type(card).__name__}.")
-    return card
+            raise PresetFormatError(f"{what} {path!r} is not valid JSON ({error}).") from None
+    if not isinstance(value, dict):
+        raise PresetFormatError(f"{what} {path!r} must hold a JSON object, got {type(value).__name__}.")
+    return value
 
 
 def read_config(directory):
@@ -110,13 +116,7 @@ def read_config(directory):
     if not os.path.isfile(path):
         raise PresetFormatError(f"the preset directory {directory!r} has no {CONFIG_FILE} (a preset directory holds "
                                 f"{CONFIG_FILE}, {WEIGHTS_FILE} and {CARD_FILE}).")
-    try:
-        with open(path) as handle:
-            config = json.load(handle)
-    except json.JSONDecodeError as error:
-        raise PresetFormatError(f"the model config {path!r} is not valid JSON ({error}).") from None
-    if not isinstance(config, dict):
-        raise PresetFormatError(f"the model config {path!r} must hold a JSON object, got {type(config).__name__}.")
+    config = _read_json_object(path, "the model config")
     config.pop("compile_config", None)  # not part of a preset (see write_config); an older one may hold it
     try:  # what keras.models.model_from_json does after parsing
         return keras.saving.deserialize_keras_object(config)

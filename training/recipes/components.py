@@ -14,6 +14,7 @@ import keras
 
 from ot_layers.callbacks import GSPPrototypeInit, PrototypeReassignment
 from ot_layers.losses import HypersphericalPullLoss, ProxyAnchorLoss, ProxyNCAPlusPlusLoss
+from ot_layers.validation import MAX_SEED
 from zoo.models import hyperspherical_training_model
 from zoo.spec import FewShotRecipe
 from zoo.tasks import proxy_training_model
@@ -200,7 +201,7 @@ VALUE_RULES = (
      ("batch_size", "epochs", "pretrain_epochs", "meta_episodes", "shots", "queries", "eval_episodes",
       "eval_queries")),
     ("an integer >= 2", lambda v: _integer(v) and v >= 2, ("ways",)),
-    ("an integer in 0 .. 2**32 - 1", lambda v: _integer(v) and 0 <= v < 2 ** 32, ("seed", "eval_seed")),
+    ("an integer in 0 .. 2**32 - 1", lambda v: _integer(v) and 0 <= v <= MAX_SEED, ("seed", "eval_seed")),
     ("an integer >= 0", lambda v: _integer(v) and v >= 0, ("pad",)),
     ("a name (a JSON string)", lambda v: isinstance(v, str),
      ("optimizer", "schedule", "augment", "loss", "meta_optimizer")),

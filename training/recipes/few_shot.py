@@ -191,11 +191,12 @@ def train(name, out_dir, epochs=None, batch_size=None, limit=None, seed=None, ep
         extra["pretrained_from"] = str(pretrained)
     claim_run_directory(out_dir, run_identity(spec, limit=limit, pretrained=pretrained_file),
                         state=("backup", PRETRAINED_FILE, META_CHECKPOINTS))
-    own_pretrained = os.path.join(out_dir, PRETRAINED_FILE)
-    if pretrained_file is None and os.path.isfile(own_pretrained):  # a resumed run: pre-training finished before
-        model.get_layer("backbone").load_weights(own_pretrained)
-    elif pretrained_file is None:
-        pretrain_time = pretrain_backbone(setup, out_dir, verbose, extra_callbacks)
+    if pretrained_file is None:  # else loaded above
+        own_pretrained = os.path.join(out_dir, PRETRAINED_FILE)
+        if os.path.isfile(own_pretrained):  # a resumed run: pre-training finished before
+            model.get_layer("backbone").load_weights(own_pretrained)
+        else:
+            pretrain_time = pretrain_backbone(setup, out_dir, verbose, extra_callbacks)
     start = time.time()
     history = meta_train(model, setup.images, setup.labels, recipe.meta_episodes, setup.meta_optimizer, recipe.ways,
                          recipe.shots, recipe.queries, seed=recipe.seed,
