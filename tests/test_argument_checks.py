@@ -57,3 +57,46 @@ def test_a_layer_given_the_wrong_rank_or_argument_type_names_it(call, name):
     """An einsum error, an IndexError, a len() TypeError and a dict-update TypeError before."""
     with pytest.raises(ValueError, match=f"`{name}`"):
         call()
+
+
+LOSSES_ON_LABELS = [  # a loss, and a y_pred of the shape it takes for the 6 labels below
+    (losses.ContrastiveLoss, (6, 4)),
+    (losses.TripletLoss, (6, 4)),
+    (losses.MultiSimilarityLoss, (6, 4)),
+    (losses.ProxyNCAPlusPlusLoss, (6, 3, 2)),
+    (losses.ProxyAnchorLoss, (6, 3, 2)),
+    (losses.ZeroShotPredictionLoss, (6, 4, 5)),
+    (losses.ManifoldProxyLoss, (6, 3)),
+    (losses.HypersphericalPullLoss, (6, 3)),
+]
+LABELS = np.array([0, 0, 1, 1, 2, 2])
+
+
+@pytest.mark.parametrize("loss_class, shape", LOSSES_ON_LABELS)
+@pytest.mark.parametrize("labels, expected", [
+    (np.eye(3)[LABELS], r"integer class labels of shape \(B,\) or \(B, 1\), got shape \(6, 3\); for one-hot"),
+    (LABELS[:4], "holds 4 labels for the 6 rows of `y_pred`"),
+    (LABELS.reshape(2, 3, 1), r"got shape \(2, 3, 1\)\.$"),
+])
+def test_labels_of_the_wrong_shape_are_named(loss_class, shape, labels, expected):
+    """One-hot labels, or a label count other than the batch's, failed in a broadcast deep inside the loss."""
+    y_pred = np.random.default_rng(0).random(shape).astype(np.float32)
+    with pytest.raises(ValueError, match=f"^`y_true` of {loss_class.__name__} .*{expected}"):
+        loss_class()(labels, y_pred)
+    assert np.isfinite(float(np.sum(loss_class()(LABELS[:, None], y_pred))))  # (B, 1) labels are taken
+
+
+@pytest.mark.parametrize("loss_class, shape", LOSSES_ON_LABELS[:6])
+def test_an_empty_batch_traced_with_an_unknown_size_has_loss_zero(loss_class, shape):
+    """A replica's share of a last, short batch may be empty; traced with an unknown batch size (as under a
+    distribution strategy) the batch losses gave NaN (a mean over no values) or, for the zero-shot loss, an index
+    out of bounds. (Eagerly, with a static size of 0, the other backends take the same early return; the backend
+    matrix checks them.)"""
+    import tensorflow as tf
+
+    loss = loss_class()
+    traced = tf.function(loss.__call__, input_signature=[tf.TensorSpec([None], tf.int32),
+                                                         tf.TensorSpec([None, *shape[1:]], tf.float32)])
+    assert float(traced(np.zeros(0, np.int32), np.zeros((0, *shape[1:]), np.float32))) == 0.0
+    y_pred = np.random.default_rng(1).random(shape).astype(np.float32)
+    assert float(traced(LABELS.astype(np.int32), y_pred)) == pytest.approx(float(loss(LABELS, y_pred)), rel=1e-6)

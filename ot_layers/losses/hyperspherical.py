@@ -2,6 +2,8 @@
 import keras
 from keras import ops
 
+from ot_layers.losses.metric_learning import class_labels
+
 
 @keras.saving.register_keras_serializable(package="ot_layers")
 class HypersphericalPullLoss(keras.losses.Loss):
@@ -16,7 +18,7 @@ class HypersphericalPullLoss(keras.losses.Loss):
 
     def call(self, y_true, y_pred):
         logits = ops.cast(y_pred, "float32")
-        labels = ops.reshape(ops.cast(y_true, "int32"), (-1, 1))
+        labels = ops.reshape(class_labels(self, y_true, logits), (-1, 1))
         # the label's column by comparison, not by gather (a gather took the last column for -1)
         own = ops.equal(ops.arange(ops.shape(logits)[1], dtype="int32")[None, :], labels)  # (B, K)
         cosine = ops.sum(ops.where(own, logits, ops.zeros_like(logits)), axis=1)

@@ -2,6 +2,7 @@
 import keras
 from keras import ops
 
+from ot_layers.losses.metric_learning import class_labels
 from ot_layers.validation import check_non_negative
 
 
@@ -18,7 +19,7 @@ class ManifoldProxyLoss(keras.losses.Loss):
 
     def call(self, y_true, y_pred):
         s = ops.cast(y_pred, "float32")
-        labels = ops.reshape(ops.cast(y_true, "int32"), (-1, 1))
+        labels = ops.reshape(class_labels(self, y_true, s), (-1, 1))
         # the label's column by comparison, not by gather: a label outside 0..K-1 matches no column on every backend
         # (a gather took the last column for -1 and raised, gave NaN or another value for K by backend)
         own = ops.equal(ops.arange(ops.shape(s)[1], dtype="int32")[None, :], labels)  # (B, K)

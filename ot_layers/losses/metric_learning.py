@@ -12,19 +12,34 @@ through the layer); the losses hold no reference to it.
 Written in ``keras.ops``: the losses run on the TensorFlow, JAX and PyTorch backends. They compute in float32 (in
 float64 for float64 input, e.g. a loss built with ``dtype="float64"``). Under a TensorFlow distribution strategy the
 scalar batch loss is divided by the number of replicas (``_per_replica``); JAX and PyTorch count one replica.
+Labels of the wrong shape (one-hot, or not one per row) fail with a ``ValueError`` naming ``y_true``; an empty batch
+(a replica's share of a last, short batch, say) has loss 0.
 """
 import keras
 from keras import ops
 
 from ot_layers.backends import replicas_in_sync
 from ot_layers.tensor_ops import as_compute_dtype, at_least, normalize_rows
-from ot_layers.validation import check_finite, check_flag, check_non_negative, check_positive
+from ot_layers.validation import check_class_labels, check_finite, check_flag, check_non_negative, check_positive
 
 _NEG_INF = float("-inf")
 
 
-def _labels(y_true):
+def class_labels(loss, y_true, y_pred):
+    """The integer labels ``(B,)`` of ``y_true`` ``(B,)`` or ``(B, 1)``, checked against the rows of ``y_pred``."""
+    check_class_labels(type(loss).__name__, y_true, y_pred)
     return ops.reshape(ops.cast(y_true, "int32"), (-1,))
+
+
+def is_empty_batch(y_pred):
+    """Whether ``y_pred`` has a static batch size of 0 (under a traced, unknown batch size the losses' sums and
+    means handle the empty case themselves: ``_mean`` and ``_masked_mean`` divide by at least 1)."""
+    return len(y_pred.shape) > 0 and y_pred.shape[0] == 0
+
+
+def zero_loss(y_pred):
+    """A scalar 0 in ``y_pred``'s dtype with a zero gradient to it: the loss of an empty batch."""
+    return ops.sum(y_pred) * 0.0
 
 
 def _normalized(x):
@@ -54,8 +69,8 @@ def _distances(x):
 
 def _mean(values):
     """The mean of all of ``values``, as a sum over a count: Keras' ``ops.mean`` (3.15) computes float64 tensors in
-    float32 on the JAX and PyTorch backends."""
-    return ops.sum(values) / ops.sum(ops.ones_like(values))
+    float32 on the JAX and PyTorch backends. 0 for no values."""
+    return ops.sum(values) / at_least(ops.sum(ops.ones_like(values)), 1.0)
 
 
 def _masked_mean(values, mask):
@@ -95,8 +110,14 @@ class _MetricLoss(keras.losses.Loss):
         self.normalize = check_flag("normalize", normalize)
 
     def call(self, y_true, y_pred):
+        if len(y_pred.shape) != 2:
+            raise ValueError(f"`y_pred` of {type(self).__name__} must be embeddings of shape (B, d), "
+                             f"got shape {tuple(y_pred.shape)}.")
+        labels = class_labels(self, y_true, y_pred)
         x = _normalized(y_pred) if self.normalize else as_compute_dtype(y_pred)
-        return _per_replica(self.batch_loss(_labels(y_true), x))
+        if is_empty_batch(x):
+            return zero_loss(x)
+        return _per_replica(self.batch_loss(labels, x))
 
     def get_config(self):
         return {**super().get_config(), "normalize": self.normalize}
@@ -194,7 +215,10 @@ class ProxyLoss(keras.losses.Loss):
         if len(similarity.shape) != 3:
             raise ValueError(f"`y_pred` of {type(self).__name__} must be the (B, num_classes, num_proxies) "
                              f"similarities of a ClassProxies layer, got shape {similarity.shape}.")
-        return _per_replica(self.batch_loss(_labels(y_true), similarity))
+        labels = class_labels(self, y_true, similarity)
+        if is_empty_batch(similarity):
+            return zero_loss(similarity)
+        return _per_replica(self.batch_loss(labels, similarity))
 
 
 @keras.saving.register_keras_serializable(package="ot_layers")

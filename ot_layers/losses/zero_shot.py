@@ -22,7 +22,7 @@ and PyTorch count one replica). Computes in float32 (in float64 for float64 inpu
 import keras
 from keras import ops
 
-from ot_layers.losses.metric_learning import _per_replica, sparse_cross_entropy
+from ot_layers.losses.metric_learning import _per_replica, class_labels, is_empty_batch, sparse_cross_entropy, zero_loss
 from ot_layers.tensor_ops import as_compute_dtype
 from ot_layers.tensor_ops import at_least
 from ot_layers.validation import check_positive
@@ -36,8 +36,9 @@ def disjoint_class_halves(labels):
     All samples of a class fall on the same side, so the halves have disjoint classes; with a class-balanced batch
     (P classes x K samples) each half holds about P/2 classes. XLA-friendly (one sort, no ``unique``).
     """
-    median = ops.sort(labels)[ops.shape(labels)[0] // 2]
-    return labels < median
+    # padded with one label so that an empty batch (traced with an unknown size) indexes in bounds
+    padded = ops.concatenate([ops.sort(labels), ops.zeros((1,), labels.dtype)])
+    return labels < padded[ops.shape(labels)[0] // 2]
 
 
 def _ridge_map(z, targets, mask, ridge):
@@ -68,9 +69,11 @@ class ZeroShotPredictionLoss(keras.losses.Loss):
         if len(packed.shape) != 3:
             raise ValueError("`y_pred` of ZeroShotPredictionLoss must be the (B, 1 + num_classes, D) output of "
                              f"ClassProxies(..., output='packed'), got shape {packed.shape}.")
-        labels = ops.reshape(ops.cast(y_true, "int32"), (-1,))
+        labels = class_labels(self, y_true, packed)
+        if is_empty_batch(packed):
+            return zero_loss(packed)
         z = packed[:, 0, :]
-        upsilon = packed[0, 1:, :]  # (c, D), the same in every row
+        upsilon = ops.sum(packed[:1, 1:, :], axis=0)  # (c, D), the same in every row (zeros for an empty batch)
         targets = ops.take(upsilon, labels, axis=0)
         first = disjoint_class_halves(labels)
         second = ops.logical_not(first)

@@ -173,6 +173,20 @@ for name, loss_class, kwargs, y, x, reference in CASES:
 
 report.expect("one_replica_outside_a_strategy", replicas_in_sync() == 1)
 
+# An empty batch (a replica's share of a last, short batch) has loss 0 with a zero gradient; labels that are
+# one-hot, or not one per row, fail with a ValueError naming `y_true` (before: a broadcast error deep in the loss).
+for name, loss_class, kwargs, y, x, reference in CASES:
+    value, (gradient,) = value_and_grad(lambda p, c=loss_class, k=kwargs, y=y: c(dtype="float64", **k)(
+        tensor(y[:0]), p), x[:0])
+    report.expect(f"{name}_empty_batch_zero", value == 0.0 and gradient.shape == x[:0].shape, f"{value}")
+    for bad_name, bad in (("one_hot", np.eye(y.max() + 1)[y]), ("short", y[:-1])):
+        try:
+            loss_class(**kwargs)(tensor(bad), tensor(x.astype(np.float32)))
+            message = "no error"
+        except ValueError as error:
+            message = str(error)
+        report.expect(f"{name}_{bad_name}_labels_named", message.startswith("`y_true` of"), message[:120])
+
 # The random-walk similarity (eq. 9) against a scipy solve, batched; a non-finite point is cut out of the graph.
 points = rng.normal(size=(2, 7, 4)).astype(np.float32)
 walk = numpy(random_walk_similarity(tensor(points)))
