@@ -100,3 +100,33 @@ def test_an_empty_batch_traced_with_an_unknown_size_has_loss_zero(loss_class, sh
     assert float(traced(np.zeros(0, np.int32), np.zeros((0, *shape[1:]), np.float32))) == 0.0
     y_pred = np.random.default_rng(1).random(shape).astype(np.float32)
     assert float(traced(LABELS.astype(np.int32), y_pred)) == pytest.approx(float(loss(LABELS, y_pred)), rel=1e-6)
+
+
+@pytest.mark.parametrize("build, name", [
+    (lambda: zoo.backbone("small_convnet", width=2.5), "width"),
+    (lambda: zoo.backbone("small_convnet", feature_dim=0), "feature_dim"),
+    (lambda: zoo.backbone("small_convnet", bn_momentum=5), "bn_momentum"),
+    (lambda: zoo.backbone("resnet20", bn_momentum=-0.1), "bn_momentum"),
+    (lambda: zoo.build("resnet20_protonet_fewshot_fashion_mnist", num_classes=-5), "num_classes"),
+    (lambda: zoo.build("resnet20_gap_fashion_mnist", ways=3), "ways"),
+    (lambda: zoo.build("resnet20_gsp_retrieval_fashion_mnist", head="mpw"), "head"),
+])
+def test_a_builder_argument_out_of_range_or_unused_is_named(build, name):
+    """Taken before: a fractional width failed in Keras' Conv2D, a momentum above 1 built a network whose moving
+    statistics diverge, and an architecture key the preset's task does not use (a few-shot model's num_classes)
+    was ignored."""
+    with pytest.raises(ValueError, match=f"^`{name}`"):
+        build()
+
+
+@pytest.mark.parametrize("card, message", [
+    ("x", "must be a dict of the model card's fields"),
+    ({"task": "classification", "note": object()}, "must hold JSON values"),
+])
+def test_save_preset_refuses_a_card_it_cannot_write_before_writing(card, message, tmp_path):
+    """A string card failed in ``dict()``; a card with a value JSON cannot hold failed after the config and the
+    weights were written, leaving a preset directory without a readable card."""
+    model = zoo.build("resnet20_gap_fashion_mnist", backbone="small_convnet")
+    with pytest.raises(ValueError, match=f"^`card` {message}"):
+        zoo.save_preset(model, str(tmp_path / "preset"), card=card)
+    assert not (tmp_path / "preset").exists()

@@ -7,6 +7,7 @@ model built with ``include_top=False`` (and ``pooling=None``), checked to output
 import keras
 from keras import layers
 
+from ot_layers.validation import check_in_range, check_positive_int
 from zoo.inputs import check_input_shape
 from zoo.resnet import resnet20, resnet32, resnet56
 from zoo.resnet12 import resnet12
@@ -19,6 +20,8 @@ def small_convnet(input_shape=(28, 28, 1), width=32, feature_dim=64, bn_momentum
     ``bn_momentum``: BatchNorm's moving-statistics momentum; 0.9 suits short trainings (a few hundred steps), whose
     moving statistics would otherwise still be far from the data's.
     """
+    width, feature_dim = check_positive_int("width", width), check_positive_int("feature_dim", feature_dim)
+    check_in_range("bn_momentum", bn_momentum, 0.0, 1.0)
     input_shape = check_input_shape(input_shape)
     if any(d is not None and d < 4 for d in input_shape[:2]):
         raise ValueError(f"`input_shape` of small_convnet needs height and width >= 4 (two 2x poolings), got "

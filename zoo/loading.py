@@ -80,9 +80,11 @@ class TaskBuilder(NamedTuple):
     holding the arguments of the task's own layer (the head's, or the retrieval pooling's), and ``make(backbone,
     values, layer_kwargs, name)``, the model from the built ``backbone``, the architecture ``values`` (overrides
     applied: ``head``, ``pooling``, ``embedding_dim``, ``ways``, ``num_classes``, ``pixel_mean``, ``pixel_std``,
-    ...), the layer's arguments and the model's name."""
+    ...), the layer's arguments and the model's name; ``keys``, the architecture keys the task's model uses (an
+    override of another one would be ignored, so :func:`build` refuses it)."""
     layer_kwargs: str
     make: Callable
+    keys: tuple
 
 
 def _statistics(values):
@@ -107,10 +109,11 @@ def _few_shot(backbone, values, layer_kwargs, name):
 
 
 # The model of each task (a classifier, an embedding model, a few-shot model): a new task is one entry.
+_INPUT_KEYS = ("backbone", "input_shape", "pixel_mean", "pixel_std")
 TASK_BUILDERS = {
-    "classification": TaskBuilder("head_kwargs", _classifier),
-    "retrieval": TaskBuilder("pooling_kwargs", _embedding),
-    "few_shot": TaskBuilder("head_kwargs", _few_shot),
+    "classification": TaskBuilder("head_kwargs", _classifier, _INPUT_KEYS + ("head", "num_classes")),
+    "retrieval": TaskBuilder("pooling_kwargs", _embedding, _INPUT_KEYS + ("pooling", "embedding_dim")),
+    "few_shot": TaskBuilder("head_kwargs", _few_shot, _INPUT_KEYS + ("head", "ways")),
 }
 
 
@@ -121,7 +124,9 @@ def build(name, l2=0.0, **overrides):
     ``name``: a preset name or a :class:`zoo.spec.PresetSpec` (e.g. a preset re-targeted at another data set with
     ``spec.with_data``). ``overrides`` change the architecture (``num_classes``, ``input_shape``, ``head``,
     ``backbone``, ``pooling``, ``embedding_dim``, ``ways``, ``pixel_mean``, ``pixel_std``) or, for any other key, the
-    head layer's arguments (the pooling layer's for retrieval presets; e.g. ``epsilon=0.05``). ``backbone`` may be
+    head layer's arguments (the pooling layer's for retrieval presets; e.g. ``epsilon=0.05``); an architecture key
+    the preset's task does not use (a classifier's ``ways``, a few-shot model's ``num_classes``) is refused, not
+    ignored. ``backbone`` may be
     any name in ``zoo.BACKBONES``. ``l2``: an L2 penalty on the ResNet backbone's convolution kernels (the recipes'
     weight decay).
     """
@@ -136,6 +141,9 @@ def build(name, l2=0.0, **overrides):
     layer_kwargs = dict(getattr(arch, builder.layer_kwargs))
     for key, value in overrides.items():
         if key in _ARCHITECTURE_KEYS:
+            if key not in builder.keys:
+                raise ValueError(f"`{key}` does not apply to the {spec.task} preset {spec.name!r}, whose model "
+                                 f"takes {', '.join(builder.keys)} (and its layer's arguments).")
             values[key] = value
         else:
             layer_kwargs[key] = value

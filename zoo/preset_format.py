@@ -210,7 +210,13 @@ def write_preset(model, directory, card):
     """Write ``model`` as preset directory ``directory`` (``config.json``, ``model.weights.h5``, ``metadata.json``);
     returns ``directory``. ``card``: the model card's fields; its ``task`` (or the task ``model`` states) is
     required. The card written adds ``task``, ``weights_sha256`` and ``parameters``."""
+    if card is not None and not isinstance(card, dict):
+        raise ValueError(f"`card` must be a dict of the model card's fields (or None), got {type(card).__name__}.")
     card = dict(card or {})
+    try:  # before anything is written: a card that cannot be written would leave a preset without one
+        json.dumps(card)
+    except (TypeError, ValueError) as error:
+        raise ValueError(f"`card` must hold JSON values (strings, numbers, lists, dicts): {error}.") from None
     task = card.get("task") or model_task(model)
     if task is None:
         raise ValueError("`card`: a preset states its task: give card={'task': ...} (one of classification, "

@@ -9,7 +9,7 @@ classifier: the heads of ``ot_layers`` take the feature map.
 import keras
 from keras import layers
 
-from ot_layers.validation import check_positive, check_positive_int
+from ot_layers.validation import check_in_range, check_positive, check_positive_int
 from zoo.inputs import check_input_shape
 
 WIDTHS = (16, 32, 64)
@@ -53,6 +53,7 @@ def cifar_resnet(depth=20, input_shape=(32, 32, 3), widths=WIDTHS, l2=0.0, bn_mo
         check_positive_int("widths", width)
     if l2:
         check_positive("l2", l2)
+    check_in_range("bn_momentum", bn_momentum, 0.0, 1.0)
     input_shape = check_input_shape(input_shape)
     blocks = (depth - 2) // 6
     inputs = keras.Input(shape=input_shape, name="images")
