@@ -32,6 +32,18 @@ FLOW_COLOR = "#ff7f0e"
 STEP_COLUMNS = ("epoch", "episode")  # a Keras log's x axis (0-based epochs); a meta-training history's (episodes)
 
 
+MAX_DPI = 600  # print resolution; a top-k figure of 10 panels at 600 dpi is ~12,000 pixels wide (~0.5 GB in memory)
+
+
+def check_dpi(dpi):
+    """``dpi`` must be an integer in ``1 .. MAX_DPI``: beyond it a figure outgrows matplotlib's 2**16-pixel side or
+    the memory, after the explanation was computed."""
+    dpi = check_positive_int("dpi", dpi)
+    if dpi > MAX_DPI:
+        raise ValueError(f"`dpi` must be an integer <= {MAX_DPI}, got {dpi!r}.")
+    return dpi
+
+
 def figure_pixels(cols, rows, panel=PANEL_INCHES, dpi=100):
     """``(width, height)`` in pixels of a figure of ``cols x rows`` panels of ``panel`` inches at ``dpi``."""
     return int(round(cols * panel * dpi)), int(round((rows * panel + HEADER_INCHES) * dpi))
@@ -54,7 +66,7 @@ def _figure(cols, rows, panel=PANEL_INCHES, margin=0.0):
 
 
 def _save(figure, path, dpi, title):
-    dpi = check_positive_int("dpi", dpi)
+    dpi = check_dpi(dpi)
     figure.suptitle(title, fontsize=FONT_SIZE + 1, y=1.0 - 0.08 * HEADER_INCHES / figure.get_figheight())
     folder = os.path.dirname(os.fspath(path))
     if folder:

@@ -67,12 +67,13 @@ def explain_model(model, out, images=None, labels=None, names=None, kinds=None, 
     support: ``(support_images, support_labels)`` of the few-shot episode the images are queries of (EMD).
     logs: a CSV log path, list or ``{name: path}`` (curves); history: the prototype assignment history.
     meta_training: a few-shot card's ``meta_training`` (``{"episode": [...], "loss": [...], ...}``; curves).
-    k: neighbours in the retrieval panel; dpi: the PNGs' resolution.
+    k: neighbours in the retrieval panel; dpi: the PNGs' resolution (1 to ``plots.MAX_DPI``, 600).
 
     Per kind: ``mpw_<name>.png`` per image (predicted and true class), ``gsp.png`` (all images), ``emd_<name>_<tag>
     .png`` per image (its true and best other class, or predicted and runner-up), ``prototypes.png``,
     ``retrieval.png`` (all images as queries), ``curves.png`` (the logs) and ``meta_training.png`` (the episodes).
     """
+    plots.check_dpi(dpi)  # before the explanations are computed
     fitting = available_kinds(model, logs, meta_training)
     if kinds is None:
         kinds = fitting

@@ -45,7 +45,8 @@ from training.recipes.fine_tune import (BATCH_SIZE as FINE_TUNE_BATCH, FINE_TUNE
                                        fine_tuned_card)
 from training.recipes.run_directory import ResumeMismatchError
 from training.recipes.tuned_config import check_tuned_head, load_tuned_config
-from zoo.preset_format import MissingWeightsError, PresetFormatError, WeightsIntegrityError, read_card
+from zoo.preset_format import (MissingWeightsError, PresetFormatError, WeightsDownloadError, WeightsIntegrityError,
+                               read_card)
 from zoo.registry import PRESETS
 
 
@@ -329,7 +330,7 @@ def demo(args):
 # runs). Nothing else is caught: a plain ValueError, FileNotFoundError or any other exception is a bug (or an
 # unforeseen failure) and keeps its traceback, exit status 1.
 USER_ERRORS = (CommandError, EmptySliceError, ResumeMismatchError, DataUnavailableError, WeightsIntegrityError,
-               MissingWeightsError, PresetFormatError, MissingExtraError, RecipeError)
+               MissingWeightsError, WeightsDownloadError, PresetFormatError, MissingExtraError, RecipeError)
 
 
 # Commands built on TensorFlow-only machinery: the SavedModel and ONNX converters (export). ``train`` runs on every

@@ -12,6 +12,7 @@ import numpy as np
 
 import zoo
 from explain.images import load_image_file, model_input_shape, prepare_images
+from explain.plots import MAX_DPI
 from explain.report import KINDS, available_kinds, explain_model, why_not
 from explain.signals import FASHION_MNIST_CLASSES, read_training_log
 from ot_layers.layers.task_layers import SupportClassMeans
@@ -57,6 +58,14 @@ black background) or Fashion-MNIST test images by index (their labels are then k
 --test-index 0 is used."""
 
 
+def dpi_value(text):
+    """An ``argparse`` type: the PNGs' resolution, an integer in ``1 .. MAX_DPI``."""
+    value = positive_int(text)
+    if value > MAX_DPI:
+        raise argparse.ArgumentTypeError(f"must be an integer <= {MAX_DPI}, got {text!r}")
+    return value
+
+
 def register(commands, parser_class):
     """Add ``explain`` to the ``otzoo`` sub-commands (see ``otzoo.cli``)."""
 
@@ -79,7 +88,8 @@ def register(commands, parser_class):
                           "evaluation classes, if any; default 1000)")
     sub.add_argument("--seed", type=seed_value, default=0,
                      help="chooses the few-shot episode's support images (default 0)")
-    sub.add_argument("--dpi", type=positive_int, default=100, help="resolution of the PNG files (default 100)")
+    sub.add_argument("--dpi", type=dpi_value, default=100,
+                     help=f"resolution of the PNG files, at most {MAX_DPI} (default 100)")
     sub.set_defaults(run=run)
     return sub
 

@@ -460,3 +460,37 @@ def test_a_backend_keras_does_not_know_is_one_line(tmp_path):
     assert proc.returncode == 2, proc.stderr[-2000:]
     assert proc.stderr.splitlines() == ["otzoo: error: backend: Keras cannot run on 'nope' (KERAS_BACKEND); otzoo "
                                         "runs on tensorflow, jax, torch"], proc.stderr[-2000:]
+
+
+def test_weights_at_a_url_that_cannot_be_fetched_are_one_line(tmp_path, monkeypatch, capsys):
+    """Keras' download error (a bare ``Exception``) was a traceback; it is now ``WeightsDownloadError``, with the
+    HTTP status, and no partial download stays in the cache. A local server answers 404 (no network needed)."""
+    import http.server
+    import threading
+
+    class NotFound(http.server.BaseHTTPRequestHandler):
+        def do_GET(self):
+            self.send_error(404)
+
+        def log_message(self, *args):
+            pass
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), NotFound)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    monkeypatch.setenv("KERAS_HOME", str(tmp_path / "keras_home"))
+    url = f"http://127.0.0.1:{server.server_address[1]}/model.weights.h5"
+    try:
+        _fails_with(["evaluate", "resnet20_gap_fashion_mnist", "--weights", url],
+                    f"`weights`: could not fetch {url} (HTTP 404 Not Found)", capsys)
+    finally:
+        server.shutdown()
+        server.server_close()
+    cached = [files for _, _, files in os.walk(tmp_path / "keras_home") if files]
+    assert not cached, cached
+
+
+def test_a_resolution_beyond_print_quality_is_refused_before_any_work(tmp_path, capsys):
+    """``--dpi 100000`` computed the explanations, then failed in matplotlib (a figure side over 2**16 pixels)."""
+    _fails_with(["explain", "resnet20_gap_fashion_mnist", "--dpi", "601", "--out", str(tmp_path / "out")],
+                "argument --dpi: must be an integer <= 600, got '601'", capsys)
+    assert not (tmp_path / "out").exists()

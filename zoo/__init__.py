@@ -7,7 +7,7 @@ from zoo.backbones import BACKBONES, backbone, small_convnet
 from zoo.edms import ensemble_embedding_model, meta_class_partitions
 from zoo.inputs import check_input_shape
 from zoo.loading import build, list_models, load, model_card, save_preset
-from zoo.preset_format import MissingWeightsError, WeightsIntegrityError
+from zoo.preset_format import MissingWeightsError, WeightsDownloadError, WeightsIntegrityError
 from zoo.models import (
                         CLASSIFICATION_HEADS,
                         hyperspherical_inference_model,
@@ -20,6 +20,7 @@ from zoo.resnet12 import resnet12
 from zoo.tasks import FEW_SHOT_HEADS, RETRIEVAL_POOLINGS, embedding_model, few_shot_model, proxy_training_model
 
 __all__ = ["list_models", "model_card", "build", "load", "save_preset", "WeightsIntegrityError", "MissingWeightsError",
+           "WeightsDownloadError",
            "image_classifier",
            "pixel_preprocessing",
            "CLASSIFICATION_HEADS", "hyperspherical_training_model", "hyperspherical_inference_model",

@@ -7,15 +7,16 @@ are package data (``zoo/presets/<name>/``, their ``config.json`` written from :f
 ``zoo.load(directory)`` loads a copy. Their architectures come from ``zoo.registry`` (``build``).
 """
 import os
+import urllib.error
 from typing import Callable, NamedTuple
 
 import keras
 
 from zoo.backbones import backbone as resolve_backbone
 from zoo.models import image_classifier
-from zoo.preset_format import (CARD_FILE, CONFIG_FILE, WEIGHTS_FILE, MissingWeightsError, WeightsIntegrityError,
-                               check_sha256, is_weights_url, load_preset, load_weights, read_card, sha256_of,
-                               weights_with_card, write_preset)
+from zoo.preset_format import (CARD_FILE, CONFIG_FILE, WEIGHTS_FILE, MissingWeightsError, WeightsDownloadError,
+                               WeightsIntegrityError, check_sha256, is_weights_url, load_preset, load_weights,
+                               read_card, sha256_of, weights_with_card, write_preset)
 from zoo.registry import PRESETS
 from zoo.resnet import cifar_resnet
 from zoo.spec import TASKS, PresetSpec, published_recipe
@@ -23,7 +24,7 @@ from zoo.tasks import embedding_model, few_shot_model
 
 PRESETS_DIR = os.path.join(os.path.dirname(__file__), "presets")
 __all__ = ["list_models", "model_card", "preset_dir", "build", "load", "save_preset", "sha256_of",
-           "WeightsIntegrityError", "WEIGHTS_FILE", "CARD_FILE", "CONFIG_FILE"]
+           "WeightsIntegrityError", "WeightsDownloadError", "WEIGHTS_FILE", "CARD_FILE", "CONFIG_FILE"]
 _ARCHITECTURE_KEYS = ("backbone", "head", "num_classes", "input_shape", "pixel_mean", "pixel_std", "pooling",
                       "embedding_dim", "ways")
 
@@ -157,7 +158,15 @@ def _url_weights(name, url, expected_sha256):
         raise ValueError(f"`weights`: a URL needs the preset's sha256 in its card to check the download; "
                          f"preset {name!r} has none.")
     fname = f"{name}-{expected_sha256[:12]}.weights.h5"
-    path = keras.utils.get_file(fname, origin=url, cache_subdir=os.path.join("otzoo", name))
+    try:
+        path = keras.utils.get_file(fname, origin=url, cache_subdir=os.path.join("otzoo", name))
+    except Exception as error:  # Keras raises a bare Exception for a failed fetch, the URLError as its context
+        cause = error.__context__
+        if not isinstance(cause, urllib.error.URLError):
+            raise
+        status = f"HTTP {cause.code} " if isinstance(cause, urllib.error.HTTPError) else ""
+        raise WeightsDownloadError(f"`weights`: could not fetch {url} ({status}{cause.reason}); check the address, "
+                                   "or download the file and give its path.") from error
     try:
         check_sha256(path, expected_sha256)
     except WeightsIntegrityError:
@@ -185,7 +194,8 @@ def load(name, pretrained=True, weights=None, **overrides):
     For a built-in ``name`` only: ``pretrained=False`` gives :func:`build`'s untrained model; ``overrides`` go to
     :func:`build` (the weights then load only if the shapes still match); ``weights``: a ``.weights.h5`` file, a
     preset directory (its ``model.weights.h5``) or an http(s) URL (fetched with ``keras.utils.get_file`` into
-    ``$KERAS_HOME``) instead of the packaged weights. Weights are checked before they load against the card that
+    ``$KERAS_HOME``; one that cannot be fetched raises :class:`WeightsDownloadError`, a ``ConnectionError``) instead
+    of the packaged weights. Weights are checked before they load against the card that
     accompanies them: the directory's ``metadata.json``, the one beside a ``model.weights.h5`` file, the preset's
     card for a URL or the packaged weights; a mismatch raises :class:`WeightsIntegrityError` (a ``ValueError``)
     naming the file and both hashes. A weights file no card accompanies loads with a warning that it is unchecked.

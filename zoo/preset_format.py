@@ -36,6 +36,11 @@ class MissingWeightsError(FileNotFoundError):
     """A built-in preset whose package holds no trained weights (a preset added but not trained yet)."""
 
 
+class WeightsDownloadError(ConnectionError):
+    """Weights at a URL that could not be fetched (an address that does not answer, or answers with an HTTP
+    error)."""
+
+
 class PresetFormatError(ValueError):
     """A preset directory or weights file that cannot be read as the format says: a card that is not JSON, a
     missing weights file, weights that do not fit the model they are loaded into."""
