@@ -34,11 +34,16 @@ def check_positive_int(name, value):
 MAX_SEED = 2 ** 32 - 1  # the largest seed NumPy's legacy generators and keras.utils.set_random_seed take
 
 
-def check_seed(name, value):
-    """``value`` must be an integer >= 0 (what NumPy's generators accept as a seed)."""
+def check_non_negative_int(name, value):
+    """``value`` must be an integer >= 0."""
     if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < 0:
         raise ValueError(f"`{name}` must be an integer >= 0, got {value!r}.")
     return int(value)
+
+
+def check_seed(name, value):
+    """``value`` must be an integer >= 0 (what NumPy's generators accept as a seed)."""
+    return check_non_negative_int(name, value)
 
 
 def check_finite(name, value):

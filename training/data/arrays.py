@@ -10,7 +10,8 @@ ops), so the two orders are not the same sequence; each is reproducible from its
 import keras
 import numpy as np
 
-from ot_layers.validation import check_non_negative, check_positive_int
+from ot_layers.validation import check_flag, check_non_negative_int, check_positive_int, check_seed
+from training.data.labels import check_labels
 from training.data.samplers import EpochSync
 
 # The training augmentations of in-memory arrays, by the name a recipe's ``augment`` gives.
@@ -25,11 +26,29 @@ def check_augmentation(augment, accepted=AUGMENTATIONS, where="in-memory image a
 
 
 def check_arrays(images, labels):
-    """A ``ValueError`` when ``images`` and ``labels`` differ in length or hold no sample."""
+    """A ``ValueError`` when ``images`` and ``labels`` differ in length or hold no sample, or ``labels`` are no
+    integer class labels (:func:`check_labels`)."""
     if len(images) != len(labels):
         raise ValueError(f"`images` has {len(images)} samples but `labels` has {len(labels)}.")
     if len(images) == 0:
         raise ValueError("`images` is empty: the data slice holds no samples.")
+    check_labels(labels)
+
+
+def check_batching(images, labels, batch_size, training, pad, seed, drop_remainder):
+    """The checked arguments ``(batch_size, training, pad, seed, drop)`` of a pipeline of in-memory arrays
+    (:class:`ArrayBatches`, ``training.data.pipelines.image_dataset``); ``drop``: whether the last incomplete batch
+    is dropped (by default when training). A training pipeline that would make no batch (``batch_size`` above the
+    number of samples, the remainder dropped) is a ``ValueError``: ``fit`` would train on nothing without a word."""
+    batch_size = check_positive_int("batch_size", batch_size)
+    training = check_flag("training", training)
+    pad, seed = check_non_negative_int("pad", pad), check_seed("seed", seed)
+    drop = training if drop_remainder is None else check_flag("drop_remainder", drop_remainder)
+    check_arrays(images, labels)
+    if drop and batch_size > len(images):
+        raise ValueError(f"`batch_size` ({batch_size}) exceeds the {len(images)} samples and the last incomplete "
+                         "batch is dropped: there would be no batch; lower it or pass drop_remainder=False.")
+    return batch_size, training, pad, seed, drop
 
 
 def pad_crop_flip_batch(images, pad, rng):
@@ -65,13 +84,10 @@ class ArrayBatches(keras.utils.PyDataset):
     def __init__(self, images, labels, batch_size, training=False, pad=2, seed=0, drop_remainder=None,
                  augment="pad_crop_flip", feed=None):
         super().__init__()
-        self.batch_size = check_positive_int("batch_size", batch_size)
         self.augment = check_augmentation(augment)
-        self.pad = int(check_non_negative("pad", pad))
-        check_arrays(images, labels)
-        self.images, self.labels = images, np.asarray(labels)
-        self.training, self.seed, self.feed = bool(training), int(seed), feed
-        self.drop_remainder = self.training if drop_remainder is None else bool(drop_remainder)
+        self.batch_size, self.training, self.pad, self.seed, self.drop_remainder = check_batching(
+            images, labels, batch_size, training, pad, seed, drop_remainder)
+        self.images, self.labels, self.feed = np.asarray(images), np.asarray(labels), feed
         self.epoch, self._ordered_epoch = 0, None
         self.set_epoch(0)
 

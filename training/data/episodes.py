@@ -4,8 +4,9 @@ import keras
 import numpy as np
 
 from ot_layers.optional import tensorflow_if_installed
-from ot_layers.validation import check_positive_int
+from ot_layers.validation import check_positive_int, check_seed
 from training.data.arrays import check_arrays
+from training.data.labels import check_labels
 
 tf = tensorflow_if_installed("episode pipelines (tf.data)")
 
@@ -15,14 +16,15 @@ class EpisodeSampler:
 
     Each episode picks ``ways`` classes at random, then ``shots + queries`` distinct samples of each. ``sample()``
     returns ``(support_index, support_label, query_index, query_label)`` with labels relabelled to
-    ``0..ways-1`` in the order the classes were drawn; the support set is grouped by class.
+    ``0..ways-1`` in the order the classes were drawn; the support set is grouped by class. Only classes with at
+    least ``shots + queries`` samples are drawn; the others are left out.
     """
 
     def __init__(self, labels, ways=5, shots=1, queries=15, seed=0):
         self.ways = check_positive_int("ways", ways)
         self.shots = check_positive_int("shots", shots)
         self.queries = check_positive_int("queries", queries)
-        labels = np.asarray(labels)
+        labels = check_labels(labels)
         if labels.ndim != 1:
             raise ValueError(f"`labels` must be one-dimensional, got shape {labels.shape}.")
         classes, counts = np.unique(labels, return_counts=True)
@@ -32,8 +34,8 @@ class EpisodeSampler:
                              f"{self.shots + self.queries} samples; {self.ways}-way episodes need {self.ways}.")
         self.classes = usable
         self.members = {c: np.flatnonzero(labels == c) for c in usable}
-        self.seed = seed
-        self.rng = np.random.default_rng(seed)
+        self.seed = check_seed("seed", seed)
+        self.rng = np.random.default_rng(self.seed)
 
     def sample(self):
         """The next episode of this sampler's random stream."""

@@ -4,11 +4,12 @@ import os
 
 import numpy as np
 
+from ot_layers.validation import check_non_negative_int
 from training.data.errors import DataUnavailableError
 from training.data.splits import protocol_split, select_classes
 
+# Where the IDX files are looked for after the folder ``$OTZOO_FASHION_MNIST`` names (read at each call).
 FASHION_MNIST_DIRS = (
-    os.environ.get("OTZOO_FASHION_MNIST", ""),
     "/usr/share/datasets/fashion-mnist",
     os.path.join(os.environ.get("KERAS_HOME", os.path.expanduser("~/.keras")), "datasets", "fashion-mnist"),
 )
@@ -21,7 +22,16 @@ _FILES = {
 
 
 def fashion_mnist_dir():
-    """The first folder holding the four Fashion-MNIST IDX files, or ``None``."""
+    """The first folder holding the four Fashion-MNIST IDX files, or ``None``. A folder named by
+    ``$OTZOO_FASHION_MNIST`` that lacks one of them is a ``DataUnavailableError`` naming it (not a fall-back to the
+    other folders, whose files the user did not ask for)."""
+    chosen = os.environ.get("OTZOO_FASHION_MNIST", "")
+    if chosen:
+        missing = [f for pair in _FILES.values() for f in pair if not os.path.isfile(os.path.join(chosen, f))]
+        if missing:
+            raise DataUnavailableError(f"OTZOO_FASHION_MNIST={chosen} lacks the Fashion-MNIST IDX file(s) "
+                                       f"{', '.join(missing)}.")
+        return chosen
     for folder in FASHION_MNIST_DIRS:
         if folder and all(os.path.isfile(os.path.join(folder, f)) for pair in _FILES.values() for f in pair):
             return folder
@@ -58,8 +68,14 @@ def load_fashion_mnist(split="train", limit=None, normalize=True):
             f"{[d for d in FASHION_MNIST_DIRS if d]}; install them with "
             "`apt-get install -y dataset-fashion-mnist` or set OTZOO_FASHION_MNIST."
         )
-    images = _read_idx(os.path.join(folder, _FILES[split][0]))
-    labels = _read_idx(os.path.join(folder, _FILES[split][1])).astype(np.int32)
+    limit = None if limit is None else check_non_negative_int("limit", limit)
+    image_path, label_path = (os.path.join(folder, name) for name in _FILES[split])
+    images, labels = _read_idx(image_path), _read_idx(label_path)
+    if images.ndim != 3 or images.shape[1:] != (28, 28) or labels.ndim != 1 or len(images) != len(labels) \
+            or labels.max(initial=0) > 9:
+        raise ValueError(f"{image_path} and {label_path} are no Fashion-MNIST {split} split: images "
+                         f"{images.shape} (expected (N, 28, 28)), labels {labels.shape} (expected (N,), 0..9).")
+    labels = labels.astype(np.int32)
     if limit is not None:
         images, labels = images[:limit], labels[:limit]
     images = images[..., None]

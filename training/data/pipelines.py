@@ -4,8 +4,7 @@ import keras
 import numpy as np
 
 from ot_layers.optional import tensorflow_if_installed
-from ot_layers.validation import check_non_negative, check_positive_int
-from training.data.arrays import ArrayBatches, check_arrays, check_augmentation
+from training.data.arrays import ArrayBatches, check_augmentation, check_batching
 
 tf = tensorflow_if_installed("tf.data pipelines")
 
@@ -29,14 +28,13 @@ def image_dataset(images, labels, batch_size, training=False, pad=2, seed=0, dro
     last incomplete batch dropped unless ``drop_remainder=False``. Pixels stay in 0-255: zoo models normalize them
     inside.
     """
-    batch_size = check_positive_int("batch_size", batch_size)
     augment = check_augmentation(augment)
-    pad = int(check_non_negative("pad", pad))
-    check_arrays(images, labels)
+    batch_size, training, pad, seed, drop = check_batching(images, labels, batch_size, training, pad, seed,
+                                                           drop_remainder)
     data = tf.data.Dataset.from_tensor_slices((images, labels))
     cast = lambda x, y: (tf.cast(x, tf.float32), tf.cast(y, tf.int32))  # noqa: E731
     if not training:
-        return data.batch(batch_size, drop_remainder=bool(drop_remainder)).map(cast).prefetch(tf.data.AUTOTUNE)
+        return data.batch(batch_size, drop_remainder=drop).map(cast).prefetch(tf.data.AUTOTUNE)
     data = data.shuffle(len(images), seed=seed, reshuffle_each_iteration=True)
     counter = tf.data.Dataset.random(seed=seed + 1).map(lambda s: tf.stack([s, s // 7 + 1]))
     data = tf.data.Dataset.zip((data, counter))
@@ -45,7 +43,6 @@ def image_dataset(images, labels, batch_size, training=False, pad=2, seed=0, dro
     else:
         transform = lambda xy, s: (tf.cast(xy[0], tf.float32), tf.cast(xy[1], tf.int32))  # noqa: E731
     data = data.map(transform, num_parallel_calls=tf.data.AUTOTUNE)
-    drop = True if drop_remainder is None else bool(drop_remainder)
     return data.batch(batch_size, drop_remainder=drop).prefetch(tf.data.AUTOTUNE)
 
 

@@ -2,7 +2,8 @@
 import keras
 import numpy as np
 
-from ot_layers.validation import check_positive_int
+from ot_layers.validation import check_positive_int, check_seed
+from training.data.labels import check_labels
 
 
 def class_balanced_indices(labels, classes_per_batch, samples_per_class, rng):
@@ -49,7 +50,7 @@ class ClassBalancedBatches(keras.utils.PyDataset):
 
     def __init__(self, x, y, classes_per_batch, samples_per_class, steps_per_epoch, seed=0, **kwargs):
         super().__init__(**kwargs)
-        self.x, self.y = x, np.asarray(y).reshape(-1)
+        self.x, self.y = x, check_labels(y, "y").reshape(-1)
         if len(self.x) != len(self.y):
             raise ValueError(f"`x` has {len(self.x)} samples but `y` has {len(self.y)}.")
         self.classes_per_batch = check_positive_int("classes_per_batch", classes_per_batch)
@@ -59,7 +60,7 @@ class ClassBalancedBatches(keras.utils.PyDataset):
         if self.classes_per_batch > num_classes:
             raise ValueError(f"`classes_per_batch` ({classes_per_batch}) exceeds the number of classes "
                              f"({num_classes}).")
-        self.seed = int(seed)
+        self.seed = check_seed("seed", seed)
         self.epoch = 0
         self._drawn_epoch, self.batches = None, None
         self._draw()

@@ -3,8 +3,17 @@ import numpy as np
 
 
 def select_classes(images, labels, classes, relabel=True):
-    """Keep the examples whose label is in ``classes``; ``relabel`` maps them to ``0..len(classes)-1``."""
-    classes = list(classes)
+    """Keep the examples whose label is in ``classes``; ``relabel`` maps ``classes[i]`` to ``i``. ``classes``: distinct
+    integer class ids (a duplicate would leave a label of ``0..len(classes)-1`` unused)."""
+    classes = [c for c in np.asarray(classes).reshape(-1)] if not isinstance(classes, str) else None
+    if not classes or not all(isinstance(c, np.integer) for c in classes):
+        raise ValueError("`classes` must be a non-empty sequence of integer class ids.")
+    classes = [int(c) for c in classes]
+    if len(set(classes)) != len(classes):
+        raise ValueError(f"`classes` holds duplicate class ids: {sorted(c for c in set(classes) if classes.count(c) > 1)}.")
+    if len(images) != len(labels):
+        raise ValueError(f"`images` has {len(images)} samples but `labels` has {len(labels)}.")
+    labels = np.asarray(labels)
     mask = np.isin(labels, classes)
     kept_labels = labels[mask]
     if relabel:

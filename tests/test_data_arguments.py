@@ -1,0 +1,106 @@
+"""The data utilities' arguments: labels that batches would cast (1.7 -> 1, NaN -> -2**31, 2**40 -> 0), a
+training pipeline with no batch (``fit`` trained on nothing without a word), fractional or negative seeds and pads
+(truncated, or NumPy's error), a negative ``limit``, IDX files that are not the split they are named for, a
+``$OTZOO_FASHION_MNIST`` folder that lacks the files (the other folders were read instead) and duplicate class
+ids (a label left unused). Each is now one ``ValueError`` (or ``DataUnavailableError``) naming the argument."""
+import gzip
+
+import numpy as np
+import pytest
+
+from training.data import (ClassBalancedBatches, EpisodeSampler, image_dataset, load_fashion_mnist,
+                           select_classes)
+from training.data.arrays import ArrayBatches
+from training.data.errors import DataUnavailableError
+from training.data.fashion_mnist import fashion_mnist_dir
+
+X = np.zeros((10, 8, 8, 1), np.uint8)
+Y = np.arange(10) % 3
+PIPELINES = {"ArrayBatches": ArrayBatches, "image_dataset": image_dataset}
+
+
+@pytest.mark.parametrize("pipeline", sorted(PIPELINES))
+@pytest.mark.parametrize("labels, message", [
+    (Y + 0.7, r"`labels` must be integer class labels, got np.float64\(0.7\)"),
+    (np.where(Y == 0, np.nan, Y), r"`labels` must be integer class labels, got np.float64\(nan\)"),
+    (Y + 2 ** 40, "`labels` must lie in int32's range"),
+    (Y.astype(str), "`labels` must be integer class labels, got an array of dtype <U"),
+    (np.eye(3)[Y], r"shape \(N,\), got shape \(10, 3\); for one-hot labels pass their argmax"),
+])
+def test_labels_a_batch_would_cast_are_named(pipeline, labels, message):
+    with pytest.raises(ValueError, match=message):
+        PIPELINES[pipeline](X, labels, 4)
+
+
+@pytest.mark.parametrize("pipeline", sorted(PIPELINES))
+def test_whole_float_and_column_labels_are_taken(pipeline):
+    for labels in (Y.astype(np.float32), Y[:, None]):
+        batches = PIPELINES[pipeline](X, labels, 5)
+        got = np.concatenate([np.asarray(y).reshape(-1) for _, y in batches])
+        np.testing.assert_array_equal(got, Y)
+
+
+@pytest.mark.parametrize("pipeline", sorted(PIPELINES))
+@pytest.mark.parametrize("kwargs, name", [
+    (dict(batch_size=11, training=True), "batch_size"),
+    (dict(batch_size=4, training=True, seed=1.7), "seed"),
+    (dict(batch_size=4, training=True, seed=-1), "seed"),
+    (dict(batch_size=4, training=True, pad=1.5), "pad"),
+    (dict(batch_size=4, training="no"), "training"),
+    (dict(batch_size=4, drop_remainder="no"), "drop_remainder"),
+])
+def test_batching_arguments_are_named(pipeline, kwargs, name):
+    with pytest.raises(ValueError, match=f"^`{name}`"):
+        PIPELINES[pipeline](X, Y, **kwargs)
+
+
+@pytest.mark.parametrize("pipeline", sorted(PIPELINES))
+def test_a_batch_larger_than_the_data_is_kept_when_the_remainder_is(pipeline):
+    assert len([1 for _ in PIPELINES[pipeline](X, Y, 11)]) == 1
+    assert len([1 for _ in PIPELINES[pipeline](X, Y, 11, training=True, drop_remainder=False)]) == 1
+
+
+@pytest.mark.parametrize("build, name", [
+    (lambda: ClassBalancedBatches(np.zeros((40, 2)), np.eye(2)[np.arange(20) % 2], 2, 2, 1), "y"),
+    (lambda: ClassBalancedBatches(X, np.where(Y == 0, np.nan, Y), 2, 2, 1), "y"),
+    (lambda: ClassBalancedBatches(X, Y, 2, 2, 1, seed=1.7), "seed"),
+    (lambda: EpisodeSampler(np.where(Y == 0, np.nan, Y), 2, 1, 1), "labels"),
+    (lambda: EpisodeSampler(Y, 2, 1, 1, seed=None), "seed"),
+    (lambda: load_fashion_mnist("test", limit=-5), "limit"),
+    (lambda: load_fashion_mnist("test", limit=2.5), "limit"),
+    (lambda: select_classes(X, Y, [1, 1, 2]), "classes"),
+    (lambda: select_classes(X, Y, "12"), "classes"),
+    (lambda: select_classes(X, Y, [1.5]), "classes"),
+])
+def test_sampler_and_loader_arguments_are_named(build, name):
+    with pytest.raises(ValueError, match=f"^`{name}`"):
+        build()
+
+
+def _write_idx(path, array):
+    header = bytes([0, 0, 0x08, array.ndim]) + b"".join(int(d).to_bytes(4, "big") for d in array.shape)
+    with gzip.open(path, "wb") as handle:
+        handle.write(header + array.astype(np.uint8).tobytes())
+
+
+@pytest.mark.parametrize("images, labels", [
+    (np.zeros((4, 28, 28)), np.zeros(3)),  # counts differ
+    (np.zeros((4, 28, 28)), np.zeros((4, 28, 28))),  # a labels file that holds images
+    (np.zeros((4, 784)), np.zeros(4)),  # flat images
+    (np.zeros((4, 28, 28)), np.full(4, 200)),  # labels outside 0..9
+])
+def test_idx_files_that_are_no_fashion_mnist_split_are_refused(images, labels, tmp_path, monkeypatch):
+    for split, (image_file, label_file) in {"train": ("train-images-idx3-ubyte.gz", "train-labels-idx1-ubyte.gz"),
+                                            "test": ("t10k-images-idx3-ubyte.gz", "t10k-labels-idx1-ubyte.gz")}.items():
+        _write_idx(tmp_path / image_file, images)
+        _write_idx(tmp_path / label_file, labels)
+    monkeypatch.setenv("OTZOO_FASHION_MNIST", str(tmp_path))
+    with pytest.raises(ValueError, match="are no Fashion-MNIST test split"):
+        load_fashion_mnist("test")
+
+
+def test_a_fashion_mnist_folder_the_user_named_is_not_replaced_by_another(tmp_path, monkeypatch):
+    (tmp_path / "t10k-images-idx3-ubyte.gz").write_bytes(b"")
+    monkeypatch.setenv("OTZOO_FASHION_MNIST", str(tmp_path))
+    with pytest.raises(DataUnavailableError, match=f"OTZOO_FASHION_MNIST={tmp_path} lacks .*train-images"):
+        fashion_mnist_dir()
