@@ -106,3 +106,19 @@ def check_class_labels(owner, y_true, y_pred):
     rows = y_pred.shape[0] if len(y_pred.shape) else None
     if labels[0] is not None and rows is not None and int(labels[0]) != int(rows):
         raise ValueError(f"`y_true` of {owner} holds {labels[0]} labels for the {rows} rows of `y_pred`.")
+
+
+def check_image_array(name, images):
+    """``images`` as a NumPy array of at least one image (a batch axis first) with finite values, else a
+    ``ValueError`` naming ``name``. Callbacks embed such arrays epochs into training; a NaN pixel may come out of a
+    backbone as a finite constant (max pooling drops NaN), so the pixels themselves are checked."""
+    if images is None or isinstance(images, (str, bytes)):
+        raise ValueError(f"`{name}` must be an array of images (N, ...), got {images!r}.")
+    array = np.asarray(images)
+    if array.ndim < 2 or len(array) == 0:
+        raise ValueError(f"`{name}` must be a non-empty array of images (N, ...), got shape {array.shape}.")
+    if not np.issubdtype(array.dtype, np.number):
+        raise ValueError(f"`{name}` must hold numbers, got dtype {array.dtype}.")
+    if np.issubdtype(array.dtype, np.inexact) and not np.all(np.isfinite(array)):
+        raise ValueError(f"`{name}` holds NaN or Inf.")
+    return array

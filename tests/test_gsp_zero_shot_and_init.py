@@ -149,24 +149,23 @@ def test_prototype_init_finds_the_only_gsp_layer_and_rejects_bad_arguments():
     with pytest.raises(ValueError, match="warmup_epochs"):
         GSPPrototypeInit(x, warmup_epochs=-1)
 
-def test_prototype_init_rejects_non_finite_features():
-    """A NaN pixel reaches the features through a linear 1x1 convolution (NaN times any weight, plus anything, is
-    NaN in every kernel). Not through ReLU: whether ReLU(NaN) is NaN or 0 depends on the CPU kernel (oneDNN,
-    ``TF_ENABLE_ONEDNN_OPTS``), so a ReLU backbone may hide it."""
+def test_prototype_init_rejects_non_finite_images_and_features():
+    """NaN or Inf pixels are refused when the callback is made (a backbone may hide them: max pooling and, by CPU
+    kernel, ReLU drop NaN). Non-finite features of finite images (here pixels so large that a 1x1 convolution
+    overflows float32) are refused when the prototypes would be set from them."""
     x = np.random.default_rng(3).uniform(size=(8, 6, 6, 3)).astype(np.float32)
-    nan_images = x.copy()
-    nan_images[0, 0, 0, :] = np.nan
+    for bad in (np.nan, np.inf):
+        images = x.copy()
+        images[0, 0, 0, :] = bad
+        with pytest.raises(ValueError, match="^`images` holds NaN or Inf"):
+            GSPPrototypeInit(images, warmup_epochs=0)
     model, _, _ = _gsp_model(activation=None)
-    features = keras.Model(model.inputs, model.get_layer("gsp").input).predict(nan_images, verbose=0)
-    assert np.all(np.isnan(features[0, 0, 0])) and np.all(np.isfinite(features[1:]))  # NaN by construction
-    nan_init = GSPPrototypeInit(nan_images, warmup_epochs=0)
-    nan_init.set_model(model)
+    huge = x.copy()
+    huge[0] *= np.finfo(np.float32).max
+    features = keras.Model(model.inputs, model.get_layer("gsp").input).predict(huge, verbose=0)
+    assert not np.all(np.isfinite(features[0])) and np.all(np.isfinite(features[1:]))  # overflow by construction
+    init = GSPPrototypeInit(huge, warmup_epochs=0)
+    init.set_model(model)
     with pytest.raises(ValueError, match="images.*NaN or Inf"):
-        nan_init.on_epoch_begin(0)
-    assert not nan_init.initialized
-    inf_images = x.copy()
-    inf_images[1, 2, 3, :] = np.inf
-    inf_init = GSPPrototypeInit(inf_images, warmup_epochs=0)
-    inf_init.set_model(model)
-    with pytest.raises(ValueError, match="images.*NaN or Inf"):
-        inf_init.on_epoch_begin(0)
+        init.on_epoch_begin(0)
+    assert not init.initialized

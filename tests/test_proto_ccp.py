@@ -94,6 +94,7 @@ def test_proximal_penalty_is_the_regularized_loss_gradient_through_the_optimizer
     model, proxies = _model(keras.optimizers.SGD(lr))
     ccp = CCPReinitialization(x, y, validation_score=lambda: 0.0, proximal=lam)
     ccp.set_model(model)
+    ccp.on_train_begin()  # fit installs the penalty there
     state = model.ccp_state
     rng = np.random.default_rng(4)
     for anchor in state.anchors:

@@ -2,6 +2,7 @@
 greedy k-center and a proximal penalty towards the previous solution (Gurbuz 2022, ch. 3, eq. 3.2.11, Algorithms
 1-2)."""
 import contextlib
+import numbers
 
 import keras
 import numpy as np
@@ -10,7 +11,7 @@ from keras import ops
 from ot_layers.layers.class_proxies import ClassProxies
 from ot_layers.solvers.k_center import greedy_k_center
 from ot_layers.tensor_ops import find_layer, normalize_rows_np
-from ot_layers.validation import check_flag, check_non_negative, check_positive_int, check_seed
+from ot_layers.validation import check_flag, check_image_array, check_non_negative, check_positive_int, check_seed
 
 STATE_ATTRIBUTE = "ccp_state"  # the attribute of the model that holds CCPReinitialization's state
 
@@ -124,6 +125,7 @@ class CCPReinitialization(keras.callbacks.Callback):
                  patience=3, pool_size=12, proximal=2e-4, min_delta=0.0, restore_best_weights=True, batch_size=256,
                  seed=0):
         super().__init__()
+        train_images = check_image_array("train_images", train_images)
         self.train_images, self.train_labels = train_images, np.asarray(train_labels).reshape(-1)
         if len(self.train_labels) != len(train_images):
             raise ValueError(f"`train_labels` has {len(self.train_labels)} entries but `train_images` has "
@@ -132,6 +134,9 @@ class CCPReinitialization(keras.callbacks.Callback):
             raise ValueError(f"`validation_score` must be a callable returning a float, got {validation_score!r}.")
         self.validation_score = validation_score
         self.layer_name = layer_name
+        if embedding_model is not None and not callable(getattr(embedding_model, "predict", None)):
+            raise ValueError(f"`embedding_model` must be None or a Keras model mapping `train_images` to the vectors "
+                             f"the ClassProxies layer receives, got {type(embedding_model).__name__}.")
         self.embedding_model = embedding_model
         self.patience = check_positive_int("patience", patience)
         self.pool_size = check_positive_int("pool_size", pool_size)
@@ -175,15 +180,32 @@ class CCPReinitialization(keras.callbacks.Callback):
         if self.pool_size < per_class:
             raise ValueError(f"`pool_size` ({self.pool_size}) must be at least the number of proxies per class "
                              f"({per_class}).")
+        counts = np.bincount(self.train_labels.astype(np.int64), minlength=num_classes)
+        if counts.min() < per_class:
+            raise ValueError(f"`train_labels`: class {int(counts.argmin())} has {int(counts.min())} training "
+                             f"image(s), fewer than its {per_class} proxies to re-initialize from them.")
         pulled, weights = self._pulled_weights(), self._model_weights()
         state = getattr(model, STATE_ATTRIBUTE, None)
-        fits = state is not None and [tuple(a.shape) for a in state.anchors] == [tuple(w.shape) for w in pulled] \
-            and len(state.problem_best) == len(weights) and bool(state.best) == self.restore_best_weights
-        if not fits:
+        if state is None:
             with _strategy_scope(model):
                 state = CCPState(pulled, weights, self.restore_best_weights, name=STATE_ATTRIBUTE)
             setattr(model, STATE_ATTRIBUTE, state)
-        self._install_penalty(pulled, state)
+        elif [tuple(a.shape) for a in state.anchors] != [tuple(w.shape) for w in pulled] \
+                or len(state.problem_best) != len(weights) or bool(state.best) != self.restore_best_weights:
+            raise ValueError(
+                f"The model's `{STATE_ATTRIBUTE}` (scores, rounds, theta*) was made for other weights or another "
+                f"`restore_best_weights` (it keeps the best weights: {bool(state.best)}); resume with the "
+                f"settings that made it, or delete `model.{STATE_ATTRIBUTE}` to start CCP over.")
+
+    def on_train_begin(self, logs=None):
+        # installed for fit only (set_model also runs for evaluate and predict, whose end would not remove it)
+        self._install_penalty(self._pulled_weights(), self.state)
+
+    def remove_penalty(self):
+        """Take the proximal penalty off the weights. ``fit`` does so at its end; call this after a ``fit`` that
+        stopped with an exception (Keras then skips ``on_train_end``), before evaluating or training without
+        this callback."""
+        self._uninstall_penalty()
 
     def _install_penalty(self, pulled, state):
         if self._installed or self.proximal == 0.0:
@@ -191,7 +213,8 @@ class CCPReinitialization(keras.callbacks.Callback):
         for weight, anchor in zip(pulled, state.anchors):
             self._installed.append((weight, weight.regularizer))
             weight.regularizer = ProximalPenalty(anchor, self.proximal, state.proximal_active, weight.regularizer)
-        self.model.train_function = None  # trace again with the penalty
+        # trace again with the penalty: fit made its train function before on_train_begin and calls it from there
+        self.model.make_train_function(force=True)
         self.model.test_function = None
 
     def _uninstall_penalty(self):
@@ -227,7 +250,10 @@ class CCPReinitialization(keras.callbacks.Callback):
         proxies_variable.assign(new.astype(proxies.dtype))
 
     def on_epoch_end(self, epoch, logs=None):
-        score = float(self.validation_score())
+        value = self.validation_score()
+        if isinstance(value, bool) or not isinstance(value, (numbers.Real, np.ndarray)) or np.size(value) != 1:
+            raise ValueError(f"`validation_score` must return a float, got {value!r}.")
+        score = float(np.reshape(value, ()))
         if not np.isfinite(score):
             raise ValueError(f"`validation_score` returned {score!r}.")
         self.history.append(score)

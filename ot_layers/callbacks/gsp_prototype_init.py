@@ -6,7 +6,7 @@ import numpy as np
 from ot_layers.layers.generalized_sum_pooling import GeneralizedSumPooling
 from ot_layers.solvers import greedy_k_center
 from ot_layers.tensor_ops import find_layer, flatten_feature_map_np
-from ot_layers.validation import check_positive_int, check_seed
+from ot_layers.validation import check_image_array, check_positive_int, check_seed
 
 
 class GSPPrototypeInit(keras.callbacks.Callback):
@@ -27,12 +27,12 @@ class GSPPrototypeInit(keras.callbacks.Callback):
 
     ``layer_name``: the layer's name, or ``None`` for the only ``GeneralizedSumPooling`` in the model (found through
     nested models by ``ot_layers.tensor_ops.find_layer``). The layer's input is read, so the layer must be called in
-    a Functional model. Non-finite features raise ``ValueError``.
+    a Functional model. Non-finite images or features raise ``ValueError``.
     """
 
     def __init__(self, images, layer_name=None, warmup_epochs=1, num_features=1024, seed=0, batch_size=256):
         super().__init__()
-        self.images = images
+        self.images = check_image_array("images", images)
         self.layer_name = layer_name
         if isinstance(warmup_epochs, bool) or not isinstance(warmup_epochs, (int, np.integer)) or warmup_epochs < 0:
             raise ValueError(f"`warmup_epochs` must be an integer >= 0, got {warmup_epochs!r}.")
@@ -48,6 +48,12 @@ class GSPPrototypeInit(keras.callbacks.Callback):
     def initialized(self):
         """Whether the layer's prototypes have been set (read from the layer's state)."""
         return bool(float(self._layer().prototypes_initialized.numpy()) > 0.5)
+
+    def on_train_begin(self, logs=None):
+        layer = self._layer()  # a model without the layer, or too few features, fail here, before any training
+        if float(layer.prototypes_initialized.numpy()) <= 0.5 and self.num_features < layer.num_prototypes:
+            raise ValueError(f"`num_features` ({self.num_features}) must be at least the layer's "
+                             f"{layer.num_prototypes} prototypes.")
 
     def on_epoch_begin(self, epoch, logs=None):
         layer = self._layer()

@@ -4,7 +4,8 @@ import numpy as np
 
 from ot_layers.layers.manifold_proxies import ManifoldProxies
 from ot_layers.tensor_ops import find_layer, normalize_rows_np
-from ot_layers.validation import check_flag, check_non_negative, check_positive, check_positive_int, check_seed
+from ot_layers.validation import (check_flag, check_image_array, check_non_negative, check_positive,
+                                  check_positive_int, check_seed)
 
 
 def hard_proxy_objective(proxy, anchor, members):
@@ -58,10 +59,10 @@ class HardProxyUpdate(keras.callbacks.Callback):
             raise ValueError("`meta_labels` is empty: give each training image its meta-class.")
         if not np.issubdtype(meta_labels.dtype, np.integer) or meta_labels.min() < 0:
             raise ValueError("`meta_labels` must be integers >= 0.")
+        self.images = images = check_image_array("images", images)
         if len(meta_labels) != len(images):
             raise ValueError(f"`meta_labels` has {len(meta_labels)} entries but `images` has {len(images)}.")
         self.embedding_model = embedding_model
-        self.images = images
         self.layer_name = layer_name
         self.harden = check_flag("harden", harden)
         self.max_iter = check_positive_int("max_iter", max_iter)
@@ -77,6 +78,9 @@ class HardProxyUpdate(keras.callbacks.Callback):
                 raise ValueError(f"`meta_labels`: meta-class {k} needs at least two images, got {len(indices)}.")
             self.anchors.append(int(indices[0]))
             self.members.append(indices[1:1 + samples_per_meta_class])
+        if not callable(getattr(embedding_model, "predict", None)):
+            raise ValueError(f"`embedding_model` must be a Keras model mapping `images` to embeddings, got "
+                             f"{type(embedding_model).__name__}.")
 
     def compute_proxies(self):
         """``(K, dim)`` proxies from the current embeddings."""

@@ -5,7 +5,7 @@ import numpy as np
 from ot_layers.layers.hyperspherical_prototypes import HypersphericalPrototypes
 from ot_layers.solvers.assignment import hungarian_assignment
 from ot_layers.tensor_ops import find_layer, normalize_rows_np
-from ot_layers.validation import check_positive_int
+from ot_layers.validation import check_non_negative_int, check_positive_int
 
 __all__ = ["PrototypeReassignment", "find_layer"]  # find_layer: kept importable from here for older imports
 
@@ -34,14 +34,20 @@ class PrototypeReassignment(keras.callbacks.Callback):
         self.frequency = check_positive_int("frequency", frequency)
         self.batch_frequency = None if batch_frequency is None else check_positive_int("batch_frequency",
                                                                                          batch_frequency)
-        self.verbose = int(verbose)
+        self.verbose = check_non_negative_int("verbose", verbose)
         self.changes = []
         self._pending = 0
         self._first_epoch = True
 
     def reassign(self, layer):
         """Recompute ``sigma`` for ``layer`` and store it; returns how many classes changed prototype."""
-        representatives = normalize_rows_np(np.asarray(layer.representatives, dtype=np.float64))
+        raw = np.asarray(layer.representatives, dtype=np.float64)
+        if not np.any(raw):
+            raise ValueError(
+                f"PrototypeReassignment: layer {layer.name!r} has received no labels (its class representatives are "
+                "all zero), so there is nothing to re-assign from: train the model whose inputs are [images, labels] "
+                "(zoo.hyperspherical_training_model), with labels in 0..num_classes-1.")
+        representatives = normalize_rows_np(raw)
         similarity = representatives @ np.asarray(layer.prototypes, dtype=np.float64).T
         new = hungarian_assignment(similarity).astype(np.int32)
         old = np.asarray(layer.assignment)
@@ -52,6 +58,7 @@ class PrototypeReassignment(keras.callbacks.Callback):
         return find_layer(self.model, HypersphericalPrototypes, self.layer_name)
 
     def on_train_begin(self, logs=None):
+        self._layer()  # a model without the layer fails here, not after its first epoch
         self._first_epoch = True
         self._pending = 0
 
