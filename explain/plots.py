@@ -10,6 +10,7 @@ layer's per-cell quantities on its ``h x w`` feature map, upsampled bilinearly t
 The drawing uses ``matplotlib.figure.Figure`` directly (no ``pyplot`` state), which renders with Agg. Matplotlib
 comes with the ``explain`` extra and is imported when a picture is drawn (``import explain`` works without it).
 """
+import numbers
 import os
 
 import numpy as np
@@ -42,6 +43,38 @@ def check_dpi(dpi):
     if dpi > MAX_DPI:
         raise ValueError(f"`dpi` must be an integer <= {MAX_DPI}, got {dpi!r}.")
     return dpi
+
+
+def check_label(label, name="label"):
+    """An integer class label (a Python or NumPy integer, or a whole float) as ``int``, else a ``ValueError`` naming
+    ``name`` (``int()`` would turn 1.7 into 1 and "b" into an error naming nothing)."""
+    if isinstance(label, (bool, np.bool_)) or not isinstance(label, numbers.Real) \
+            or not np.isfinite(label) or label != int(label):
+        raise ValueError(f"`{name}` must be an integer class label, got {label!r}.")
+    return int(label)
+
+
+def check_output(path, dpi, class_names=None):
+    """The arguments every plot shares, checked before the model runs: ``dpi`` (:func:`check_dpi`), ``path`` (a
+    file path whose folder can be made: not a directory, no file on the way) and ``class_names`` (``None`` or a
+    sequence of names, not one string)."""
+    check_dpi(dpi)
+    if not isinstance(path, (str, os.PathLike)) or not os.fspath(path):
+        raise ValueError(f"`path` must be the path of the PNG file to write, got {path!r}.")
+    if os.path.isdir(path):
+        raise ValueError(f"`path` {os.fspath(path)!r} is a directory; give the path of the PNG file to write.")
+    folder = os.path.dirname(os.path.abspath(os.fspath(path)))
+    while folder and not os.path.exists(folder):
+        folder = os.path.dirname(folder)
+    if folder and not os.path.isdir(folder):
+        raise ValueError(f"`path` {os.fspath(path)!r} lies under the file {folder!r}.")
+    if class_names is not None and (isinstance(class_names, (str, bytes)) or not hasattr(class_names, "__len__")):
+        raise ValueError(f"`class_names` must be a sequence of names, one per class, got {class_names!r}.")
+
+
+def _check_class_names(class_names, num_classes):
+    if class_names is not None and len(class_names) < num_classes:
+        raise ValueError(f"`class_names` has {len(class_names)} names for {num_classes} classes.")
 
 
 def figure_pixels(cols, rows, panel=PANEL_INCHES, dpi=100):
@@ -126,14 +159,19 @@ def plot_mpw_plans(model, image, path, label=None, class_names=None, layer_name=
     ``sum_m T[j, m] <x_j, p_m>`` (red adds to the logit, blue subtracts); then for every proxy ``m`` the cells it
     takes mass from, ``M * T[:, m]`` (sums to one over the cells), titled with its part of the logit.
     """
+    check_output(path, dpi, class_names)
+    label = None if label is None else check_label(label)
     batch = _one_image(model, image)
     result = signals.mpw_plans(model, batch, layer_name)
     _need_grid(result.grid, "MultiProxyWasserstein head")
     logits = result.logits[0]
+    _check_class_names(class_names, len(logits))
+    if label is not None and not 0 <= label < len(logits):
+        raise ValueError(f"`label` must be a class of the model, in 0..{len(logits) - 1}, got {label}.")
     ranking = np.argsort(-logits, kind="stable")
     predicted = int(ranking[0])
-    if label is not None and int(label) != predicted:
-        rows = [(predicted, "predicted"), (int(label), "true")]
+    if label is not None and label != predicted:
+        rows = [(predicted, "predicted"), (label, "true")]
     else:
         rows = [(predicted, "predicted" if label is None else "predicted = true"), (int(ranking[1]), "runner-up")]
     plans, inner = result.plans[0], result.inner[0]
@@ -166,7 +204,10 @@ def plot_gsp_weights(model, images, path, labels=None, class_names=None, layer_n
     """The GSP layer's pooling weights over each of ``images``: ``B`` columns, two rows (the image; the weights
     times the cell count ``n``, so 1 is global average pooling's weight (white), 0 an ignored cell (blue) and red
     a cell weighted above average)."""
+    check_output(path, dpi, class_names)
     batch = prepare_images(images, model_input_shape(model))
+    if labels is not None:
+        labels = [check_label(v, "labels") for v in np.asarray(labels).reshape(-1)]
     result = signals.gsp_weights(model, batch, layer_name)
     _need_grid(result.grid, "GeneralizedSumPooling layer")
     n = result.weights.shape[1]
@@ -175,7 +216,7 @@ def plot_gsp_weights(model, images, path, labels=None, class_names=None, layer_n
     count = batch.shape[0]
     figure = _figure(count, 2)
     axes = figure.subplots(2, count, squeeze=False)
-    labels = [None] * count if labels is None else list(np.asarray(labels).reshape(-1))
+    labels = [None] * count if labels is None else labels
     if len(labels) != count:
         raise ValueError(f"`labels` has {len(labels)} entries for {count} images.")
     heat = None
@@ -215,22 +256,26 @@ def plot_emd_flows(model, query_image, support_images, support_labels, path, cla
     uniform, times the node count: 1 is a uniform weight) and the whole flow matrix ``T`` (query cells x support
     cells, row-major over the feature map).
     """
+    check_output(path, dpi, class_names)
+    class_index = None if class_index is None else check_label(class_index, "class_index")
+    query_label = None if query_label is None else check_label(query_label, "query_label")
+    max_lines = check_positive_int("max_lines", max_lines)
     query = _one_image(model, query_image)
     shape = model_input_shape(model)
     support = prepare_images(support_images, shape)
-    labels = np.asarray(support_labels, dtype=np.int32).reshape(-1)
+    labels = signals.episode_labels(support_labels)
     result = signals.emd_flows(model, query, support, labels, layer_name)
     _need_grid(result.query_grid, "EMD head's query")
     _need_grid(result.support_grid, "EMD head's support")
     logits = result.logits[0]
-    cls = int(np.argmax(logits)) if class_index is None else int(class_index)
+    _check_class_names(class_names, len(logits))
+    cls = int(np.argmax(logits)) if class_index is None else class_index
     if not 0 <= cls < len(logits):
         raise ValueError(f"`class_index` must lie in [0, {len(logits) - 1}], got {class_index!r}.")
     members = np.flatnonzero(labels == cls)
     if len(members) == 0:
         raise ValueError(f"`support_labels` hold no support image of class {cls}.")
     plan = result.plans[0, cls]
-    max_lines = check_positive_int("max_lines", max_lines)
     picture, shown = query[0], support[members[0]]
     gap = max(2, picture.shape[1] // 8)
     canvas = np.concatenate([picture, np.full((picture.shape[0], gap, picture.shape[2]), 255.0, np.float32), shown],
@@ -299,16 +344,23 @@ def plot_prototypes(model, path, history=None, class_names=None, layer_name=None
     classes (``PrototypeReassignment.changes`` or a CSV log with ``prototype_changes``). ``model``: a model holding
     the layer, or the layer.
     """
+    check_output(path, dpi, class_names)
     geometry = signals.prototype_geometry(model, layer_name)
     count = geometry.cosines.shape[0]
+    _check_class_names(class_names, count)
     names = [_name(k, class_names) for k in range(count)]
     assignments = None
     changes = None
     if history is not None:
         if not isinstance(history, (str, os.PathLike)) and np.asarray(history).ndim == 2:
-            assignments = np.asarray(history, dtype=int)
+            assignments = np.asarray(history)
             if assignments.shape[1] != count:
                 raise ValueError(f"`history`: assignments of {assignments.shape[1]} classes for a layer of {count}.")
+            for epoch, row in enumerate(assignments):
+                if not np.array_equal(np.sort(row), np.arange(count)):
+                    raise ValueError(f"`history`: assignment {epoch} is no permutation of 0..{count - 1}: "
+                                     f"{row.tolist()}.")
+            assignments = assignments.astype(int)
         changes = signals.assignment_changes(history)
     panels = 1 + (geometry.alignment is not None) + (history is not None)
     panel = 2 * PANEL_INCHES
@@ -355,6 +407,7 @@ def plot_retrieval(model, query_images, gallery_images, path, query_labels=None,
     (:func:`explain.signals.image_embeddings`), framed green when of the query's class, red otherwise (grey
     without labels). ``Q`` rows (queries), ``1 + k`` columns. ``exclude``: per query a gallery index to skip (the
     query itself when it is in the gallery), or -1."""
+    check_output(path, dpi, class_names)
     queries = prepare_images(query_images, model_input_shape(model))
     gallery = prepare_images(gallery_images, model_input_shape(model))
     query_embeddings, source = signals.image_embeddings(model, queries)
@@ -362,8 +415,8 @@ def plot_retrieval(model, query_images, gallery_images, path, query_labels=None,
     indices, scores = signals.nearest_neighbours(query_embeddings, gallery_embeddings, k, exclude)
     known = query_labels is not None and gallery_labels is not None
     if known:
-        query_labels = np.asarray(query_labels).reshape(-1)
-        gallery_labels = np.asarray(gallery_labels).reshape(-1)
+        query_labels = [check_label(v, "query_labels") for v in np.asarray(query_labels).reshape(-1)]
+        gallery_labels = [check_label(v, "gallery_labels") for v in np.asarray(gallery_labels).reshape(-1)]
         if len(query_labels) != len(queries) or len(gallery_labels) != len(gallery):
             raise ValueError("`query_labels` / `gallery_labels` must have one label per query / gallery image.")
     figure = _figure(1 + k, len(queries))
@@ -440,6 +493,9 @@ def plot_training_curves(logs, path, dpi=100):
     metric (the union over the logs), one row; training solid, validation dashed, one colour per log; the legend
     gives each validation curve's best value and step. The logs must count the same steps (epochs or episodes).
     """
+    check_output(path, dpi)
+    if logs is None:
+        raise ValueError("`logs` must name at least one CSV log, or give a table.")
     items = _log_items(logs)
     if not items:
         raise ValueError("`logs` must name at least one CSV log.")

@@ -42,6 +42,20 @@ def why_not(kind, model):
     return "no training log or meta-training history was given"
 
 
+_NEEDS_IMAGES = ("mpw", "gsp", "emd", "retrieval")
+
+
+def _missing_input(kind, images, gallery, support):
+    """Why ``kind`` cannot be drawn from the inputs given (a sentence naming the argument), or ``None``."""
+    if kind in _NEEDS_IMAGES and images is None:
+        return f"`images`: kind {kind!r} draws images; give at least one."
+    if kind == "retrieval" and gallery is None:
+        return "`gallery`: kind 'retrieval' needs gallery images."
+    if kind == "emd" and (not isinstance(support, (tuple, list)) or len(support) != 2):
+        return "`support`: kind 'emd' needs the episode's (support_images, support_labels)."
+    return None
+
+
 def _emd_classes(logits, label):
     """(class, tag) pairs to draw for one query: its true class and the best other class, or the predicted and
     the runner-up when the label is unknown."""
@@ -59,8 +73,9 @@ def explain_model(model, out, images=None, labels=None, names=None, kinds=None, 
 
     images: 0-255 images (a batch, or one image), fitted to the model's input; labels: their labels (or ``None``);
       names: one file-name stem per image (default ``image0``, ``image1``, ...).
-    kinds: the kinds to draw (default: every kind :func:`available_kinds` finds); asking for one that does not fit
-      raises ``ValueError`` naming it.
+    kinds: the kinds to draw (default: every kind :func:`available_kinds` finds whose inputs are given: retrieval
+      with a ``gallery``, emd with a ``support``); asking for one that does not fit, or whose inputs are missing,
+      raises ``ValueError`` naming it before anything is computed or written.
     class_names: label names (for a few-shot model: names of the episode labels ``0..ways-1``).
     gallery, gallery_labels, gallery_exclude: the retrieval gallery, its labels and per image a gallery index to
       skip (the image itself), or -1.
@@ -75,27 +90,34 @@ def explain_model(model, out, images=None, labels=None, names=None, kinds=None, 
     """
     plots.check_dpi(dpi)  # before the explanations are computed
     fitting = available_kinds(model, logs, meta_training)
+    given = dict(images=images, gallery=gallery, support=support)
     if kinds is None:
-        kinds = fitting
-    for kind in kinds:
+        kinds = [kind for kind in fitting if _missing_input(kind, **given) is None]
+        if not kinds:
+            raise ValueError(f"Nothing to draw for model {model.name!r}: its kinds ({', '.join(fitting)}) need "
+                             "`images` (and `gallery` for retrieval, `support` for emd).")
+    for kind in kinds:  # every kind is checked before anything is computed or written
         if kind not in KINDS:
             raise ValueError(f"`kinds`: unknown kind {kind!r}; known kinds: {', '.join(KINDS)}.")
         if kind not in fitting:
             raise ValueError(f"`kinds`: {kind!r} does not fit model {model.name!r} ({why_not(kind, model)}); "
                              f"it fits: {', '.join(fitting)}.")
+        missing = _missing_input(kind, **given)
+        if missing is not None:
+            raise ValueError(missing)
     batch = None
     if images is not None:
         batch = prepare_images(images, model_input_shape(model))
-        labels = [None] * len(batch) if labels is None else [None if v is None else int(v) for v in labels]
-        names = [f"image{i}" for i in range(len(batch))] if names is None else list(names)
+        labels = [None] * len(batch) if labels is None else [None if v is None else plots.check_label(v)
+                                                             for v in labels]
+        names = [f"image{i}" for i in range(len(batch))] if names is None else [str(n) for n in names]
         if len(labels) != len(batch) or len(names) != len(batch):
             raise ValueError(f"`labels` and `names` must have one entry per image ({len(batch)}).")
-    needs_images = {"mpw", "gsp", "emd", "retrieval"}
+        if len(set(names)) != len(names):
+            raise ValueError(f"`names` must be distinct (they name the files written), got {names}.")
     os.makedirs(out, exist_ok=True)
     written = {}
     for kind in kinds:
-        if kind in needs_images and batch is None:
-            raise ValueError(f"`images`: kind {kind!r} draws images; give at least one.")
         paths = []
         if kind == "mpw":
             for image, label, name in zip(batch, labels, names):
@@ -106,8 +128,6 @@ def explain_model(model, out, images=None, labels=None, names=None, kinds=None, 
             paths.append(plots.plot_gsp_weights(model, batch, os.path.join(out, "gsp.png"), labels=known,
                                                 class_names=class_names, dpi=dpi))
         elif kind == "emd":
-            if support is None:
-                raise ValueError("`support`: kind 'emd' needs the episode's (support_images, support_labels).")
             support_images, support_labels = support
             for image, label, name in zip(batch, labels, names):
                 logits = signals.emd_flows(model, image[None], support_images, support_labels).logits[0]
@@ -119,8 +139,6 @@ def explain_model(model, out, images=None, labels=None, names=None, kinds=None, 
             paths.append(plots.plot_prototypes(model, os.path.join(out, "prototypes.png"), history=history,
                                                class_names=class_names, dpi=dpi))
         elif kind == "retrieval":
-            if gallery is None:
-                raise ValueError("`gallery`: kind 'retrieval' needs gallery images.")
             known = None if any(v is None for v in labels) or gallery_labels is None else labels
             paths.append(plots.plot_retrieval(model, batch, gallery, os.path.join(out, "retrieval.png"),
                                               query_labels=known, gallery_labels=gallery_labels, k=k,

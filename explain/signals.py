@@ -130,13 +130,23 @@ class EMDFlows(NamedTuple):
     support_grid: tuple
 
 
+def episode_labels(support_labels):
+    """``support_labels`` as int32 ``(S,)``: whole numbers >= 0, else a ``ValueError`` naming them (a cast would turn
+    1.7 into 1)."""
+    labels = np.asarray(support_labels).reshape(-1)
+    if labels.size == 0 or not np.issubdtype(labels.dtype, np.number) or not np.all(np.isfinite(labels)) \
+            or np.any(labels != np.round(labels)) or labels.min() < 0:
+        raise ValueError(f"`support_labels` must be episode labels 0..ways-1, got {labels.tolist()[:10]}.")
+    return labels.astype(np.int32)
+
+
 def emd_flows(model, query_images, support_images, support_labels, layer_name=None):
     """The EMD head's flows for a few-shot model ``[query_images, support_images, support_labels] -> logits``
     (``zoo.few_shot_model(..., head="emd")``): the node sets the head receives (query maps and class-mean support
     maps), then the head's own ``transport`` (cost, node weights, ``solvers.emd`` under its settings)."""
     layer = find_layer(model, EMDHead, layer_name)
     shape = model_input_shape(model)
-    labels = np.asarray(support_labels, dtype=np.int32).reshape(-1)
+    labels = episode_labels(support_labels)
     support = prepare_images(support_images, shape)
     if len(labels) != len(support):
         raise ValueError(f"`support_labels` has {len(labels)} entries for {len(support)} support images.")
@@ -145,6 +155,10 @@ def emd_flows(model, query_images, support_images, support_labels, layer_name=No
                                          flatten_feature_map(keras.ops.convert_to_tensor(class_maps)))
     plans, cost = convert_to_numpy(result.plan), convert_to_numpy(cost)
     logits = layer.scale * np.sum((1.0 - cost) * plans, axis=(-2, -1))
+    missing = sorted(set(range(logits.shape[-1])) - set(labels.tolist()))
+    if labels.max() >= logits.shape[-1] or missing:
+        raise ValueError(f"`support_labels` must be the episode labels 0..{logits.shape[-1] - 1}, each with a "
+                         f"support image (a class without one gets no flow); got {sorted(set(labels.tolist()))}.")
     return EMDFlows(plans, cost, convert_to_numpy(a), convert_to_numpy(b), logits, _grid(query_maps),
                     _grid(class_maps))
 
@@ -258,7 +272,12 @@ def nearest_neighbours(queries, gallery, k, exclude=None):
     gallery = normalize_rows_np(np.asarray(gallery, dtype=np.float64))
     scores = queries @ gallery.T
     if exclude is not None:
-        for row, index in enumerate(np.asarray(exclude).reshape(-1)):
+        exclude = np.asarray(exclude).reshape(-1)
+        if len(exclude) != len(queries) or not np.issubdtype(exclude.dtype, np.integer) \
+                or np.any((exclude < -1) | (exclude >= len(gallery))):
+            raise ValueError(f"`exclude` must hold one gallery index in 0..{len(gallery) - 1} (or -1 for none) per "
+                             f"query ({len(queries)}), got {exclude.tolist()[:10]}.")
+        for row, index in enumerate(exclude):
             if index >= 0:
                 scores[row, index] = -np.inf
     available = gallery.shape[0] - (0 if exclude is None else int(np.any(np.asarray(exclude) >= 0)))

@@ -62,7 +62,9 @@ class PartialTransportResult(NamedTuple):
     scale: ``t`` ``(B,)``, the scaling of Prop. 5.2.1 relative to the column sums divided by their maximum.
     iterations: ``(B,)`` int32, the iterations each problem ran before it met ``threshold`` (or ``max_iter``; 0 for
       ``mu = 1``). A non-finite problem runs as long as the batch's loop.
-    error: ``(B,)`` column-marginal error ``sum_j |rho_j + sum_k pi_kj - 1/n|`` of the returned solution.
+    error: ``(B,)`` column-marginal error ``sum_j |rho_j + sum_k pi_kj - 1/n|`` of the returned solution, or the
+      plan's mass error ``|sum pi - mu|`` where that is larger than ``1e-3 mu`` (precision lost at extreme
+      ``cost / epsilon``; ``MASS_TOLERANCE``).
     converged: ``(B,)`` bool, ``error`` is finite and at most ``threshold`` (at most
       ``sinkhorn.FIXED_ITERATIONS_TOLERANCE`` when ``threshold`` is 0); always true for ``mu = 1``.
     """
@@ -183,6 +185,20 @@ def _solve_unrolled(cost, transport_ratio, epsilon, max_iter, threshold):
     return rho, plan, log_t_prev, log_t, shift, iterations
 
 
+# The plan's mass is ``mu`` by construction (``t`` is updated so that ``t s^T rho = mu``) up to round-off; a relative
+# deviation beyond this means the scalings lost their precision (costs over ``epsilon`` near 1e10 in float32, where
+# ``log t + log s`` keeps no digit of the difference), and the fixed-point error, then 0, is not the error.
+MASS_TOLERANCE = 1e-3
+
+
+def _with_mass_failure(error, plan, transport_ratio):
+    """``error``, or the plan's mass error ``|sum pi - mu|`` where that exceeds ``MASS_TOLERANCE * mu`` (and
+    ``error``), so that a problem solved without precision is not reported converged."""
+    mass_error = ops.abs(ops.sum(plan, axis=(1, 2)) - transport_ratio)
+    failed = ops.logical_and(mass_error > MASS_TOLERANCE * transport_ratio, mass_error > error)
+    return ops.where(failed, ops.stop_gradient(mass_error), error)
+
+
 def _average_pooling_limit(cost, epsilon):
     """``mu = 1``: no residual; every element sends its mass ``1/n`` to the prototypes by a softmax over them."""
     n = ops.cast(ops.shape(cost)[-1], dtype_name(cost))
@@ -238,6 +254,7 @@ def partial_transport(cost, transport_ratio=0.3, *, epsilon=0.2, max_iter=100, t
         rho, plan, log_t_prev, log_t, shift, iterations = solve(cost, transport_ratio, epsilon, max_iter, threshold)
         log_t_prev, log_t = ops.stop_gradient(log_t_prev), ops.stop_gradient(log_t)
         error = transport_ratio * ops.abs(ops.exp(log_t_prev - log_t) - 1.0)[:, 0]
+        error = _with_mass_failure(error, plan, transport_ratio)
         converged = has_converged(error, threshold)
         result = PartialTransportResult(rho, plan, ops.exp(log_t + shift)[:, 0], iterations, error, converged)
     if not batched:
