@@ -29,7 +29,7 @@ def test_help_lists_every_command():
     (["train", "resnet20_emd_fewshot_fashion_mnist", "--pretrained", "/nonexistent", "--out", "/tmp/otzoo-x"],
      "`pretrained`: no pre-trained backbone"),
     (["train", "resnet20_gsp_retrieval_fashion_mnist", "--limit", "100", "--out", "/tmp/otzoo-x"],
-     "training images of the seen classes, fewer than one batch"),
+     "holds 56 images, fewer than one training batch of 128"),
 ])
 def test_bad_input_is_one_line_and_exit_2(args, option, capsys):
     with pytest.raises(SystemExit) as exit_info:

@@ -83,8 +83,10 @@ def test_the_command_line_refuses_an_unused_optimizer_field_in_one_line(capsys):
 
 @pytest.mark.fashion_mnist
 @pytest.mark.parametrize("recipe, name, limit, overrides, message", [
-    (classification, GAP, 5, {}, "5 training images, fewer than one batch of 128"),
-    (retrieval, GSP, 100, {}, "training images of the seen classes, fewer than one batch of 128"),
+    (classification, GAP, 5, {}, "the train split of fashion_mnist holds 5 images, fewer than one training batch of "
+                                 "128 among the first 5"),
+    (retrieval, GSP, 100, {}, "the train part of the retrieval protocol of fashion_mnist holds 56 images, fewer than "
+                              "one training batch of 128"),
     (few_shot, EMD, 100, {}, "base-class training images, fewer than one batch of 128"),
     # one batch of 8, but too few images per class for meta-training's 5-way 1-shot episodes with 15 queries
     (few_shot, EMD, 40, {"batch_size": 8}, "base class(es) with 16 images or more; 5-way 1-shot meta-training"),

@@ -16,6 +16,7 @@ from typing import Tuple
 import numpy as np
 
 from ot_layers.optional import tensorflow_if_installed
+from ot_layers.validation import check_non_negative_int, check_positive_int, check_seed
 from training.data.errors import EmptySliceError
 from training.data.fashion_mnist import fashion_mnist_split, load_fashion_mnist
 from training.data.arrays import check_augmentation
@@ -68,7 +69,7 @@ def input_shape_of(name, image_size=None):
     if info.loader == "idx":
         raise ValueError(f"`image_size` applies to the TFDS data sets; {name} images are {info.input_shape[0]} x "
                          f"{info.input_shape[1]}, got {image_size}.")
-    return (int(image_size), int(image_size), info.input_shape[2])
+    return (check_positive_int("image_size", image_size),) * 2 + (info.input_shape[2],)
 
 
 def data_spec(name, task, image_size=None):
@@ -76,6 +77,8 @@ def data_spec(name, task, image_size=None):
     pixel statistics and, for retrieval and few-shot presets, the protocol's class split (``CLASS_SPLITS``)."""
     info = dataset_info(name)
     shape = input_shape_of(name, image_size)
+    if task not in _PROTOCOL_OF_TASK:
+        raise ValueError(f"`task` must be one of {list(_PROTOCOL_OF_TASK)}, got {task!r}.")
     protocol = _PROTOCOL_OF_TASK[task]
     if protocol is None:
         return DataSpec(name, shape, info.num_classes, info.pixel_mean, info.pixel_std,
@@ -126,7 +129,7 @@ class IdxLoader:
     def batches(self, name, part, batch_size, protocol=None, training=False, augment="pad_crop_flip", pad=2, seed=0,
                 limit=None, relabel=False, image_size=None, data_dir=None):
         images, labels = self.arrays(name, part, protocol, limit, relabel, image_size, data_dir)
-        _check_not_empty(len(labels), name, part, protocol, limit)
+        _check_not_empty(len(labels), name, part, protocol, limit, batch_size if training else None)
         dataset = array_batches(images, labels, batch_size, training=training, pad=pad, seed=seed, augment=augment)
         return Batches(dataset, len(labels), images[:256].astype("float32"))
 
@@ -142,6 +145,10 @@ class TfdsLoader:
 
     def batches(self, name, part, batch_size, protocol=None, training=False, augment=None, pad=4, seed=0, limit=None,
                 relabel=False, image_size=None, data_dir=None):
+        # checked before the split is counted and a sample decoded
+        check_positive_int("batch_size", batch_size)
+        check_seed("seed", seed)
+        check_non_negative_int("pad", pad)
         check_augmentation(TFDS_DATASETS[name].augmentation if augment is None else augment, TFDS_AUGMENTATIONS,
                            f"the TFDS data set {name}")
         classes, split = self._source(name, part, protocol)
@@ -170,10 +177,13 @@ def _count(dataset):
                                                                                        tf.int64)).numpy())
 
 
-def _check_not_empty(examples, name, part, protocol, limit):
-    if examples == 0:
+def _check_not_empty(examples, name, part, protocol, limit, batch_size=None):
+    """An ``EmptySliceError`` when the part holds no image, or fewer than one ``batch_size`` batch (a training
+    pipeline drops its last incomplete batch: it would make none)."""
+    if examples == 0 or (batch_size is not None and examples < batch_size):
         where = f"the {part} part of the {protocol} protocol" if protocol else f"the {part} split"
-        detail = f"{where} of {name} holds no images"
+        count = "no images" if examples == 0 else f"{examples} images, fewer than one training batch of {batch_size}"
+        detail = f"{where} of {name} holds {count}"
         if limit is not None:
             raise EmptySliceError(f"{detail} among the first {limit} images of its source split", "limit", limit)
         raise EmptySliceError(f"{detail}.")

@@ -1,4 +1,5 @@
 """The TFDS data sets by name (CIFAR-10/100, CUB-200-2011, Cars196, Stanford Online Products): their pipelines, augmentations and class-split protocols."""
+import numpy as np
 
 from ot_layers.optional import require, require_tensorflow, tensorflow_if_installed
 from ot_layers.validation import check_non_negative, check_positive_int
@@ -66,10 +67,10 @@ def resize_center_crop(image, image_size, resize_size):
 def _check_classes(classes, num_classes, name):
     if classes is None:
         return None
-    try:
-        classes = [int(c) for c in classes]
-    except (TypeError, ValueError):
-        raise ValueError(f"`classes` must be a sequence of integer class ids, got {classes!r}.") from None
+    items = None if isinstance(classes, (str, bytes)) or np.ndim(classes) != 1 else np.asarray(classes)
+    if items is None or (items.size and not np.issubdtype(items.dtype, np.integer)):
+        raise ValueError(f"`classes` must be a sequence of integer class ids, got {classes!r}.")
+    classes = [int(c) for c in items]
     if not classes:
         raise ValueError("`classes` is empty: give at least one class id.")
     bad = [c for c in classes if not 0 <= c < num_classes]
