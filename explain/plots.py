@@ -161,6 +161,9 @@ def plot_mpw_plans(model, image, path, label=None, class_names=None, layer_name=
     """
     check_output(path, dpi, class_names)
     label = None if label is None else check_label(label)
+    classes = model.outputs[0].shape[-1] if len(getattr(model, "outputs", None) or ()) == 1 else None
+    if label is not None and classes is not None and not 0 <= label < classes:  # before the model runs
+        raise ValueError(f"`label` must be a class of the model, in 0..{classes - 1}, got {label}.")
     batch = _one_image(model, image)
     result = signals.mpw_plans(model, batch, layer_name)
     _need_grid(result.grid, "MultiProxyWasserstein head")
@@ -263,7 +266,8 @@ def plot_emd_flows(model, query_image, support_images, support_labels, path, cla
     query = _one_image(model, query_image)
     shape = model_input_shape(model)
     support = prepare_images(support_images, shape)
-    labels = signals.episode_labels(support_labels)
+    ways = model.outputs[0].shape[-1] if len(getattr(model, "outputs", None) or ()) == 1 else None
+    labels = signals.episode_labels(support_labels, ways)  # before the model runs (ways known)
     result = signals.emd_flows(model, query, support, labels, layer_name)
     _need_grid(result.query_grid, "EMD head's query")
     _need_grid(result.support_grid, "EMD head's support")

@@ -56,6 +56,23 @@ def _missing_input(kind, images, gallery, support):
     return None
 
 
+def _check_against_model(model, kinds, labels, support, gallery, gallery_exclude, count, class_names):
+    """What the kinds to draw need of the labels and the episode, checked before any plot runs the model: labels in
+    the model's classes (the ways of a few-shot model), an episode's support labels ``0..ways-1``, one gallery
+    index (or -1) per image to exclude, and a name for each class."""
+    classes = model.outputs[0].shape[-1] if len(model.outputs) == 1 else None
+    if classes is not None and ("mpw" in kinds or "emd" in kinds):
+        bad = [v for v in labels if v is not None and not 0 <= v < classes]
+        if bad:
+            raise ValueError(f"`labels` must be classes of the model, in 0..{classes - 1}, got {bad[:5]}.")
+        if class_names is not None and len(class_names) < classes:
+            raise ValueError(f"`class_names` has {len(class_names)} names for {classes} classes.")
+    if "emd" in kinds:
+        signals.episode_labels(support[1], classes)
+    if "retrieval" in kinds and gallery_exclude is not None:
+        signals.check_exclude(gallery_exclude, count, len(gallery), "gallery_exclude")
+
+
 def _emd_classes(logits, label):
     """(class, tag) pairs to draw for one query: its true class and the best other class, or the predicted and
     the runner-up when the label is unknown."""
@@ -108,13 +125,14 @@ def explain_model(model, out, images=None, labels=None, names=None, kinds=None, 
     batch = None
     if images is not None:
         batch = prepare_images(images, model_input_shape(model))
-        labels = [None] * len(batch) if labels is None else [None if v is None else plots.check_label(v)
+        labels = [None] * len(batch) if labels is None else [None if v is None else plots.check_label(v, "labels")
                                                              for v in labels]
         names = [f"image{i}" for i in range(len(batch))] if names is None else [str(n) for n in names]
         if len(labels) != len(batch) or len(names) != len(batch):
             raise ValueError(f"`labels` and `names` must have one entry per image ({len(batch)}).")
         if len(set(names)) != len(names):
             raise ValueError(f"`names` must be distinct (they name the files written), got {names}.")
+        _check_against_model(model, kinds, labels, support, gallery, gallery_exclude, len(batch), class_names)
     os.makedirs(out, exist_ok=True)
     written = {}
     for kind in kinds:

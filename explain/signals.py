@@ -130,14 +130,30 @@ class EMDFlows(NamedTuple):
     support_grid: tuple
 
 
-def episode_labels(support_labels):
-    """``support_labels`` as int32 ``(S,)``: whole numbers >= 0, else a ``ValueError`` naming them (a cast would turn
-    1.7 into 1)."""
+def episode_labels(support_labels, ways=None):
+    """``support_labels`` as int32 ``(S,)``: whole numbers >= 0 (a cast would turn 1.7 into 1) and, given ``ways``,
+    exactly the episode labels ``0..ways-1``, each with a support image (a class without one gets no flow); else a
+    ``ValueError`` naming them."""
     labels = np.asarray(support_labels).reshape(-1)
     if labels.size == 0 or not np.issubdtype(labels.dtype, np.number) or not np.all(np.isfinite(labels)) \
             or np.any(labels != np.round(labels)) or labels.min() < 0:
         raise ValueError(f"`support_labels` must be episode labels 0..ways-1, got {labels.tolist()[:10]}.")
-    return labels.astype(np.int32)
+    labels = labels.astype(np.int32)
+    if ways is not None and set(labels.tolist()) != set(range(ways)):
+        raise ValueError(f"`support_labels` must be the episode labels 0..{ways - 1}, each with a support image (a "
+                         f"class without one gets no flow); got {sorted(set(labels.tolist()))}.")
+    return labels
+
+
+def check_exclude(exclude, queries, gallery_size, name="exclude"):
+    """``exclude`` as int ``(Q,)``: per query a gallery index in ``0..gallery_size-1`` to leave out, or -1; else a
+    ``ValueError`` naming ``name``."""
+    exclude = np.asarray(exclude).reshape(-1)
+    if len(exclude) != queries or not np.issubdtype(exclude.dtype, np.integer) \
+            or np.any((exclude < -1) | (exclude >= gallery_size)):
+        raise ValueError(f"`{name}` must hold one gallery index in 0..{gallery_size - 1} (or -1 for none) per query "
+                         f"({queries}), got {exclude.tolist()[:10]}.")
+    return exclude
 
 
 def emd_flows(model, query_images, support_images, support_labels, layer_name=None):
@@ -155,10 +171,7 @@ def emd_flows(model, query_images, support_images, support_labels, layer_name=No
                                          flatten_feature_map(keras.ops.convert_to_tensor(class_maps)))
     plans, cost = convert_to_numpy(result.plan), convert_to_numpy(cost)
     logits = layer.scale * np.sum((1.0 - cost) * plans, axis=(-2, -1))
-    missing = sorted(set(range(logits.shape[-1])) - set(labels.tolist()))
-    if labels.max() >= logits.shape[-1] or missing:
-        raise ValueError(f"`support_labels` must be the episode labels 0..{logits.shape[-1] - 1}, each with a "
-                         f"support image (a class without one gets no flow); got {sorted(set(labels.tolist()))}.")
+    episode_labels(labels, logits.shape[-1])
     return EMDFlows(plans, cost, convert_to_numpy(a), convert_to_numpy(b), logits, _grid(query_maps),
                     _grid(class_maps))
 
@@ -272,11 +285,7 @@ def nearest_neighbours(queries, gallery, k, exclude=None):
     gallery = normalize_rows_np(np.asarray(gallery, dtype=np.float64))
     scores = queries @ gallery.T
     if exclude is not None:
-        exclude = np.asarray(exclude).reshape(-1)
-        if len(exclude) != len(queries) or not np.issubdtype(exclude.dtype, np.integer) \
-                or np.any((exclude < -1) | (exclude >= len(gallery))):
-            raise ValueError(f"`exclude` must hold one gallery index in 0..{len(gallery) - 1} (or -1 for none) per "
-                             f"query ({len(queries)}), got {exclude.tolist()[:10]}.")
+        exclude = check_exclude(exclude, len(queries), len(gallery))
         for row, index in enumerate(exclude):
             if index >= 0:
                 scores[row, index] = -np.inf

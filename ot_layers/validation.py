@@ -98,12 +98,18 @@ def check_class_labels(owner, y_true, y_pred):
     """``y_true`` of the loss ``owner`` must hold integer class labels ``(B,)`` or ``(B, 1)``, one for each of the
     ``B`` rows of ``y_pred`` (static shapes; an unknown size passes). One-hot labels ``(B, C)`` fail here, with the
     hint to pass their argmax, instead of in a broadcast deep inside the loss."""
-    labels = tuple(y_true.shape)
+    try:
+        labels = tuple(y_true.shape)
+    except ValueError:  # TensorFlow: a shape of unknown rank while tracing; nothing to check statically
+        return
     if len(labels) not in (1, 2) or (len(labels) == 2 and labels[1] not in (1, None)):
         hint = "; for one-hot labels pass their argmax" if len(labels) == 2 else ""
         raise ValueError(f"`y_true` of {owner} must hold integer class labels of shape (B,) or (B, 1), "
                          f"got shape {labels}{hint}.")
-    rows = y_pred.shape[0] if len(y_pred.shape) else None
+    try:
+        rows = y_pred.shape[0] if len(y_pred.shape) else None
+    except ValueError:
+        rows = None
     if labels[0] is not None and rows is not None and int(labels[0]) != int(rows):
         raise ValueError(f"`y_true` of {owner} holds {labels[0]} labels for the {rows} rows of `y_pred`.")
 

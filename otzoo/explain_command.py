@@ -152,7 +152,20 @@ def _inputs(args, input_shape, x_test, y_test):
         labels.append(int(y_test[index]))
         names.append(f"test{index:05d}")
         indices.append(index)
-    return images, labels, names, indices
+    return images, labels, _distinct(names), indices
+
+
+def _distinct(names):
+    """File-name stems made distinct (``shoe``, ``shoe_1``, ...): two images of one stem would write one file."""
+    seen, out = set(), []
+    for name in names:
+        unique, n = name, 0
+        while unique in seen:
+            n += 1
+            unique = f"{name}_{n}"
+        seen.add(unique)
+        out.append(unique)
+    return out
 
 
 def _episode(model, label, query_index, y_test, seed, pool=None):

@@ -130,3 +130,15 @@ def test_save_preset_refuses_a_card_it_cannot_write_before_writing(card, message
     with pytest.raises(ValueError, match=f"^`card` {message}"):
         zoo.save_preset(model, str(tmp_path / "preset"), card=card)
     assert not (tmp_path / "preset").exists()
+
+
+def test_labels_of_unknown_rank_are_taken_while_tracing():
+    """A label tensor whose rank TensorFlow does not know (from ``tf.numpy_function``, say) has nothing to check
+    statically; the check must not fail on its shape."""
+    import tensorflow as tf
+
+    loss = losses.ContrastiveLoss()
+    traced = tf.function(loss.__call__, input_signature=[tf.TensorSpec(None, tf.int32),
+                                                         tf.TensorSpec([None, 4], tf.float32)])
+    y_pred = np.random.default_rng(2).random((6, 4)).astype(np.float32)
+    assert float(traced(LABELS.astype(np.int32), y_pred)) == pytest.approx(float(loss(LABELS, y_pred)), rel=1e-6)

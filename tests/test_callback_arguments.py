@@ -117,3 +117,11 @@ def test_gsp_init_with_fewer_features_than_prototypes_fails_before_training():
     callback.set_model(model)
     with pytest.raises(ValueError, match=r"^`num_features` \(2\) must be at least the layer's 5 prototypes"):
         callback.on_train_begin()
+
+
+def test_ccp_takes_a_scalar_tensor_as_validation_score_and_reassignment_a_boolean_verbose():
+    model = _proxy_model()
+    ccp = CCPReinitialization(VECTORS, LABELS, lambda: keras.ops.convert_to_tensor(0.25))
+    model.fit(VECTORS, LABELS, epochs=1, verbose=0, callbacks=[ccp])
+    assert ccp.history == [0.25]
+    assert PrototypeReassignment(verbose=True).verbose == 1

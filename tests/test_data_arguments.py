@@ -95,7 +95,7 @@ def test_idx_files_that_are_no_fashion_mnist_split_are_refused(images, labels, t
         _write_idx(tmp_path / image_file, images)
         _write_idx(tmp_path / label_file, labels)
     monkeypatch.setenv("OTZOO_FASHION_MNIST", str(tmp_path))
-    with pytest.raises(ValueError, match="are no Fashion-MNIST test split"):
+    with pytest.raises(DataUnavailableError, match="are no Fashion-MNIST test split"):
         load_fashion_mnist("test")
 
 

@@ -112,3 +112,19 @@ def test_partial_transport_that_lost_its_precision_is_not_converged():
         result = partial_transport(cost * scale, 0.3)
         mass = float(np.sum(result.plan))
         assert not bool(result.converged) and float(result.error) >= abs(mass - 0.3) - 1e-6, (scale, mass)
+
+
+def test_explain_model_checks_labels_against_the_model_before_writing(mpw_model, tmp_path):
+    out = tmp_path / "out"
+    with pytest.raises(ValueError, match=r"^`labels` must be classes of the model, in 0..3, got \[12\]"):
+        explain.explain_model(mpw_model, str(out), images=_images(2), labels=[0, 12], kinds=["mpw"])
+    with pytest.raises(ValueError, match="^`labels` must be an integer class label"):
+        explain.explain_model(mpw_model, str(out), images=_images(2), labels=[0, 1.5], kinds=["mpw"])
+    assert not out.exists()
+
+
+def test_the_command_line_makes_repeated_image_stems_distinct():
+    from otzoo.explain_command import _distinct
+    assert _distinct(["shoe", "shoe", "test00003", "shoe_1", "test00003"]) == [
+        "shoe", "shoe_1", "test00003", "shoe_1_1", "test00003_1"]
+    assert greedy_k_center(np.eye(3), 2, initial=np.zeros((0, 3))).shape == (2,)  # no centers in place

@@ -223,3 +223,14 @@ def test_the_directory_that_goes_with_weights(tmp_path):
     assert weights_directory(os.path.join(str(tmp_path), "other.weights.h5")) is None
     assert weights_directory(f"https://example.org/{WEIGHTS_FILE}") is None
     assert is_weights_url("http://example.org/w.weights.h5") and not is_weights_url(str(tmp_path))
+
+
+def test_an_error_while_reading_a_download_is_a_weights_download_error(monkeypatch):
+    """Keras wraps a refused connection or an HTTP error; a timeout or a reset while reading comes as it is."""
+    def fail(*args, **kwargs):
+        raise TimeoutError("The read operation timed out")
+
+    monkeypatch.setattr(keras.utils, "get_file", fail)
+    with pytest.raises(zoo.WeightsDownloadError, match=r"could not fetch https://example.invalid/m.weights.h5 \(The "
+                                                       r"read operation timed out\)"):
+        zoo.load(NAME, weights="https://example.invalid/m.weights.h5")

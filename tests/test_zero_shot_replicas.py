@@ -4,7 +4,7 @@ CPUs, created before TensorFlow starts by ``conftest.py``).
 The loss returns its batch value as a scalar, and Keras divides a loss by the number of replicas only when it reduces
 per-example values itself (``keras/src/losses/loss.py::reduce_values`` returns a scalar untouched) while the
 replicas' gradients are summed: before the fix a 2-replica step applied twice the zero-shot gradient. The loss now
-divides its scalar by the replicas (``metric_learning._per_replica``, as the proxy and pair losses do).
+divides its scalar by the replicas (``ot_layers.losses.common.per_replica``, as the proxy and pair losses do).
 
 ``L_ZS`` depends on the composition of the batch (class halves and ridge maps within it), so a 2-replica step is not
 a one-replica step on the whole batch: each replica computes ``L_ZS`` on its own half. The right reference (the one

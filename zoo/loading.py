@@ -160,12 +160,14 @@ def _url_weights(name, url, expected_sha256):
     fname = f"{name}-{expected_sha256[:12]}.weights.h5"
     try:
         path = keras.utils.get_file(fname, origin=url, cache_subdir=os.path.join("otzoo", name))
-    except Exception as error:  # Keras raises a bare Exception for a failed fetch, the URLError as its context
-        cause = error.__context__
-        if not isinstance(cause, urllib.error.URLError):
+    except Exception as error:  # Keras raises a bare Exception for a failed fetch, the URLError as its context;
+        # an error while reading (a timeout, a reset connection) comes as it is
+        cause = error if isinstance(error, OSError) else error.__context__
+        if not isinstance(cause, OSError):
             raise
         status = f"HTTP {cause.code} " if isinstance(cause, urllib.error.HTTPError) else ""
-        raise WeightsDownloadError(f"`weights`: could not fetch {url} ({status}{cause.reason}); check the address, "
+        reason = getattr(cause, "reason", None) or cause
+        raise WeightsDownloadError(f"`weights`: could not fetch {url} ({status}{reason}); check the address, "
                                    "or download the file and give its path.") from error
     try:
         check_sha256(path, expected_sha256)

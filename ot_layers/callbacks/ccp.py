@@ -2,7 +2,6 @@
 greedy k-center and a proximal penalty towards the previous solution (Gurbuz 2022, ch. 3, eq. 3.2.11, Algorithms
 1-2)."""
 import contextlib
-import numbers
 
 import keras
 import numpy as np
@@ -251,9 +250,15 @@ class CCPReinitialization(keras.callbacks.Callback):
 
     def on_epoch_end(self, epoch, logs=None):
         value = self.validation_score()
-        if isinstance(value, bool) or not isinstance(value, (numbers.Real, np.ndarray)) or np.size(value) != 1:
+        number = None
+        if not isinstance(value, (bool, str, bytes, dict, type(None))):
+            try:  # a Python or NumPy number, or a scalar tensor of any backend
+                number = np.asarray(keras.ops.convert_to_numpy(value))
+            except (TypeError, ValueError):
+                number = None
+        if number is None or number.size != 1 or not np.issubdtype(number.dtype, np.number):
             raise ValueError(f"`validation_score` must return a float, got {value!r}.")
-        score = float(np.reshape(value, ()))
+        score = float(number.reshape(()))
         if not np.isfinite(score):
             raise ValueError(f"`validation_score` returned {score!r}.")
         self.history.append(score)

@@ -34,7 +34,7 @@ class PrototypeReassignment(keras.callbacks.Callback):
         self.frequency = check_positive_int("frequency", frequency)
         self.batch_frequency = None if batch_frequency is None else check_positive_int("batch_frequency",
                                                                                          batch_frequency)
-        self.verbose = check_non_negative_int("verbose", verbose)
+        self.verbose = int(verbose) if isinstance(verbose, bool) else check_non_negative_int("verbose", verbose)
         self.changes = []
         self._pending = 0
         self._first_epoch = True

@@ -2,7 +2,7 @@
 import keras
 from keras import ops
 
-from ot_layers.losses.metric_learning import class_labels
+from ot_layers.losses.common import class_labels
 
 
 @keras.saving.register_keras_serializable(package="ot_layers")

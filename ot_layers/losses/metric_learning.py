@@ -11,35 +11,18 @@ through the layer); the losses hold no reference to it.
 
 Written in ``keras.ops``: the losses run on the TensorFlow, JAX and PyTorch backends. They compute in float32 (in
 float64 for float64 input, e.g. a loss built with ``dtype="float64"``). Under a TensorFlow distribution strategy the
-scalar batch loss is divided by the number of replicas (``_per_replica``); JAX and PyTorch count one replica.
-Labels of the wrong shape (one-hot, or not one per row) fail with a ``ValueError`` naming ``y_true``; an empty batch
+scalar batch loss is divided by the number of replicas (``ot_layers.losses.common.per_replica``); JAX and PyTorch
+count one replica. Labels of the wrong shape (one-hot, or not one per row) fail with a ``ValueError`` naming ``y_true``; an empty batch
 (a replica's share of a last, short batch, say) has loss 0.
 """
 import keras
 from keras import ops
 
-from ot_layers.backends import replicas_in_sync
+from ot_layers.losses.common import class_labels, is_empty_batch, per_replica, zero_loss
 from ot_layers.tensor_ops import as_compute_dtype, at_least, normalize_rows
-from ot_layers.validation import check_class_labels, check_finite, check_flag, check_non_negative, check_positive
+from ot_layers.validation import check_finite, check_flag, check_non_negative, check_positive
 
 _NEG_INF = float("-inf")
-
-
-def class_labels(loss, y_true, y_pred):
-    """The integer labels ``(B,)`` of ``y_true`` ``(B,)`` or ``(B, 1)``, checked against the rows of ``y_pred``."""
-    check_class_labels(type(loss).__name__, y_true, y_pred)
-    return ops.reshape(ops.cast(y_true, "int32"), (-1,))
-
-
-def is_empty_batch(y_pred):
-    """Whether ``y_pred`` has a static batch size of 0 (under a traced, unknown batch size the losses' sums and
-    means handle the empty case themselves: ``_mean`` and ``_masked_mean`` divide by at least 1)."""
-    return len(y_pred.shape) > 0 and y_pred.shape[0] == 0
-
-
-def zero_loss(y_pred):
-    """A scalar 0 in ``y_pred``'s dtype with a zero gradient to it: the loss of an empty batch."""
-    return ops.sum(y_pred) * 0.0
 
 
 def _normalized(x):
@@ -92,18 +75,6 @@ def sparse_cross_entropy(labels, logits):
     return ops.sparse_categorical_crossentropy(labels, logits, from_logits=True)
 
 
-def _per_replica(batch_loss):
-    """A batch loss scaled by ``1 / replicas``: Keras sums the replicas' gradients and divides a loss by the number
-    of replicas only when it reduces per-example values itself; these losses return their batch value as a scalar,
-    so each replica's share is divided here (under one replica, and on JAX and PyTorch, nothing changes). Each
-    replica's value is computed on its own share of the batch (pairs and proxies' hardest terms within that
-    share)."""
-    if len(batch_loss.shape) != 0:  # per-example values: Keras reduces them over the batch and the replicas
-        return batch_loss
-    replicas = replicas_in_sync()
-    return batch_loss if replicas == 1 else batch_loss / float(replicas)
-
-
 class _MetricLoss(keras.losses.Loss):
     def __init__(self, name, normalize=True, reduction="sum_over_batch_size", **kwargs):
         super().__init__(name=name, reduction=reduction, **kwargs)
@@ -117,7 +88,7 @@ class _MetricLoss(keras.losses.Loss):
         x = _normalized(y_pred) if self.normalize else as_compute_dtype(y_pred)
         if is_empty_batch(x):
             return zero_loss(x)
-        return _per_replica(self.batch_loss(labels, x))
+        return per_replica(self.batch_loss(labels, x))
 
     def get_config(self):
         return {**super().get_config(), "normalize": self.normalize}
@@ -218,7 +189,7 @@ class ProxyLoss(keras.losses.Loss):
         labels = class_labels(self, y_true, similarity)
         if is_empty_batch(similarity):
             return zero_loss(similarity)
-        return _per_replica(self.batch_loss(labels, similarity))
+        return per_replica(self.batch_loss(labels, similarity))
 
 
 @keras.saving.register_keras_serializable(package="ot_layers")

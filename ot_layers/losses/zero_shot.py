@@ -22,7 +22,8 @@ and PyTorch count one replica). Computes in float32 (in float64 for float64 inpu
 import keras
 from keras import ops
 
-from ot_layers.losses.metric_learning import _per_replica, class_labels, is_empty_batch, sparse_cross_entropy, zero_loss
+from ot_layers.losses.common import class_labels, is_empty_batch, per_replica, zero_loss
+from ot_layers.losses.metric_learning import sparse_cross_entropy
 from ot_layers.tensor_ops import as_compute_dtype
 from ot_layers.tensor_ops import at_least
 from ot_layers.validation import check_positive
@@ -37,7 +38,7 @@ def disjoint_class_halves(labels):
     (P classes x K samples) each half holds about P/2 classes. XLA-friendly (one sort, no ``unique``).
     """
     # padded with one label so that an empty batch (traced with an unknown size) indexes in bounds
-    padded = ops.concatenate([ops.sort(labels), ops.zeros((1,), labels.dtype)])
+    padded = ops.concatenate([ops.sort(labels), ops.zeros((1,), "int32")])
     return labels < padded[ops.shape(labels)[0] // 2]
 
 
@@ -85,7 +86,7 @@ class ZeroShotPredictionLoss(keras.losses.Loss):
             weight = ops.cast(evaluate_on, ce.dtype)
             total += ops.sum(ce * weight) / at_least(ops.sum(weight), 1.0)
         # A scalar batch loss: Keras sums the replicas' gradients without dividing a scalar by the replicas.
-        return _per_replica(total)
+        return per_replica(total)
 
     def get_config(self):
         return {**super().get_config(), "ridge": self.ridge, "scale": self.scale}

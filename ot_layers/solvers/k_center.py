@@ -29,6 +29,8 @@ def greedy_k_center(points, k, initial=None, seed=0):
         raise ValueError(f"`k` must be an integer in [1, {n}] (the number of points), got {k!r}.")
     seed = check_seed("seed", seed)
     chosen = []
+    if initial is not None and np.size(initial) == 0:
+        initial = None  # no centers in place
     if initial is not None:
         initial = np.asarray(initial, dtype=np.float64)
         if initial.ndim != 2 or initial.shape[1] != points.shape[1]:

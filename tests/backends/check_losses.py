@@ -16,7 +16,7 @@ from backend_tools import Report, central_difference, compiled_value_and_grad, n
 from ot_layers import ManifoldProxies
 from ot_layers.losses import (ContrastiveLoss, MultiSimilarityLoss, ProxyAnchorLoss, ProxyNCAPlusPlusLoss,
                               TripletLoss, ZeroShotPredictionLoss)
-from ot_layers.losses.metric_learning import replicas_in_sync
+from ot_layers.losses.common import replicas_in_sync
 from ot_layers.solvers import random_walk_similarity
 
 report = Report("losses")

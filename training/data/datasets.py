@@ -145,16 +145,12 @@ class TfdsLoader:
 
     def batches(self, name, part, batch_size, protocol=None, training=False, augment=None, pad=4, seed=0, limit=None,
                 relabel=False, image_size=None, data_dir=None):
-        # checked before the split is counted and a sample decoded
-        check_positive_int("batch_size", batch_size)
-        check_seed("seed", seed)
-        check_non_negative_int("pad", pad)
         check_augmentation(TFDS_DATASETS[name].augmentation if augment is None else augment, TFDS_AUGMENTATIONS,
                            f"the TFDS data set {name}")
         classes, split = self._source(name, part, protocol)
         common = dict(classes=classes, relabel=relabel, image_size=image_size, data_dir=data_dir, limit=limit)
         examples = _count(tfds_dataset(name, split, 1024, **common))
-        _check_not_empty(examples, name, part, protocol, limit)
+        _check_not_empty(examples, name, part, protocol, limit, batch_size if training else None)
         sample = next(iter(tfds_dataset(name, split, 256, **common)))[0].numpy()
         dataset = tfds_dataset(name, split, batch_size, training=training, seed=seed, pad=pad, augment=augment,
                                **common)
@@ -200,7 +196,11 @@ def loader_for(name):
 def image_batches(name, part, batch_size, protocol=None, training=False, augment="pad_crop_flip", pad=2, seed=0,
                   limit=None, relabel=False, image_size=None, data_dir=None):
     """:class:`Batches` of one part of data set ``name`` (see the module docstring); ``augment``: the recipe's
-    (``check_augmentation`` names the accepted ones for the data set)."""
+    (``check_augmentation`` names the accepted ones for the data set). A training part smaller than one batch (the
+    last incomplete batch is dropped: there would be none) is an ``EmptySliceError`` naming ``limit``."""
+    # checked before a split is read, counted or a sample decoded
+    batch_size, seed, pad = check_positive_int("batch_size", batch_size), check_seed("seed", seed), \
+        check_non_negative_int("pad", pad)
     return loader_for(name).batches(name, part, batch_size, protocol=protocol, training=training, augment=augment,
                                     pad=pad, seed=seed, limit=limit, relabel=relabel, image_size=image_size,
                                     data_dir=data_dir)

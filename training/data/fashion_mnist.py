@@ -73,8 +73,10 @@ def load_fashion_mnist(split="train", limit=None, normalize=True):
     images, labels = _read_idx(image_path), _read_idx(label_path)
     if images.ndim != 3 or images.shape[1:] != (28, 28) or labels.ndim != 1 or len(images) != len(labels) \
             or labels.max(initial=0) > 9:
-        raise ValueError(f"{image_path} and {label_path} are no Fashion-MNIST {split} split: images "
-                         f"{images.shape} (expected (N, 28, 28)), labels {labels.shape} (expected (N,), 0..9).")
+        raise DataUnavailableError(f"{image_path} and {label_path} are no Fashion-MNIST {split} split: images "
+                                   f"{images.shape} (expected (N, 28, 28)), labels {labels.shape} (expected (N,), "
+                                   "0..9); install the files again (apt-get install --reinstall "
+                                   "dataset-fashion-mnist).")
     labels = labels.astype(np.int32)
     if limit is not None:
         images, labels = images[:limit], labels[:limit]

@@ -10,7 +10,8 @@ def select_classes(images, labels, classes, relabel=True):
         raise ValueError("`classes` must be a non-empty sequence of integer class ids.")
     classes = [int(c) for c in classes]
     if len(set(classes)) != len(classes):
-        raise ValueError(f"`classes` holds duplicate class ids: {sorted(c for c in set(classes) if classes.count(c) > 1)}.")
+        repeated = sorted(c for c in set(classes) if classes.count(c) > 1)
+        raise ValueError(f"`classes` holds duplicate class ids: {repeated}.")
     if len(images) != len(labels):
         raise ValueError(f"`images` has {len(images)} samples but `labels` has {len(labels)}.")
     labels = np.asarray(labels)

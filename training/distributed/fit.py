@@ -263,6 +263,7 @@ def distributed_fit(model, strategy, data, epochs, callbacks=(), validation_data
     model.stop_training = False
     model.train_function = train_steps  # TensorBoard & co. look for it
     callback_list.on_train_begin()
+    model.train_function = train_steps  # again: a callback may have made Keras' own (CCP, installing its penalty)
     if checkpoint is not None:
         checkpoint.restore_callback_state()
     epoch_logs = {}

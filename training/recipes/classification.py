@@ -15,7 +15,6 @@ import keras
 import numpy as np
 
 from training.data.datasets import Batches, image_batches
-from training.data.errors import EmptySliceError
 from training.data.fashion_mnist import load_fashion_mnist
 from training.data.pipelines import array_batches, batch_labels
 from training.distributed.fit import fit
@@ -74,9 +73,6 @@ def training_setup(spec, limit=None, strategy=None, head_overrides=None, data_di
     train = image_batches(data.dataset, "train", recipe.batch_size, training=True, augment=recipe.augment,
                           pad=recipe.pad, seed=recipe.seed, limit=limit, image_size=image_size, data_dir=data_dir)
     test = image_batches(data.dataset, "test", 256, image_size=image_size, data_dir=data_dir)
-    if train.examples < recipe.batch_size:
-        raise EmptySliceError(f"{train.examples} training images, fewer than one batch of {recipe.batch_size}.",
-                              "limit", limit)
     steps = train.examples // recipe.batch_size * recipe.epochs
     strategy = current_strategy(strategy)
     with strategy.scope():

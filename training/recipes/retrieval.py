@@ -111,9 +111,6 @@ def training_setup(spec, limit=None, strategy=None, head_overrides=None, data_di
     train = image_batches(data.dataset, "train", recipe.batch_size, protocol="retrieval", training=True,
                           augment=recipe.augment, pad=recipe.pad, seed=recipe.seed, limit=limit, relabel=True,
                           image_size=data.input_shape[0], data_dir=data_dir)
-    if train.examples < recipe.batch_size:
-        raise EmptySliceError(f"{train.examples} training images of the seen classes, fewer than one batch of "
-                              f"{recipe.batch_size}.", "limit", limit)
     steps = train.examples // recipe.batch_size * recipe.epochs
     model, trained, optimizer, loss = compile_embedding(spec, recipe, steps, len(data.train_classes),
                                                         current_strategy(strategy), head_overrides)
