@@ -72,7 +72,15 @@ def check_output(path, dpi, class_names=None):
         raise ValueError(f"`class_names` must be a sequence of names, one per class, got {class_names!r}.")
 
 
-def _check_class_names(class_names, num_classes):
+def model_classes(model):
+    """The number of classes (a few-shot model's ways) of a single-output model, from its output shape; ``None``
+    when not known before the model runs."""
+    outputs = getattr(model, "outputs", None) or ()
+    return outputs[0].shape[-1] if len(outputs) == 1 else None
+
+
+def check_class_names(class_names, num_classes):
+    """``class_names``, when given, must name each of ``num_classes`` classes."""
     if class_names is not None and len(class_names) < num_classes:
         raise ValueError(f"`class_names` has {len(class_names)} names for {num_classes} classes.")
 
@@ -161,14 +169,14 @@ def plot_mpw_plans(model, image, path, label=None, class_names=None, layer_name=
     """
     check_output(path, dpi, class_names)
     label = None if label is None else check_label(label)
-    classes = model.outputs[0].shape[-1] if len(getattr(model, "outputs", None) or ()) == 1 else None
+    classes = model_classes(model)
     if label is not None and classes is not None and not 0 <= label < classes:  # before the model runs
         raise ValueError(f"`label` must be a class of the model, in 0..{classes - 1}, got {label}.")
     batch = _one_image(model, image)
     result = signals.mpw_plans(model, batch, layer_name)
     _need_grid(result.grid, "MultiProxyWasserstein head")
     logits = result.logits[0]
-    _check_class_names(class_names, len(logits))
+    check_class_names(class_names, len(logits))
     if label is not None and not 0 <= label < len(logits):
         raise ValueError(f"`label` must be a class of the model, in 0..{len(logits) - 1}, got {label}.")
     ranking = np.argsort(-logits, kind="stable")
@@ -266,13 +274,12 @@ def plot_emd_flows(model, query_image, support_images, support_labels, path, cla
     query = _one_image(model, query_image)
     shape = model_input_shape(model)
     support = prepare_images(support_images, shape)
-    ways = model.outputs[0].shape[-1] if len(getattr(model, "outputs", None) or ()) == 1 else None
-    labels = signals.episode_labels(support_labels, ways)  # before the model runs (ways known)
+    labels = signals.episode_labels(support_labels, model_classes(model))  # before the model runs (ways known)
     result = signals.emd_flows(model, query, support, labels, layer_name)
     _need_grid(result.query_grid, "EMD head's query")
     _need_grid(result.support_grid, "EMD head's support")
     logits = result.logits[0]
-    _check_class_names(class_names, len(logits))
+    check_class_names(class_names, len(logits))
     cls = int(np.argmax(logits)) if class_index is None else class_index
     if not 0 <= cls < len(logits):
         raise ValueError(f"`class_index` must lie in [0, {len(logits) - 1}], got {class_index!r}.")
@@ -351,7 +358,7 @@ def plot_prototypes(model, path, history=None, class_names=None, layer_name=None
     check_output(path, dpi, class_names)
     geometry = signals.prototype_geometry(model, layer_name)
     count = geometry.cosines.shape[0]
-    _check_class_names(class_names, count)
+    check_class_names(class_names, count)
     names = [_name(k, class_names) for k in range(count)]
     assignments = None
     changes = None

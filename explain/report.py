@@ -60,13 +60,12 @@ def _check_against_model(model, kinds, labels, support, gallery, gallery_exclude
     """What the kinds to draw need of the labels and the episode, checked before any plot runs the model: labels in
     the model's classes (the ways of a few-shot model), an episode's support labels ``0..ways-1``, one gallery
     index (or -1) per image to exclude, and a name for each class."""
-    classes = model.outputs[0].shape[-1] if len(model.outputs) == 1 else None
+    classes = plots.model_classes(model)
     if classes is not None and ("mpw" in kinds or "emd" in kinds):
         bad = [v for v in labels if v is not None and not 0 <= v < classes]
         if bad:
             raise ValueError(f"`labels` must be classes of the model, in 0..{classes - 1}, got {bad[:5]}.")
-        if class_names is not None and len(class_names) < classes:
-            raise ValueError(f"`class_names` has {len(class_names)} names for {classes} classes.")
+        plots.check_class_names(class_names, classes)
     if "emd" in kinds:
         signals.episode_labels(support[1], classes)
     if "retrieval" in kinds and gallery_exclude is not None:

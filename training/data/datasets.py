@@ -129,7 +129,7 @@ class IdxLoader:
     def batches(self, name, part, batch_size, protocol=None, training=False, augment="pad_crop_flip", pad=2, seed=0,
                 limit=None, relabel=False, image_size=None, data_dir=None):
         images, labels = self.arrays(name, part, protocol, limit, relabel, image_size, data_dir)
-        _check_not_empty(len(labels), name, part, protocol, limit, batch_size if training else None)
+        _check_slice(len(labels), name, part, protocol, limit, batch_size if training else None)
         dataset = array_batches(images, labels, batch_size, training=training, pad=pad, seed=seed, augment=augment)
         return Batches(dataset, len(labels), images[:256].astype("float32"))
 
@@ -150,7 +150,7 @@ class TfdsLoader:
         classes, split = self._source(name, part, protocol)
         common = dict(classes=classes, relabel=relabel, image_size=image_size, data_dir=data_dir, limit=limit)
         examples = _count(tfds_dataset(name, split, 1024, **common))
-        _check_not_empty(examples, name, part, protocol, limit, batch_size if training else None)
+        _check_slice(examples, name, part, protocol, limit, batch_size if training else None)
         sample = next(iter(tfds_dataset(name, split, 256, **common)))[0].numpy()
         dataset = tfds_dataset(name, split, batch_size, training=training, seed=seed, pad=pad, augment=augment,
                                **common)
@@ -164,7 +164,7 @@ class TfdsLoader:
             images.append(np.round(x.numpy()).astype(np.uint8))
             labels.append(y.numpy())
         if not labels:
-            _check_not_empty(0, name, part, protocol, limit)
+            _check_slice(0, name, part, protocol, limit)
         return np.concatenate(images), np.concatenate(labels).astype(np.int32)
 
 
@@ -173,7 +173,7 @@ def _count(dataset):
                                                                                        tf.int64)).numpy())
 
 
-def _check_not_empty(examples, name, part, protocol, limit, batch_size=None):
+def _check_slice(examples, name, part, protocol, limit, batch_size=None):
     """An ``EmptySliceError`` when the part holds no image, or fewer than one ``batch_size`` batch (a training
     pipeline drops its last incomplete batch: it would make none)."""
     if examples == 0 or (batch_size is not None and examples < batch_size):
