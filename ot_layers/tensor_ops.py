@@ -87,11 +87,21 @@ def walk_layers(model, include_self=False):
 def find_layer(model, layer_class, layer_name=None):
     """The layer named ``layer_name`` (or, with ``None``, the only ``layer_class`` instance) in ``model``,
     searched by :func:`walk_layers` (``model`` itself included). Raises ``ValueError`` naming ``layer_name`` when
-    none or several match."""
-    found = [layer for layer in walk_layers(model, include_self=True)
-             if isinstance(layer, layer_class) and (layer_name is None or layer.name == layer_name)]
-    if len(found) != 1:
-        what = f"named {layer_name!r}" if layer_name else "(pass `layer_name` to choose one)"
-        raise ValueError(f"`layer_name`: expected exactly one {layer_class.__name__} layer {what} in the model, "
-                         f"found {len(found)}.")
-    return found[0]
+    none or several match; the message lists the model's ``layer_class`` layers, or says which class a layer of
+    that name has instead."""
+    layers = list(walk_layers(model, include_self=True))
+    of_class = [layer for layer in layers if isinstance(layer, layer_class)]
+    found = [layer for layer in of_class if layer_name is None or layer.name == layer_name]
+    if len(found) == 1:
+        return found[0]
+    kind = layer_class.__name__
+    names = ", ".join(repr(layer.name) for layer in of_class)
+    if len(found) > 1:
+        which = f"named {layer_name!r}" if layer_name else f"(pass `layer_name` to choose one of {names})"
+        raise ValueError(f"`layer_name`: expected exactly one {kind} layer {which} in the model, found {len(found)}.")
+    hint = f"its {kind} layers: {names}" if of_class else "the model has none"
+    others = [type(layer).__name__ for layer in layers if layer_name is not None and layer.name == layer_name]
+    if others:
+        hint += f"; the layer named {layer_name!r} is a {others[0]}"
+    what = f"named {layer_name!r} " if layer_name else ""
+    raise ValueError(f"`layer_name`: expected exactly one {kind} layer {what}in the model, found none ({hint}).")

@@ -25,6 +25,9 @@ IMAGES = np.zeros((4, 8, 8, 1), np.float32)
                                            restore_best_weights="no"), "restore_best_weights"),
     (lambda: callbacks.HardProxyUpdate(None, IMAGES[:0], np.zeros(0, int)), "meta_labels"),
     (lambda: callbacks.HardProxyUpdate(None, IMAGES, np.array([0, 0, 1, 1]), seed=2.5), "seed"),
+    (lambda: callbacks.HardProxyUpdate(None, IMAGES, np.array([0, 0.5, 1, 1])), "meta_labels"),
+    (lambda: callbacks.HardProxyUpdate(None, IMAGES, np.eye(4)), "meta_labels"),
+    (lambda: callbacks.CCPReinitialization(IMAGES, np.array([0, 1.5, 1, 0]), lambda model: 0.0), "train_labels"),
     (lambda: solvers.simplex_etf(3, 2, seed=-1), "seed"),
     (lambda: zoo.meta_class_partitions(10, 2, seed=2.5), "seed"),
     (lambda: solvers.partial_transport(np.zeros((3, 0)), transport_ratio=0.5), "cost"),
@@ -142,3 +145,22 @@ def test_labels_of_unknown_rank_are_taken_while_tracing():
                                                          tf.TensorSpec([None, 4], tf.float32)])
     y_pred = np.random.default_rng(2).random((6, 4)).astype(np.float32)
     assert float(traced(LABELS.astype(np.int32), y_pred)) == pytest.approx(float(loss(LABELS, y_pred)), rel=1e-6)
+
+
+def _small_model():
+    import keras
+    inputs = keras.Input((4, 3))
+    pooled = layers.GeneralizedSumPooling(num_prototypes=2, name="gsp")(inputs)
+    return keras.Model(inputs, keras.layers.Dense(2, name="logits")(pooled))
+
+
+@pytest.mark.parametrize("layer_class, layer_name, message", [
+    (layers.MultiProxyWasserstein, None, r"found none \(the model has none\)"),
+    (layers.GeneralizedSumPooling, "pooling", r"found none \(its GeneralizedSumPooling layers: 'gsp'\)"),
+    (layers.GeneralizedSumPooling, "logits", r"the layer named 'logits' is a Dense"),
+])
+def test_find_layer_says_which_layers_the_model_has(layer_class, layer_name, message):
+    """A layer that is not found names the model's layers of that class, or the class the named layer has."""
+    from ot_layers.tensor_ops import find_layer
+    with pytest.raises(ValueError, match=message):
+        find_layer(_small_model(), layer_class, layer_name)

@@ -125,3 +125,25 @@ def test_ccp_takes_a_scalar_tensor_as_validation_score_and_reassignment_a_boolea
     model.fit(VECTORS, LABELS, epochs=1, verbose=0, callbacks=[ccp])
     assert ccp.history == [0.25]
     assert PrototypeReassignment(verbose=True).verbose == 1
+
+
+def test_gsp_init_warns_when_the_fit_ends_inside_the_warm_up():
+    """With as many warm-up epochs left as the fit runs, the layer would pool like GAP to the end and its prototypes
+    would never train: ``fit`` says so when it begins; a fit that outlasts the warm-up says nothing."""
+    import warnings
+
+    from ot_layers import GeneralizedSumPooling
+
+    def fit(epochs):
+        inputs = keras.Input((6, 6, 3))
+        pooled = GeneralizedSumPooling(num_prototypes=2, name="gsp")(keras.layers.Conv2D(4, 1)(inputs))
+        model = keras.Model(inputs, keras.layers.Dense(2)(pooled))
+        model.compile("sgd", "sparse_categorical_crossentropy")
+        images, labels = RNG.uniform(size=(8, 6, 6, 3)), np.arange(8) % 2
+        model.fit(images, labels, epochs=epochs, verbose=0, callbacks=[GSPPrototypeInit(images, warmup_epochs=2)])
+
+    with pytest.warns(UserWarning, match="2 warm-up epoch.* at most 2, so layer 'gsp' pools like global average"):
+        fit(epochs=2)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", UserWarning)
+        fit(epochs=3)

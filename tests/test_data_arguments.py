@@ -99,8 +99,57 @@ def test_idx_files_that_are_no_fashion_mnist_split_are_refused(images, labels, t
         load_fashion_mnist("test")
 
 
+@pytest.mark.parametrize("breakage, message", [
+    ("not_gzip", "t10k-images-idx3-ubyte.gz is not a readable gzip file"),
+    ("cut_stream", "t10k-images-idx3-ubyte.gz is not a readable gzip file"),
+    ("float_idx", "t10k-images-idx3-ubyte.gz is not an unsigned-byte IDX file"),
+    ("few_values", "t10k-images-idx3-ubyte.gz is truncated: expected 3136 values, found 784"),
+])
+def test_a_broken_idx_file_is_named_with_the_way_to_repair_it(breakage, message, tmp_path, monkeypatch):
+    """A damaged download gave gzip's or zlib's bare error (no file named) or a ValueError; now each is a
+    DataUnavailableError naming the file and the reinstall command."""
+    for image_file, label_file in [("train-images-idx3-ubyte.gz", "train-labels-idx1-ubyte.gz"),
+                                   ("t10k-images-idx3-ubyte.gz", "t10k-labels-idx1-ubyte.gz")]:
+        _write_idx(tmp_path / image_file, np.zeros((4, 28, 28)))
+        _write_idx(tmp_path / label_file, np.zeros(4))
+    broken = tmp_path / "t10k-images-idx3-ubyte.gz"
+    if breakage == "not_gzip":
+        broken.write_bytes(b"plain bytes, no gzip header")
+    elif breakage == "cut_stream":
+        broken.write_bytes(broken.read_bytes()[:40])
+    elif breakage == "float_idx":
+        with gzip.open(broken, "wb") as handle:
+            handle.write(bytes([0, 0, 0x0D, 1]) + (4).to_bytes(4, "big") + np.zeros(4, ">f4").tobytes())
+    else:
+        with gzip.open(broken, "wb") as handle:
+            handle.write(bytes([0, 0, 0x08, 3]) + b"".join(d.to_bytes(4, "big") for d in (4, 28, 28))
+                         + bytes(784))
+    monkeypatch.setenv("OTZOO_FASHION_MNIST", str(tmp_path))
+    with pytest.raises(DataUnavailableError, match=message + ".*apt-get install --reinstall dataset-fashion-mnist"):
+        load_fashion_mnist("test")
+
+
 def test_a_fashion_mnist_folder_the_user_named_is_not_replaced_by_another(tmp_path, monkeypatch):
     (tmp_path / "t10k-images-idx3-ubyte.gz").write_bytes(b"")
     monkeypatch.setenv("OTZOO_FASHION_MNIST", str(tmp_path))
     with pytest.raises(DataUnavailableError, match=f"OTZOO_FASHION_MNIST={tmp_path} lacks .*train-images"):
         fashion_mnist_dir()
+
+
+@pytest.mark.parametrize("kwargs, name", [
+    ({"classes_per_batch": 2.5}, "classes_per_batch"),
+    ({"classes_per_batch": 0}, "classes_per_batch"),
+    ({"samples_per_class": -1}, "samples_per_class"),
+    ({"samples_per_class": "4"}, "samples_per_class"),
+    ({"rng": 7}, "rng"),
+    ({"rng": np.random.RandomState(0)}, "rng"),
+    ({"labels": np.array([0.5, 1.0, 2.0, 3.0])}, "labels"),
+])
+def test_class_balanced_indices_names_a_bad_argument(kwargs, name):
+    """NumPy's own errors ("'float' object cannot be interpreted as an integer", "negative dimensions", "'int'
+    object has no attribute 'choice'") named no argument; a fractional label was a class of its own."""
+    from training.data.samplers import class_balanced_indices
+    arguments = {"labels": np.arange(4), "classes_per_batch": 2, "samples_per_class": 2,
+                 "rng": np.random.default_rng(0), **kwargs}
+    with pytest.raises(ValueError, match=f"^`{name}`"):
+        class_balanced_indices(**arguments)

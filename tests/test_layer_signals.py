@@ -88,6 +88,25 @@ def test_probe_images_must_be_a_batch():
         LayerSignals(np.zeros((0, 28, 28, 1)))
 
 
+@pytest.mark.parametrize("probe, message", [
+    (np.zeros((4, 5, 5, 3), np.float32), r"input 0 takes batches of shape \(None, 6, 6, 3\), got shape \(4, 5, 5, 3\)"),
+    ([np.zeros((4, 6, 6, 3), np.float32), np.zeros(4)], "takes 1 input"),
+])
+def test_a_probe_that_does_not_fit_the_model_is_refused_before_the_first_epoch(probe, message):
+    """The shape check runs when training begins (Keras' own error came at the first epoch's end, naming an
+    internal sub-model), so ``fit`` stops before any step."""
+    inputs = keras.Input((6, 6, 3))
+    flat = keras.layers.Reshape((36, 3))(inputs)
+    model = keras.Model(inputs, keras.layers.Dense(2)(GeneralizedSumPooling(num_prototypes=2)(flat)))
+    model.compile("sgd", "sparse_categorical_crossentropy")
+    steps = []
+    counter = keras.callbacks.LambdaCallback(on_train_batch_end=lambda batch, logs: steps.append(batch))
+    with pytest.raises(ValueError, match=r"`probe_images`.*" + message):
+        model.fit(np.zeros((8, 6, 6, 3)), np.zeros(8), epochs=1, verbose=0,
+                  callbacks=[LayerSignals(probe), counter])
+    assert steps == []
+
+
 @pytest.mark.slow
 @pytest.mark.fashion_mnist
 def test_every_training_run_logs_the_signals_that_its_saved_model_gives(tmp_path, capsys):

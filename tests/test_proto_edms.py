@@ -80,6 +80,8 @@ def test_random_walk_matches_the_papers_formula(alpha, temperature):
     np.testing.assert_allclose(f, _paper_formula(x, alpha, temperature), atol=2e-6, rtol=1e-5)
     big = random_walk_similarity((1e4 * x).astype(np.float32), alpha=alpha, temperature=temperature).numpy()
     np.testing.assert_allclose(big, f, atol=1e-6)  # exp(1e8 x.x') would overflow without the normalization
+    huge = random_walk_similarity((1e20 * x).astype(np.float32), alpha=alpha, temperature=temperature).numpy()
+    np.testing.assert_allclose(huge, f, atol=1e-6)  # ||x||^2 overflows float32: rows went to zero, F uniform
 
 
 def test_random_walk_batched_zero_rows_and_tiny_temperature_are_finite():

@@ -10,7 +10,8 @@ from keras import ops
 from ot_layers.layers.class_proxies import ClassProxies
 from ot_layers.solvers.k_center import greedy_k_center
 from ot_layers.tensor_ops import find_layer, normalize_rows_np
-from ot_layers.validation import check_flag, check_image_array, check_non_negative, check_positive_int, check_seed
+from ot_layers.validation import (check_flag, check_image_array, check_labels, check_non_negative, check_positive_int,
+                                  check_seed)
 
 STATE_ATTRIBUTE = "ccp_state"  # the attribute of the model that holds CCPReinitialization's state
 
@@ -125,7 +126,7 @@ class CCPReinitialization(keras.callbacks.Callback):
                  seed=0):
         super().__init__()
         train_images = check_image_array("train_images", train_images)
-        self.train_images, self.train_labels = train_images, np.asarray(train_labels).reshape(-1)
+        self.train_images, self.train_labels = train_images, check_labels(train_labels, "train_labels").reshape(-1)
         if len(self.train_labels) != len(train_images):
             raise ValueError(f"`train_labels` has {len(self.train_labels)} entries but `train_images` has "
                              f"{len(train_images)}.")

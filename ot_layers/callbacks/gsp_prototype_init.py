@@ -1,5 +1,7 @@
 """GSP prototype initialization: GAP warm-up, then greedy k-center on stored local features (Gurbuz 2022, ch. 5,
 Sec. 5.2.4)."""
+import warnings
+
 import keras
 import numpy as np
 
@@ -54,6 +56,13 @@ class GSPPrototypeInit(keras.callbacks.Callback):
         if float(layer.prototypes_initialized.numpy()) <= 0.5 and self.num_features < layer.num_prototypes:
             raise ValueError(f"`num_features` ({self.num_features}) must be at least the layer's "
                              f"{layer.num_prototypes} prototypes.")
+        epochs = (self.params or {}).get("epochs")
+        remaining = self.warmup_epochs - float(layer.warmup_epochs_done.numpy())
+        if float(layer.prototypes_initialized.numpy()) <= 0.5 and epochs is not None and remaining >= epochs:
+            warnings.warn(f"GSPPrototypeInit: {remaining:g} warm-up epoch(s) remain and this fit runs at most "
+                          f"{epochs}, so layer {layer.name!r} pools like global average pooling throughout and its "
+                          f"prototypes are never trained (set warmup_epochs below epochs, or fit again to go on).",
+                          stacklevel=2)
 
     def on_epoch_begin(self, epoch, logs=None):
         layer = self._layer()

@@ -4,7 +4,7 @@ import numpy as np
 
 from ot_layers.layers.manifold_proxies import ManifoldProxies
 from ot_layers.tensor_ops import find_layer, normalize_rows_np
-from ot_layers.validation import (check_flag, check_image_array, check_non_negative, check_positive,
+from ot_layers.validation import (check_flag, check_image_array, check_labels, check_non_negative, check_positive,
                                   check_positive_int, check_seed)
 
 
@@ -54,10 +54,10 @@ class HardProxyUpdate(keras.callbacks.Callback):
     def __init__(self, embedding_model, images, meta_labels, layer_name=None, harden=True, max_iter=100,
                  learning_rate=1e-3, threshold=0.0, samples_per_meta_class=256, batch_size=256, seed=0):
         super().__init__()
-        meta_labels = np.asarray(meta_labels).reshape(-1)
+        meta_labels = check_labels(meta_labels, "meta_labels").reshape(-1).astype(np.int64)
         if meta_labels.size == 0:
             raise ValueError("`meta_labels` is empty: give each training image its meta-class.")
-        if not np.issubdtype(meta_labels.dtype, np.integer) or meta_labels.min() < 0:
+        if meta_labels.min() < 0:
             raise ValueError("`meta_labels` must be integers >= 0.")
         self.images = images = check_image_array("images", images)
         if len(meta_labels) != len(images):

@@ -48,6 +48,27 @@ class LayerSignals(keras.callbacks.Callback):
                 raise ValueError(f"`probe_images` must be a non-empty batch of model inputs, got shape {part.shape}.")
         self.probe = probe
 
+    def _check_against_model(self):
+        """Refuses a probe that does not fit the model's inputs, naming ``probe_images``, before any epoch runs
+        (Keras' own error would come at the first epoch's end and name an internal sub-model)."""
+        if not getattr(self.model, "inputs", None):  # a subclassed model: Keras checks when it runs
+            return
+        expected = [tuple(tensor.shape) for tensor in self.model.inputs]
+        parts = self.probe if isinstance(self.probe, list) else [self.probe]
+        if isinstance(self.probe, list) and len(parts) != len(expected):
+            raise ValueError(f"`probe_images`: the model takes {len(expected)} input(s), got a list of {len(parts)} "
+                             f"batches.")
+        for index, (part, shape) in enumerate(zip(parts, expected)):
+            fits = len(part.shape) == len(shape) and all(
+                want is None or want == got for want, got in zip(shape[1:], part.shape[1:]))
+            if not fits:
+                which = f" part {index}" if isinstance(self.probe, list) else ""
+                raise ValueError(f"`probe_images`{which}: the model's input {index} takes batches of shape {shape}, "
+                                 f"got shape {part.shape}.")
+
+    def on_train_begin(self, logs=None):
+        self._check_against_model()
+
     def _layer_inputs(self, layer):
         """What ``layer`` receives when the model runs on the probe (inference mode)."""
         inputs = self.model.inputs if isinstance(self.probe, list) else self.model.inputs[0]
@@ -55,6 +76,7 @@ class LayerSignals(keras.callbacks.Callback):
 
     def signals(self):
         """``{name: float}`` for the model's layers now."""
+        self._check_against_model()
         found = {}
         for layer in walk_layers(self.model):
             if isinstance(layer, MultiProxyWasserstein):

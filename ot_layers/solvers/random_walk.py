@@ -60,7 +60,10 @@ def random_walk_similarity_and_mask(points, alpha=0.8, temperature=0.5):
     x = ops.cast(x, "float32")
     n = ops.shape(x)[-2]
     valid = ops.all(ops.isfinite(x), axis=-1)  # (..., n)
-    x = normalize_rows(ops.where(valid[..., None], x, ops.zeros_like(x)))
+    x = ops.where(valid[..., None], x, ops.zeros_like(x))
+    # cosines do not change with a row's scale: bring rows above 1 down first, so that the squared norm of a row
+    # with coordinates near 1e20 does not overflow float32 (to inf, a zero row, a uniform F)
+    x = normalize_rows(x / at_least(ops.max(ops.abs(x), axis=-1, keepdims=True), 1.0))
     index = ops.arange(n, dtype="int32")
     off_diagonal = ops.not_equal(index[:, None], index[None, :])
     pairs = ops.logical_and(ops.logical_and(valid[..., :, None], valid[..., None, :]), off_diagonal)

@@ -10,8 +10,7 @@ ops), so the two orders are not the same sequence; each is reproducible from its
 import keras
 import numpy as np
 
-from ot_layers.validation import check_flag, check_non_negative_int, check_positive_int, check_seed
-from training.data.labels import check_labels
+from ot_layers.validation import check_flag, check_labels, check_non_negative_int, check_positive_int, check_seed
 from training.data.samplers import EpochSync
 
 # The training augmentations of in-memory arrays, by the name a recipe's ``augment`` gives.

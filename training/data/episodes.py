@@ -4,9 +4,8 @@ import keras
 import numpy as np
 
 from ot_layers.optional import tensorflow_if_installed
-from ot_layers.validation import check_positive_int, check_seed
+from ot_layers.validation import check_labels, check_positive_int, check_seed
 from training.data.arrays import check_arrays
-from training.data.labels import check_labels
 
 tf = tensorflow_if_installed("episode pipelines (tf.data)")
 

@@ -1,6 +1,7 @@
 """Fashion-MNIST from the local IDX files (Debian's ``dataset-fashion-mnist``)."""
 import gzip
 import os
+import zlib
 
 import numpy as np
 
@@ -38,17 +39,26 @@ def fashion_mnist_dir():
     return None
 
 
+_REINSTALL_HINT = "install the files again (apt-get install --reinstall dataset-fashion-mnist)"
+
+
 def _read_idx(path):
-    with gzip.open(path, "rb") as handle:
-        data = handle.read()
+    """The array in the gzipped IDX file ``path``; a file that is no such file (a broken gzip stream, another
+    element type, too few values) is a ``DataUnavailableError`` naming it."""
+    try:
+        with gzip.open(path, "rb") as handle:
+            data = handle.read()
+    except (OSError, EOFError, zlib.error) as error:  # gzip.BadGzipFile is an OSError
+        raise DataUnavailableError(f"{path} is not a readable gzip file ({error}); {_REINSTALL_HINT}.") from error
     magic = int.from_bytes(data[:4], "big")
     ndim = magic & 0xFF
-    if magic >> 8 != 0x08:
-        raise ValueError(f"{path} is not an unsigned-byte IDX file (magic {magic:#x}).")
+    if len(data) < 4 + 4 * ndim or magic >> 8 != 0x08:
+        raise DataUnavailableError(f"{path} is not an unsigned-byte IDX file (magic {magic:#x}); {_REINSTALL_HINT}.")
     dims = [int.from_bytes(data[4 + 4 * i: 8 + 4 * i], "big") for i in range(ndim)]
     array = np.frombuffer(data, dtype=np.uint8, offset=4 + 4 * ndim)
     if array.size != int(np.prod(dims)):
-        raise ValueError(f"{path} is truncated: expected {int(np.prod(dims))} values, found {array.size}.")
+        raise DataUnavailableError(f"{path} is truncated: expected {int(np.prod(dims))} values, found "
+                                   f"{array.size}; {_REINSTALL_HINT}.")
     return array.reshape(dims)
 
 
@@ -75,8 +85,7 @@ def load_fashion_mnist(split="train", limit=None, normalize=True):
             or labels.max(initial=0) > 9:
         raise DataUnavailableError(f"{image_path} and {label_path} are no Fashion-MNIST {split} split: images "
                                    f"{images.shape} (expected (N, 28, 28)), labels {labels.shape} (expected (N,), "
-                                   "0..9); install the files again (apt-get install --reinstall "
-                                   "dataset-fashion-mnist).")
+                                   f"0..9); {_REINSTALL_HINT}.")
     labels = labels.astype(np.int32)
     if limit is not None:
         images, labels = images[:limit], labels[:limit]

@@ -2,17 +2,22 @@
 import keras
 import numpy as np
 
-from ot_layers.validation import check_positive_int, check_seed
-from training.data.labels import check_labels
+from ot_layers.validation import check_labels, check_positive_int, check_seed
 
 
 def class_balanced_indices(labels, classes_per_batch, samples_per_class, rng):
     """Indices of one batch: ``classes_per_batch`` distinct classes drawn uniformly, ``samples_per_class`` each.
 
     Samples are drawn without replacement inside a class when it has enough of them, with replacement otherwise.
-    Returns an int64 array of length ``classes_per_batch * samples_per_class``, grouped by class.
+    Returns an int64 array of length ``classes_per_batch * samples_per_class``, grouped by class. ``rng``: a
+    ``numpy.random.Generator`` (``numpy.random.default_rng(seed)``).
     """
-    labels = np.asarray(labels).reshape(-1)
+    labels = check_labels(labels, "labels").reshape(-1)
+    classes_per_batch = check_positive_int("classes_per_batch", classes_per_batch)
+    samples_per_class = check_positive_int("samples_per_class", samples_per_class)
+    if not isinstance(rng, np.random.Generator):
+        raise ValueError(f"`rng` must be a numpy.random.Generator (numpy.random.default_rng(seed)), got "
+                         f"{type(rng).__name__}.")
     classes = np.unique(labels)
     if classes_per_batch > len(classes):
         raise ValueError(f"`classes_per_batch` ({classes_per_batch}) exceeds the number of classes ({len(classes)}).")
