@@ -75,14 +75,11 @@ def test_readme_links_point_to_existing_files():
     assert not missing, missing
 
 
-@pytest.mark.fashion_mnist
-def test_readme_python_runs_as_written(tmp_path):
-    """Every ```python block of README.md, in order, in one namespace, in a fresh interpreter (the blocks that need
-    the ``export`` extra included), from an empty working directory."""
-    blocks = code_blocks(README.read_text(encoding="utf-8"), "python")
-    assert blocks, "README.md has no python block"
-    script = tmp_path / "readme_blocks.py"
-    script.write_text("\n\n".join(f"# --- README python block {i + 1}\n{body}" for i, body in enumerate(blocks)),
+def run_blocks(blocks, source, tmp_path):
+    """Runs ``blocks`` (python code of the page ``source``), in order and in one namespace, in a fresh interpreter
+    from the empty folder ``tmp_path/work``, which it returns; fails with the script's output unless it exits 0."""
+    script = tmp_path / "doc_blocks.py"  # not named after a package the blocks import (explain, export)
+    script.write_text("\n\n".join(f"# --- {source} python block {i + 1}\n{body}" for i, body in enumerate(blocks)),
                       encoding="utf-8")
     work = tmp_path / "work"
     work.mkdir()
@@ -91,8 +88,36 @@ def test_readme_python_runs_as_written(tmp_path):
     result = subprocess.run([sys.executable, str(script)], cwd=work, env=env, capture_output=True, text=True,
                             timeout=900)
     assert result.returncode == 0, f"stdout:\n{result.stdout[-4000:]}\nstderr:\n{result.stderr[-6000:]}"
+    return work
+
+
+@pytest.mark.fashion_mnist
+def test_readme_python_runs_as_written(tmp_path):
+    """Every ```python block of README.md, in order, in one namespace, in a fresh interpreter (the blocks that need
+    the ``export`` extra included), from an empty working directory."""
+    blocks = code_blocks(README.read_text(encoding="utf-8"), "python")
+    assert blocks, "README.md has no python block"
+    work = run_blocks(blocks, "README.md", tmp_path)
     assert (work / "served" / "1" / "saved_model.pb").is_file()
     assert (work / "model.onnx").is_file()
+
+
+def _pages_with_python():
+    """The docs pages with a ```python block, each marked ``fashion_mnist`` when its code reads the data set."""
+    pages = [path for path in sorted((ROOT / "docs").rglob("*.md"))
+             if code_blocks(path.read_text(encoding="utf-8"), "python")]
+    return [pytest.param(path, id=path.stem,
+                         marks=[pytest.mark.fashion_mnist] if "load_fashion_mnist" in path.read_text("utf-8") else [])
+            for path in pages]
+
+
+@pytest.mark.parametrize("page", _pages_with_python())
+def test_docs_python_runs_as_written(page, tmp_path):
+    """Every ```python block of a docs page, in order, in one namespace, in a fresh interpreter, from an empty working
+    directory: the code a user copies runs (a log path relative to the repository failed from anywhere else). A
+    fragment of a larger script that cannot run alone (a worker's first lines, which need the cluster's TF_CONFIG)
+    is fenced as ```py instead, which renders the same."""
+    run_blocks(code_blocks(page.read_text(encoding="utf-8"), "python"), page.name, tmp_path)
 
 
 def _headline_in_readme(card):

@@ -6,7 +6,7 @@ from ot_layers.layers.task_layers import L2Normalization, PrototypeLogits, Split
 from zoo.backbones import BACKBONES, backbone, small_convnet
 from zoo.edms import ensemble_embedding_model, meta_class_partitions
 from zoo.inputs import check_input_shape
-from zoo.loading import build, list_models, load, model_card, save_preset
+from zoo.loading import build, list_models, load, model_card, preset_dir, save_preset
 from zoo.preset_format import MissingWeightsError, WeightsDownloadError, WeightsIntegrityError
 from zoo.models import (
                         CLASSIFICATION_HEADS,
@@ -19,7 +19,7 @@ from zoo.resnet import cifar_resnet, resnet20, resnet32, resnet56
 from zoo.resnet12 import resnet12
 from zoo.tasks import FEW_SHOT_HEADS, RETRIEVAL_POOLINGS, embedding_model, few_shot_model, proxy_training_model
 
-__all__ = ["list_models", "model_card", "build", "load", "save_preset", "WeightsIntegrityError", "MissingWeightsError",
+__all__ = ["list_models", "model_card", "preset_dir", "build", "load", "save_preset", "WeightsIntegrityError", "MissingWeightsError",
            "WeightsDownloadError",
            "image_classifier",
            "pixel_preprocessing",
