@@ -11,7 +11,9 @@ alike; the target is judged on the minimum.
 Also times ``training.evaluation.retrieval_metrics`` on 10k embeddings. Prints a table and writes
 ``benchmarks/results/gsp.json``. Peak memory uses TensorFlow's BFC allocator on CPU (set before TF starts).
 
-    python benchmarks/gsp.py [--batch 64 --side 14 --channels 128 --prototypes 64 --repeats 20]
+    python benchmarks/gsp.py [--batch 64 --side 14 --channels 128 --prototypes 64 --repeats 30]
+
+The recorded run (docs/results/gsp.md) is ``python benchmarks/gsp.py --repeats 100``.
 """
 import argparse
 import json

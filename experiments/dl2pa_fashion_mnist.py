@@ -8,9 +8,10 @@ three heads; dynamic and fixed use the same prototypes (estimate_prototypes(10, 
 the zoo's DL2PA pair, ``zoo.image_classifier("small_convnet", "hyperspherical")`` and
 ``zoo.hyperspherical_training_model``; the softmax baseline puts ``Dense(K)`` on that classifier's ``embedding``
 layer. ``zoo_inputs.RAW_PIXELS`` keeps the images unnormalized, as the published runs had them. Writes
-experiments/results/dl2pa_fashion_mnist.json.
+experiments/results/dl2pa_fashion_mnist.json. The recorded run (docs/results/hyperspherical.md):
 
-    PYTHONPATH=. python experiments/dl2pa_fashion_mnist.py --dims 3 8 --seeds 0 1 --epochs 6 --train 20000
+    PYTHONPATH=. python experiments/dl2pa_fashion_mnist.py --dims 3 8 --seeds 0 --epochs 6 --train 12000 \
+        --methods dynamic fixed softmax
 """
 import argparse
 import json

@@ -3,9 +3,11 @@
 Same backbone (small_convnet), seed, data order, optimizer (Adam 1e-3), batch size and number of epochs for both
 heads; test accuracy on the full 10k test set. The models are ``zoo.image_classifier`` (heads ``gap_fc`` and
 ``mpw``, small_convnet with BatchNorm momentum 0.9, unnormalized images: ``zoo_inputs.RAW_PIXELS``). Writes
-experiments/results/mpw_vs_gap.json.
+experiments/results/mpw_vs_gap.json (or --out). The recorded runs (docs/results/sinkhorn_mpw.md):
 
-    python experiments/mpw_vs_gap.py --epochs 3 --train 20000 --seeds 0 1
+    python experiments/mpw_vs_gap.py --epochs 3 --train 15000 --seeds 0
+    python experiments/mpw_vs_gap.py --epochs 5 --train 15000 --seeds 0 \
+        --out experiments/results/mpw_vs_gap_5epochs.json
 """
 import argparse
 import json

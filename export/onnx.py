@@ -11,6 +11,7 @@ import warnings
 from export.permissions import publishable
 from export.signatures import serving_spec
 from ot_layers.optional import require, tensorflow_if_installed
+from ot_layers.validation import check_output_path
 
 tf = tensorflow_if_installed("ONNX export")
 
@@ -43,9 +44,12 @@ def to_onnx(model, path, opset=None, task=None):
     """
     spec = serving_spec(model, task)
     opset = _check_opset(opset)
-    path = os.fspath(path)
+    path = check_output_path("path", path, directory=False)
     tf2onnx = require("tf2onnx", "export", "ONNX export")
     onnx = require("onnx", "export", "ONNX export")
+    newest = max(tf2onnx.constants.OPSET_TO_IR_VERSION)
+    if opset is not None and opset > newest:
+        raise ValueError(f"`opset` {opset} is newer than tf2onnx {tf2onnx.__version__} converts to (at most {newest}).")
     from keras.src.export.tf2onnx_lib import patch_tf2onnx  # private Keras API (setup.cfg bounds keras)
 
     with warnings.catch_warnings():  # the patch probes the removed ``np.object``

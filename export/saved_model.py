@@ -19,6 +19,7 @@ from export.permissions import publishable
 from export.signatures import DEFAULT_SIGNATURE, UINT8_SIGNATURE, serving_spec
 from export.warmup import serving_apis, write_warmup_requests
 from ot_layers.optional import MissingExtraError
+from ot_layers.validation import check_flag, check_output_path
 
 MODEL_CONFIG_FILE = "models.config"
 _TEMP_PREFIX = ".tmp-export-"
@@ -104,6 +105,9 @@ def to_saved_model(model, base_dir, version=None, task=None, warmup=None, name=N
     ``EMDHead(method="exact")``), before writing anything.
     """
     spec = serving_spec(model, task)
+    base_dir = os.path.abspath(check_output_path("base_dir", base_dir, directory=True))
+    if warmup is not None:
+        warmup = check_flag("warmup", warmup)
     if warmup is None:
         try:
             serving_apis()
@@ -114,7 +118,6 @@ def to_saved_model(model, base_dir, version=None, task=None, warmup=None, name=N
             warmup = False
     elif warmup:
         serving_apis()  # before writing anything
-    base_dir = os.path.abspath(os.fspath(base_dir))
     name = _model_name(name, base_dir)
     if version is not None:
         _check_version(version)

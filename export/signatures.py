@@ -24,6 +24,7 @@ unit embeddings look alike), so a new head needs no edit here. Pass ``task=`` to
 import re
 from dataclasses import dataclass
 
+import keras
 import numpy as np
 
 from ot_layers.optional import tensorflow_if_installed
@@ -196,10 +197,11 @@ def serving_spec(model, task=None):
     """
     if task is not None and task not in TASKS:
         raise ValueError(f"`task` must be one of {list(TASKS)} or None, got {task!r}.")
-    refuse_unexportable(model)
-    if not getattr(model, "inputs", None) or not getattr(model, "outputs", None):
+    if not isinstance(model, keras.Model) or not getattr(model, "inputs", None) \
+            or not getattr(model, "outputs", None):
         raise ValueError("`model` must be a built keras.Model with known inputs and outputs (a functional model, "
                          f"or a subclassed one called once), got {model!r}.")
+    refuse_unexportable(model)
     task = task or infer_task(model)
     _check_task_fits(model, task)
     dtypes = [tf.as_dtype(t.dtype) for t in model.inputs]

@@ -23,6 +23,7 @@ import tempfile
 import numpy as np
 
 from export.isolation import BLOCKED_PACKAGES, run_isolated
+from export.saved_model import existing_versions
 from export.signatures import DEFAULT_SIGNATURE, UINT8_SIGNATURE, serving_spec
 from ot_layers.optional import check_installed
 
@@ -155,16 +156,29 @@ class ParityReport(dict):
 
 
 def _named_inputs(spec, inputs):
+    """``{signature input name: array}`` from ``inputs``, each array checked against its signature input (numbers,
+    the rank and the fixed sizes), so that a wrong array is named here, not by TensorFlow or a child process."""
     if isinstance(inputs, dict):
         missing = [n for n in spec.input_names if n not in inputs]
-        if missing:
-            raise ValueError(f"`inputs` lacks {missing}; the signature's inputs are {list(spec.input_names)}.")
-        return {n: np.asarray(inputs[n]) for n in spec.input_names}
-    arrays = list(inputs) if isinstance(inputs, (list, tuple)) else [inputs]
-    if len(arrays) != len(spec.input_names):
-        raise ValueError(f"`inputs`: {len(arrays)} array(s) given, the model takes {len(spec.input_names)} "
-                         f"({list(spec.input_names)}).")
-    return {n: np.asarray(a) for n, a in zip(spec.input_names, arrays)}
+        unknown = [n for n in inputs if n not in spec.input_names]
+        if missing or unknown:
+            raise ValueError(f"`inputs` lacks {missing} and has unknown {unknown}; the signature's inputs are "
+                             f"{list(spec.input_names)}.")
+        named = {n: np.asarray(inputs[n]) for n in spec.input_names}
+    else:
+        arrays = list(inputs) if isinstance(inputs, (list, tuple)) else [inputs]
+        if len(arrays) != len(spec.input_names):
+            raise ValueError(f"`inputs`: {len(arrays)} array(s) given, the model takes {len(spec.input_names)} "
+                             f"({list(spec.input_names)}).")
+        named = {n: np.asarray(a) for n, a in zip(spec.input_names, arrays)}
+    for (name, array), tensor_spec in zip(named.items(), spec.input_specs):
+        expected = tuple(tensor_spec.shape.as_list())
+        if array.dtype.kind not in "biuf":
+            raise ValueError(f"`inputs` {name!r} must hold numbers, got an array of dtype {array.dtype}.")
+        if array.ndim != len(expected) or any(want is not None and want != got
+                                              for want, got in zip(expected, array.shape)):
+            raise ValueError(f"`inputs` {name!r} must have shape {expected} (None: any size), got {array.shape}.")
+    return named
 
 
 def _check_batch_sizes(batch_sizes):
@@ -181,6 +195,9 @@ def _chunks(spec, named, batch_size):
     total = len(named[spec.batched_inputs[0]])
     if total == 0:
         raise ValueError("`inputs` must hold at least one example.")
+    if batch_size is not None and batch_size > total:
+        raise ValueError(f"`batch_sizes`: {batch_size} is more than the {total} example(s) of `inputs`, so no batch "
+                         "of that size would run.")
     size = batch_size or total
     for start in range(0, total, size):
         yield {n: (a[start:start + size] if n in spec.batched_inputs else a) for n, a in named.items()}
@@ -277,6 +294,24 @@ def _run_artifact(kind, artifact, runs, feeds):
     return result, outputs
 
 
+def _check_artifacts(saved_model_dir, onnx_path):
+    """At least one artifact, each where it is said to be: a version directory holding ``saved_model.pb`` (not the
+    base directory above it) and an ONNX file; else one ``ValueError`` naming the argument, before any run."""
+    if saved_model_dir is None and onnx_path is None:
+        raise ValueError("`saved_model_dir` and `onnx_path` are both None: give at least one artifact to verify.")
+    if saved_model_dir is not None:
+        if not isinstance(saved_model_dir, (str, os.PathLike)):
+            raise ValueError(f"`saved_model_dir` must be a directory path, got {saved_model_dir!r}.")
+        if not os.path.isfile(os.path.join(saved_model_dir, "saved_model.pb")):
+            versions = existing_versions(saved_model_dir)
+            hint = (f" (a base directory: pass its version directory, e.g. "
+                    f"{os.path.join(os.fspath(saved_model_dir), str(versions[-1]))!r})" if versions else "")
+            raise ValueError(f"`saved_model_dir` {os.fspath(saved_model_dir)!r} holds no saved_model.pb{hint}.")
+    if onnx_path is not None:
+        if not isinstance(onnx_path, (str, os.PathLike)) or not os.path.isfile(onnx_path):
+            raise ValueError(f"`onnx_path` must be an existing ONNX file, got {onnx_path!r}.")
+
+
 def verify(model, inputs, saved_model_dir=None, onnx_path=None, task=None, batch_sizes=None,
            reference="graph"):
     """Compare each given artifact with ``model`` on ``inputs``; returns a :class:`ParityReport`.
@@ -297,17 +332,18 @@ def verify(model, inputs, saved_model_dir=None, onnx_path=None, task=None, batch
     named output or its shape.
     """
     spec = serving_spec(model, task)
-    if onnx_path is not None:  # the isolated child imports it
-        check_installed("onnxruntime", "export", "verifying an ONNX file")
     named = _named_inputs(spec, inputs)
     sizes = _check_batch_sizes(batch_sizes)
+    if reference not in ("graph", "eager"):
+        raise ValueError(f"`reference` must be 'graph' or 'eager', got {reference!r}.")
+    _check_artifacts(saved_model_dir, onnx_path)
+    if onnx_path is not None:  # the isolated child imports it
+        check_installed("onnxruntime", "export", "verifying an ONNX file")
     uint8 = bool(spec.pixel_inputs) and all(named[n].dtype == np.uint8 for n in spec.pixel_inputs)
     plan = []  # (run id, batch size, chunk)
     for size in sizes:
         for chunk in _chunks(spec, named, size):
             plan.append((len(plan), size or len(named[spec.batched_inputs[0]]), chunk))
-    if reference not in ("graph", "eager"):
-        raise ValueError(f"`reference` must be 'graph' or 'eager', got {reference!r}.")
     call = spec.keras_call(model, eager=reference == "eager")
     references = {run_id: spec.reference(call, chunk) for run_id, _, chunk in plan}
     artifacts = []

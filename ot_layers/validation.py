@@ -4,6 +4,7 @@ Every check raises ``ValueError`` (or ``TypeError``) whose message names the off
 accepted values, so bad input fails at the boundary instead of producing NaN later.
 """
 import numbers
+import os
 
 import numpy as np
 
@@ -154,3 +155,33 @@ def check_labels(labels, name="labels"):
     if array.size and (array.min() < _INT32.min or array.max() > _INT32.max):
         raise ValueError(f"`{name}` must lie in int32's range, got values from {array.min()} to {array.max()}.")
     return array
+
+
+def output_path_problem(path, directory):
+    """Why ``path`` cannot be written, or ``None``: a directory to write into (``directory=True``: an existing
+    directory or none yet) or a file (a new one, or one to replace; not a directory), never below a file."""
+    kind = "directory" if directory else "file"
+    if not isinstance(path, (str, os.PathLike)):
+        return f"must be a {kind} path, got {path!r}"
+    if not str(os.fspath(path)).strip():
+        return f"is empty; give a {kind}"
+    full = os.path.abspath(os.fspath(path))
+    existing = full
+    while not os.path.exists(existing) and os.path.dirname(existing) != existing:
+        existing = os.path.dirname(existing)
+    if existing != full and not os.path.isdir(existing):
+        return f"{os.fspath(path)!r} is below the file {existing!r}; give a {kind}"
+    if directory and existing == full and not os.path.isdir(full):
+        return f"{os.fspath(path)!r} is a file; give a directory"
+    if not directory and os.path.isdir(full):
+        return f"{os.fspath(path)!r} is a directory; give a file path"
+    return None
+
+
+def check_output_path(name, path, directory):
+    """``path`` as a string, or one ``ValueError`` naming ``name`` where :func:`output_path_problem` finds one,
+    checked before any work whose result would then have nowhere to go."""
+    problem = output_path_problem(path, directory)
+    if problem:
+        raise ValueError(f"`{name}` {problem}.")
+    return os.fspath(path)

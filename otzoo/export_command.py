@@ -21,11 +21,12 @@ from export.saved_model import directory_size
 from export.signatures import TASKS, UINT8_SIGNATURE, serving_spec
 from export.warmup import WARMUP_DIR, WARMUP_FILE
 from ot_layers.optional import check_installed
+from ot_layers.task_model import model_task
+from ot_layers.validation import output_path_problem
 from otzoo.arguments import CommandError, output_directory, positive_int, positive_number
 from otzoo.samples import sample_inputs
-from ot_layers.task_model import model_task
 from training.recipes.common import card_spec
-from zoo.preset_format import read_card
+from zoo.preset_format import CARD_FILE, read_card
 from zoo.registry import PRESETS
 
 FORMATS = ("saved_model", "onnx", "both")
@@ -67,6 +68,8 @@ def _load(target):
             raise CommandError(f"NAME_OR_PATH: cannot load {target!r}: {message}") from None
         return model, name, model_task(model), None
     if os.path.isdir(target):
+        if not os.path.isfile(os.path.join(target, CARD_FILE)):
+            raise CommandError(f"NAME_OR_PATH: the directory {target!r} holds no preset ({CARD_FILE} missing).")
         card = read_card(target) or {}
         model = zoo.load(target)  # checks the weights against the card's sha256 before loading
         try:
@@ -110,6 +113,12 @@ def run(args):
     if args.version is not None and os.path.exists(os.path.join(args.out, name, str(args.version))):
         raise CommandError(f"--version: {args.version} already exists in {os.path.join(args.out, name)}; versions "
                            "are never replaced (give another, or leave --version out for the next free one).")
+    targets = ([(os.path.join(args.out, name), True)] if args.format in ("saved_model", "both") else []) \
+        + ([(os.path.join(args.out, f"{name}.onnx"), False)] if args.format in ("onnx", "both") else [])
+    for path, directory in targets:  # before the model is converted: the export would have nowhere to go
+        problem = output_path_problem(path, directory)
+        if problem:
+            raise CommandError(f"--out: {problem}.")
     inputs = None
     if not args.no_verify:
         data = preset.data if preset else None

@@ -93,6 +93,21 @@ def test_missing_weights_and_files_are_one_line(tmp_path, capsys):
                 "NAME_OR_PATH: no .keras file at", capsys)
 
 
+def test_export_names_an_output_it_cannot_write_and_a_directory_without_a_preset(tmp_path, capsys):
+    """Both were tracebacks: the ONNX one only after the model had been converted."""
+    (tmp_path / "o").mkdir()
+    (tmp_path / "o" / "resnet20_gap_fashion_mnist").write_text("")
+    (tmp_path / "p" / "resnet20_gap_fashion_mnist.onnx").mkdir(parents=True)
+    (tmp_path / "empty").mkdir()
+    _fails_with(["export", "resnet20_gap_fashion_mnist", "--out", str(tmp_path / "o"), "--no-verify"],
+                "--out: '" + str(tmp_path / "o" / "resnet20_gap_fashion_mnist") + "' is a file", capsys)
+    _fails_with(["export", "resnet20_gap_fashion_mnist", "--out", str(tmp_path / "p"), "--format", "onnx",
+                 "--no-verify"], "resnet20_gap_fashion_mnist.onnx' is a directory", capsys)
+    _fails_with(["export", str(tmp_path / "empty"), "--out", str(tmp_path / "q"), "--no-verify"],
+                "NAME_OR_PATH: the directory '" + str(tmp_path / "empty") + "' holds no preset", capsys)
+    assert not (tmp_path / "q").exists()
+
+
 def test_tune_refuses_presets_whose_trials_cannot_run(capsys):
     _fails_with(["tune", "resnet20_emd_fewshot_fashion_mnist", "--out", "unused"],
                 "preset: resnet20_emd_fewshot_fashion_mnist is a few_shot preset", capsys)

@@ -172,6 +172,45 @@ def test_bad_arguments_name_the_argument(tmp_path):
     assert os.listdir(tmp_path) == []
 
 
+def test_paths_flags_models_and_inputs_are_named_before_any_artifact_is_written_or_run(tmp_path):
+    """Output paths that cannot be written (an empty base_dir wrote ./1 into the working directory; a directory at
+    the ONNX path failed after the conversion, naming a temporary file), warmup="no" (read as true), a model that
+    is not a Keras model (an AttributeError from a layer walk), and, in verify, no artifact (an empty report that
+    checked nothing), a base directory for a version directory, a batch size above the examples (a report for a
+    batch never run) and inputs of another shape, dtype or name (TensorFlow's binding error, or ignored)."""
+    model = _dense_classifier()
+    x = np.zeros((6, 3), np.float32)
+    (tmp_path / "afile").write_text("")
+    (tmp_path / "adir.onnx").mkdir()
+    for call, match in [
+        (lambda: export.to_saved_model(model, ""), "^`base_dir` is empty"),
+        (lambda: export.to_saved_model(model, None), "^`base_dir` must be a directory path"),
+        (lambda: export.to_saved_model(model, str(tmp_path / "afile")), "^`base_dir` .* is a file"),
+        (lambda: export.to_saved_model(model, str(tmp_path / "afile" / "x")), "^`base_dir` .* is below the file"),
+        (lambda: export.to_saved_model(model, str(tmp_path / "s"), warmup="no"), "^`warmup` must be True or False"),
+        (lambda: export.to_saved_model("resnet", str(tmp_path / "s")), "^`model` must be a built keras.Model"),
+        (lambda: export.to_onnx(model, str(tmp_path / "adir.onnx")), "^`path` .* is a directory"),
+        (lambda: export.to_onnx(model, ""), "^`path` is empty"),
+        (lambda: export.to_onnx(None, str(tmp_path / "m.onnx")), "^`model` must be a built keras.Model"),
+        (lambda: export.verify(model, x), "^`saved_model_dir` and `onnx_path` are both None"),
+        (lambda: export.verify(model, x, onnx_path=str(tmp_path / "missing.onnx")), "^`onnx_path` must be an"),
+        (lambda: export.verify(model, np.zeros((6, 5)), onnx_path="m.onnx"), r"^`inputs` 'images' must have shape"),
+        (lambda: export.verify(model, np.float32(1), onnx_path="m.onnx"), r"^`inputs` 'images' must have shape"),
+        (lambda: export.verify(model, np.full((2, 3), "a"), onnx_path="m.onnx"), "^`inputs` 'images' must hold"),
+        (lambda: export.verify(model, {"images": x, "imgs": x}, onnx_path="m.onnx"), r"has unknown \['imgs'\]"),
+    ]:
+        with pytest.raises(ValueError, match=match):
+            call()
+    assert sorted(os.listdir(tmp_path)) == ["adir.onnx", "afile"]
+    base = str(tmp_path / "served")
+    version_dir = export.to_saved_model(model, base, warmup=False)
+    with pytest.raises(ValueError, match=r"^`saved_model_dir` .* holds no saved_model.pb \(a base directory: pass "
+                                         r"its version directory, e.g. '.*served/1'\)"):
+        export.verify(model, x, saved_model_dir=base)
+    with pytest.raises(ValueError, match="^`batch_sizes`: 100 is more than the 6 example"):
+        export.verify(model, x, saved_model_dir=version_dir, batch_sizes=(1, 100))
+
+
 def test_models_config_is_replaced_with_a_warning_only_when_it_differs(tmp_path):
     import warnings
 

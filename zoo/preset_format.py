@@ -22,6 +22,7 @@ import keras
 
 import ot_layers  # noqa: F401  (registers the layers and TaskModel that config.json names)
 from ot_layers.task_model import check_task, model_task, with_task
+from ot_layers.validation import output_path_problem
 
 WEIGHTS_FILE = "model.weights.h5"
 CARD_FILE = "metadata.json"
@@ -50,14 +51,9 @@ def output_directory_problem(path, new_preset=False):
     """Why ``path`` cannot be a directory to write into, or ``None``: it must be an existing directory or none yet
     (then created), not a file nor below one; with ``new_preset``, also not a directory that holds a preset already
     (its card), which a write would replace."""
-    if not str(path).strip():
-        return "is empty; give a directory"
-    existing = os.path.abspath(path)
-    while not os.path.exists(existing) and os.path.dirname(existing) != existing:
-        existing = os.path.dirname(existing)
-    if not os.path.isdir(existing):
-        where = "is a file" if existing == os.path.abspath(path) else f"is below the file {existing!r}"
-        return f"{path!r} {where}; give a directory"
+    problem = output_path_problem(path, directory=True)
+    if problem:
+        return problem
     if new_preset and os.path.isfile(os.path.join(path, CARD_FILE)):
         return f"{path!r} holds a preset already ({CARD_FILE}); write into another directory, or remove that one first"
     return None
