@@ -100,6 +100,7 @@ def train(args):
         preset_spec(args.preset, dataset=args.dataset, image_size=args.image_size, **overrides)
     except ValueError as error:
         raise CommandError(f"--dataset/--image-size/--recipe: {error}") from None
+    _check_data_dir(args.data_dir, args.dataset or PRESETS[args.preset].data.dataset)
     options = dict(epochs=args.epochs, batch_size=args.batch_size, limit=args.limit, seed=args.seed, verbose=2,
                    strategy=args.strategy, tensorboard=args.tensorboard, dataset=args.dataset,
                    image_size=args.image_size, data_dir=args.data_dir, recipe_overrides=overrides)
@@ -238,8 +239,9 @@ def evaluate(args):
         if weights is not None:
             raise CommandError("--weights: a preset directory is evaluated with its own weights; give a preset "
                                "name with --weights, or the directory alone.")
-        _preset_of_directory(name)
+        _check_data_dir(args.data_dir, PRESETS[_preset_of_directory(name)].data.dataset)
     else:  # a slice too small for the task's metrics: one line before the model loads
+        _check_data_dir(args.data_dir, PRESETS[name].data.dataset)
         recipe_for(task).check_evaluation_limit(PRESETS[name], args.limit)
     result = evaluate_preset(name, weights=weights, limit=args.limit, **options)
     card = result["card_metrics"] or {}
@@ -247,6 +249,14 @@ def evaluate(args):
         stated = f" (card: {_format_metric(card[key])})" if key in card else ""
         print(f"{args.preset}: {key} {_format_metric(value)}{stated} on {result['examples']:,} test images")
     return 0
+
+
+def _check_data_dir(data_dir, dataset):
+    """``--data-dir`` names where TFDS keeps its data sets: given for Fashion-MNIST (read from its IDX files), it
+    would be ignored without a word."""
+    if data_dir is not None and dataset == "fashion_mnist":
+        raise CommandError("--data-dir: applies to TFDS data sets; Fashion-MNIST is read from its IDX files "
+                           "(/usr/share/datasets/fashion-mnist, or the folder $OTZOO_FASHION_MNIST names).")
 
 
 def _preset_of_directory(directory):

@@ -108,6 +108,13 @@ def test_export_names_an_output_it_cannot_write_and_a_directory_without_a_preset
     assert not (tmp_path / "q").exists()
 
 
+def test_data_dir_for_a_fashion_mnist_preset_is_refused_not_ignored(tmp_path, capsys):
+    for command in (["evaluate", "resnet20_gap_fashion_mnist"],
+                    ["train", "resnet20_gap_fashion_mnist", "--out", str(tmp_path / "run")]):
+        _fails_with(command + ["--data-dir", str(tmp_path)], "--data-dir: applies to TFDS data sets", capsys)
+    assert not (tmp_path / "run").exists()
+
+
 def test_tune_refuses_presets_whose_trials_cannot_run(capsys):
     _fails_with(["tune", "resnet20_emd_fewshot_fashion_mnist", "--out", "unused"],
                 "preset: resnet20_emd_fewshot_fashion_mnist is a few_shot preset", capsys)

@@ -71,6 +71,32 @@ def test_fit_rejects_bad_input():
         fit(dm.mpw_classifier(), data, save_freq=0)
 
 
+def test_fit_names_arguments_that_failed_late_or_inside_keras(tmp_path):
+    """Each failed inside Keras or the loop (an UnboundLocalError for validation_steps=0, int("loud"), a callback
+    that is not in a list, an unbatched pair), or, for a checkpoint directory that is a file, only after the first
+    epoch had trained."""
+    images, labels = dm.synthetic_data(32)
+    data = dm.dataset(images, labels, 16)
+    (tmp_path / "afile").write_text("")
+    for kwargs, match in [
+        ({"validation_steps": 0}, "^`validation_steps` must be an integer >= 1"),
+        ({"verbose": "loud"}, "^`verbose` must be 0, 1, 2 or 'auto'"),
+        ({"callbacks": keras.callbacks.EarlyStopping()}, "^`callbacks` must be a list of keras.callbacks.Callback"),
+        ({"callbacks": ["es"]}, "^`callbacks` must be a list"),
+        ({"checkpoint_dir": str(tmp_path / "afile")}, "^`checkpoint_dir` .* is a file"),
+        ({"checkpoint_dir": ""}, "^`checkpoint_dir` is empty"),
+        ({"data": tf.data.Dataset.from_tensor_slices(images).batch(8)}, r"^`data` must yield \(x, y\)"),
+    ]:
+        kwargs = {"data": data, **kwargs}
+        with pytest.raises(ValueError, match=match):
+            fit(dm.mpw_classifier(), **kwargs)
+    strategy = strategies.make_strategy("mirrored")
+    with strategy.scope():
+        model = dm.mpw_classifier()
+    with pytest.raises(ValueError, match=r"^`steps_per_epoch` \(3\) is more than the 2 batch\(es\)"):
+        distributed_fit(model, strategy, data, 1, steps_per_epoch=3)
+
+
 def test_make_strategy_by_name(monkeypatch):
     monkeypatch.delenv("TF_CONFIG", raising=False)
     assert strategies.make_strategy("auto") is tf.distribute.get_strategy()  # no GPU here: the default strategy
@@ -83,6 +109,14 @@ def test_make_strategy_by_name(monkeypatch):
         strategies.make_strategy("multi_worker")
     with pytest.raises(ValueError, match="`devices` must be a non-empty list"):
         strategies.make_strategy("mirrored", devices="/cpu:0")
+    assert strategies.make_strategy("mirrored", devices=["/cpu:0", "/CPU:1"]).num_replicas_in_sync == 2
+    # a device this process lacks: TensorFlow would train on the CPU without a word
+    for name, devices, match in [("one_device", ["/gpu:7"], r"'/gpu:7' is no device of this process \(it has /cpu:0"),
+                                 ("mirrored", ["/cpu:0", "/cpu:9"], "'/cpu:9' is no device"),
+                                 ("mirrored", [1, 2], "must be a non-empty list of device names"),
+                                 ("auto", ["/cpu:0"], "applies to 'one_device' and 'mirrored', not 'auto'")]:
+        with pytest.raises(ValueError, match="^`devices`.*" + match):
+            strategies.make_strategy(name, devices=devices)
 
 
 def test_tf_config_parsing(monkeypatch):
@@ -114,6 +148,26 @@ def test_launcher_gives_each_worker_its_task_and_stops_the_rest_when_one_fails(t
     assert results[0].output().strip() == "task 0 True"
     ok = launch_workers([sys.executable, "-c", "print('done')"], 2, str(tmp_path / "ok"))
     assert [r.returncode for r in ok] == [0, 0]
+
+
+def test_launch_arguments_are_named_before_any_worker_starts(tmp_path):
+    """timeout=-1 killed every worker at once and returned exit -9; a negative grace and a non-dict env, a file as
+    log_dir, final_codes=2 and ports that are no ports were taken or failed with Python's errors."""
+    from training.distributed.launch import run_cluster
+    command = [sys.executable, "-c", "print('never')"]
+    (tmp_path / "afile").write_text("")
+    for call, match in [
+        (lambda: launch_workers(command, 1, str(tmp_path / "a"), timeout=-1), "^`timeout` must be a finite number > 0"),
+        (lambda: launch_workers(command, 1, str(tmp_path / "a"), grace=-5), "^`grace` must be a finite number >= 0"),
+        (lambda: launch_workers(command, 1, str(tmp_path / "a"), env=["A=1"]), "^`env` must be a dict"),
+        (lambda: launch_workers(command, 1, str(tmp_path / "afile")), "^`log_dir` .* is a file"),
+        (lambda: launch_workers(5, 1, str(tmp_path / "a")), "^`command` must be a non-empty argv list"),
+        (lambda: run_cluster(command, 1, str(tmp_path / "a"), final_codes=2), "^`final_codes` must be a collection"),
+        (lambda: cluster_tf_configs(1, ports=["abc"]), r"^`ports` must be TCP ports"),
+    ]:
+        with pytest.raises(ValueError, match=match):
+            call()
+    assert sorted(os.listdir(tmp_path)) == ["afile"]
 
 
 def test_run_cluster_relaunches_all_workers_after_a_failure(tmp_path):

@@ -217,6 +217,22 @@ def test_tune_bad_input_is_one_line_and_exit_2(args, option, capsys):
     assert option in err and len(err.splitlines()) == 1
 
 
+def test_tune_from_python_names_what_the_command_line_types_check(tmp_path):
+    """batch_size=0 trained with the recipe's 128 without a word; a negative seed was NumPy's error, a file as
+    out_dir a FileExistsError and a list as preset a TypeError."""
+    from training.tuning.search import tune
+    (tmp_path / "afile").write_text("")
+    for kwargs, match in [({"batch_size": 0}, "^`batch_size` must be an integer >= 1"),
+                          ({"seed": -1}, "^`seed`"),
+                          ({"out_dir": str(tmp_path / "afile")}, "^`out_dir` .* is a file"),
+                          ({"preset": [PRESET]}, r"^`preset` \['resnet20"),
+                          ]:
+        arguments = {"preset": PRESET, "trials": 1, "out_dir": str(tmp_path / "search"), "limit": 200, **kwargs}
+        with pytest.raises(ValueError, match=match):
+            tune(**arguments)
+    assert sorted(os.listdir(tmp_path)) == ["afile"]
+
+
 def test_load_tuned_config_rejects_bad_files(tmp_path):
     path = tmp_path / "best.json"
     path.write_text(json.dumps({"preset": PRESET, "head_kwargs": {"epsilon": 0.1}, "learning_rate": 0.05}))

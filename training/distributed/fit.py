@@ -45,7 +45,7 @@ becomes an ``AtomicBackupAndRestore`` on the same directory.
 import keras
 
 from ot_layers.optional import tensorflow_if_installed
-from ot_layers.validation import check_positive_int
+from ot_layers.validation import check_output_path, check_positive_int
 from training.distributed.checkpoints import AtomicBackupAndRestore, TrainingCheckpoint
 from training.distributed.keras_distribution import keras_distribution
 from training.distributed.strategies import is_chief, make_strategy, strategy_name
@@ -99,6 +99,17 @@ def _check_compiled(model):
                          "before training.")
 
 
+def _check_callbacks(callbacks):
+    """``callbacks`` as a list of Keras callbacks (``None``: none); one callback not in a list, or anything that is
+    no callback, is a ``ValueError`` naming ``callbacks``."""
+    if callbacks is None:
+        return []
+    if not isinstance(callbacks, (list, tuple)) or not all(isinstance(cb, keras.callbacks.Callback)
+                                                            for cb in callbacks):
+        raise ValueError(f"`callbacks` must be a list of keras.callbacks.Callback, got {callbacks!r}.")
+    return list(callbacks)
+
+
 def fit(model, data, epochs=1, strategy="auto", callbacks=None, validation_data=None, checkpoint_dir=None,
         save_freq="epoch", steps_per_epoch=None, validation_steps=None, initial_epoch=0, verbose="auto"):
     """Train ``model`` on ``data`` for ``epochs`` epochs under ``strategy``; returns ``(model, history)``.
@@ -118,17 +129,31 @@ def fit(model, data, epochs=1, strategy="auto", callbacks=None, validation_data=
         save_freq = check_positive_int("save_freq", save_freq)
     if steps_per_epoch is not None:
         steps_per_epoch = check_positive_int("steps_per_epoch", steps_per_epoch)
+    if validation_steps is not None:
+        validation_steps = check_positive_int("validation_steps", validation_steps)
+    if verbose != "auto" and (isinstance(verbose, bool) or verbose not in (0, 1, 2)):
+        raise ValueError(f"`verbose` must be 0, 1, 2 or 'auto', got {verbose!r}.")
+    callbacks = _check_callbacks(callbacks)
+    if checkpoint_dir is not None:
+        checkpoint_dir = check_output_path("checkpoint_dir", checkpoint_dir, directory=True)
     if keras.backend.backend() != "tensorflow":
-        history = keras_backend_fit(model, data, epochs, strategy, list(callbacks or []), validation_data,
+        history = keras_backend_fit(model, data, epochs, strategy, callbacks, validation_data,
                                     checkpoint_dir, save_freq, steps_per_epoch, validation_steps, initial_epoch,
                                     verbose)
         return model, history
     if not (isinstance(data, tf.data.Dataset) or callable(data)):
         raise ValueError(f"`data` must be a tf.data.Dataset of (x, y) batches or a function epoch -> Dataset, got "
                          f"{type(data).__name__}.")
+    for name, dataset in (("data", data), ("validation_data", validation_data)):
+        if isinstance(dataset, tf.data.Dataset) and not (isinstance(dataset.element_spec, tuple)
+                                                         and len(dataset.element_spec) in (2, 3)):
+            raise ValueError(f"`{name}` must yield (x, y) or (x, y, sample_weight) batches, got elements "
+                             f"{dataset.element_spec}.")
     strategy, model = resolve_model(model, strategy)
-    callbacks = list(callbacks or [])
     if isinstance(strategy, tf.distribute.MultiWorkerMirroredStrategy):
+        if validation_data is not None and not isinstance(validation_data, tf.data.Dataset):
+            raise ValueError("`validation_data` must be a tf.data.Dataset of global batches under the multi-worker "
+                             f"loop, got {type(validation_data).__name__}.")
         history = distributed_fit(model, strategy, data, epochs, callbacks, validation_data, checkpoint_dir,
                                   save_freq, steps_per_epoch, validation_steps, initial_epoch, verbose)
         return model, history
@@ -190,9 +215,12 @@ def _epoch_dataset(data, epoch):
 
 
 def _steps(dataset, steps, name):
-    if steps is not None:
-        return steps
     cardinality = int(dataset.cardinality())
+    if steps is not None:
+        if cardinality >= 0 and steps > cardinality:  # the loop would run out of data in the middle of an epoch
+            raise ValueError(f"`{name}` ({steps}) is more than the {cardinality} batch(es) the dataset holds; repeat "
+                             "the dataset or give fewer steps.")
+        return steps
     if cardinality < 0:
         raise ValueError(f"`{name}` is needed: the dataset's length is unknown or infinite.")
     if cardinality == 0:

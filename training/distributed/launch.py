@@ -30,7 +30,7 @@ import sys
 import threading
 import time
 
-from ot_layers.validation import check_positive_int
+from ot_layers.validation import check_non_negative, check_output_path, check_positive, check_positive_int
 
 HOST = "127.0.0.1"
 # A folder outside the run's output directory where the non-chief workers write their copy of the results.
@@ -59,6 +59,8 @@ def cluster_tf_configs(num_workers, ports=None):
     ports = free_ports(num_workers) if ports is None else list(ports)
     if len(ports) != num_workers:
         raise ValueError(f"`ports` must hold {num_workers} ports, got {len(ports)}.")
+    if any(isinstance(port, bool) or not isinstance(port, int) or not 1 <= port <= 65535 for port in ports):
+        raise ValueError(f"`ports` must be TCP ports (integers in 1..65535), got {ports!r}.")
     workers = [f"{HOST}:{port}" for port in ports]
     return [{"cluster": {"worker": workers}, "task": {"type": "worker", "index": i}} for i in range(num_workers)]
 
@@ -120,9 +122,16 @@ def launch_workers(command, num_workers, log_dir, env=None, cpu_only=True, timeo
     comes, to ``stream`` (default ``sys.stdout``); its log file gets it all the same. Workers run with
     ``PYTHONUNBUFFERED=1`` so their logs and the echo follow the run.
     """
-    if isinstance(command, str) or not list(command):
-        raise ValueError(f"`command` must be a non-empty argv list, got {command!r}.")
+    if not isinstance(command, (list, tuple)) or not command \
+            or not all(isinstance(part, (str, os.PathLike)) for part in command):
+        raise ValueError(f"`command` must be a non-empty argv list of strings, got {command!r}.")
     num_workers = check_positive_int("num_workers", num_workers)
+    if timeout is not None:
+        timeout = float(check_positive("timeout", timeout))
+    grace = float(check_non_negative("grace", grace))
+    if env is not None and not isinstance(env, dict):
+        raise ValueError(f"`env` must be a dict of environment variables, got {env!r}.")
+    log_dir = check_output_path("log_dir", log_dir, directory=True)
     if worker_env is not None and not callable(worker_env):
         raise ValueError(f"`worker_env` must be a function index -> dict, got {worker_env!r}.")
     if echo is not None and (isinstance(echo, bool) or not isinstance(echo, int) or not 0 <= echo < num_workers):
@@ -185,6 +194,9 @@ def run_cluster(command, num_workers, log_dir, max_restarts=0, final_codes=(), *
     run succeeded when every worker of the last one exited 0."""
     if isinstance(max_restarts, bool) or not isinstance(max_restarts, int) or max_restarts < 0:
         raise ValueError(f"`max_restarts` must be an integer >= 0, got {max_restarts!r}.")
+    if not isinstance(final_codes, (list, tuple, set, frozenset)) \
+            or any(isinstance(code, bool) or not isinstance(code, int) for code in final_codes):
+        raise ValueError(f"`final_codes` must be a collection of exit statuses, got {final_codes!r}.")
     attempts = []
     for attempt in range(max_restarts + 1):
         results = launch_workers(command, num_workers, os.path.join(log_dir, f"attempt-{attempt}"), **kwargs)

@@ -79,6 +79,29 @@ def multi_worker_strategy():
     return _MULTI_WORKER[0]
 
 
+def _check_devices(devices, name):
+    """``devices`` as a list of this process's logical device names, or ``None``; a device that does not exist
+    here (TensorFlow would place the variables on the CPU without a word), a name that is not one, or ``devices``
+    with a strategy that takes none is a ``ValueError`` naming ``devices``."""
+    if devices is None:
+        return None
+    if isinstance(devices, str) or not isinstance(devices, (list, tuple)) or not devices \
+            or not all(isinstance(device, str) for device in devices):
+        raise ValueError(f"`devices` must be a non-empty list of device names, got {devices!r}.")
+    if name not in ("one_device", "mirrored"):
+        raise ValueError(f"`devices` applies to 'one_device' and 'mirrored', not {name!r}.")
+    local = {(d.device_type, int(d.name.rsplit(":", 1)[1])) for d in tf.config.list_logical_devices()}
+    for device in devices:
+        try:
+            spec = tf.DeviceSpec.from_string(device)
+        except ValueError:
+            spec = None
+        if spec is None or spec.device_type is None or (spec.device_type.upper(), spec.device_index or 0) not in local:
+            names = ", ".join(sorted(f"/{kind.lower()}:{index}" for kind, index in local))
+            raise ValueError(f"`devices`: {device!r} is no device of this process (it has {names}).")
+    return list(devices)
+
+
 def make_strategy(name="auto", devices=None):
     """A ``tf.distribute.Strategy`` by ``name`` (a strategy object is returned as is).
 
@@ -94,8 +117,7 @@ def make_strategy(name="auto", devices=None):
         return name
     if name not in STRATEGIES:
         raise ValueError(f"`strategy` must be one of {list(STRATEGIES)} or a tf.distribute.Strategy, got {name!r}.")
-    if devices is not None and (isinstance(devices, str) or not list(devices)):
-        raise ValueError(f"`devices` must be a non-empty list of device names, got {devices!r}.")
+    devices = _check_devices(devices, name)
     if name == "auto":
         if cluster_size() > 1:
             return multi_worker_strategy()
@@ -104,13 +126,13 @@ def make_strategy(name="auto", devices=None):
             return tf.distribute.MirroredStrategy([d.name for d in gpus])
         return tf.distribute.get_strategy()
     if name == "one_device":
-        if devices is not None and len(list(devices)) != 1:
+        if devices is not None and len(devices) != 1:
             raise ValueError(f"`devices` must name one device for 'one_device', got {devices!r}.")
         gpus = tf.config.list_logical_devices("GPU")
-        device = list(devices)[0] if devices is not None else (gpus[0].name if gpus else "/cpu:0")
+        device = devices[0] if devices is not None else (gpus[0].name if gpus else "/cpu:0")
         return tf.distribute.OneDeviceStrategy(device)
     if name == "mirrored":
-        devices = list(devices) if devices is not None else _local_devices()
+        devices = devices if devices is not None else _local_devices()
         if all("CPU" in device.upper() for device in devices):
             # On logical CPU devices the collective all-reduce of a second model's training function reuses the
             # instance keys of an earlier model's in the same process ("Shape mismatch in the collective instance

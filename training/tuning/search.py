@@ -43,7 +43,7 @@ import keras
 
 from ot_layers.callbacks.layer_signals import LayerSignals
 from ot_layers.optional import require
-from ot_layers.validation import check_positive_int
+from ot_layers.validation import check_output_path, check_positive_int, check_seed
 from training.data.errors import EmptySliceError
 from training.recipes import RECIPES, recipe_for
 from training.recipes.common import PROBE_IMAGES
@@ -194,14 +194,17 @@ def tune(preset, trials, out_dir, epochs=1, limit=None, batch_size=None, backbon
     ``GSPPrototypeInit``): give it ``epochs >= 2``.
     """
     kt = require("keras_tuner", "tune", "otzoo tune")
-    if preset not in PRESETS:
+    if not isinstance(preset, str) or preset not in PRESETS:
         raise ValueError(f"`preset` {preset!r} is unknown; known presets: {', '.join(sorted(PRESETS))}.")
     trials = check_positive_int("trials", trials)
     epochs = check_positive_int("epochs", epochs)
     if limit is not None:
         limit = check_positive_int("limit", limit)
+    seed = check_seed("seed", seed)
+    check_output_path("out_dir", out_dir, directory=True)
     spec = PRESETS[preset]
-    batch_size = check_positive_int("batch_size", batch_size or spec.recipe.batch_size)
+    # None takes the recipe's batch size; 0 is refused (``batch_size or ...`` trained with 128 without a word)
+    batch_size = check_positive_int("batch_size", spec.recipe.batch_size if batch_size is None else batch_size)
     objective = tuning_objective(spec.task)
     if objective is None:
         raise ValueError(f"`preset` {preset!r} is a {spec.task} preset: its search space is defined "
