@@ -8,6 +8,8 @@ import os
 import tempfile
 import warnings
 
+import numpy as np
+
 from export.permissions import publishable
 from export.signatures import serving_spec
 from ot_layers.optional import require, tensorflow_if_installed
@@ -19,9 +21,9 @@ tf = tensorflow_if_installed("ONNX export")
 def _check_opset(opset):
     if opset is None:
         return None
-    if isinstance(opset, bool) or not isinstance(opset, int) or opset < 13:
+    if isinstance(opset, (bool, np.bool_)) or not isinstance(opset, (int, np.integer)) or opset < 13:
         raise ValueError(f"`opset` must be an ONNX opset >= 13 or None (tf2onnx's default), got {opset!r}.")
-    return opset
+    return int(opset)
 
 
 def _name_dynamic_axes(model_proto, spec):

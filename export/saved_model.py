@@ -14,6 +14,7 @@ import tempfile
 import warnings
 
 import keras
+import numpy as np
 
 from export.permissions import publishable
 from export.signatures import DEFAULT_SIGNATURE, UINT8_SIGNATURE, serving_spec
@@ -26,9 +27,9 @@ _TEMP_PREFIX = ".tmp-export-"
 
 
 def _check_version(version):
-    if isinstance(version, bool) or not isinstance(version, int) or version < 1:
+    if isinstance(version, (bool, np.bool_)) or not isinstance(version, (int, np.integer)) or version < 1:
         raise ValueError(f"`version` must be an integer >= 1 or None (the next free version), got {version!r}.")
-    return version
+    return int(version)
 
 
 def existing_versions(base_dir):
@@ -120,7 +121,7 @@ def to_saved_model(model, base_dir, version=None, task=None, warmup=None, name=N
         serving_apis()  # before writing anything
     name = _model_name(name, base_dir)
     if version is not None:
-        _check_version(version)
+        version = _check_version(version)
         if os.path.exists(os.path.join(base_dir, str(version))):
             raise ValueError(f"`version` {version} already exists in {base_dir}; versions are never replaced "
                              "(pass another version, or None for the next free one).")

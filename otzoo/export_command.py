@@ -109,7 +109,8 @@ def run(args):
     try:  # a model that cannot be served (a layer with no exportable form, outputs the task does not fit)
         spec = serving_spec(model, task)
     except ValueError as error:
-        raise CommandError(f"NAME_OR_PATH: {error}") from None
+        where = "--task" if args.task and "`task`" in str(error) else "NAME_OR_PATH"
+        raise CommandError(f"{where}: {error}") from None
     if args.version is not None and os.path.exists(os.path.join(args.out, name, str(args.version))):
         raise CommandError(f"--version: {args.version} already exists in {os.path.join(args.out, name)}; versions "
                            "are never replaced (give another, or leave --version out for the next free one).")

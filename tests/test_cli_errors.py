@@ -105,6 +105,8 @@ def test_export_names_an_output_it_cannot_write_and_a_directory_without_a_preset
                  "--no-verify"], "resnet20_gap_fashion_mnist.onnx' is a directory", capsys)
     _fails_with(["export", str(tmp_path / "empty"), "--out", str(tmp_path / "q"), "--no-verify"],
                 "NAME_OR_PATH: the directory '" + str(tmp_path / "empty") + "' holds no preset", capsys)
+    _fails_with(["export", "resnet20_gap_fashion_mnist", "--out", str(tmp_path / "q"), "--no-verify", "--task",
+                 "few_shot"], "--task: ", capsys)
     assert not (tmp_path / "q").exists()
 
 

@@ -209,6 +209,8 @@ def test_paths_flags_models_and_inputs_are_named_before_any_artifact_is_written_
         export.verify(model, x, saved_model_dir=base)
     with pytest.raises(ValueError, match="^`batch_sizes`: 100 is more than the 6 example"):
         export.verify(model, x, saved_model_dir=version_dir, batch_sizes=(1, 100))
+    # NumPy integers count as integers, as they do for batch_sizes
+    assert export.to_saved_model(model, base, version=np.int64(3), warmup=False).endswith(os.sep + "3")
 
 
 def test_models_config_is_replaced_with_a_warning_only_when_it_differs(tmp_path):
