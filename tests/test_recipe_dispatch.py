@@ -47,6 +47,10 @@ def test_the_tunable_tasks_are_those_with_an_objective():
 def test_the_tuning_scores():
     labels = np.array([0, 0, 1, 1])
     assert classification.tuning_score(np.array([[2.0, 0], [1, 0], [0, 1], [1, 0]]), labels) == 0.75
+    # a column of labels gave 0.5 here (compared with the predictions as an (N, N) table)
+    assert classification.tuning_score(np.array([[2.0, 0], [1, 0], [0, 1], [1, 0]]), labels[:, None]) == 0.75
+    with pytest.raises(ValueError, match="^`outputs` must be logits"):
+        classification.tuning_score(np.zeros((3, 2)), labels)
     separated = np.array([[1.0, 0.0], [0.99, 0.1], [0.0, 1.0], [0.1, 0.99]])
     assert retrieval.tuning_score(separated, labels) == pytest.approx(1.0)
 

@@ -34,7 +34,7 @@ CLASSIFICATION_HEADS = ("gap_fc", "mpw", "hyperspherical")
 
 def pixel_preprocessing(mean, std, name="preprocess"):
     """``Rescaling`` that maps 0-255 pixels to ``(x / 255 - mean) / std`` (``mean``/``std`` in [0, 1] units)."""
-    std = check_positive("std", std)
+    _check_pixel_statistics(mean, std, names=("mean", "std"))
     return keras.layers.Rescaling(scale=1.0 / (255.0 * std), offset=-float(mean) / std, name=name)
 
 
@@ -47,10 +47,11 @@ def check_kwargs(name, value):
     return dict(value)
 
 
-def _check_pixel_statistics(pixel_mean, pixel_std):
+def _check_pixel_statistics(pixel_mean, pixel_std, names=("pixel_mean", "pixel_std")):
+    """A NaN or infinite mean would turn every pixel into NaN; a string or a list failed inside ``float``."""
     if isinstance(pixel_mean, bool) or not isinstance(pixel_mean, numbers.Real) or not math.isfinite(pixel_mean):
-        raise ValueError(f"`pixel_mean` must be a finite number (in [0, 1] units), got {pixel_mean!r}.")
-    check_positive("pixel_std", pixel_std)
+        raise ValueError(f"`{names[0]}` must be a finite number (in [0, 1] units), got {pixel_mean!r}.")
+    check_positive(names[1], pixel_std)
 
 
 def image_input(backbone, input_shape=None, backbone_kwargs=None):

@@ -20,6 +20,12 @@ def mean_and_ci95(accuracies):
     return float(accuracies.mean()), float(Z_95 * accuracies.std() / np.sqrt(accuracies.size))
 
 
+def _check_same_length(name, array, labels):
+    """``array`` must hold one row per label: a longer one was sampled by the labels' indices without a word."""
+    if len(array) != len(labels):
+        raise ValueError(f"`{name}` has {len(array)} rows but `labels` has {len(labels)} entries.")
+
+
 def evaluate_episodes(features, labels, classifiers, ways=5, shots=1, queries=15, episodes=1000, seed=0):
     """Few-shot accuracy of each classifier on the same episodes drawn from precomputed ``features``.
 
@@ -28,11 +34,16 @@ def evaluate_episodes(features, labels, classifiers, ways=5, shots=1, queries=15
     """
     episodes = check_positive_int("episodes", episodes)
     sampler = EpisodeSampler(labels, ways, shots, queries, seed)
+    _check_same_length("features", features, np.asarray(labels))
     accuracies = {name: [] for name in classifiers}
     for _ in range(episodes):
         support, support_label, query, query_label = sampler.sample()
         for name, classify in classifiers.items():
             scores = np.asarray(classify(features[support], support_label, features[query]))
+            if scores.shape != (len(query), ways) or not np.all(np.isfinite(scores)):
+                raise ValueError(f"`classifiers`: {name!r} must return finite scores of shape ({len(query)}, {ways}) "
+                                 f"(queries, ways), got shape {scores.shape}"
+                                 f"{'' if scores.shape != (len(query), ways) else ' with NaN or Inf'}.")
             accuracies[name].append(float(np.mean(np.argmax(scores, axis=1) == query_label)))
     report = {}
     for name, values in accuracies.items():
@@ -54,7 +65,13 @@ def few_shot_accuracy(model, images, labels, ways=5, shots=1, queries=15, episod
     """
 
     episodes = check_positive_int("episodes", episodes)
+    batch_size = check_positive_int("batch_size", batch_size)
     embed, classify = few_shot_parts(model)
+    model_ways = model.get_layer("class_means").ways  # few_shot_parts found the layer
+    if ways != model_ways:
+        raise ValueError(f"`ways` ({ways}) must be the model's {model_ways}: its episodes have {model_ways} classes.")
+    sampler = EpisodeSampler(labels, ways, shots, queries, seed)  # checks labels, ways, shots and queries first
+    _check_same_length("images", images, np.asarray(labels))
     ops = keras.ops
     features = np.concatenate([ops.convert_to_numpy(embed(ops.convert_to_tensor(images[i:i + batch_size], "float32")))
                                for i in range(0, len(images), batch_size)])
@@ -64,7 +81,6 @@ def few_shot_accuracy(model, images, labels, ways=5, shots=1, queries=15, episod
         import jax
 
         classify = jax.jit(classify)
-    sampler = EpisodeSampler(labels, ways, shots, queries, seed)
     accuracies = []
     progress = keras.utils.Progbar(episodes, unit_name="episode") if verbose else None
     for index in range(episodes):

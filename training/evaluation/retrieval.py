@@ -5,6 +5,7 @@ import numpy as np
 from scipy.cluster.vq import kmeans2, vq
 
 from ot_layers.tensor_ops import normalize_rows_np
+from ot_layers.validation import check_flag, check_labels, check_seed
 
 
 def _ranked_hits(embeddings, labels, k, metric, chunk_size=1024):
@@ -90,11 +91,18 @@ def retrieval_metrics(embeddings, labels, ks=(1, 2, 4, 8), metric="cosine", nmi=
     ``metric``: ``"cosine"`` or ``"euclidean"``.
     """
     embeddings = np.asarray(embeddings)
-    labels = np.asarray(labels).reshape(-1)
+    labels = check_labels(labels, "labels").reshape(-1)
+    if isinstance(ks, (str, bytes)) or not isinstance(ks, (list, tuple)) or not ks \
+            or any(isinstance(k, (bool, np.bool_)) or not isinstance(k, (int, np.integer)) or k < 1 for k in ks):
+        raise ValueError(f"`ks` must be a non-empty list of integers >= 1, got {ks!r}.")
+    nmi = check_flag("nmi", nmi)
+    seed = check_seed("seed", seed)
     if embeddings.ndim != 2:
         raise ValueError(f"`embeddings` must have shape (N, d), got {embeddings.shape}.")
     if labels.shape[0] != embeddings.shape[0]:
         raise ValueError(f"`labels` has {labels.shape[0]} entries but `embeddings` has {embeddings.shape[0]} rows.")
+    if embeddings.shape[0] == 0:
+        raise ValueError("`embeddings` hold no sample.")
     if not np.all(np.isfinite(embeddings)):
         raise ValueError("`embeddings` hold NaN or Inf.")
     if metric not in ("cosine", "euclidean"):

@@ -22,6 +22,7 @@ comparing task names, so a new task is one module and one entry. Each recipe mod
 """
 import os
 
+from ot_layers.validation import check_output_path
 from training.recipes import classification, few_shot, retrieval
 from training.recipes.common import read_card
 from zoo.registry import PRESETS
@@ -38,6 +39,8 @@ def recipe_for(task):
 
 def task_of(preset):
     """The task of ``preset``: a preset name, or a preset directory (its card's ``task``)."""
+    if not isinstance(preset, (str, os.PathLike)):
+        raise ValueError(f"`preset` must be a preset name or a preset directory, got {preset!r}.")
     if preset in PRESETS:
         return PRESETS[preset].task
     if os.path.isdir(str(preset)):
@@ -49,7 +52,9 @@ def task_of(preset):
 def train_preset(name, out_dir, **options):
     """Train preset ``name`` by its task's recipe (``options``: the overrides ``otzoo train`` offers, see each
     recipe's ``train``); returns the model card."""
-    return recipe_for(task_of(name)).train(name, out_dir, **options)
+    task = task_of(name)
+    check_output_path("out_dir", out_dir, directory=True)  # before the data are read and the model built
+    return recipe_for(task).train(name, out_dir, **options)
 
 
 def evaluate_preset(preset, weights=None, limit=None, **options):

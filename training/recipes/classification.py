@@ -14,6 +14,7 @@ from typing import Any, Callable, List
 import keras
 import numpy as np
 
+from ot_layers.validation import check_labels
 from training.data.datasets import Batches, image_batches
 from training.data.fashion_mnist import load_fashion_mnist
 from training.data.pipelines import array_batches, batch_labels
@@ -134,6 +135,9 @@ def classification_accuracy(model, images, labels=None, batch_size=256):
         images = array_batches(images, labels, batch_size)
     logits = model.predict(images.map(lambda x, y: x), verbose=0)  # model.predict: any tf.distribute strategy
     labels = batch_labels(images)
+    if labels.size and (labels.min() < 0 or labels.max() >= logits.shape[-1]):  # never right: accuracy 0 silently
+        raise ValueError(f"`labels` must be classes 0..{logits.shape[-1] - 1} of the model's logits, got labels "
+                         f"from {labels.min()} to {labels.max()}.")
     return float(np.mean(np.argmax(logits, axis=-1) == labels))
 
 
@@ -183,5 +187,11 @@ def tuning_parts(spec, served, train, recipe):
 
 def tuning_score(outputs, labels):
     """A trial's score (:data:`TUNING_OBJECTIVE`): the accuracy of the served model's logits ``outputs`` on the
-    validation ``labels``."""
+    validation ``labels`` (``(N,)`` or ``(N, 1)``: a column of labels compared with ``(N,)`` predictions would
+    broadcast to an ``(N, N)`` table)."""
+    labels = check_labels(labels, "labels").reshape(-1)
+    outputs = np.asarray(outputs)
+    if outputs.ndim != 2 or len(outputs) != len(labels):
+        raise ValueError(f"`outputs` must be logits (N, classes) for the {len(labels)} labels, got shape "
+                         f"{outputs.shape}.")
     return np.mean(np.argmax(outputs, axis=-1) == labels)

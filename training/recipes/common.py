@@ -98,6 +98,10 @@ def preset_spec(name, dataset=None, image_size=None, **recipe_overrides):
     if ways is not None and train_classes is not None and ways > len(train_classes):
         raise ValueError(f"recipe field `ways` must be at most the {len(train_classes)} base classes of "
                          f"{spec.data.dataset}'s few-shot split, got {ways}.")
+    model_ways = getattr(spec.architecture, "ways", None)
+    if ways is not None and model_ways is not None and ways != model_ways:  # episodes the model has no room for
+        raise ValueError(f"recipe field `ways` ({ways}) must be the {model_ways} ways of the preset's model, which "
+                         "meta-trains and is evaluated on episodes of that many classes.")
     check_dataset_augmentation(spec.data.dataset, spec.recipe.augment)
     return spec
 
@@ -194,6 +198,8 @@ def reproducing_command(name, recipe_overrides=None, **options):
 def merged_overrides(recipe_overrides, **options):
     """The recipe overrides of a run: ``recipe_overrides`` (``otzoo train --recipe``) and the non-``None`` named
     ones (``--epochs``, ``--seed``, ...), which win."""
+    if recipe_overrides is not None and not isinstance(recipe_overrides, dict):
+        raise ValueError(f"`recipe_overrides` must be a dict of recipe fields, got {recipe_overrides!r}.")
     merged = dict(recipe_overrides or {})
     merged.update({key: value for key, value in options.items() if value is not None})
     return merged

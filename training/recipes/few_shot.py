@@ -75,8 +75,9 @@ def few_shot_scores(model, spec, recipe=None, limit=None, episodes=None, verbose
     ways = spec.architecture.ways
     metrics = {}
     for shots in recipe.eval_shots:
-        result = few_shot_accuracy(model, images, labels, ways, shots, recipe.eval_queries,
-                                   episodes or recipe.eval_episodes, recipe.eval_seed, verbose=verbose)
+        count = recipe.eval_episodes if episodes is None else episodes  # 0 is refused, not the default
+        result = few_shot_accuracy(model, images, labels, ways, shots, recipe.eval_queries, count, recipe.eval_seed,
+                                   verbose=verbose)
         metrics[f"{ways}way_{shots}shot"] = {key: round(value, 4) if isinstance(value, float) else value
                                              for key, value in result.items()}
     return metrics, len(labels)

@@ -14,7 +14,7 @@ def load_tuned_config(path, preset=None):
     ``preset``: when given, the file must be for that preset. Bad files raise ``ValueError`` naming ``config``
     (:func:`check_tuned_head` also checks that its ``head_kwargs`` build the preset's head).
     """
-    if not os.path.isfile(path):
+    if not isinstance(path, (str, os.PathLike)) or not os.path.isfile(path):
         raise FileNotFoundError(f"`config`: no tuning result at {path!r} (run `otzoo tune PRESET --out DIR`).")
     try:
         with open(path) as handle:

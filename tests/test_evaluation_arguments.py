@@ -1,0 +1,93 @@
+"""Evaluation functions check their inputs: each was taken without a word (NaN labels scored as a class of their
+own, a k of 0 or -1 reported, features longer than their labels sampled by index, a few-shot model of 3 ways scored
+on 5-way episodes, scores of another shape) or failed with NumPy's error naming nothing."""
+import numpy as np
+import pytest
+
+import zoo
+from training.evaluation.few_shot import evaluate_episodes, few_shot_accuracy
+from training.evaluation.retrieval import retrieval_metrics
+
+RNG = np.random.default_rng(0)
+LABELS = np.repeat(np.arange(4), 3)
+EMBEDDINGS = np.eye(4)[LABELS] + 0.01 * RNG.normal(size=(12, 4))
+
+
+@pytest.mark.parametrize("kwargs, match", [
+    ({"labels": np.where(np.arange(12) < 3, np.nan, LABELS)}, r"^`labels` must be integer class labels, got .*nan"),
+    ({"labels": LABELS.reshape(6, 2)}, r"^`labels` must be integer class labels of shape \(N,\)"),
+    ({"ks": (0,)}, "^`ks` must be a non-empty list of integers >= 1"),
+    ({"ks": (-1,)}, "^`ks`"),
+    ({"ks": (True,)}, "^`ks`"),
+    ({"ks": ()}, "^`ks`"),
+    ({"ks": 4}, "^`ks`"),
+    ({"ks": "12"}, "^`ks`"),
+    ({"nmi": "no"}, "^`nmi` must be True or False"),
+    ({"seed": -1}, "^`seed`"),
+    ({"embeddings": np.zeros((0, 4)), "labels": np.zeros(0, int)}, "^`embeddings` hold no sample"),
+])
+def test_retrieval_metrics_names_a_bad_argument(kwargs, match):
+    arguments = {"embeddings": EMBEDDINGS, "labels": LABELS, **kwargs}
+    with pytest.raises(ValueError, match=match):
+        retrieval_metrics(**arguments)
+
+
+def _nearest_mean(support, support_label, query):
+    means = np.stack([support[support_label == c].mean(0) for c in range(3)])
+    return -((query[:, None] - means[None]) ** 2).sum(-1)
+
+
+def test_evaluate_episodes_checks_features_and_the_scores_it_is_given():
+    labels = np.repeat(np.arange(3), 5)
+    features = np.eye(3)[labels]
+    assert evaluate_episodes(features, labels, {"mean": _nearest_mean}, ways=3, queries=2, episodes=3)["mean"][
+        "mean"] == 1.0
+    with pytest.raises(ValueError, match="^`features` has 30 rows but `labels` has 15"):
+        evaluate_episodes(np.concatenate([features, features]), labels, {"mean": _nearest_mean}, ways=3, queries=2)
+    for bad in (lambda s, sl, q: np.full((len(q), 3), np.nan), lambda s, sl, q: np.zeros((1, 3)),
+                lambda s, sl, q: np.zeros((len(q), 6))):
+        with pytest.raises(ValueError, match="^`classifiers`: 'bad' must return finite scores of shape"):
+            evaluate_episodes(features, labels, {"bad": bad}, ways=3, queries=2, episodes=2)
+
+
+def test_few_shot_accuracy_refuses_other_ways_than_the_models_and_images_without_labels():
+    model = zoo.few_shot_model("small_convnet", head="protonet", ways=3, input_shape=(8, 8, 1),
+                               backbone_kwargs=dict(width=4, feature_dim=4))
+    labels = np.repeat(np.arange(5), 4)
+    images = RNG.uniform(0, 255, size=(20, 8, 8, 1)).astype("float32")
+    with pytest.raises(ValueError, match=r"^`ways` \(5\) must be the model's 3"):
+        few_shot_accuracy(model, images, labels, ways=5, shots=1, queries=2, episodes=2)
+    with pytest.raises(ValueError, match="^`images` has 40 rows but `labels` has 20"):
+        few_shot_accuracy(model, np.concatenate([images, images]), labels, ways=3, shots=1, queries=2, episodes=2)
+    with pytest.raises(ValueError, match="^`batch_size` must be an integer >= 1"):
+        few_shot_accuracy(model, images, labels, ways=3, shots=1, queries=2, episodes=2, batch_size=0)
+    assert few_shot_accuracy(model, images, labels, ways=3, shots=1, queries=2, episodes=2)["episodes"] == 2
+
+
+def test_recipe_entry_points_name_their_arguments_before_any_work(tmp_path):
+    """out_dir=None failed after the data were read and the model built; a list as preset, a string of overrides
+    and None as a tuned configuration failed with Python's errors; a few-shot recipe's ways other than the model's
+    meta-trained 3-way episodes on a 5-way model; labels outside the classifier's classes scored 0 silently."""
+    from training.recipes import classification, evaluate_preset, train_preset
+    from training.recipes.common import merged_overrides, preset_spec
+    from training.recipes.tuned_config import load_tuned_config
+    for call, match in [
+        (lambda: train_preset("resnet20_gap_fashion_mnist", None), "^`out_dir` must be a directory path"),
+        (lambda: evaluate_preset(["resnet20_gap_fashion_mnist"]), "^`preset` must be a preset name"),
+        (lambda: merged_overrides("epochs=1"), "^`recipe_overrides` must be a dict"),
+        (lambda: preset_spec("resnet20_protonet_fewshot_fashion_mnist", ways=3),
+         r"^recipe field `ways` \(3\) must be the 5 ways of the preset's model"),
+        (lambda: zoo.pixel_preprocessing(float("nan"), 0.25), "^`mean` must be a finite number"),
+        (lambda: zoo.pixel_preprocessing("0.5", 0.25), "^`mean` must be a finite number"),
+    ]:
+        with pytest.raises(ValueError, match=match):
+            call()
+    with pytest.raises(FileNotFoundError, match="^`config`: no tuning result at None"):
+        load_tuned_config(None)
+    model = zoo.image_classifier("small_convnet", "gap_fc", 3, input_shape=(8, 8, 1),
+                                 backbone_kwargs=dict(width=4, feature_dim=4))
+    images = RNG.uniform(0, 255, size=(4, 8, 8, 1)).astype("float32")
+    with pytest.raises(ValueError, match=r"^`labels` must be classes 0..2 of the model's logits, got labels from 0 "
+                                         "to 99"):
+        classification.classification_accuracy(model, images, np.array([0, 1, 2, 99]))
+    assert 0.0 <= classification.classification_accuracy(model, images, np.array([0, 1, 2, 1])) <= 1.0
