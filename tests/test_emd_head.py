@@ -218,3 +218,26 @@ def test_structured_fc_initializes_from_support_means():
         layer.initialize_from_support(features[:4], labels[:4])
     with pytest.raises(ValueError, match="nodes"):
         layer.initialize_from_support(features.reshape(6, 2, 6), labels)
+    # each was taken (a truncated label, NaN nodes) or failed in NumPy or TensorFlow without naming the argument
+    for bad_features, bad_labels, match in [
+        (features, np.array([0, 1, 0, 1.5, 2, 2]), "^`labels` must be integer class labels"),
+        (features, labels[:5], "^`labels` has 5 entries but `features` has 6"),
+        (features, np.array([0, 1, 0, 1, 2, 7]), r"^`labels` must contain every class .* outside \[7\]"),
+        (np.where(np.arange(6)[:, None, None, None] == 0, np.nan, features), labels, "^`features` hold NaN"),
+    ]:
+        with pytest.raises(ValueError, match=match):
+            layer.initialize_from_support(bad_features, bad_labels)
+
+
+def test_structured_fc_fine_tuning_names_its_settings_before_compiling():
+    """Momentum 5 blew the nodes up to 1e13; an unknown setting or steps=0 failed inside tf.function ("in user
+    code:" and a long trace)."""
+    from training.evaluation.structured_fc import fine_tune_structured_fc
+    rng = np.random.default_rng(7)
+    features = rng.standard_normal((6, 2, 2, 3)).astype(np.float32)
+    labels = np.array([0, 1, 0, 1, 2, 2])
+    for kwargs, match in [({"momentum": 5.0}, "^`momentum`"), ({"momentum": float("nan")}, "^`momentum`"),
+                          ({"steps": 0}, "^`steps` must be an integer >= 1"),
+                          ({"step": 3}, r"^fine_tune_structured_fc takes .* got \['step'\]")]:
+        with pytest.raises(ValueError, match=match):
+            fine_tune_structured_fc(StructuredFC(3, 4), features, labels, **kwargs)

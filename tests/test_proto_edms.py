@@ -261,6 +261,20 @@ def test_head_refuses_export_and_ensemble_exports(tmp_path):
     keras_checks.assert_export_parity(ensemble, x, tmp_path)
 
 
+def test_ensemble_names_learners_that_cannot_be_joined():
+    """A learner with a feature map gave (batch, h, w, d) outputs of norm sqrt(h w), not unit vectors; learners of
+    other inputs failed at predict; one model not in a list, or a string, failed with Python's errors."""
+    learner = _embedding(_build()())
+    feature_map = keras.Sequential([keras.Input((6, 6, 3)), keras.layers.Conv2D(8, 1)])
+    other_input = keras.Sequential([keras.Input((5,)), keras.layers.Dense(DIM)])
+    for learners, match in [(learner, "^`learners` must be a non-empty list"),
+                            ([learner, "b"], r"^`learners`\[1\] must be a built"),
+                            ([feature_map], r"^`learners`\[0\] must output embeddings \(batch, d\)"),
+                            ([learner, other_input], "^`learners` must take the same input")]:
+        with pytest.raises(ValueError, match=match):
+            ensemble_embedding_model(learners)
+
+
 # --- vocabulary and numerical contract of the head -----------------------------------------------------------------
 def test_head_vocabulary():
     layer = ManifoldProxies(num_classes=K, dim=DIM, temperature=0.25)

@@ -25,9 +25,21 @@ def meta_class_partitions(num_classes, num_meta_classes, num_learners=1, seed=0)
 def ensemble_embedding_model(learners, name="edms_ensemble"):
     """One model concatenating the L2-normalized embeddings of the ``learners`` (models with the same input),
     scaled by ``1/sqrt(E)`` so the result is a unit vector (Aziere and Todorovic 2019, Sec. 3, eq. 1)."""
-    if not learners:
-        raise ValueError("`learners` must hold at least one embedding model.")
-    inputs = keras.Input(learners[0].inputs[0].shape[1:], name="images")
+    if not isinstance(learners, (list, tuple)) or not learners:
+        raise ValueError(f"`learners` must be a non-empty list of embedding models, got {learners!r}.")
+    shapes = []
+    for index, learner in enumerate(learners):
+        if not isinstance(learner, keras.Model) or not getattr(learner, "inputs", None) \
+                or len(learner.inputs) != 1 or len(learner.outputs) != 1:
+            raise ValueError(f"`learners`[{index}] must be a built keras.Model with one input and one output, got "
+                             f"{learner!r}.")
+        if len(learner.outputs[0].shape) != 2:  # a feature map would be normalized per position, not a unit vector
+            raise ValueError(f"`learners`[{index}] must output embeddings (batch, d), got shape "
+                             f"{tuple(learner.outputs[0].shape)}.")
+        shapes.append(tuple(learner.inputs[0].shape[1:]))
+    if len(set(shapes)) != 1:
+        raise ValueError(f"`learners` must take the same input, got input shapes {shapes}.")
+    inputs = keras.Input(shapes[0], name="images")
     parts = [keras.layers.UnitNormalization(name=f"normalize_{i}")(learner(inputs))
              for i, learner in enumerate(learners)]
     joined = parts[0] if len(parts) == 1 else keras.layers.Concatenate(name="concatenate")(parts)

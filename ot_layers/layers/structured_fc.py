@@ -4,7 +4,7 @@ import numpy as np
 
 from ot_layers.layers.base import ExportableLayer
 from ot_layers.layers.emd_head import EMDHead
-from ot_layers.validation import check_positive_int, check_rank
+from ot_layers.validation import check_labels, check_positive_int, check_rank
 
 
 @keras.saving.register_keras_serializable(package="ot_layers")
@@ -49,12 +49,19 @@ class StructuredFC(ExportableLayer):
         features = np.asarray(keras.ops.convert_to_numpy(features), dtype=np.float32)
         if features.ndim == 4:  # (S, H, W, d) -> (S, H*W, d), as ot_layers.tensor_ops.flatten_feature_map
             features = features.reshape(features.shape[0], -1, features.shape[-1])
-        labels = np.asarray(labels)
-        if features.shape[1] != self.num_nodes:
-            raise ValueError(f"`features` have {features.shape[1]} nodes per sample, the layer has {self.num_nodes}.")
+        labels = check_labels(labels, "labels").reshape(-1)
+        if features.ndim != 3 or features.shape[1] != self.num_nodes:
+            raise ValueError(f"`features` must have {self.num_nodes} nodes per sample, (S, n, d) or (S, H, W, d), "
+                             f"got shape {features.shape}.")
+        if len(labels) != len(features):
+            raise ValueError(f"`labels` has {len(labels)} entries but `features` has {len(features)} samples.")
+        if not np.all(np.isfinite(features)):
+            raise ValueError("`features` hold NaN or Inf.")
+        outside = sorted(set(labels.tolist()) - set(range(self.num_classes)))
         missing = sorted(set(range(self.num_classes)) - set(labels.tolist()))
-        if missing:
-            raise ValueError(f"`labels` must contain every class in [0, {self.num_classes}); missing {missing}.")
+        if missing or outside:
+            raise ValueError(f"`labels` must contain every class in [0, {self.num_classes}) and no other; missing "
+                             f"{missing}, outside {outside}.")
         if not self.built:
             self.build(features.shape)
         means = np.stack([features[labels == k].mean(axis=0) for k in range(self.num_classes)])

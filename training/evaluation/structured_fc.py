@@ -3,7 +3,7 @@
 import numpy as np
 
 from ot_layers.optional import tensorflow_if_installed
-from ot_layers.validation import check_positive, check_positive_int
+from ot_layers.validation import check_in_range, check_positive, check_positive_int
 
 tf = tensorflow_if_installed("the structured FC evaluation")
 
@@ -19,6 +19,13 @@ def class_mean_nodes(support_features, support_label, ways):
                      for k in range(ways)])
 
 
+def _check_settings(steps, batch_size, learning_rate, momentum):
+    check_positive_int("steps", steps)
+    check_positive_int("batch_size", batch_size)
+    check_positive("learning_rate", learning_rate)
+    check_in_range("momentum", momentum, 0.0, 1.0, high_open=True)  # 1 or more: the velocity grows without bound
+
+
 def fine_tune_nodes(head, support_features, support_label, nodes, steps=STEPS, batch_size=BATCH_SIZE,
                     learning_rate=LEARNING_RATE, momentum=MOMENTUM, seed=0):
     """SGD with momentum on the node sets ``nodes`` ``(ways, n, d)``: cross-entropy of ``head``'s EMD logits on
@@ -26,9 +33,7 @@ def fine_tune_nodes(head, support_features, support_label, nodes, steps=STEPS, b
 
     Pure TensorFlow (wrap it in a ``tf.function`` to fine-tune many episodes without retracing). Returns the nodes.
     """
-    check_positive_int("steps", steps)
-    check_positive_int("batch_size", batch_size)
-    check_positive("learning_rate", learning_rate)
+    _check_settings(steps, batch_size, learning_rate, momentum)
     support_features = tf.convert_to_tensor(support_features, tf.float32)
     support_label = tf.convert_to_tensor(support_label, tf.int32)
     count = tf.shape(support_features)[0]
@@ -48,8 +53,15 @@ def fine_tune_nodes(head, support_features, support_label, nodes, steps=STEPS, b
 
 def fine_tune_structured_fc(layer, support_features, support_label, **kwargs):
     """Initialize a :class:`ot_layers.StructuredFC` from the support means, fine-tune it, assign the nodes."""
-    support_label = np.asarray(support_label)
-    layer.initialize_from_support(support_features, support_label)
+    unknown = sorted(set(kwargs) - {"steps", "batch_size", "learning_rate", "momentum", "seed"})
+    if unknown:
+        raise ValueError(f"fine_tune_structured_fc takes steps, batch_size, learning_rate, momentum and seed, got "
+                         f"{unknown}.")
+    settings = {"steps": STEPS, "batch_size": BATCH_SIZE, "learning_rate": LEARNING_RATE, "momentum": MOMENTUM,
+                **kwargs}
+    _check_settings(settings["steps"], settings["batch_size"], settings["learning_rate"], settings["momentum"])
+    support_label = np.asarray(support_label).reshape(-1)
+    layer.initialize_from_support(support_features, support_label)  # checks the labels and the features
     flat = tf.reshape(tf.convert_to_tensor(support_features, tf.float32),
                       [len(support_label), layer.num_nodes, -1])
     compiled = tf.function(lambda f, y, n: fine_tune_nodes(layer.head, f, y, n, **kwargs))
