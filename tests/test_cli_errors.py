@@ -402,6 +402,8 @@ def test_outputs_are_checked_before_the_work(tmp_path, capsys):
         fine_tune_preset("resnet20_gap_fashion_mnist", packaged)
     with pytest.raises(ValueError, match="`learning_rate` must be a finite number > 0"):
         fine_tune_preset("resnet20_gap_fashion_mnist", str(tmp_path / "t"), learning_rate=float("nan"))
+    with pytest.raises(ValueError, match="^`seed`"):  # Keras' message named no argument
+        fine_tune_preset("resnet20_gap_fashion_mnist", str(tmp_path / "t"), seed=-1)
     assert not (tmp_path / "t").exists()
 
 

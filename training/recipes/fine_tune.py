@@ -11,7 +11,7 @@ explain --weights`` read.
 """
 import keras
 
-from ot_layers.validation import check_positive, check_positive_int
+from ot_layers.validation import check_positive, check_positive_int, check_seed
 from training.recipes import recipe_for
 from training.recipes.common import preset_spec
 from zoo.loading import load, model_card, save_preset
@@ -45,7 +45,7 @@ def fine_tune_preset(name, out_dir, epochs=1, limit=4096, learning_rate=0.01, se
     check_output_directory("out_dir", out_dir, new_preset=True)
     check_positive_int("epochs", epochs)
     check_positive("learning_rate", learning_rate)
-    keras.utils.set_random_seed(seed)
+    keras.utils.set_random_seed(check_seed("seed", seed))
     model = load(name)
     trained, loss, data = recipe_for(spec.task).fine_tune_setup(name, model, limit, seed, BATCH_SIZE, QUERIES)
     trained.compile(optimizer=keras.optimizers.SGD(learning_rate, momentum=0.9), loss=loss)
