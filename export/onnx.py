@@ -4,11 +4,10 @@ The graph is the default signature of :mod:`export.signatures` (float32 pixels; 
 pixels to float32, which is exact for 0-255). Axis 0 of every input and output is a symbolic dimension: ``batch``
 for the batched inputs and all outputs, ``support`` for a few-shot model's support set.
 """
+import numbers
 import os
 import tempfile
 import warnings
-
-import numpy as np
 
 from export.permissions import publishable
 from export.signatures import serving_spec
@@ -21,7 +20,7 @@ tf = tensorflow_if_installed("ONNX export")
 def _check_opset(opset):
     if opset is None:
         return None
-    if isinstance(opset, (bool, np.bool_)) or not isinstance(opset, (int, np.integer)) or opset < 13:
+    if isinstance(opset, bool) or not isinstance(opset, numbers.Integral) or opset < 13:
         raise ValueError(f"`opset` must be an ONNX opset >= 13 or None (tf2onnx's default), got {opset!r}.")
     return int(opset)
 

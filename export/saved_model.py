@@ -14,22 +14,23 @@ import tempfile
 import warnings
 
 import keras
-import numpy as np
 
 from export.permissions import publishable
 from export.signatures import DEFAULT_SIGNATURE, UINT8_SIGNATURE, serving_spec
 from export.warmup import serving_apis, write_warmup_requests
 from ot_layers.optional import MissingExtraError
-from ot_layers.validation import check_flag, check_output_path
+from ot_layers.validation import check_flag, check_output_path, check_positive_int
 
 MODEL_CONFIG_FILE = "models.config"
 _TEMP_PREFIX = ".tmp-export-"
 
 
 def _check_version(version):
-    if isinstance(version, (bool, np.bool_)) or not isinstance(version, (int, np.integer)) or version < 1:
-        raise ValueError(f"`version` must be an integer >= 1 or None (the next free version), got {version!r}.")
-    return int(version)
+    try:
+        return check_positive_int("version", version)
+    except ValueError:
+        raise ValueError(f"`version` must be an integer >= 1 or None (the next free version), got {version!r}.") \
+            from None
 
 
 def existing_versions(base_dir):

@@ -320,25 +320,29 @@ def verify(model, inputs, saved_model_dir=None, onnx_path=None, task=None, batch
     pixel inputs given as uint8 also run the SavedModel's ``serving_uint8`` signature with those very bytes
     (``"saved_model_uint8"``). ``saved_model_dir``: a version directory from :func:`export.to_saved_model`;
     ``onnx_path``: a file from :func:`export.to_onnx`. ``task``: as given to the exporters (``None``: the task the
-    model states). ``batch_sizes``: the batch sizes to run, e.g. ``(1, 64)`` (the batched inputs are split into
-    batches of that size; Keras runs the same batches); ``None``: all inputs in one batch. ``reference``: how Keras
+    model states). ``batch_sizes``: the batch sizes to run, e.g. ``(1, 64)``, each at most the number of examples (the
+    batched inputs are split into batches of that size; Keras runs the same batches); ``None``: all inputs in one
+    batch. ``reference``: how Keras
     runs: ``"graph"`` (the model's call traced by ``tf.function`` without XLA, as ``model.predict`` runs it: the graph a
     server runs, after the same Grappler rewrites) or ``"eager"`` (op by op; fused kernels round differently, a few
     float32 ulps of the logits).
 
     An output holding a NaN, on either side, differs by ``inf`` and is named in the report's ``nan_outputs``.
 
-    Raises :class:`VerificationError` when an artifact fails to run without otzoo, holds Python ops, or lacks a
-    named output or its shape.
+    Raises ``ValueError`` naming the argument, before anything runs, for inputs that do not fit the signature
+    (another shape, dtype, count, or an unknown name in the dict), a batch size above the number of examples, no
+    artifact, a ``saved_model_dir`` without ``saved_model.pb`` (e.g. the base directory above the version) or an
+    ``onnx_path`` that is no file; :class:`VerificationError` when an artifact fails to run without otzoo, holds
+    Python ops, or lacks a named output or its shape.
     """
     spec = serving_spec(model, task)
     named = _named_inputs(spec, inputs)
     sizes = _check_batch_sizes(batch_sizes)
     if reference not in ("graph", "eager"):
         raise ValueError(f"`reference` must be 'graph' or 'eager', got {reference!r}.")
-    _check_artifacts(saved_model_dir, onnx_path)
-    if onnx_path is not None:  # the isolated child imports it
+    if onnx_path is not None:  # the isolated child imports it: the extra first, then where the file is
         check_installed("onnxruntime", "export", "verifying an ONNX file")
+    _check_artifacts(saved_model_dir, onnx_path)
     uint8 = bool(spec.pixel_inputs) and all(named[n].dtype == np.uint8 for n in spec.pixel_inputs)
     plan = []  # (run id, batch size, chunk)
     for size in sizes:

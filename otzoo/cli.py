@@ -239,7 +239,8 @@ def evaluate(args):
         if weights is not None:
             raise CommandError("--weights: a preset directory is evaluated with its own weights; give a preset "
                                "name with --weights, or the directory alone.")
-        _check_data_dir(args.data_dir, PRESETS[_preset_of_directory(name)].data.dataset)
+        _preset_of_directory(name)
+        _check_data_dir(args.data_dir, (read_card(name) or {}).get("dataset"))  # the card's: what it is evaluated on
     else:  # a slice too small for the task's metrics: one line before the model loads
         _check_data_dir(args.data_dir, PRESETS[name].data.dataset)
         recipe_for(task).check_evaluation_limit(PRESETS[name], args.limit)

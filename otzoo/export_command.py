@@ -81,6 +81,17 @@ def _load(target):
                        "file nor a preset directory.")
 
 
+def _fits_without_task(model, task):
+    """Whether ``--task`` (given) is what the model does not fit: the model serves under the task it states."""
+    if not task:
+        return False
+    try:
+        serving_spec(model)
+    except ValueError:
+        return False
+    return True
+
+
 def _size(path):
 
     total = directory_size(path) if os.path.isdir(path) else os.path.getsize(path)
@@ -109,8 +120,7 @@ def run(args):
     try:  # a model that cannot be served (a layer with no exportable form, outputs the task does not fit)
         spec = serving_spec(model, task)
     except ValueError as error:
-        where = "--task" if args.task and "`task`" in str(error) else "NAME_OR_PATH"
-        raise CommandError(f"{where}: {error}") from None
+        raise CommandError(f"{'--task' if _fits_without_task(model, args.task) else 'NAME_OR_PATH'}: {error}") from None
     if args.version is not None and os.path.exists(os.path.join(args.out, name, str(args.version))):
         raise CommandError(f"--version: {args.version} already exists in {os.path.join(args.out, name)}; versions "
                            "are never replaced (give another, or leave --version out for the next free one).")

@@ -142,8 +142,8 @@ def test_gsp_init_warns_when_the_fit_ends_inside_the_warm_up():
         images, labels = RNG.uniform(size=(8, 6, 6, 3)), np.arange(8) % 2
         model.fit(images, labels, epochs=epochs, verbose=0, callbacks=[GSPPrototypeInit(images, warmup_epochs=2)])
 
-    with pytest.warns(UserWarning, match="2 warm-up epoch.* at most 2, so layer 'gsp' pools like global average"):
+    with pytest.warns(UserWarning, match="2 warm-up epoch.* runs 2, so layer 'gsp' pools like global average"):
         fit(epochs=2)
     with warnings.catch_warnings():
-        warnings.simplefilter("error", UserWarning)
+        warnings.filterwarnings("error", message="GSPPrototypeInit")
         fit(epochs=3)

@@ -115,6 +115,15 @@ def test_data_dir_for_a_fashion_mnist_preset_is_refused_not_ignored(tmp_path, ca
                     ["train", "resnet20_gap_fashion_mnist", "--out", str(tmp_path / "run")]):
         _fails_with(command + ["--data-dir", str(tmp_path)], "--data-dir: applies to TFDS data sets", capsys)
     assert not (tmp_path / "run").exists()
+    # a preset directory is judged by its own card's data set: a CIFAR-100 run takes --data-dir (and then fails on
+    # its missing weights, a later check)
+    run = tmp_path / "gsp_c100"
+    run.mkdir()
+    (run / "metadata.json").write_text(json.dumps({"name": "resnet20_gsp_retrieval_fashion_mnist", "task": "retrieval",
+                                                   "dataset": "cifar100"}))
+    with pytest.raises(SystemExit) as exit_info:
+        raise SystemExit(cli.main(["evaluate", str(run), "--data-dir", str(tmp_path)]))
+    assert "--data-dir" not in capsys.readouterr().err and exit_info.value.code != 0
 
 
 def test_tune_refuses_presets_whose_trials_cannot_run(capsys):

@@ -111,10 +111,11 @@ def test_make_strategy_by_name(monkeypatch):
         strategies.make_strategy("mirrored", devices="/cpu:0")
     assert strategies.make_strategy("mirrored", devices=["/cpu:0", "/CPU:1"]).num_replicas_in_sync == 2
     # a device this process lacks: TensorFlow would train on the CPU without a word
-    for name, devices, match in [("one_device", ["/gpu:7"], r"'/gpu:7' is no device of this process \(it has /cpu:0"),
+    for name, devices, match in [("one_device", ["/gpu:99"], r"'/gpu:99' is no device of this process \(it has /cpu"),
                                  ("mirrored", ["/cpu:0", "/cpu:9"], "'/cpu:9' is no device"),
                                  ("mirrored", [1, 2], "must be a non-empty list of device names"),
-                                 ("auto", ["/cpu:0"], "applies to 'one_device' and 'mirrored', not 'auto'")]:
+                                 ("auto", ["/cpu:0"], "applies to 'one_device' and 'mirrored', not 'auto'"),
+                                 (mirrored, ["/cpu:0"], "applies to a strategy made by name")]:
         with pytest.raises(ValueError, match="^`devices`.*" + match):
             strategies.make_strategy(name, devices=devices)
 

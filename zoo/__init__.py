@@ -19,8 +19,8 @@ from zoo.resnet import cifar_resnet, resnet20, resnet32, resnet56
 from zoo.resnet12 import resnet12
 from zoo.tasks import FEW_SHOT_HEADS, RETRIEVAL_POOLINGS, embedding_model, few_shot_model, proxy_training_model
 
-__all__ = ["list_models", "model_card", "preset_dir", "build", "load", "save_preset", "WeightsIntegrityError", "MissingWeightsError",
-           "WeightsDownloadError",
+__all__ = ["list_models", "model_card", "preset_dir", "build", "load", "save_preset", "WeightsIntegrityError",
+           "MissingWeightsError", "WeightsDownloadError",
            "image_classifier",
            "pixel_preprocessing",
            "CLASSIFICATION_HEADS", "hyperspherical_training_model", "hyperspherical_inference_model",

@@ -29,7 +29,8 @@ class GSPPrototypeInit(keras.callbacks.Callback):
 
     ``layer_name``: the layer's name, or ``None`` for the only ``GeneralizedSumPooling`` in the model (found through
     nested models by ``ot_layers.tensor_ops.find_layer``). The layer's input is read, so the layer must be called in
-    a Functional model. Non-finite images or features raise ``ValueError``.
+    a Functional model. Non-finite images or features raise ``ValueError``. A fit that ends inside the warm-up (as
+    many warm-up epochs left as it runs) warns when its first epoch begins: the layer would pool like GAP to the end.
     """
 
     def __init__(self, images, layer_name=None, warmup_epochs=1, num_features=1024, seed=0, batch_size=256):
@@ -56,16 +57,24 @@ class GSPPrototypeInit(keras.callbacks.Callback):
         if float(layer.prototypes_initialized.numpy()) <= 0.5 and self.num_features < layer.num_prototypes:
             raise ValueError(f"`num_features` ({self.num_features}) must be at least the layer's "
                              f"{layer.num_prototypes} prototypes.")
+        self._first_epoch = True
+
+    def _warn_if_the_fit_ends_in_the_warm_up(self, layer, epoch):
+        """At the first epoch of a fit (when its first epoch index is known, a resumed fit's included)."""
         epochs = (self.params or {}).get("epochs")
         remaining = self.warmup_epochs - float(layer.warmup_epochs_done.numpy())
-        if float(layer.prototypes_initialized.numpy()) <= 0.5 and epochs is not None and remaining >= epochs:
-            warnings.warn(f"GSPPrototypeInit: {remaining:g} warm-up epoch(s) remain and this fit runs at most "
-                          f"{epochs}, so layer {layer.name!r} pools like global average pooling throughout and its "
-                          f"prototypes are never trained (set warmup_epochs below epochs, or fit again to go on).",
-                          stacklevel=2)
+        if epochs is not None and remaining >= epochs - epoch:
+            warnings.warn(f"GSPPrototypeInit: {remaining:g} warm-up epoch(s) remain and this fit runs "
+                          f"{epochs - epoch}, so layer {layer.name!r} pools like global average pooling throughout "
+                          "and its prototypes are never trained (set warmup_epochs below epochs, or fit again to go "
+                          "on).")
 
     def on_epoch_begin(self, epoch, logs=None):
         layer = self._layer()
+        if getattr(self, "_first_epoch", False):
+            self._first_epoch = False
+            if float(layer.prototypes_initialized.numpy()) <= 0.5:
+                self._warn_if_the_fit_ends_in_the_warm_up(layer, epoch)
         if float(layer.prototypes_initialized.numpy()) > 0.5:
             return
         if float(layer.warmup_epochs_done.numpy()) >= self.warmup_epochs:

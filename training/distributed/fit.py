@@ -224,7 +224,8 @@ def _steps(dataset, steps, name):
     if cardinality < 0:
         raise ValueError(f"`{name}` is needed: the dataset's length is unknown or infinite.")
     if cardinality == 0:
-        raise ValueError("`data` is empty: the dataset holds no batch.")
+        what = "validation_data" if name == "validation_steps" else "data"
+        raise ValueError(f"`{what}` is empty: the dataset holds no batch.")
     return cardinality
 
 
@@ -260,6 +261,8 @@ def distributed_fit(model, strategy, data, epochs, callbacks=(), validation_data
     verbose = 1 if verbose == "auto" else int(verbose)
     first = _epoch_dataset(data, initial_epoch)
     steps = _steps(first, steps_per_epoch, "steps_per_epoch")
+    validation_count = None if validation_data is None else _steps(validation_data, validation_steps,
+                                                                   "validation_steps")  # before any epoch trains
     with strategy.scope():
         model._symbolic_build(data_batch=next(iter(first)))  # noqa: SLF001 - what model.fit does: create the
         # optimizer's and the metrics' variables now, under the scope, not while a step is traced
@@ -317,7 +320,7 @@ def distributed_fit(model, strategy, data, epochs, callbacks=(), validation_data
         if validation_data is not None:
             model.reset_metrics()
             val_iterator = iter(strategy.experimental_distribute_dataset(validation_data))
-            for _ in range(_steps(validation_data, validation_steps, "validation_steps")):
+            for _ in range(validation_count):
                 val_logs = test_steps(val_iterator)
             epoch_logs.update({f"val_{key}": value for key, value in python_logs(val_logs).items()})
         callback_list.on_epoch_end(epoch, epoch_logs)

@@ -20,6 +20,7 @@ Command line: ``python -m training.distributed.launch --workers 2 -- python my_s
 import argparse
 import dataclasses
 import json
+import numbers
 import os
 import shutil
 import signal
@@ -59,7 +60,8 @@ def cluster_tf_configs(num_workers, ports=None):
     ports = free_ports(num_workers) if ports is None else list(ports)
     if len(ports) != num_workers:
         raise ValueError(f"`ports` must hold {num_workers} ports, got {len(ports)}.")
-    if any(isinstance(port, bool) or not isinstance(port, int) or not 1 <= port <= 65535 for port in ports):
+    if any(isinstance(port, bool) or not isinstance(port, numbers.Integral) or not 1 <= port <= 65535
+           for port in ports):
         raise ValueError(f"`ports` must be TCP ports (integers in 1..65535), got {ports!r}.")
     workers = [f"{HOST}:{port}" for port in ports]
     return [{"cluster": {"worker": workers}, "task": {"type": "worker", "index": i}} for i in range(num_workers)]
@@ -134,7 +136,8 @@ def launch_workers(command, num_workers, log_dir, env=None, cpu_only=True, timeo
     log_dir = check_output_path("log_dir", log_dir, directory=True)
     if worker_env is not None and not callable(worker_env):
         raise ValueError(f"`worker_env` must be a function index -> dict, got {worker_env!r}.")
-    if echo is not None and (isinstance(echo, bool) or not isinstance(echo, int) or not 0 <= echo < num_workers):
+    if echo is not None and (isinstance(echo, bool) or not isinstance(echo, numbers.Integral)
+                             or not 0 <= echo < num_workers):
         raise ValueError(f"`echo` must be a worker index in 0..{num_workers - 1} or None, got {echo!r}.")
     stream = sys.stdout if stream is None else stream
     os.makedirs(log_dir, exist_ok=True)
@@ -195,7 +198,7 @@ def run_cluster(command, num_workers, log_dir, max_restarts=0, final_codes=(), *
     if isinstance(max_restarts, bool) or not isinstance(max_restarts, int) or max_restarts < 0:
         raise ValueError(f"`max_restarts` must be an integer >= 0, got {max_restarts!r}.")
     if not isinstance(final_codes, (list, tuple, set, frozenset)) \
-            or any(isinstance(code, bool) or not isinstance(code, int) for code in final_codes):
+            or any(isinstance(code, bool) or not isinstance(code, numbers.Integral) for code in final_codes):
         raise ValueError(f"`final_codes` must be a collection of exit statuses, got {final_codes!r}.")
     attempts = []
     for attempt in range(max_restarts + 1):

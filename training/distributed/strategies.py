@@ -112,8 +112,13 @@ def make_strategy(name="auto", devices=None):
       on CPUs the gradients are reduced through one device instead of collective ops).
     - ``"multi_worker"``: ``MultiWorkerMirroredStrategy`` from ``TF_CONFIG`` (:func:`multi_worker_strategy`).
     - ``"tpu"``: ``TPUStrategy`` on the TPU the cluster resolver finds (``TPU_NAME`` or a local TPU VM).
+
+    ``devices`` must be devices of this process (``tf.config.list_logical_devices``); another name raises
+    ``ValueError`` (TensorFlow would otherwise place everything on the CPU without a word).
     """
     if isinstance(name, tf.distribute.Strategy):
+        if devices is not None:
+            raise ValueError("`devices` applies to a strategy made by name; the strategy given has its own.")
         return name
     if name not in STRATEGIES:
         raise ValueError(f"`strategy` must be one of {list(STRATEGIES)} or a tf.distribute.Strategy, got {name!r}.")

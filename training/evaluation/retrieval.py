@@ -1,4 +1,5 @@
 """Evaluation: retrieval metrics on held-out classes."""
+import numbers
 import warnings
 
 import numpy as np
@@ -92,8 +93,8 @@ def retrieval_metrics(embeddings, labels, ks=(1, 2, 4, 8), metric="cosine", nmi=
     """
     embeddings = np.asarray(embeddings)
     labels = check_labels(labels, "labels").reshape(-1)
-    if isinstance(ks, (str, bytes)) or not isinstance(ks, (list, tuple)) or not ks \
-            or any(isinstance(k, (bool, np.bool_)) or not isinstance(k, (int, np.integer)) or k < 1 for k in ks):
+    if not isinstance(ks, (list, tuple)) or not ks \
+            or any(isinstance(k, bool) or not isinstance(k, numbers.Integral) or k < 1 for k in ks):
         raise ValueError(f"`ks` must be a non-empty list of integers >= 1, got {ks!r}.")
     nmi = check_flag("nmi", nmi)
     seed = check_seed("seed", seed)

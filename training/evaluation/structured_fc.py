@@ -20,6 +20,7 @@ def class_mean_nodes(support_features, support_label, ways):
 
 
 def _check_settings(steps, batch_size, learning_rate, momentum):
+    """The fine-tuning settings, checked eagerly (inside tf.function an error comes as a long "in user code" trace)."""
     check_positive_int("steps", steps)
     check_positive_int("batch_size", batch_size)
     check_positive("learning_rate", learning_rate)
