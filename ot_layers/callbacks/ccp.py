@@ -126,7 +126,8 @@ class CCPReinitialization(keras.callbacks.Callback):
                  seed=0):
         super().__init__()
         train_images = check_image_array("train_images", train_images)
-        self.train_images, self.train_labels = train_images, check_labels(train_labels, "train_labels").reshape(-1).astype(np.int64)
+        self.train_images = train_images
+        self.train_labels = check_labels(train_labels, "train_labels").reshape(-1).astype(np.int64)
         if len(self.train_labels) != len(train_images):
             raise ValueError(f"`train_labels` has {len(self.train_labels)} entries but `train_images` has "
                              f"{len(train_images)}.")
