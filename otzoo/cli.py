@@ -227,7 +227,8 @@ def evaluate(args):
     (evaluated by the recipe of the preset its card names, with its own weights checked against its card)."""
 
     name, weights = args.preset, args.weights
-    task = PRESETS[name].task if name in PRESETS else (read_card(name) or {}).get("task")
+    card = None if name in PRESETS else (read_card(name) or {})  # a preset directory's, read once
+    task = PRESETS[name].task if card is None else card.get("task")
     options = dict(data_dir=args.data_dir)
     # The options only some tasks' recipes take (each recipe module's EVALUATE_OPTIONS): refused for the others (a
     # directory whose card states no known task accepts none; _preset_of_directory names the card's problem).
@@ -235,19 +236,19 @@ def evaluate(args):
     task_options = {"episodes": args.episodes}
     _refuse_options(task_options, accepted, "EVALUATE_OPTIONS", name, task)
     options.update({key: value for key, value in task_options.items() if value is not None})
-    if name not in PRESETS:  # a preset directory: evaluated on its card's data set, class split and recipe
+    if card is not None:  # a preset directory: evaluated on its card's data set, class split and recipe
         if weights is not None:
             raise CommandError("--weights: a preset directory is evaluated with its own weights; give a preset "
                                "name with --weights, or the directory alone.")
-        _preset_of_directory(name)
-        _check_data_dir(args.data_dir, (read_card(name) or {}).get("dataset"))  # the card's: what it is evaluated on
+        _preset_of_directory(name, card)
+        _check_data_dir(args.data_dir, card.get("dataset"))  # the card's: what it is evaluated on
     else:  # a slice too small for the task's metrics: one line before the model loads
         _check_data_dir(args.data_dir, PRESETS[name].data.dataset)
         recipe_for(task).check_evaluation_limit(PRESETS[name], args.limit)
     result = evaluate_preset(name, weights=weights, limit=args.limit, **options)
-    card = result["card_metrics"] or {}
+    card_metrics = result["card_metrics"] or {}
     for key, value in result["metrics"].items():
-        stated = f" (card: {_format_metric(card[key])})" if key in card else ""
+        stated = f" (card: {_format_metric(card_metrics[key])})" if key in card_metrics else ""
         print(f"{args.preset}: {key} {_format_metric(value)}{stated} on {result['examples']:,} test images")
     return 0
 
@@ -260,10 +261,9 @@ def _check_data_dir(data_dir, dataset):
                            "(/usr/share/datasets/fashion-mnist, or the folder $OTZOO_FASHION_MNIST names).")
 
 
-def _preset_of_directory(directory):
-    """The built-in preset a preset directory's card names (``fine_tuned.base`` or ``name``), whose recipe
+def _preset_of_directory(directory, card):
+    """The built-in preset the card of a preset directory names (``fine_tuned.base`` or ``name``), whose recipe
     evaluates it; its task must be the card's."""
-    card = read_card(directory) or {}
     name = (card.get("fine_tuned") or {}).get("base") or card.get("name")
     if not isinstance(name, str) or name not in PRESETS:
         raise CommandError(f"PRESET: the card of {directory!r} names no built-in preset (name {name!r}); only copies "

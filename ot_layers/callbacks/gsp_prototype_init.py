@@ -43,6 +43,7 @@ class GSPPrototypeInit(keras.callbacks.Callback):
         self.num_features = check_positive_int("num_features", num_features)
         self.seed = check_seed("seed", seed)
         self.batch_size = check_positive_int("batch_size", batch_size)
+        self._first_epoch = False  # set when a fit begins: its first epoch checks whether it outlasts the warm-up
 
     def _layer(self):
         return find_layer(self.model, GeneralizedSumPooling, self.layer_name)
@@ -71,12 +72,11 @@ class GSPPrototypeInit(keras.callbacks.Callback):
 
     def on_epoch_begin(self, epoch, logs=None):
         layer = self._layer()
-        if getattr(self, "_first_epoch", False):
-            self._first_epoch = False
-            if float(layer.prototypes_initialized.numpy()) <= 0.5:
-                self._warn_if_the_fit_ends_in_the_warm_up(layer, epoch)
         if float(layer.prototypes_initialized.numpy()) > 0.5:
             return
+        if self._first_epoch:
+            self._warn_if_the_fit_ends_in_the_warm_up(layer, epoch)
+        self._first_epoch = False
         if float(layer.warmup_epochs_done.numpy()) >= self.warmup_epochs:
             self.initialize_prototypes(layer)
         else:

@@ -18,14 +18,24 @@ def class_balanced_indices(labels, classes_per_batch, samples_per_class, rng):
     if not isinstance(rng, np.random.Generator):
         raise ValueError(f"`rng` must be a numpy.random.Generator (numpy.random.default_rng(seed)), got "
                          f"{type(rng).__name__}.")
+    members = class_members(labels, classes_per_batch)
+    return _draw_batch(members, classes_per_batch, samples_per_class, rng)
+
+
+def class_members(labels, classes_per_batch):
+    """``{class: indices}`` of checked ``labels``, in increasing class order; a ``ValueError`` when there are fewer
+    classes than ``classes_per_batch``."""
     classes = np.unique(labels)
     if classes_per_batch > len(classes):
         raise ValueError(f"`classes_per_batch` ({classes_per_batch}) exceeds the number of classes ({len(classes)}).")
-    chosen = rng.choice(classes, size=classes_per_batch, replace=False)
-    batch = []
-    for c in chosen:
-        members = np.flatnonzero(labels == c)
-        batch.append(rng.choice(members, size=samples_per_class, replace=len(members) < samples_per_class))
+    return {c: np.flatnonzero(labels == c) for c in classes}
+
+
+def _draw_batch(members, classes_per_batch, samples_per_class, rng):
+    """One batch from ``members`` (:func:`class_members`): the draws of :func:`class_balanced_indices`."""
+    chosen = rng.choice(np.array(list(members)), size=classes_per_batch, replace=False)
+    batch = [rng.choice(members[c], size=samples_per_class, replace=len(members[c]) < samples_per_class)
+             for c in chosen]
     return np.concatenate(batch).astype(np.int64)
 
 
@@ -61,10 +71,7 @@ class ClassBalancedBatches(keras.utils.PyDataset):
         self.classes_per_batch = check_positive_int("classes_per_batch", classes_per_batch)
         self.samples_per_class = check_positive_int("samples_per_class", samples_per_class)
         self.steps_per_epoch = check_positive_int("steps_per_epoch", steps_per_epoch)
-        num_classes = len(np.unique(self.y))
-        if self.classes_per_batch > num_classes:
-            raise ValueError(f"`classes_per_batch` ({classes_per_batch}) exceeds the number of classes "
-                             f"({num_classes}).")
+        self._members = class_members(self.y, self.classes_per_batch)  # checked and grouped once, not every batch
         self.seed = check_seed("seed", seed)
         self.epoch = 0
         self._drawn_epoch, self.batches = None, None
@@ -73,7 +80,7 @@ class ClassBalancedBatches(keras.utils.PyDataset):
     def batches_of_epoch(self, epoch):
         """The ``steps_per_epoch`` index arrays of ``epoch`` (a pure function of ``(seed, epoch)``)."""
         rng = np.random.default_rng([self.seed, int(epoch)])
-        return [class_balanced_indices(self.y, self.classes_per_batch, self.samples_per_class, rng)
+        return [_draw_batch(self._members, self.classes_per_batch, self.samples_per_class, rng)
                 for _ in range(self.steps_per_epoch)]
 
     def _draw(self):

@@ -1,5 +1,7 @@
 """Fine-tuning DeepEMD's structured FC on a k-shot support set with the backbone frozen (Zhang et al. 2022, Sec.
 3.4)."""
+import inspect
+
 import numpy as np
 
 from ot_layers.optional import tensorflow_if_installed
@@ -54,12 +56,12 @@ def fine_tune_nodes(head, support_features, support_label, nodes, steps=STEPS, b
 
 def fine_tune_structured_fc(layer, support_features, support_label, **kwargs):
     """Initialize a :class:`ot_layers.StructuredFC` from the support means, fine-tune it, assign the nodes."""
-    unknown = sorted(set(kwargs) - {"steps", "batch_size", "learning_rate", "momentum", "seed"})
+    defaults = {name: parameter.default for name, parameter in inspect.signature(fine_tune_nodes).parameters.items()
+                if parameter.default is not inspect.Parameter.empty}  # fine_tune_nodes' settings, as it takes them
+    unknown = sorted(set(kwargs) - set(defaults))
     if unknown:
-        raise ValueError(f"fine_tune_structured_fc takes steps, batch_size, learning_rate, momentum and seed, got "
-                         f"{unknown}.")
-    settings = {"steps": STEPS, "batch_size": BATCH_SIZE, "learning_rate": LEARNING_RATE, "momentum": MOMENTUM,
-                **kwargs}
+        raise ValueError(f"fine_tune_structured_fc takes {', '.join(defaults)}, got {unknown}.")
+    settings = {**defaults, **kwargs}
     _check_settings(settings["steps"], settings["batch_size"], settings["learning_rate"], settings["momentum"])
     support_label = np.asarray(support_label).reshape(-1)
     layer.initialize_from_support(support_features, support_label)  # checks the labels and the features
