@@ -21,7 +21,7 @@ from ot_layers.layers.generalized_sum_pooling import GeneralizedSumPooling
 from ot_layers.layers.multi_proxy_wasserstein import MultiProxyWasserstein
 from ot_layers.optional import require
 from ot_layers.tensor_ops import find_layer
-from ot_layers.validation import check_positive_int
+from ot_layers.validation import check_output_path, check_positive_int
 
 PANEL_INCHES = 1.8
 HEADER_INCHES = 0.5
@@ -56,18 +56,10 @@ def check_label(label, name="label"):
 
 def check_output(path, dpi, class_names=None):
     """The arguments every plot shares, checked before the model runs: ``dpi`` (:func:`check_dpi`), ``path`` (a
-    file path whose folder can be made: not a directory, no file on the way) and ``class_names`` (``None`` or a
-    sequence of names, not one string)."""
+    file path whose folder can be made: not a directory, no file on the way; :func:`check_output_path`) and
+    ``class_names`` (``None`` or a sequence of names, not one string)."""
     check_dpi(dpi)
-    if not isinstance(path, (str, os.PathLike)) or not os.fspath(path):
-        raise ValueError(f"`path` must be the path of the PNG file to write, got {path!r}.")
-    if os.path.isdir(path):
-        raise ValueError(f"`path` {os.fspath(path)!r} is a directory; give the path of the PNG file to write.")
-    folder = os.path.dirname(os.path.abspath(os.fspath(path)))
-    while folder and not os.path.exists(folder):
-        folder = os.path.dirname(folder)
-    if folder and not os.path.isdir(folder):
-        raise ValueError(f"`path` {os.fspath(path)!r} lies under the file {folder!r}.")
+    check_output_path("path", path, directory=False)
     if class_names is not None and (isinstance(class_names, (str, bytes)) or not hasattr(class_names, "__len__")):
         raise ValueError(f"`class_names` must be a sequence of names, one per class, got {class_names!r}.")
 

@@ -12,6 +12,7 @@ signatures, their shapes, the sizes on disk and the parity table.
 """
 import os
 import re
+import zipfile
 
 import keras
 
@@ -60,6 +61,9 @@ def _load(target):
     if target.endswith(".keras"):
         if not os.path.isfile(target):
             raise CommandError(f"NAME_OR_PATH: no .keras file at {target!r}.")
+        if not zipfile.is_zipfile(target):  # Keras would report such a file as not found
+            raise CommandError(f"NAME_OR_PATH: {target!r} is not a .keras archive (a zip file); is it damaged or cut "
+                               "short?")
         name = os.path.splitext(os.path.basename(target))[0]
         try:
             model = keras.saving.load_model(target)

@@ -1,6 +1,7 @@
 """Evaluation functions check their inputs: each was taken without a word (NaN labels scored as a class of their
 own, a k of 0 or -1 reported, features longer than their labels sampled by index, a few-shot model of 3 ways scored
 on 5-way episodes, scores of another shape) or failed with NumPy's error naming nothing."""
+import keras
 import numpy as np
 import pytest
 
@@ -67,12 +68,17 @@ def test_few_shot_accuracy_refuses_other_ways_than_the_models_and_images_without
 def test_recipe_entry_points_name_their_arguments_before_any_work(tmp_path):
     """out_dir=None failed after the data were read and the model built; a list as preset, a string of overrides
     and None as a tuned configuration failed with Python's errors; a few-shot recipe's ways other than the model's
-    meta-trained 3-way episodes on a 5-way model; labels outside the classifier's classes scored 0 silently."""
+    meta-trained 3-way episodes on a 5-way model; callbacks=5 failed with Python's error after the model was built;
+    labels outside the classifier's classes scored 0 silently."""
     from training.recipes import classification, evaluate_preset, train_preset
     from training.recipes.common import merged_overrides, preset_spec
     from training.recipes.tuned_config import load_tuned_config
     for call, match in [
         (lambda: train_preset("resnet20_gap_fashion_mnist", None), "^`out_dir` must be a directory path"),
+        (lambda: train_preset("resnet20_gap_fashion_mnist", str(tmp_path / "a"), callbacks=5),
+         "^`callbacks` must be a list of keras.callbacks.Callback"),
+        (lambda: train_preset("resnet20_gsp_retrieval_fashion_mnist", str(tmp_path / "b"),
+                              callbacks=keras.callbacks.History()), "^`callbacks` must be a list"),
         (lambda: evaluate_preset(["resnet20_gap_fashion_mnist"]), "^`preset` must be a preset name"),
         (lambda: merged_overrides("epochs=1"), "^`recipe_overrides` must be a dict"),
         (lambda: preset_spec("resnet20_protonet_fewshot_fashion_mnist", ways=3),

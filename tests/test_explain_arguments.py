@@ -47,8 +47,8 @@ def test_mpw_plot_arguments(mpw_model, kwargs, message, tmp_path):
 
 def test_a_path_that_cannot_be_written_is_named_before_the_model_runs(mpw_model, tmp_path):
     (tmp_path / "file").write_text("x")
-    for path, message in ((str(tmp_path), "is a directory"), (str(tmp_path / "file" / "a.png"), "lies under the file"),
-                          (None, "must be the path of the PNG file")):
+    for path, message in ((str(tmp_path), "is a directory"), (str(tmp_path / "file" / "a.png"), "is below the file"),
+                          (None, "must be a file path"), ("", "is empty")):
         with pytest.raises(ValueError, match=f"^`path` .*{message}"):
             explain.plot_mpw_plans(mpw_model, _images(1)[0], path)
 

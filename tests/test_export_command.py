@@ -1,6 +1,7 @@
 """``otzoo export``: bad input as one line naming the option (exit status 2), and a verified export of a .keras
 model on real Fashion-MNIST images."""
 import os
+import zipfile
 
 import keras
 import numpy as np
@@ -29,11 +30,13 @@ def keras_files(tmp_path_factory):
     classifier = zoo.image_classifier("small_convnet", "gap_fc", 10, **SMALL)
     exact = zoo.few_shot_model("small_convnet", "emd", 2, head_kwargs={"method": "exact"}, **SMALL)
     paths = {"classifier": str(folder / "tiny_classifier.keras"), "exact": str(folder / "exact_emd.keras"),
-             "broken": str(folder / "broken.keras")}
+             "broken": str(folder / "broken.keras"), "not_keras": str(folder / "not_keras.keras")}
     classifier.save(paths["classifier"])
     exact.save(paths["exact"])
     with open(paths["broken"], "wb") as handle:
         handle.write(b"not a zip file")
+    with zipfile.ZipFile(paths["not_keras"], "w") as archive:  # a zip, but no model's config in it
+        archive.writestr("notes.txt", "hello")
     return paths, classifier
 
 
@@ -58,7 +61,8 @@ def test_bad_input_is_one_line_and_exit_2(args, message, tmp_path, capsys):
 
 def test_unloadable_and_unexportable_files_are_one_line(keras_files, tmp_path, capsys):
     paths, _ = keras_files
-    _fails_with(["export", paths["broken"], "--out", str(tmp_path)], "NAME_OR_PATH: cannot load", capsys)
+    _fails_with(["export", paths["broken"], "--out", str(tmp_path)], "is not a .keras archive (a zip file)", capsys)
+    _fails_with(["export", paths["not_keras"], "--out", str(tmp_path)], "NAME_OR_PATH: cannot load", capsys)
     _fails_with(["export", paths["exact"], "--out", str(tmp_path), "--no-verify"], 'method="sinkhorn"', capsys)
     assert os.listdir(tmp_path) == []
 

@@ -7,7 +7,7 @@ import pytest
 import zoo
 from otzoo import cli
 from training.data.errors import EmptySliceError
-from training.recipes import RECIPES, classification, few_shot, recipe_for, retrieval
+from training.recipes import RECIPES, classification, common, evaluate_preset, few_shot, recipe_for, retrieval
 from training.recipes.common import preset_spec
 from training.tuning.search import tunable_tasks, tuning_objective
 from zoo.loading import TASK_BUILDERS
@@ -101,6 +101,18 @@ def test_check_evaluation_limit_names_limit(name, limit):
     assert info.value.parameter == "limit" and info.value.value == limit
     assert str(info.value).startswith(f"`limit` {limit}: the first {limit} test images hold")
     classification.check_evaluation_limit(PRESETS[GAP], 1)  # accuracy: any non-empty slice
+
+
+@pytest.mark.fashion_mnist
+def test_evaluate_preset_names_a_limit_too_small_before_loading(monkeypatch, tmp_path):
+    """The Python call, not only ``otzoo evaluate``: it told of `labels` (few_shot_accuracy's) after loading."""
+    monkeypatch.setattr(common, "load", lambda *a, **k: pytest.fail("the model was loaded"))
+    with pytest.raises(EmptySliceError, match=r"^`limit` 20: the first 20 test images hold"):
+        evaluate_preset(EMD, limit=20, episodes=2)
+    zoo.save_preset(zoo.build(GSP, backbone="small_convnet"), str(tmp_path / "copy"),  # a preset directory
+                    {"name": GSP, "task": "retrieval", "dataset": "fashion_mnist", "input_shape": [28, 28, 1]})
+    with pytest.raises(EmptySliceError, match=r"^`limit` 3: the first 3 test images hold"):
+        evaluate_preset(str(tmp_path / "copy"), limit=3)
 
 
 @pytest.mark.fashion_mnist

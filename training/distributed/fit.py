@@ -99,7 +99,7 @@ def _check_compiled(model):
                          "before training.")
 
 
-def _check_callbacks(callbacks):
+def check_callbacks(callbacks):
     """``callbacks`` as a list of Keras callbacks (``None``: none); one callback not in a list, or anything that is
     no callback, is a ``ValueError`` naming ``callbacks``."""
     if callbacks is None:
@@ -133,7 +133,7 @@ def fit(model, data, epochs=1, strategy="auto", callbacks=None, validation_data=
         validation_steps = check_positive_int("validation_steps", validation_steps)
     if verbose != "auto" and (isinstance(verbose, bool) or verbose not in (0, 1, 2)):
         raise ValueError(f"`verbose` must be 0, 1, 2 or 'auto', got {verbose!r}.")
-    callbacks = _check_callbacks(callbacks)
+    callbacks = check_callbacks(callbacks)
     if checkpoint_dir is not None:
         checkpoint_dir = check_output_path("checkpoint_dir", checkpoint_dir, directory=True)
     if keras.backend.backend() != "tensorflow":

@@ -24,7 +24,7 @@ import os
 
 from ot_layers.validation import check_output_path
 from training.recipes import classification, few_shot, retrieval
-from training.recipes.common import read_card
+from training.recipes.common import card_spec, read_card
 from zoo.registry import PRESETS
 
 RECIPES = {"classification": classification, "retrieval": retrieval, "few_shot": few_shot}
@@ -59,5 +59,9 @@ def train_preset(name, out_dir, **options):
 
 def evaluate_preset(preset, weights=None, limit=None, **options):
     """Recompute the card metrics of ``preset`` (a name or a preset directory): ``{"metrics", "card_metrics",
-    "examples"}``."""
-    return recipe_for(task_of(preset)).evaluate(preset, weights=weights, limit=limit, **options)
+    "examples"}``. A ``limit`` whose test images cannot give the task's metrics raises
+    :class:`training.data.errors.EmptySliceError` naming it, before the model is loaded (the recipe's
+    ``check_evaluation_limit``)."""
+    recipe = recipe_for(task_of(preset))
+    recipe.check_evaluation_limit(PRESETS[preset] if preset in PRESETS else card_spec(read_card(preset)), limit)
+    return recipe.evaluate(preset, weights=weights, limit=limit, **options)

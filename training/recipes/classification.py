@@ -18,7 +18,7 @@ from ot_layers.validation import check_labels
 from training.data.datasets import Batches, image_batches
 from training.data.fashion_mnist import load_fashion_mnist
 from training.data.pipelines import array_batches, batch_labels
-from training.distributed.fit import fit
+from training.distributed.fit import check_callbacks, fit
 from training.recipes.common import (
     current_strategy,
     check_fine_tune_batch,
@@ -109,6 +109,7 @@ def train(name, out_dir, epochs=None, batch_size=None, limit=None, seed=None, ve
     (``model.fit``, or the multi-worker loop) and resumes from ``out_dir/backup``. ``callbacks``: more Keras
     callbacks for the run, after the recipe's own and the backup's.
     """
+    callbacks = check_callbacks(callbacks)  # before the data are read and the model built
     strategy, head_overrides, learning_rate, extra_callbacks = run_options(name, strategy, config, tensorboard)
     spec = preset_spec(name, dataset=dataset, image_size=image_size, **merged_overrides(
         recipe_overrides, epochs=epochs, batch_size=batch_size, seed=seed, learning_rate=learning_rate))
@@ -118,7 +119,7 @@ def train(name, out_dir, epochs=None, batch_size=None, limit=None, seed=None, ve
     fit(setup.trained, setup.train.dataset.map(setup.feed), epochs=spec.recipe.epochs,
         validation_data=setup.test.dataset.map(setup.feed), verbose=verbose,
         callbacks=setup.callbacks + standard_callbacks(out_dir, setup.train.sample) + extra_callbacks
-        + list(callbacks or []))
+        + callbacks)
     train_time = time.time() - start
     accuracy = classification_accuracy(setup.model, setup.test.dataset)
     return write_preset(setup.model, spec, out_dir, spec.recipe, {"accuracy": round(accuracy, 4)}, train_time,

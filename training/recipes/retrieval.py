@@ -24,7 +24,7 @@ from training.data.datasets import image_batches
 from training.data.errors import EmptySliceError
 from training.data.fashion_mnist import fashion_mnist_split
 from training.data.pipelines import array_batches, batch_labels
-from training.distributed.fit import fit
+from training.distributed.fit import check_callbacks, fit
 from training.evaluation.retrieval import retrieval_metrics
 from training.recipes.classification import TrainingSetup
 from training.recipes.common import (
@@ -150,6 +150,7 @@ def train(name, out_dir, epochs=None, batch_size=None, limit=None, seed=None, ve
     side and folder); ``strategy``, ``config``, ``tensorboard``: see ``training.recipes.common.run_options``;
     ``callbacks``: more Keras callbacks for the run, after the recipe's own and the backup's.
     """
+    callbacks = check_callbacks(callbacks)  # before the data are read and the model built
     strategy, pooling_overrides, learning_rate, extra_callbacks = run_options(name, strategy, config, tensorboard)
     spec = preset_spec(name, dataset=dataset, image_size=image_size, **merged_overrides(
         recipe_overrides, epochs=epochs, batch_size=batch_size, seed=seed, learning_rate=learning_rate))
@@ -158,7 +159,7 @@ def train(name, out_dir, epochs=None, batch_size=None, limit=None, seed=None, ve
     start = time.time()
     fit(setup.trained, setup.train.dataset, epochs=spec.recipe.epochs, verbose=verbose,
         callbacks=setup.callbacks + standard_callbacks(out_dir, setup.train.sample) + extra_callbacks
-        + list(callbacks or []))
+        + callbacks)
     train_time = time.time() - start
     test = _unseen_test_images(spec, None, data_dir)
     metrics = retrieval_scores(setup.model, test.dataset)
