@@ -18,7 +18,12 @@ class CommandError(Exception):
 
 
 class ArgumentParser(argparse.ArgumentParser):
-    """``argparse`` whose errors are one line and exit status 2."""
+    """``argparse`` whose errors are one line and exit status 2, and whose options are spelled out: no abbreviations
+    (``--work`` for ``--workers``), so a command relaunched with some options removed removes every spelling."""
+
+    def __init__(self, *args, **kwargs):
+        kwargs.setdefault("allow_abbrev", False)
+        super().__init__(*args, **kwargs)
 
     def error(self, message):
         self.exit(2, f"{self.prog}: error: {message}\n")

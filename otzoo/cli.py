@@ -20,6 +20,7 @@ import export
 import zoo
 from otzoo import BACKENDS, explain_command, export_command, tune_command
 from ot_layers.optional import MissingExtraError
+from ot_layers.validation import output_path_problem
 from otzoo.arguments import (
     ArgumentParser,
     CommandError,
@@ -38,12 +39,12 @@ from training.data.fashion_mnist import load_fashion_mnist
 from training.data.pipelines import array_batches
 from training.distributed.launch import SCRATCH_ENV, run_cluster
 from training.recipes import RECIPES, evaluate_preset, recipe_for, train_preset
-from training.recipes.common import preset_spec
+from training.recipes.common import card_spec, preset_spec
 from training.recipes.components import RecipeError, compiled_step
 from training.recipes.few_shot import pretrained_backbone_path
 from training.recipes.fine_tune import (BATCH_SIZE as FINE_TUNE_BATCH, FINE_TUNE_DATASET, fine_tune_preset,
                                        fine_tuned_card)
-from training.recipes.run_directory import ResumeMismatchError
+from training.recipes.run_directory import TRAINING_STATE, ResumeMismatchError, holds_anything
 from training.recipes.tuned_config import check_tuned_head, load_tuned_config
 from zoo.preset_format import (MissingWeightsError, PresetFormatError, WeightsDownloadError, WeightsIntegrityError,
                                read_card)
@@ -122,9 +123,10 @@ def train(args):
             pretrained_backbone_path(args.pretrained)
         except FileNotFoundError as error:
             raise CommandError(f"--pretrained: {error}") from None
-    if os.path.isdir(os.path.join(out, "backup")) and not args.resume:
-        raise CommandError(f"--out {out} holds an unfinished run (its backup/); pass --resume to continue it, or "
-                           "choose another --out.")
+    state = [entry for entry in TRAINING_STATE if entry != "tuner" and holds_anything(os.path.join(out, entry))]
+    if state and not args.resume:  # backup/; a few-shot run's pre-trained backbone and meta-training checkpoints
+        raise CommandError(f"--out {out} holds a run's training state ({', '.join(state)}); pass --resume to "
+                           "continue from it, or choose another --out.")
     if args.workers > 1:
         return _train_on_local_workers(args, out)
 
@@ -241,6 +243,10 @@ def evaluate(args):
             raise CommandError("--weights: a preset directory is evaluated with its own weights; give a preset "
                                "name with --weights, or the directory alone.")
         _preset_of_directory(name, card)
+        try:  # the card's data set, input shape and recipe, which the directory is evaluated by
+            card_spec(card)
+        except ValueError as error:
+            raise CommandError(f"PRESET: the card of {name!r}: {error}") from None
         _check_data_dir(args.data_dir, card.get("dataset"))  # the card's: what it is evaluated on
     else:
         _check_data_dir(args.data_dir, PRESETS[name].data.dataset)
@@ -302,6 +308,10 @@ def demo(args):
     if args.limit < FINE_TUNE_BATCH:  # one batch of training images at least (an incomplete one is dropped)
         raise CommandError(f"--limit {args.limit}: fewer than one batch of {FINE_TUNE_BATCH} training images to "
                            f"fine-tune on (an incomplete batch is dropped); give {FINE_TUNE_BATCH} or more")
+    output = "saved_model" if keras.backend.backend() == "tensorflow" else "fine_tuned"
+    problem = output_path_problem(os.path.join(args.out, output), directory=True)
+    if problem:  # before the work whose result it would hold
+        raise CommandError(f"--out: {problem}.")
     name = "resnet20_mpw_fashion_mnist"
     keras.utils.set_random_seed(args.seed)
     start = time.time()
@@ -382,7 +392,8 @@ def check_train_backend(args, active):
 def main(argv=None):
     parser = ArgumentParser(prog="otzoo", description="Optimal-transport and prototype layers for Keras: the model zoo.")
     parser.add_argument("--backend", choices=BACKENDS, default=None,
-                        help="the Keras backend (default: KERAS_BACKEND, else tensorflow); must come first when "
+                        help="the Keras backend (default: KERAS_BACKEND, else the backend of keras.json in "
+                             "$KERAS_HOME or ~/.keras, else tensorflow); must come first when "
                              f"otzoo is run as a command; on tensorflow only: {', '.join(TENSORFLOW_COMMANDS)}")
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND", parser_class=ArgumentParser)
 

@@ -58,7 +58,7 @@ def _load(target):
     spec of a directory: the one its card describes (its data set, input shape and class split)."""
     if target in PRESETS:
         return zoo.load(target), target, zoo.model_card(target)["task"], PRESETS[target]
-    if target.endswith(".keras"):
+    if target.endswith(".keras") and not os.path.isdir(target):  # a preset directory may end in .keras too
         if not os.path.isfile(target):
             raise CommandError(f"NAME_OR_PATH: no .keras file at {target!r}.")
         if not zipfile.is_zipfile(target):  # Keras would report such a file as not found
@@ -76,10 +76,12 @@ def _load(target):
             raise CommandError(f"NAME_OR_PATH: the directory {target!r} holds no preset ({CARD_FILE} missing).")
         card = read_card(target) or {}
         model = zoo.load(target)  # checks the weights against the card's sha256 before loading
-        try:
-            spec = card_spec(card)
-        except ValueError as error:
-            raise CommandError(f"NAME_OR_PATH: {target!r}: {error}") from None
+        spec = None  # a directory zoo.save_preset wrote for a model of one's own: checked like a .keras file
+        if card.get("dataset") is not None and card.get("task") in {p.task for p in PRESETS.values()}:
+            try:
+                spec = card_spec(card)
+            except ValueError as error:
+                raise CommandError(f"NAME_OR_PATH: {target!r}: {error}") from None
         return model, os.path.basename(os.path.normpath(target)), card.get("task"), spec
     raise CommandError(f"NAME_OR_PATH: {target!r} is neither a preset ({', '.join(sorted(PRESETS))}) nor a .keras "
                        "file nor a preset directory.")

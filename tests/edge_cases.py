@@ -42,6 +42,7 @@ from keras import ops
 from ot_layers import (ClassProxies, EMDHead, GeneralizedSumPooling, HypersphericalPrototypes, ManifoldProxies,
                        MultiProxyWasserstein, PatchExtractor, SinkhornMatch, StructuredFC, solvers)
 from ot_layers.layers.emd_head import EXPORT_PARITY_RTOL
+from ot_layers.layers.task_layers import L2Normalization, PrototypeLogits
 from ot_layers.layers.sinkhorn_match import pairwise_cost
 from ot_layers.solvers.emd import SINKHORN_EPSILON
 from ot_layers.tensor_ops import flatten_feature_map, normalize_rows
@@ -59,6 +60,7 @@ def _constant(seed, shape):
 TARGETS = _constant(101, (K, 2, D))      # SinkhornMatch: a target set per class
 SUPPORT = _constant(102, (K, 2, 2, D))   # EMDHead: a support feature map per class
 TARGET_VECTORS = _constant(103, (3, D))  # solvers: the columns of every transport problem, hungarian's rows
+PROTOTYPES = _constant(104, (K, D))      # PrototypeLogits: a class prototype per class
 
 
 def _like(array, x):
@@ -197,6 +199,16 @@ LAYER_CASES = [
          lambda layer, x: layer(x),
          kind="vector", batch_coupled=mode != "direct")  # the contextual / intrinsic modes cut bad samples out
     for mode in ("direct", "contextual", "intrinsic")
+] + [
+    # The zoo's task layers on per-sample vectors (SupportClassMeans and SplitEpisode regroup the batch instead).
+    Case(f"PrototypeLogits-{metric}", PrototypeLogits,
+         lambda metric=metric, **kw: PrototypeLogits(metric=metric, scale=2.0, **kw),
+         lambda layer, x: layer([x, _like(PROTOTYPES, x)]),
+         kind="vector")
+    for metric in ("euclidean", "cosine")
+] + [
+    Case("L2Normalization", L2Normalization, lambda **kw: L2Normalization(**kw), lambda layer, x: layer(x),
+         kind="vector"),
 ]
 
 SOLVER_CASES = [

@@ -78,9 +78,18 @@ def test_fine_tune_writes_a_preset_directory_that_loads_and_exports(tmp_path, ca
 
 def test_train_refuses_an_unfinished_run_without_resume(tmp_path, capsys):
     (tmp_path / "backup").mkdir()
+    (tmp_path / "backup" / "checkpoint").write_text("")
     assert cli.main(["train", "resnet20_gap_fashion_mnist", "--out", str(tmp_path)]) == 2
     err = capsys.readouterr().err.strip()
-    assert "pass --resume" in err and len(err.splitlines()) == 1
+    assert "(backup); pass --resume" in err and len(err.splitlines()) == 1
+    # A few-shot run's state besides backup/ (gone once pre-training ends): it was resumed without --resume.
+    few_shot = tmp_path / "few_shot"
+    (few_shot / "meta_checkpoints").mkdir(parents=True)
+    (few_shot / "meta_checkpoints" / "episode.json").write_text("{}")
+    (few_shot / "pretrained_backbone.weights.h5").write_text("")
+    assert cli.main(["train", "resnet20_emd_fewshot_fashion_mnist", "--out", str(few_shot)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert "(pretrained_backbone.weights.h5, meta_checkpoints); pass --resume" in err, err
 
 
 @pytest.mark.slow

@@ -10,6 +10,7 @@ import sys
 
 import pytest
 
+import zoo
 from otzoo import cli
 from training.data.datasets import data_spec
 from training.data.errors import DataUnavailableError, EmptySliceError
@@ -108,6 +109,53 @@ def test_export_names_an_output_it_cannot_write_and_a_directory_without_a_preset
     _fails_with(["export", "resnet20_gap_fashion_mnist", "--out", str(tmp_path / "q"), "--no-verify", "--task",
                  "few_shot"], "--task: ", capsys)
     assert not (tmp_path / "q").exists()
+
+
+def test_abbreviated_options_are_refused(capsys):
+    """``--work 2`` was taken for ``--workers 2``, and the relaunched workers kept it (each started more)."""
+    _fails_with(["train", "resnet20_gap_fashion_mnist", "--work", "2", "--out", "x"], "unrecognized arguments: --work",
+                capsys)
+
+
+def _preset_copy(tmp_path, name, **card_changes):
+    """A copy of the packaged preset ``name`` whose card has ``card_changes`` (``None``: the field removed)."""
+    copy = tmp_path / name
+    shutil.copytree(preset_dir("resnet20_mpw_fashion_mnist"), copy)
+    card = json.loads((copy / "metadata.json").read_text())
+    card.update(card_changes)
+    (copy / "metadata.json").write_text(json.dumps({k: v for k, v in card.items() if v is not None}))
+    return copy
+
+
+def test_evaluate_names_a_card_it_cannot_read(tmp_path, capsys):
+    """Each was a traceback (KeyError, ValueError from the data set's spec, UnicodeDecodeError)."""
+    for name, changes, message in [("no_dataset", {"dataset": None}, "the card states no `dataset`"),
+                                   ("other_dataset", {"dataset": "nosuch"}, "`dataset` must be one of"),
+                                   ("zero_shape", {"input_shape": [0, 0, 1]}, "PRESET: the card of")]:
+        _fails_with(["evaluate", str(_preset_copy(tmp_path, name, **changes))], message, capsys)
+    binary = _preset_copy(tmp_path, "binary")
+    (binary / "metadata.json").write_bytes(b"\xff\xfe{}")
+    _fails_with(["evaluate", str(binary)], "is not valid JSON", capsys)
+
+
+def test_export_takes_a_preset_directory_of_ones_own_model_and_one_named_like_a_keras_file(tmp_path, capsys):
+    """zoo.save_preset writes no data set (KeyError) and may state task generic (refused even with --no-verify); a
+    preset directory named m.keras was looked for as a .keras file."""
+    model = zoo.image_classifier("small_convnet", "gap_fc", 10, input_shape=(28, 28, 1),
+                                 backbone_kwargs={"width": 4, "feature_dim": 8})
+    zoo.save_preset(model, str(tmp_path / "own"))
+    shutil.copytree(preset_dir("resnet20_gap_fashion_mnist"), tmp_path / "m.keras")
+    for source in ("own", "m.keras"):
+        assert cli.main(["export", str(tmp_path / source), "--out", str(tmp_path / "out"), "--format", "saved_model",
+                         "--no-verify"]) == 0
+    capsys.readouterr()
+
+
+def test_demo_names_an_output_it_cannot_write_before_its_work(tmp_path, capsys, monkeypatch):
+    """--out holding a file named saved_model failed after loading, evaluating and fine-tuning."""
+    (tmp_path / "saved_model").write_text("")
+    monkeypatch.setattr(cli.zoo, "load", lambda *a, **k: pytest.fail("the demo started its work"))
+    _fails_with(["demo", "--out", str(tmp_path)], "--out: '" + str(tmp_path / "saved_model") + "' is a file", capsys)
 
 
 def test_data_dir_for_a_fashion_mnist_preset_is_refused_not_ignored(tmp_path, capsys):

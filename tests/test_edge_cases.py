@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 
 import ot_layers
+import zoo
 from ot_layers import EMDHead, ManifoldProxies, solvers
 from ot_layers.solvers.prototypes import max_pairwise_cosine
 from tests.edge_cases import (CASES, COST_EXPONENT_LAYERS, COST_EXPONENTS, EPSILON_LAYERS, EPSILON_SOLVERS,
@@ -35,6 +36,8 @@ def test_the_table_covers_every_public_layer_and_solver():
     public_solvers = {getattr(solvers, name) for name in solvers.__all__ if name not in not_in_table}
     covered = {case.target for case in CASES}
     assert layers <= covered, layers - covered
+    # the zoo's task layers with per-sample outputs (SupportClassMeans, SplitEpisode regroup the batch)
+    assert {zoo.PrototypeLogits, zoo.L2Normalization} <= covered
     assert public_solvers <= covered, public_solvers - covered
     assert {c.name for c in CASES if c.target is EMDHead} == {"EMDHead-sinkhorn", "EMDHead-exact"}
     assert {c.name for c in CASES if c.target is ManifoldProxies} == {

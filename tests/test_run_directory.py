@@ -19,6 +19,7 @@ from training.recipes.run_directory import (
     run_identity,
 )
 from training.tuning import search
+from zoo.preset_format import PresetFormatError
 
 GAP = "resnet20_gap_fashion_mnist"
 FEW_SHOT = "resnet20_emd_fewshot_fashion_mnist"
@@ -249,3 +250,16 @@ def test_a_killed_run_resumes_under_its_own_options_only(tmp_path):
     card = classification.train(GAP, str(out), epochs=2, **options)
     assert card["recipe"]["epochs"] == 2 and not (out / "backup").exists()
     assert read_training_log(str(out / "log.csv"))["epoch"].astype(int).tolist() == [0, 1]
+
+
+def test_a_few_shot_run_names_its_own_pretrained_backbone_when_it_does_not_load(tmp_path, monkeypatch):
+    """A resumed run's pre-trained backbone cut short (or overwritten) ended in h5py's traceback."""
+    setup = mock.MagicMock()
+    setup.model.get_layer.return_value.load_weights.side_effect = OSError("Unable to synchronously open file")
+    monkeypatch.setattr(few_shot, "training_setup", lambda *args, **kwargs: setup)
+    out = tmp_path / "run"
+    out.mkdir()
+    (out / few_shot.PRETRAINED_FILE).write_bytes(b"junk")
+    with pytest.raises(PresetFormatError, match=r"^`out_dir` .*its pretrained_backbone.weights.h5 does not load "
+                                                r"into the backbone: Unable to synchronously open file; delete it"):
+        few_shot.train(FEW_SHOT, str(out), epochs=1, episodes=1)

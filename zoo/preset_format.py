@@ -101,10 +101,10 @@ def read_card(directory):
 def _read_json_object(path, what):
     """The JSON object in the file ``path``; :class:`PresetFormatError` naming ``what`` and the file when it is not
     JSON or not an object."""
-    with open(path) as handle:
+    with open(path, encoding="utf-8") as handle:
         try:
             value = json.load(handle)
-        except json.JSONDecodeError as error:
+        except (json.JSONDecodeError, UnicodeDecodeError) as error:  # JSON is UTF-8 text
             raise PresetFormatError(f"{what} {path!r} is not valid JSON ({error}).") from None
     if not isinstance(value, dict):
         raise PresetFormatError(f"{what} {path!r} must hold a JSON object, got {type(value).__name__}.")

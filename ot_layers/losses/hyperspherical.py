@@ -2,7 +2,7 @@
 import keras
 from keras import ops
 
-from ot_layers.losses.common import class_labels
+from ot_layers.losses.common import class_labels, is_empty_batch, zero_loss
 
 
 @keras.saving.register_keras_serializable(package="ot_layers")
@@ -18,6 +18,8 @@ class HypersphericalPullLoss(keras.losses.Loss):
 
     def call(self, y_true, y_pred):
         logits = ops.cast(y_pred, "float32")
+        if is_empty_batch(logits) and self.reduction not in (None, "none"):
+            return zero_loss(logits)  # Keras leaves a (0,) result of per-example values unreduced
         labels = ops.reshape(class_labels(self, y_true, logits), (-1, 1))
         # the label's column by comparison, not by gather (a gather took the last column for -1)
         own = ops.equal(ops.arange(ops.shape(logits)[1], dtype="int32")[None, :], labels)  # (B, K)

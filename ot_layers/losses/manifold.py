@@ -2,7 +2,7 @@
 import keras
 from keras import ops
 
-from ot_layers.losses.common import class_labels
+from ot_layers.losses.common import class_labels, is_empty_batch, zero_loss
 from ot_layers.validation import check_non_negative
 
 
@@ -19,6 +19,8 @@ class ManifoldProxyLoss(keras.losses.Loss):
 
     def call(self, y_true, y_pred):
         s = ops.cast(y_pred, "float32")
+        if is_empty_batch(s) and self.reduction not in (None, "none"):
+            return zero_loss(s)  # Keras leaves a (0,) result of per-example values unreduced
         labels = ops.reshape(class_labels(self, y_true, s), (-1, 1))
         # the label's column by comparison, not by gather: a label outside 0..K-1 matches no column on every backend
         # (a gather took the last column for -1 and raised, gave NaN or another value for K by backend)

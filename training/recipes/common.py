@@ -31,7 +31,7 @@ from training.recipes.components import check_recipe
 from training.recipes.epoch_log import EpochLog
 from training.recipes.tuned_config import load_tuned_config
 from zoo.loading import CARD_FILE, WEIGHTS_FILE, load, model_card, sha256_of
-from zoo.preset_format import write_config
+from zoo.preset_format import read_card as read_preset_card, write_config
 from zoo.registry import PRESETS
 from zoo.spec import PresetSpec, published_recipe, recipe_from_dict
 
@@ -119,12 +119,12 @@ def preset_recipe(name, **overrides):
 
 
 def read_card(directory):
-    """The model card (``metadata.json``) of a preset directory, or a ``FileNotFoundError`` naming it."""
-    path = os.path.join(directory, CARD_FILE)
-    if not os.path.isfile(path):
+    """The model card (``metadata.json``) of a preset directory; a ``FileNotFoundError`` naming the directory when it
+    has none, :class:`zoo.preset_format.PresetFormatError` when it is not a JSON object."""
+    card = read_preset_card(directory)
+    if card is None:
         raise FileNotFoundError(f"{directory!r} is not a preset directory: it has no {CARD_FILE}.")
-    with open(path) as handle:
-        return json.load(handle)
+    return card
 
 
 def evaluation_target(preset, weights=None):
@@ -149,6 +149,8 @@ def card_spec(card):
     base = PRESETS.get(card.get("name")) or next((s for s in PRESETS.values() if s.task == task), None)
     if base is None:
         raise ValueError(f"the card's task must be one of the presets' tasks, got {task!r}.")
+    if not card.get("dataset"):
+        raise ValueError("the card states no `dataset` (the data set the model was trained on and is evaluated on).")
     shape = card.get("input_shape")
     spec = base
     if card.get("dataset") != base.data.dataset or (shape and tuple(shape) != tuple(base.data.input_shape)):

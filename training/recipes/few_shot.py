@@ -195,7 +195,12 @@ def train(name, out_dir, epochs=None, batch_size=None, limit=None, seed=None, ep
     if pretrained_file is None:  # else loaded above
         own_pretrained = os.path.join(out_dir, PRETRAINED_FILE)
         if os.path.isfile(own_pretrained):  # a resumed run: pre-training finished before
-            model.get_layer("backbone").load_weights(own_pretrained)
+            try:
+                model.get_layer("backbone").load_weights(own_pretrained)
+            except (ValueError, OSError) as error:  # cut short or overwritten (h5py's OSError)
+                raise PresetFormatError(f"`out_dir` {out_dir!r}: its {PRETRAINED_FILE} does not load into the "
+                                        f"backbone: {str(error).splitlines()[0]}; delete it to pre-train again") \
+                    from error
         else:
             pretrain_time = pretrain_backbone(setup, out_dir, verbose, extra_callbacks)
     start = time.time()

@@ -74,9 +74,9 @@ def claim_run_directory(out_dir, run, state=("backup",), restarts=()):
     nothing."""
     record = os.path.join(out_dir, RUN_FILE)
     recorded = read_mark(record)
-    own = [name for name in state if _holds_anything(os.path.join(out_dir, name))]
+    own = [name for name in state if holds_anything(os.path.join(out_dir, name))]
     others = [name for name in TRAINING_STATE if name not in state and name not in restarts
-              and _holds_anything(os.path.join(out_dir, name))]
+              and holds_anything(os.path.join(out_dir, name))]
     present = own + others
     if recorded is not None and present and recorded != run:
         raise ResumeMismatchError(out_dir, present, differences(recorded, run))
@@ -105,7 +105,8 @@ def _shown(value):
     return "absent" if value is _ABSENT else json.dumps(value)
 
 
-def _holds_anything(path):
+def holds_anything(path):
+    """Whether ``path`` is a file, or a directory with something in it."""
     if os.path.isdir(path):
         return bool(os.listdir(path))
     return os.path.exists(path)
