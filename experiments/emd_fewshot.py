@@ -15,15 +15,14 @@ The models are the zoo's: pre-training ``zoo.image_classifier(backbone, "gap_fc"
 ``zoo.few_shot_model(backbone, "emd" | "protonet")`` (heads ``EMDHead(method="sinkhorn", scale=12.5)`` and
 ``PrototypeLogits(metric="cosine", scale=12.5)`` on the class means ``SupportClassMeans``) by
 ``training.recipes.few_shot.meta_train`` (Adam 5e-4, one episode a step, not XLA-compiled), all on unnormalized images
-(``zoo_inputs.RAW_PIXELS``, as before). Two differences from the loop that produced docs/results/emd.md (so a re-run
-does not repeat its numbers digit for digit; the method is the same): meta-training episode ``i`` is
-``EpisodeSampler(...).episode(i)`` (the earlier loop drew one random stream, ``sample()``: other episodes, same
-distribution), and query and support images go through the backbone as one batch in the order [query; support]
-(before: [support; query]; BatchNorm's batch statistics cover the same images).
+(``zoo_inputs.RAW_PIXELS``). Meta-training episode ``i`` is ``EpisodeSampler(...).episode(i)``, and query and
+support images go through the backbone as one batch in the order [query; support]. ``--seed`` makes a whole
+replicate (the base-image subsample, initialization, meta-training and test episodes);
+``experiments/emd_fewshot_seeds.py`` summarizes the seeds' runs.
 
 Pre-trained and meta-trained weights are cached in --cache (re-used by the second run); meta-training is
 checkpointed there too (``{emd,proto}_meta_checkpoints``: an interrupted run resumes; delete --cache to retrain with
-other arguments). Writes experiments/results/emd_fewshot_{K}shot.json.
+other arguments; each seed has its own). Writes experiments/results/emd_fewshot_{K}shot[_seedS].json.
 Run: ``PYTHONPATH=. python experiments/emd_fewshot.py --shots 1``.
 """
 import argparse
@@ -155,11 +154,15 @@ def main():
     parser.add_argument("--train-limit", type=int, default=15000)
     parser.add_argument("--epochs", type=int, default=3)
     parser.add_argument("--meta-episodes", type=int, default=200)
-    parser.add_argument("--cache", default="/tmp/otzoo_emd_fewshot")
+    parser.add_argument("--cache", default=None,
+                        help="weights cache (default /tmp/otzoo_emd_fewshot, with _seedS for a seed S other than 0)")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--out", default=None,
-                        help="the JSON report (default experiments/results/emd_fewshot_{K}shot.json)")
+                        help="the JSON report (default experiments/results/emd_fewshot_{K}shot.json, with _seedS "
+                             "before .json for a seed S other than 0)")
     args = parser.parse_args()
+    suffix = f"_seed{args.seed}" if args.seed else ""  # one seed's weights are never another's
+    args.cache = args.cache or f"/tmp/otzoo_emd_fewshot{suffix}"
     start = time.time()
     os.makedirs(args.cache, exist_ok=True)
 
@@ -232,7 +235,7 @@ def main():
     log["results"] = results
     log["seconds"] = time.time() - start
     out = args.out or os.path.join(os.path.dirname(os.path.abspath(__file__)), "results",
-                                   f"emd_fewshot_{args.shots}shot.json")
+                                   f"emd_fewshot_{args.shots}shot{suffix}.json")
     with open(out, "w") as handle:
         json.dump(log, handle, indent=2)
     print("wrote", out, f"total {log['seconds']:.0f}s")
