@@ -46,8 +46,8 @@ from training.recipes.fine_tune import (BATCH_SIZE as FINE_TUNE_BATCH, FINE_TUNE
                                        fine_tuned_card)
 from training.recipes.run_directory import TRAINING_STATE, ResumeMismatchError, holds_anything
 from training.recipes.tuned_config import check_tuned_head, load_tuned_config
-from zoo.preset_format import (MissingWeightsError, PresetFormatError, WeightsDownloadError, WeightsIntegrityError,
-                               read_card)
+from zoo.preset_format import (CARD_FILE, MissingWeightsError, PresetFormatError, WeightsDownloadError,
+                               WeightsIntegrityError, read_card)
 from zoo.registry import PRESETS
 
 
@@ -90,8 +90,10 @@ def train(args):
     train with model.fit (--strategy auto: JAX spreads each batch over all local devices with keras.distribution;
     one_device: one device), few-shot presets pre-train with model.fit and meta-train one episode a step on one
     device, and the card records the backend.
-    A run killed before it finished resumes from --out/backup with --resume, given the options it was started
-    with (--out's run.json records them; other options stop with an error naming the fields that differ).
+    A run killed before it finished resumes from its training state in --out with --resume (backup/; a few-shot
+    run's pre-trained backbone and meta-training checkpoints too), given the options it was started with (--out's
+    run.json records them; other options stop with an error naming the fields that differ). A finished few-shot run
+    keeps that state beside its card: its --out is refused (choose another, or delete it to train again).
     """
 
     task = PRESETS[args.preset].task
@@ -124,6 +126,9 @@ def train(args):
         except FileNotFoundError as error:
             raise CommandError(f"--pretrained: {error}") from None
     state = [entry for entry in TRAINING_STATE if entry != "tuner" and holds_anything(os.path.join(out, entry))]
+    if state and os.path.isfile(os.path.join(out, CARD_FILE)):  # --resume would train nothing and rewrite the card
+        raise CommandError(f"--out {out} holds a finished run ({CARD_FILE}, and its {', '.join(state)}); choose "
+                           "another --out, or delete the directory to train again.")
     if state and not args.resume:  # backup/; a few-shot run's pre-trained backbone and meta-training checkpoints
         raise CommandError(f"--out {out} holds a run's training state ({', '.join(state)}); pass --resume to "
                            "continue from it, or choose another --out.")
@@ -423,7 +428,8 @@ def main(argv=None):
                           "on jax: auto (all local devices) or one_device; on torch: one device")
     sub.add_argument("--workers", type=positive_int, default=1,
                      help="start N local worker processes on 127.0.0.1 (multi-worker training)")
-    sub.add_argument("--resume", action="store_true", help="continue the unfinished run in --out")
+    sub.add_argument("--resume", action="store_true",
+                     help="continue the unfinished run in --out from its training state")
     sub.add_argument("--tensorboard", type=output_directory, default=None,
                      help="write TensorBoard logs into this directory")
     sub.add_argument("--config", default=None,

@@ -103,6 +103,8 @@ def test_an_empty_batch_traced_with_an_unknown_size_has_loss_zero(loss_class, sh
     assert float(traced(np.zeros(0, np.int32), np.zeros((0, *shape[1:]), np.float32))) == 0.0
     eager = loss(np.zeros(0, np.int32), np.zeros((0, *shape[1:]), np.float32))
     assert tuple(eager.shape) == () and float(eager) == 0.0
+    with pytest.raises(ValueError, match=f"^`y_true` of {loss_class.__name__} "):  # labels still checked
+        loss(LABELS[:3], np.zeros((0, *shape[1:]), np.float32))
     y_pred = np.random.default_rng(1).random(shape).astype(np.float32)
     assert float(traced(LABELS.astype(np.int32), y_pred)) == pytest.approx(float(loss(LABELS, y_pred)), rel=1e-6)
 

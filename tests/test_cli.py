@@ -90,6 +90,10 @@ def test_train_refuses_an_unfinished_run_without_resume(tmp_path, capsys):
     assert cli.main(["train", "resnet20_emd_fewshot_fashion_mnist", "--out", str(few_shot)]) == 2
     err = capsys.readouterr().err.strip()
     assert "(pretrained_backbone.weights.h5, meta_checkpoints); pass --resume" in err, err
+    # A finished few-shot run keeps that state beside its card: --resume would train nothing and rewrite the card.
+    (few_shot / "metadata.json").write_text("{}")
+    assert cli.main(["train", "resnet20_emd_fewshot_fashion_mnist", "--out", str(few_shot), "--resume"]) == 2
+    assert "holds a finished run (metadata.json, and its pretrained_backbone" in capsys.readouterr().err
 
 
 @pytest.mark.slow

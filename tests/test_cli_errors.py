@@ -131,7 +131,9 @@ def test_evaluate_names_a_card_it_cannot_read(tmp_path, capsys):
     """Each was a traceback (KeyError, ValueError from the data set's spec, UnicodeDecodeError)."""
     for name, changes, message in [("no_dataset", {"dataset": None}, "the card states no `dataset`"),
                                    ("other_dataset", {"dataset": "nosuch"}, "`dataset` must be one of"),
-                                   ("zero_shape", {"input_shape": [0, 0, 1]}, "PRESET: the card of")]:
+                                   ("zero_shape", {"input_shape": [0, 0, 1]}, "PRESET: the card of"),
+                                   ("int_shape", {"input_shape": 28}, "`input_shape` must be [height, width, "),
+                                   ("list_dataset", {"dataset": ["a"]}, "the card states no `dataset`")]:
         _fails_with(["evaluate", str(_preset_copy(tmp_path, name, **changes))], message, capsys)
     binary = _preset_copy(tmp_path, "binary")
     (binary / "metadata.json").write_bytes(b"\xff\xfe{}")

@@ -18,9 +18,9 @@ class HypersphericalPullLoss(keras.losses.Loss):
 
     def call(self, y_true, y_pred):
         logits = ops.cast(y_pred, "float32")
+        labels = ops.reshape(class_labels(self, y_true, logits), (-1, 1))
         if is_empty_batch(logits) and self.reduction not in (None, "none"):
             return zero_loss(logits)  # Keras leaves a (0,) result of per-example values unreduced
-        labels = ops.reshape(class_labels(self, y_true, logits), (-1, 1))
         # the label's column by comparison, not by gather (a gather took the last column for -1)
         own = ops.equal(ops.arange(ops.shape(logits)[1], dtype="int32")[None, :], labels)  # (B, K)
         cosine = ops.sum(ops.where(own, logits, ops.zeros_like(logits)), axis=1)

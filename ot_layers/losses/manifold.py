@@ -19,9 +19,9 @@ class ManifoldProxyLoss(keras.losses.Loss):
 
     def call(self, y_true, y_pred):
         s = ops.cast(y_pred, "float32")
+        labels = ops.reshape(class_labels(self, y_true, s), (-1, 1))
         if is_empty_batch(s) and self.reduction not in (None, "none"):
             return zero_loss(s)  # Keras leaves a (0,) result of per-example values unreduced
-        labels = ops.reshape(class_labels(self, y_true, s), (-1, 1))
         # the label's column by comparison, not by gather: a label outside 0..K-1 matches no column on every backend
         # (a gather took the last column for -1 and raised, gave NaN or another value for K by backend)
         own = ops.equal(ops.arange(ops.shape(s)[1], dtype="int32")[None, :], labels)  # (B, K)

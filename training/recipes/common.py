@@ -149,9 +149,13 @@ def card_spec(card):
     base = PRESETS.get(card.get("name")) or next((s for s in PRESETS.values() if s.task == task), None)
     if base is None:
         raise ValueError(f"the card's task must be one of the presets' tasks, got {task!r}.")
-    if not card.get("dataset"):
-        raise ValueError("the card states no `dataset` (the data set the model was trained on and is evaluated on).")
-    shape = card.get("input_shape")
+    dataset, shape = card.get("dataset"), card.get("input_shape")
+    if not dataset or not isinstance(dataset, str):
+        raise ValueError("the card states no `dataset` (the name of the data set the model was trained on and is "
+                         f"evaluated on), got {dataset!r}.")
+    if shape is not None and (not isinstance(shape, (list, tuple)) or len(shape) != 3
+                              or not all(isinstance(side, int) and not isinstance(side, bool) for side in shape)):
+        raise ValueError(f"the card's `input_shape` must be [height, width, channels], got {shape!r}.")
     spec = base
     if card.get("dataset") != base.data.dataset or (shape and tuple(shape) != tuple(base.data.input_shape)):
         spec = base.with_data(data_spec(card["dataset"], base.task, shape[0] if shape else None))
