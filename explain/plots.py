@@ -408,8 +408,9 @@ def plot_retrieval(model, query_images, gallery_images, path, query_labels=None,
                    exclude=None, class_names=None, dpi=100):
     """Each query and its ``k`` nearest gallery images by cosine of the model's embeddings
     (:func:`explain.signals.image_embeddings`), framed green when of the query's class, red otherwise (grey
-    without labels). ``Q`` rows (queries), ``1 + k`` columns. ``exclude``: per query a gallery index to skip (the
-    query itself when it is in the gallery), or -1."""
+    without labels; ``query_labels`` may hold ``None`` for a query of unknown class, whose row is grey). ``Q`` rows
+    (queries), ``1 + k`` columns. ``exclude``: per query a gallery index to skip (the query itself when it is in
+    the gallery), or -1."""
     check_output(path, dpi, class_names)
     queries = prepare_images(query_images, model_input_shape(model))
     gallery = prepare_images(gallery_images, model_input_shape(model))
@@ -418,23 +419,26 @@ def plot_retrieval(model, query_images, gallery_images, path, query_labels=None,
     indices, scores = signals.nearest_neighbours(query_embeddings, gallery_embeddings, k, exclude)
     known = query_labels is not None and gallery_labels is not None
     if known:
-        query_labels = [check_label(v, "query_labels") for v in np.asarray(query_labels).reshape(-1)]
+        query_labels = [None if v is None else check_label(v, "query_labels")
+                        for v in np.asarray(query_labels, dtype=object).reshape(-1)]
         gallery_labels = [check_label(v, "gallery_labels") for v in np.asarray(gallery_labels).reshape(-1)]
         if len(query_labels) != len(queries) or len(gallery_labels) != len(gallery):
             raise ValueError("`query_labels` / `gallery_labels` must have one label per query / gallery image.")
     figure = _figure(1 + k, len(queries))
     axes = figure.subplots(len(queries), 1 + k, squeeze=False)
-    hits = 0
+    hits = labelled = 0
     for row in range(len(queries)):
+        row_known = known and query_labels[row] is not None
+        labelled += int(row_known)
         _show_image(axes[row, 0], queries[row])
         _frame(axes[row, 0], "black", 1.0)
-        axes[row, 0].set_title(f"query: {_name(query_labels[row], class_names)}" if known else "query",
+        axes[row, 0].set_title(f"query: {_name(query_labels[row], class_names)}" if row_known else "query",
                                fontsize=FONT_SIZE)
         for col in range(k):
             index = indices[row, col]
             ax = axes[row, 1 + col]
             _show_image(ax, gallery[index])
-            if known:
+            if row_known:
                 same = gallery_labels[index] == query_labels[row]
                 hits += int(same)
                 _frame(ax, RIGHT if same else WRONG)
@@ -443,7 +447,7 @@ def plot_retrieval(model, query_images, gallery_images, path, query_labels=None,
             else:
                 _frame(ax, UNKNOWN)
                 ax.set_title(f"#{index}\ncos {scores[row, col]:.2f}", fontsize=FONT_SIZE)
-    summary = f"; {hits}/{len(queries) * k} of the query's class" if known else ""
+    summary = f"; {hits}/{labelled * k} of the query's class" if labelled else ""
     title = f"Retrieval: top {k} of {len(gallery)} gallery images by cosine of {source}{summary}"
     return _save(figure, path, dpi, title)
 

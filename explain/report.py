@@ -156,7 +156,8 @@ def explain_model(model, out, images=None, labels=None, names=None, kinds=None, 
             paths.append(plots.plot_prototypes(model, os.path.join(out, "prototypes.png"), history=history,
                                                class_names=class_names, dpi=dpi))
         elif kind == "retrieval":
-            known = None if any(v is None for v in labels) or gallery_labels is None else labels
+            # test images have their labels, image files none: their rows are grey, the others framed by class
+            known = None if gallery_labels is None or all(v is None for v in labels) else labels
             paths.append(plots.plot_retrieval(model, batch, gallery, os.path.join(out, "retrieval.png"),
                                               query_labels=known, gallery_labels=gallery_labels, k=k,
                                               exclude=gallery_exclude, class_names=class_names, dpi=dpi))

@@ -91,7 +91,7 @@ def _write_signatures(model, spec, directory):
 def to_saved_model(model, base_dir, version=None, task=None, warmup=None, name=None):
     """Export ``model`` for TF Serving into ``<base_dir>/<version>`` and return that path.
 
-    ``version``: an integer >= 1 that must not exist yet, or ``None`` for the next free one (1 in an empty
+    ``version``: an integer >= 1 that must not exist yet, or ``None`` for one above the highest there (1 in an empty
     directory). ``task``: see :mod:`export.signatures` (``None``: the task the model states, ``model.task``).
     Signatures: ``serving_default`` (float32 pixels) and, for image models, ``serving_uint8`` (uint8 pixels), both
     with the task's named inputs and outputs. ``warmup``: also write TF Serving warm-up requests

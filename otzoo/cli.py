@@ -38,10 +38,11 @@ from training.data.errors import DataUnavailableError, EmptySliceError
 from training.data.fashion_mnist import load_fashion_mnist
 from training.data.pipelines import array_batches
 from training.distributed.launch import SCRATCH_ENV, run_cluster
+from training.distributed.strategies import tf_config
 from training.recipes import RECIPES, evaluate_preset, recipe_for, train_preset
 from training.recipes.common import card_spec, preset_spec
 from training.recipes.components import RecipeError, compiled_step
-from training.recipes.few_shot import pretrained_backbone_path
+from training.recipes.few_shot import META_CHECKPOINTS, check_checkpoint_format, pretrained_backbone_path
 from training.recipes.fine_tune import (BATCH_SIZE as FINE_TUNE_BATCH, FINE_TUNE_DATASET, fine_tune_preset,
                                        fine_tuned_card)
 from training.recipes.run_directory import TRAINING_STATE, ResumeMismatchError, holds_anything
@@ -104,6 +105,7 @@ def train(args):
     except ValueError as error:
         raise CommandError(f"--dataset/--image-size/--recipe: {error}") from None
     _check_data_dir(args.data_dir, args.dataset or PRESETS[args.preset].data.dataset)
+    _check_cluster(args)
     options = dict(epochs=args.epochs, batch_size=args.batch_size, limit=args.limit, seed=args.seed, verbose=2,
                    strategy=args.strategy, tensorboard=args.tensorboard, dataset=args.dataset,
                    image_size=args.image_size, data_dir=args.data_dir, recipe_overrides=overrides)
@@ -132,6 +134,11 @@ def train(args):
     if state and not args.resume:  # backup/; a few-shot run's pre-trained backbone and meta-training checkpoints
         raise CommandError(f"--out {out} holds a run's training state ({', '.join(state)}); pass --resume to "
                            "continue from it, or choose another --out.")
+    if args.resume and task == "few_shot":  # a meta-training checkpoint of an earlier otzoo: one line, not at its end
+        try:
+            check_checkpoint_format(os.path.join(out, META_CHECKPOINTS))
+        except ValueError as error:
+            raise CommandError(f"--out: {error}") from None
     if args.workers > 1:
         return _train_on_local_workers(args, out)
 
@@ -262,6 +269,18 @@ def evaluate(args):
         stated = f" (card: {_format_metric(card_metrics[key])})" if key in card_metrics else ""
         print(f"{args.preset}: {key} {_format_metric(value)}{stated} on {result['examples']:,} test images")
     return 0
+
+
+def _check_cluster(args):
+    """``TF_CONFIG`` readable where it is set, and there when ``--strategy multi_worker`` runs without ``--workers``
+    (each worker of a cluster is started with its own)."""
+    try:
+        config = tf_config()
+    except ValueError as error:
+        raise CommandError(str(error)) from None
+    if args.strategy == "multi_worker" and args.workers == 1 and config is None:
+        raise CommandError("--strategy multi_worker: needs the TF_CONFIG environment variable describing the cluster "
+                           "(see docs/distributed.md), or --workers N to start N local workers.")
 
 
 def _check_data_dir(data_dir, dataset):

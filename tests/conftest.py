@@ -1,4 +1,7 @@
-"""Test set-up: two logical CPU devices (for MirroredStrategy) before TensorFlow starts, quiet logs."""
+"""Test set-up: two logical CPU devices (for MirroredStrategy) before TensorFlow starts, quiet logs; Fashion-MNIST
+tests skipped where the data set is not installed, and under ``OTZOO_REQUIRE_REFERENCES`` (CI) a missing data set
+or reference package an error instead."""
+import importlib.util
 import os
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
@@ -25,6 +28,11 @@ def _reset_policy_and_seed():
     keras.mixed_precision.set_dtype_policy("float32")
 
 
+# The references tests compare against, skipped where missing (pytest.importorskip) unless OTZOO_REQUIRE_REFERENCES
+# is set, as CI sets it (.ci/run).
+REFERENCE_MODULES = ("ot", "scipy", "sklearn", "onnxruntime", "tf2onnx", "torch", "jax", "pytorch_metric_learning")
+
+
 def pytest_collection_modifyitems(config, items):
     from training.data.errors import DataUnavailableError
     from training.data.fashion_mnist import fashion_mnist_dir
@@ -33,6 +41,11 @@ def pytest_collection_modifyitems(config, items):
         installed = fashion_mnist_dir() is not None
     except DataUnavailableError:  # $OTZOO_FASHION_MNIST names a folder without the files
         installed = False
+    if os.environ.get("OTZOO_REQUIRE_REFERENCES"):  # CI: the references' tests must run, not be skipped
+        missing = [name for name in REFERENCE_MODULES if importlib.util.find_spec(name) is None]
+        missing += [] if installed else ["Fashion-MNIST (apt-get install dataset-fashion-mnist)"]
+        if missing:
+            raise pytest.UsageError(f"OTZOO_REQUIRE_REFERENCES is set but these are missing: {', '.join(missing)}")
     if not installed:
         skip = pytest.mark.skip(reason="Fashion-MNIST IDX files not installed (apt-get install dataset-fashion-mnist)")
         for item in items:

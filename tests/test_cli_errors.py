@@ -117,6 +117,24 @@ def test_abbreviated_options_are_refused(capsys):
                 capsys)
 
 
+def test_a_cluster_that_cannot_start_and_an_old_meta_checkpoint_are_one_line(tmp_path, capsys, monkeypatch):
+    """Tracebacks before: --strategy multi_worker without TF_CONFIG, a malformed TF_CONFIG, and (after pre-training
+    had been resumed) a tf.train meta-training checkpoint of an earlier otzoo."""
+    out = str(tmp_path / "run")
+    monkeypatch.delenv("TF_CONFIG", raising=False)
+    _fails_with(["train", "resnet20_gap_fashion_mnist", "--strategy", "multi_worker", "--out", out],
+                "--strategy multi_worker: needs the TF_CONFIG environment variable", capsys)
+    monkeypatch.setenv("TF_CONFIG", "{not json")
+    _fails_with(["train", "resnet20_gap_fashion_mnist", "--out", out], "`TF_CONFIG` is not valid JSON", capsys)
+    monkeypatch.delenv("TF_CONFIG")
+    old = tmp_path / "few_shot" / "meta_checkpoints"
+    old.mkdir(parents=True)
+    (old / "checkpoint").write_text('model_checkpoint_path: "ckpt-1"')
+    _fails_with(["train", "resnet20_emd_fewshot_fashion_mnist", "--out", str(old.parent), "--resume"],
+                "--out: `checkpoint_dir` '" + str(old) + "' holds a tf.train checkpoint", capsys)
+    assert not os.path.exists(out)
+
+
 def _preset_copy(tmp_path, name, **card_changes):
     """A copy of the packaged preset ``name`` whose card has ``card_changes`` (``None``: the field removed)."""
     copy = tmp_path / name

@@ -140,8 +140,12 @@ def test_tf_config_parsing(monkeypatch):
 def test_launcher_gives_each_worker_its_task_and_stops_the_rest_when_one_fails(tmp_path):
     ports = free_ports(4)
     assert len(set(ports)) == 4
+    ready = tmp_path / "worker_0_printed"  # worker 1 fails only once worker 0 has printed, however slow its start
     script = ("import json, os, sys, time; task = json.loads(os.environ['TF_CONFIG'])['task']; "
               "print('task', task['index'], os.environ['CUDA_VISIBLE_DEVICES'] == ''); sys.stdout.flush(); "
+              f"ready = {str(ready)!r}; "
+              "open(ready, 'w').close() if task['index'] == 0 else None; "
+              "[time.sleep(0.05) for _ in range(1200) if not os.path.exists(ready)] if task['index'] == 1 else None; "
               "sys.exit(3) if task['index'] == 1 else time.sleep(120)")
     results = launch_workers([sys.executable, "-c", script], 2, str(tmp_path), grace=0.5, timeout=60)
     assert results[1].returncode == 3 and not results[1].stopped

@@ -89,6 +89,21 @@ def test_plot_retrieval(mpw_model, tmp_path):
     _check_png(path, 1 + 2, 1)
 
 
+def test_retrieval_frames_a_labelled_query_by_class_beside_one_of_unknown_class(mpw_model, tmp_path, monkeypatch):
+    """otzoo explain with a test image and an image file: every frame was grey, the test image's too."""
+    from explain import plots
+
+    colors = []
+    original = plots._frame
+    monkeypatch.setattr(plots, "_frame", lambda ax, color, *args: (colors.append(color), original(ax, color, *args)))
+    gallery, labels = _images(10, seed=3), np.arange(10) % 3
+    explain.plot_retrieval(mpw_model, gallery[:2], gallery, str(tmp_path / "r.png"), query_labels=[1, None],
+                           gallery_labels=labels, k=3, dpi=DPI)
+    frames = [c for c in colors if c != "black"]  # the queries' own frames are black
+    assert len(frames) == 6
+    assert set(frames[:3]) <= {plots.RIGHT, plots.WRONG} and frames[3:] == [plots.UNKNOWN] * 3
+
+
 def test_plot_training_curves(tmp_path):
     log = tmp_path / "run" / "log.csv"
     log.parent.mkdir()

@@ -216,8 +216,10 @@ def test_the_protocol_runs_without_tensorflow_and_resumes(tmp_path):
     assert sorted(beside) == sorted(reference)
     for records_of_calls in (resumed, beside):
         for key, record in records_of_calls.items():
-            for field in ("validation_score", "loss", "metrics"):
-                assert record.get(field) == reference[key].get(field), (key, field)
+            for field in ("validation_score", "loss", "metrics"):  # 4 digits: a last digit may round either way
+                expected = reference[key].get(field)
+                assert record.get(field) == (expected if expected is None else pytest.approx(expected, abs=2e-4)), \
+                    (key, field)
             if key[0] == "final":
                 _assert_same_h5(os.path.join(reference[key]["out_dir"], "model.weights.h5"),
                                 os.path.join(record["out_dir"], "model.weights.h5"))

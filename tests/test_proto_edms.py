@@ -249,7 +249,7 @@ def test_head_refuses_export_and_ensemble_exports(tmp_path):
     x, _ = _data()
     model = _build()()
     model(x)
-    with pytest.raises(Exception, match="training head"):
+    with pytest.raises(ValueError, match="training head"):
         export.to_saved_model(model, str(tmp_path / "refused"))
     learners = [_embedding(_build()()) for _ in range(3)]
     ensemble = ensemble_embedding_model(learners)

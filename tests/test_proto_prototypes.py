@@ -403,13 +403,11 @@ def test_clone_model_estimates_on_first_real_call_only():
     np.testing.assert_array_equal(other.get_layer("protos").prototypes, np.eye(K, DIM))
 
 
-def test_large_fresh_layer_builds_fast():
-    import time
-
-    start = time.perf_counter()
+def test_a_large_fresh_layer_builds_the_simplex_optimum():
+    """1000 prototypes in 1000 dimensions: the regular simplex's cosine -1/999 (its build time is a benchmark's:
+    benchmarks/prototype_estimation.py)."""
     layer = HypersphericalPrototypes(1000, 1000)
     layer.build((None, 1000))
-    assert time.perf_counter() - start < 10.0
     assert abs(max_pairwise_cosine(layer.prototypes) + 1 / 999) < 1e-4
 
 

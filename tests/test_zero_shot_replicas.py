@@ -18,6 +18,7 @@ import tensorflow as tf
 
 from ot_layers import ClassProxies
 from ot_layers.losses import ZeroShotPredictionLoss
+from tests.keras_checks import two_replica_strategy
 
 NUM_CLASSES, BATCH = 4, 16
 
@@ -57,7 +58,7 @@ def _one_step(model, images, labels):
 def test_two_replica_step_with_the_zero_shot_loss_is_the_mean_of_the_replicas_one_replica_steps():
     assert len(tf.config.list_logical_devices("CPU")) >= 2  # conftest.py splits the CPU
     images, labels = _data()
-    strategy = tf.distribute.MirroredStrategy(["/cpu:0", "/cpu:1"])
+    strategy = two_replica_strategy()  # no collective all-reduce between tests (see keras_checks)
     assert strategy.num_replicas_in_sync == 2
     with strategy.scope():
         mirrored = _build()

@@ -274,7 +274,7 @@ def meta_train(model, images, labels, episodes, optimizer, ways=5, shots=1, quer
                     metrics=["accuracy"], jit_compile=compiled_step(jit_compile))
     done = 0
     if checkpoint_dir is not None:
-        _check_checkpoint_format(checkpoint_dir)
+        check_checkpoint_format(checkpoint_dir)
         progress = load_weights_backup(trained, checkpoint_dir, name="checkpoint_dir")
         done = progress["episodes"] if progress is not None else 0
     signals = LayerSignals(list(batches[0][0]))
@@ -302,7 +302,7 @@ def meta_train(model, images, labels, episodes, optimizer, ways=5, shots=1, quer
     return history
 
 
-def _check_checkpoint_format(checkpoint_dir):
+def check_checkpoint_format(checkpoint_dir):
     """Meta-training's backups are Keras weight files; a ``tf.train`` checkpoint (what otzoo's meta-training wrote
     before it ran on every backend) cannot be resumed from: one line naming ``checkpoint_dir``."""
     if os.path.isfile(os.path.join(checkpoint_dir, "checkpoint")) and not os.path.isfile(
