@@ -29,8 +29,8 @@ def _check_version(version):
     try:
         return check_positive_int("version", version)
     except ValueError:
-        raise ValueError(f"`version` must be an integer >= 1 or None (the next free version), got {version!r}.") \
-            from None
+        raise ValueError("`version` must be an integer >= 1 or None (one above the highest version there), got "
+                         f"{version!r}.") from None
 
 
 def existing_versions(base_dir):
@@ -125,7 +125,7 @@ def to_saved_model(model, base_dir, version=None, task=None, warmup=None, name=N
         version = _check_version(version)
         if os.path.exists(os.path.join(base_dir, str(version))):
             raise ValueError(f"`version` {version} already exists in {base_dir}; versions are never replaced "
-                             "(pass another version, or None for the next free one).")
+                             "(pass another version, or None for one above the highest).")
     created_base = not os.path.isdir(base_dir)
     os.makedirs(base_dir, exist_ok=True)
     temp_dir = tempfile.mkdtemp(prefix=_TEMP_PREFIX, dir=base_dir)

@@ -128,7 +128,8 @@ def train(args):
         except FileNotFoundError as error:
             raise CommandError(f"--pretrained: {error}") from None
     state = [entry for entry in TRAINING_STATE if entry != "tuner" and holds_anything(os.path.join(out, entry))]
-    if state and os.path.isfile(os.path.join(out, CARD_FILE)):  # --resume would train nothing and rewrite the card
+    # A finished few-shot run keeps its state beside its card: --resume would train nothing and rewrite the card.
+    if task == "few_shot" and state and os.path.isfile(os.path.join(out, CARD_FILE)):
         raise CommandError(f"--out {out} holds a finished run ({CARD_FILE}, and its {', '.join(state)}); choose "
                            "another --out, or delete the directory to train again.")
     if state and not args.resume:  # backup/; a few-shot run's pre-trained backbone and meta-training checkpoints

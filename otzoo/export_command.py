@@ -43,7 +43,7 @@ def register(commands, parser_class):
     sub.add_argument("--format", choices=FORMATS, default="both", help="default: both")
     sub.add_argument("--out", required=True, type=output_directory, help="output directory")
     sub.add_argument("--version", type=positive_int, default=None,
-                     help="the SavedModel version (default: the next free one)")
+                     help="the SavedModel version (default: one above the highest there)")
     sub.add_argument("--task", choices=TASKS, default=None,
                      help="default: the preset card's task, or the one the model states (else generic)")
     sub.add_argument("--no-verify", action="store_true", help="skip the parity check")
@@ -129,7 +129,7 @@ def run(args):
         raise CommandError(f"{'--task' if _fits_without_task(model, args.task) else 'NAME_OR_PATH'}: {error}") from None
     if args.version is not None and os.path.exists(os.path.join(args.out, name, str(args.version))):
         raise CommandError(f"--version: {args.version} already exists in {os.path.join(args.out, name)}; versions "
-                           "are never replaced (give another, or leave --version out for the next free one).")
+                           "are never replaced (give another, or leave --version out for one above the highest).")
     targets = ([(os.path.join(args.out, name), True)] if args.format in ("saved_model", "both") else []) \
         + ([(os.path.join(args.out, f"{name}.onnx"), False)] if args.format in ("onnx", "both") else [])
     for path, directory in targets:  # before the model is converted: the export would have nowhere to go

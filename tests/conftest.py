@@ -30,7 +30,8 @@ def _reset_policy_and_seed():
 
 # The references tests compare against, skipped where missing (pytest.importorskip) unless OTZOO_REQUIRE_REFERENCES
 # is set, as CI sets it (.ci/run).
-REFERENCE_MODULES = ("ot", "scipy", "sklearn", "onnxruntime", "tf2onnx", "torch", "jax", "pytorch_metric_learning")
+REFERENCE_MODULES = ("ot", "scipy", "sklearn", "onnxruntime", "tf2onnx", "torch", "jax", "pytorch_metric_learning",
+                     "tensorflow_datasets", "tensorflow_serving", "google.protobuf")
 
 
 def pytest_collection_modifyitems(config, items):
@@ -41,7 +42,7 @@ def pytest_collection_modifyitems(config, items):
         installed = fashion_mnist_dir() is not None
     except DataUnavailableError:  # $OTZOO_FASHION_MNIST names a folder without the files
         installed = False
-    if os.environ.get("OTZOO_REQUIRE_REFERENCES"):  # CI: the references' tests must run, not be skipped
+    if os.environ.get("OTZOO_REQUIRE_REFERENCES", "").lower() in ("1", "true", "yes"):  # CI: they must run
         missing = [name for name in REFERENCE_MODULES if importlib.util.find_spec(name) is None]
         missing += [] if installed else ["Fashion-MNIST (apt-get install dataset-fashion-mnist)"]
         if missing:

@@ -97,6 +97,20 @@ def test_train_refuses_an_unfinished_run_without_resume(tmp_path, capsys):
     assert "holds a finished run (metadata.json, and its pretrained_backbone" in capsys.readouterr().err
 
 
+def test_a_killed_run_in_a_reused_directory_resumes_beside_the_earlier_card(tmp_path, monkeypatch):
+    """A classification run trained again into a directory with a card and killed leaves the card and backup/:
+    --resume goes on (only a few-shot run keeps its state beside its card when it finishes)."""
+    (tmp_path / "metadata.json").write_text("{}")
+    (tmp_path / "backup").mkdir()
+    (tmp_path / "backup" / "checkpoint").write_text("")
+
+    def reached(*args, **kwargs):
+        raise KeyboardInterrupt  # past the command's checks: where training would start
+
+    monkeypatch.setattr(cli, "train_preset", reached)
+    assert cli.main(["train", "resnet20_gap_fashion_mnist", "--out", str(tmp_path), "--resume"]) == 130
+
+
 @pytest.mark.slow
 @pytest.mark.fashion_mnist
 def test_train_multi_worker_on_two_local_workers(tmp_path, capsys, monkeypatch):

@@ -40,9 +40,9 @@ def test_mpw_iterations_are_logged_to_tensorboard_and_are_what_the_solver_needs(
     scalars = _tensorboard_scalars(str(tmp_path))
     assert scalars["epoch_mpw_head_sinkhorn_iterations"] == iterations
 
-    # Independent of the callback: the solver on the same cost stops after exactly that many updates. Each update
-    # follows the measurement of the error before it, so the last update comes after the error met the threshold:
-    # two fewer updates leave a problem above it.
+    # Independent of the callback: the solver on the same cost stops after exactly that many updates. An update
+    # measures the error of the potentials it starts from, so a solve stops one update after the one that met the
+    # threshold: two fewer updates leave a problem above it.
     head = find_layer(model, MultiProxyWasserstein)
     features = keras.Model(model.inputs[0], head.input)(x[:16], training=False)
     _, _, result = head.matcher.match(flatten_feature_map(tf.convert_to_tensor(features)), head.proxies)

@@ -72,7 +72,9 @@ class SinkhornResult(NamedTuple):
     f, g: ``(..., n)``, ``(..., m)`` dual potentials (``T = exp((f + g - C) / eps)``).
     value: ``(...)`` entropic OT value ``<C, T> + eps sum T (log T - 1)``.
     transport_cost: ``(...)`` ``<C, T>``, the plan-weighted cost.
-    iterations: ``(...)`` int32, the scaling updates each problem ran before it met ``threshold`` (or ``max_iter``).
+    iterations: ``(...)`` int32, the scaling updates each problem ran (at most ``max_iter``). An update measures the
+      error of the potentials it starts from (at no extra cost, from the sums it computes anyway), so a solve stops
+      one update after the one that met ``threshold``.
     error: ``(...)`` final row-marginal error ``sum_i |T 1 - a|_i / sum_i a_i`` (columns are met exactly).
     converged: ``(...)`` bool, ``error`` is finite and at most ``threshold`` (at most ``FIXED_ITERATIONS_TOLERANCE``
       when ``threshold`` is 0 or None).
