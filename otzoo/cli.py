@@ -45,7 +45,7 @@ from training.recipes.components import RecipeError, compiled_step
 from training.recipes.few_shot import META_CHECKPOINTS, check_checkpoint_format, pretrained_backbone_path
 from training.recipes.fine_tune import (BATCH_SIZE as FINE_TUNE_BATCH, FINE_TUNE_DATASET, fine_tune_preset,
                                        fine_tuned_card)
-from training.recipes.run_directory import TRAINING_STATE, ResumeMismatchError, holds_anything
+from training.recipes.run_directory import TRAINING_STATE, ResumeMismatchError, held_state
 from training.recipes.tuned_config import check_tuned_head, load_tuned_config
 from zoo.preset_format import (CARD_FILE, MissingWeightsError, PresetFormatError, WeightsDownloadError,
                                WeightsIntegrityError, read_card)
@@ -127,7 +127,7 @@ def train(args):
             pretrained_backbone_path(args.pretrained)
         except FileNotFoundError as error:
             raise CommandError(f"--pretrained: {error}") from None
-    state = [entry for entry in TRAINING_STATE if entry != "tuner" and holds_anything(os.path.join(out, entry))]
+    state = held_state(out, [entry for entry in TRAINING_STATE if entry != "tuner"])
     # A finished few-shot run keeps its state beside its card: --resume would train nothing and rewrite the card.
     if task == "few_shot" and state and os.path.isfile(os.path.join(out, CARD_FILE)):
         raise CommandError(f"--out {out} holds a finished run ({CARD_FILE}, and its {', '.join(state)}); choose "

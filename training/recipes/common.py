@@ -157,8 +157,8 @@ def card_spec(card):
                               or not all(isinstance(side, int) and not isinstance(side, bool) for side in shape)):
         raise ValueError(f"the card's `input_shape` must be [height, width, channels], got {shape!r}.")
     spec = base
-    if card.get("dataset") != base.data.dataset or (shape and tuple(shape) != tuple(base.data.input_shape)):
-        spec = base.with_data(data_spec(card["dataset"], base.task, shape[0] if shape else None))
+    if dataset != base.data.dataset or (shape and tuple(shape) != tuple(base.data.input_shape)):
+        spec = base.with_data(data_spec(dataset, base.task, shape[0] if shape else None))
     return dataclasses.replace(spec, recipe=recipe_from_dict(base.task, card.get("recipe") or {}))
 
 

@@ -74,9 +74,8 @@ def claim_run_directory(out_dir, run, state=("backup",), restarts=()):
     nothing."""
     record = os.path.join(out_dir, RUN_FILE)
     recorded = read_mark(record)
-    own = [name for name in state if holds_anything(os.path.join(out_dir, name))]
-    others = [name for name in TRAINING_STATE if name not in state and name not in restarts
-              and holds_anything(os.path.join(out_dir, name))]
+    own = held_state(out_dir, state)
+    others = held_state(out_dir, [name for name in TRAINING_STATE if name not in state and name not in restarts])
     present = own + others
     if recorded is not None and present and recorded != run:
         raise ResumeMismatchError(out_dir, present, differences(recorded, run))
@@ -105,8 +104,12 @@ def _shown(value):
     return "absent" if value is _ABSENT else json.dumps(value)
 
 
-def holds_anything(path):
-    """Whether ``path`` is a file, or a directory with something in it."""
+def held_state(out_dir, names=TRAINING_STATE):
+    """The entries of ``names`` that hold anything in ``out_dir`` (a file, or a directory with something in it)."""
+    return [name for name in names if _holds_anything(os.path.join(out_dir, name))]
+
+
+def _holds_anything(path):
     if os.path.isdir(path):
         return bool(os.listdir(path))
     return os.path.exists(path)
