@@ -99,9 +99,14 @@ def test_fit_names_arguments_that_failed_late_or_inside_keras(tmp_path):
 
 def test_make_strategy_by_name(monkeypatch):
     monkeypatch.delenv("TF_CONFIG", raising=False)
-    assert strategies.make_strategy("auto") is tf.distribute.get_strategy()  # no GPU here: the default strategy
+    gpus = tf.config.list_logical_devices("GPU")
+    auto = strategies.make_strategy("auto")
+    if len(gpus) > 1:  # several GPUs: mirrored over them all
+        assert isinstance(auto, tf.distribute.MirroredStrategy) and auto.num_replicas_in_sync == len(gpus)
+    else:  # one GPU or none: the default strategy
+        assert auto is tf.distribute.get_strategy()
     mirrored = strategies.make_strategy("mirrored")
-    assert mirrored.num_replicas_in_sync == 2  # the two logical CPUs of conftest.py
+    assert mirrored.num_replicas_in_sync == (len(gpus) or 2)  # the GPUs, else the two logical CPUs of conftest.py
     assert strategies.strategy_name(mirrored) == "mirrored"
     assert strategies.make_strategy("one_device").num_replicas_in_sync == 1
     assert strategies.make_strategy(mirrored) is mirrored

@@ -194,9 +194,22 @@ def test_fit_with_hard_proxy_callback(mode):
     model = _build(mode)()
     model.compile(optimizer=keras.optimizers.Adam(1e-2), loss=ManifoldProxyLoss())
     callback = HardProxyUpdate(_embedding(model), x, y, max_iter=20, learning_rate=0.1, samples_per_meta_class=8)
+    # each meta-class's anchor and members are training images of that meta-class, the anchor not among them
+    for k, (anchor, members) in enumerate(zip(callback.anchors, callback.members)):
+        assert y[anchor] == k and np.all(y[members] == k) and anchor not in members and 1 <= len(members) <= 8
+
+    def expected_proxies():
+        """Eq. 7's hard proxies from the embeddings of this moment, computed here: normalized anchor and member
+        embeddings, then ``harden_proxy`` (checked above against finite differences) per meta-class."""
+        embed = _embedding(model)
+        z = [embed.predict(x[[anchor, *members]], verbose=0).astype(np.float64)
+             for anchor, members in zip(callback.anchors, callback.members)]
+        z = [rows / np.linalg.norm(rows, axis=1, keepdims=True) for rows in z]
+        return np.stack([harden_proxy(rows[0], rows[1:], max_iter=20, learning_rate=0.1) for rows in z])
+
     seen = []  # at each epoch start, right after the update: the layer's proxies and the proxies of that moment
     record = keras.callbacks.LambdaCallback(on_epoch_begin=lambda epoch, logs: seen.append(
-        (np.asarray(model.get_layer("head").proxies), callback.compute_proxies())))
+        (np.asarray(model.get_layer("head").proxies), expected_proxies())))
     history = model.fit(x, y, epochs=3, batch_size=16, verbose=0, callbacks=[callback, record])
     assert np.all(np.isfinite(history.history["loss"]))
     assert history.history["loss"][-1] < history.history["loss"][0]

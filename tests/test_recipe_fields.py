@@ -176,11 +176,13 @@ def test_few_shot_fields_change_the_setup():
 
 # ---- the TFDS data sets by name, on mock data ----
 
-tfds = pytest.importorskip("tensorflow_datasets")
+def mock_data(num_examples):
+    """``tfds.testing.mock_data`` (offline TFDS data sets); the test is skipped without tensorflow_datasets."""
+    return pytest.importorskip("tensorflow_datasets").testing.mock_data(num_examples=num_examples)
 
 
 def test_dataset_field_changes_the_loader_and_the_architecture():
-    with tfds.testing.mock_data(num_examples=64):
+    with mock_data(64):
         setup = classification.training_setup(preset_spec(GAP, dataset="cifar10", batch_size=32), limit=64)
     assert setup.model.input_shape == (None, 32, 32, 3) and setup.model.output_shape == (None, 10)
     assert setup.train.dataset.element_spec[0].shape.as_list() == [32, 32, 32, 3] and setup.train.examples == 64
@@ -193,7 +195,7 @@ def test_dataset_field_changes_the_loader_and_the_architecture():
 
 def _end_to_end(tmp_path, capsys, preset, dataset, *options, shape):
     out = str(tmp_path / "run")
-    with tfds.testing.mock_data(num_examples=300):
+    with mock_data(300):
         status = cli.main(["train", preset, "--dataset", dataset, "--epochs", "1", "--out", out, "--image-size",
                            "32", *options])
         assert status == 0, capsys.readouterr().err
@@ -254,7 +256,7 @@ def test_few_shot_on_cifar100_end_to_end(tmp_path, capsys):
 
 
 def test_an_empty_slice_is_one_line_exit_2(tmp_path, capsys):
-    with tfds.testing.mock_data(num_examples=64):
+    with mock_data(64):
         status = cli.main(["train", "resnet20_gap_retrieval_fashion_mnist", "--dataset", "cifar100", "--limit", "8",
                            "--out", str(tmp_path / "run")])
     err = capsys.readouterr().err.strip()
