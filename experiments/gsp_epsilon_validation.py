@@ -6,7 +6,7 @@ splits the *seen* classes the same way: it trains on the training images of clas
 (MAP@R, P@1) among held-out training images of classes 3-4 (the first ``--val-per-class`` of each). The test split
 is never read.
 
-Every run uses the retrieval presets' own recipe (``training.retrieval_recipe.fit_embedding``: ResNet-20,
+Every run uses the retrieval presets' own recipe (``training.recipes.retrieval.fit_embedding``: ResNet-20,
 ProxyNCA++ at temperature 0.1, SGD 0.1 with a cosine decay, L2 5e-4, pad-crop-flip, 4 epochs, batch 128, seed),
 so the only difference between runs is the pooling: the GAP preset's architecture, and the GSP preset's with each
 ``epsilon`` of ``--epsilons``. The thesis' values: ``gamma = 0.5`` (epsilon 2.0) with proxy losses, ``gamma = 5``
@@ -77,7 +77,7 @@ def main():
         results.update(
             protocol=dict(fit="training images of classes 0-2", validation=f"first {args.val_per_class} training "
                           "images of classes 3 and 4, cosine retrieval, each a query against all others",
-                          recipe="the retrieval presets' (training.retrieval_recipe.fit_embedding)",
+                          recipe="the retrieval presets' (training.recipes.retrieval.fit_embedding)",
                           command="python experiments/gsp_epsilon_validation.py"),
             selected_epsilon=None if best is None else best["epsilon"])
         os.makedirs(os.path.dirname(args.output), exist_ok=True)

@@ -1,13 +1,22 @@
 #!/usr/bin/env bash
 # Idempotent set-up: a virtual environment in .venv with otzoo (editable, all extras, test tools) installed,
-# and Fashion-MNIST from Debian's package where apt-get exists and the files are missing.
+# and, where apt-get exists, Debian's packages it lacks: Fashion-MNIST (dataset-fashion-mnist) and venv's pip
+# bootstrap (python3.X-venv).
 set -euo pipefail
 cd "$(dirname "$0")/.."
+python3 -c 'import sys; sys.exit(sys.version_info < (3, 10))' || {
+  echo "otzoo needs Python 3.10 or newer; python3 is $(python3 --version 2>&1)" >&2; exit 2; }
+SUDO=""; [ "$(id -u)" -ne 0 ] && command -v sudo >/dev/null 2>&1 && SUDO="sudo"
+packages=()
 FMNIST=/usr/share/datasets/fashion-mnist
-if [ ! -f "$FMNIST/train-images-idx3-ubyte.gz" ] && command -v apt-get >/dev/null 2>&1; then
-  SUDO=""; [ "$(id -u)" -ne 0 ] && command -v sudo >/dev/null 2>&1 && SUDO="sudo"
-  $SUDO apt-get update -qq && $SUDO apt-get install -y -qq dataset-fashion-mnist >/dev/null || \
-    echo "warning: could not install dataset-fashion-mnist; Fashion-MNIST runs will be skipped" >&2
+[ -f "$FMNIST/train-images-idx3-ubyte.gz" ] || packages+=(dataset-fashion-mnist)
+# Debian and Ubuntu ship venv's pip bootstrap apart (python3-venv, or python3.X-venv)
+[ -x .venv/bin/python ] || python3 -c 'import ensurepip, venv' 2>/dev/null \
+  || packages+=("python$(python3 -c 'import sys; print(f"{sys.version_info[0]}.{sys.version_info[1]}")')-venv")
+if [ ${#packages[@]} -gt 0 ] && command -v apt-get >/dev/null 2>&1; then
+  $SUDO apt-get update -qq && $SUDO apt-get install -y -qq "${packages[@]}" >/dev/null || \
+    echo "warning: could not install ${packages[*]}; without dataset-fashion-mnist the Fashion-MNIST runs are" \
+         "skipped" >&2
 fi
 [ -x .venv/bin/python ] || python3 -m venv .venv
 .venv/bin/python -m pip install -q --upgrade pip

@@ -75,9 +75,9 @@ def image_classifier(backbone, head="gap_fc", num_classes=10, pixel_mean=0.5, pi
     ``include_top=False`` (see :func:`zoo.backbone`); the model's input shape is ``input_shape`` or the backbone's.
     ``head``: one of ``CLASSIFICATION_HEADS``; ``head_kwargs`` go to the head layer: ``Dense`` for ``"gap_fc"``,
     ``MultiProxyWasserstein`` for ``"mpw"``, ``HypersphericalPrototypes`` for ``"hyperspherical"`` (whose ``dim``,
-    default ``max(2, num_classes - 1)`` -- the simplex ETF's dimension, Saadabadi et al. 2024 Sec. 3.1 -- is also
-    the width of the ``embedding`` Dense layer). ``pixel_mean``/``pixel_std``: the data's pixel statistics in [0, 1]
-    units.
+    default ``max(2, num_classes - 1)``, the simplex ETF's dimension (an ETF of K points needs ``dim >= K - 1``), is
+    also the width of the ``embedding`` Dense layer). ``pixel_mean``/``pixel_std``: the data's pixel statistics in
+    [0, 1] units.
 
     For ``"hyperspherical"`` the returned model is the inference model; train
     ``hyperspherical_training_model(model)`` with ``losses.HypersphericalPullLoss`` on ``fit([x, y], y)``.
@@ -109,7 +109,7 @@ def hyperspherical_training_model(model, name=None):
     same logits, the same layers and weights as ``model``.
 
     The labels reach ``HypersphericalPrototypes`` in training calls, which keeps the class representatives that
-    ``callbacks.PrototypeReassignment`` reads (Saadabadi et al. 2024, Sec. 3.2); the logits do not depend on them.
+    ``callbacks.PrototypeReassignment`` reads (Saadabadi et al. 2024, Sec. 3.2.3); the logits do not depend on them.
     Usage::
 
         model = zoo.image_classifier("small_convnet", "hyperspherical", 10, head_kwargs={"dim": 8})

@@ -2,7 +2,8 @@
 
 Four residual blocks; each is three 3x3 conv-BN-LeakyReLU(0.1) layers (the last without its activation before the
 sum), a 1x1 conv-BN shortcut, LeakyReLU after the sum, then 2x2 max pooling. The standard widths are
-(64, 160, 320, 640): 84x84 input -> 5x5x640 feature map. ``pool`` chooses the blocks that downsample, so small
+(64, 160, 320, 640): 84x84 input -> 5x5x640 feature map (Zhang et al. 2022, Sec. 5.1, state 5x5x512 for their
+ResNet-12; 640 channels are the common ResNet-12's). ``pool`` chooses the blocks that downsample, so small
 inputs keep a usable map (28x28 with ``pool=(True, True, False, False)`` -> 7x7).
 """
 import keras

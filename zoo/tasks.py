@@ -32,7 +32,10 @@ def embedding_model(backbone, pooling="gap", embedding_dim=128, pixel_mean=0.5, 
     ``pooling``: ``"gap"`` (global average pooling) or ``"gsp"`` (``ot_layers.GeneralizedSumPooling``, Gurbuz 2022
     Eq. 5.2.1, with ``pooling_kwargs``: ``num_prototypes`` 64, ``transport_ratio`` 0.3, ``epsilon`` 0.2 for pair
     losses -- use 2.0 with proxy losses --, ...). ``callbacks.GSPPrototypeInit(layer_name="gsp")`` drives its
-    warm-up. ``embedding_dim``: the Dense width, or ``None`` for the pooled features themselves.
+    warm-up. ``embedding_dim``: the Dense width, or ``None`` for the pooled features themselves. The Dense layer
+    follows the pooling, so GSP transports the backbone's own channels; Gurbuz 2022 (Sec. 5.2.4) maps them to 128
+    by a 1x1 convolution before pooling (the same for GAP, not for GSP, whose costs then live in the 128-d space):
+    for that, end ``backbone`` with the 1x1 convolution and pass ``embedding_dim=None``.
     ``backbone``, ``input_shape``, ``backbone_kwargs``, ``pixel_mean``, ``pixel_std``: as in
     :func:`zoo.image_classifier`. Output: unit vectors ``(B, embedding_dim)`` (cosine retrieval).
     """
@@ -86,8 +89,8 @@ def few_shot_model(backbone, head="emd", ways=5, pixel_mean=0.5, pixel_std=0.25,
     (``class_means``, :class:`SupportClassMeans`):
 
     - ``head="emd"``: the mean support *feature map* is the class's node set (for K = 1 the support map itself,
-      DeepEMD's 1-shot setting, Zhang et al. 2022 Sec. 3.3; for K > 1 the class-mean map, the structured FC's
-      initialization of Sec. 3.4 without its fine-tuning); ``ot_layers.EMDHead`` (layer ``emd_head``,
+      DeepEMD's 1-shot setting, Zhang et al. 2022 Sec. 4.2; for K > 1 the class-mean map, the structured FC's
+      initialization of Sec. 4.5 without its fine-tuning); ``ot_layers.EMDHead`` (layer ``emd_head``,
       ``method="sinkhorn"`` -- exportable, XLA-compilable -- and ``scale=12.5`` unless ``head_kwargs`` say
       otherwise) gives the logits.
     - ``head="protonet"``: global average pooling (``gap``), the class means of the pooled support features as

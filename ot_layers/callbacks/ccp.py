@@ -100,7 +100,9 @@ class CCPReinitialization(keras.callbacks.Callback):
     proximal penalty ``(lambda/2) ||theta - theta*||^2`` of eq. 3.2.11 (``lambda = proximal``, 2e-4 in the thesis)
     is part of the training loss, in-graph: it is installed as a weight regularizer (``ProximalPenalty``) on every
     trainable weight except the proxies, so its gradient ``lambda (theta - theta*)`` goes through the optimizer with
-    the loss gradient (it respects the learning rate and the optimizer, as ``g_theta`` in Algorithm 1). It is off
+    the loss gradient (it respects the learning rate and the optimizer, as ``g_theta`` in Algorithm 1; Algorithm 1
+    prints ``lambda (theta* - theta)``, the opposite sign, but the gradient of eq. 3.2.11 is ``lambda (theta -
+    theta*)``, the sign that pulls ``theta`` towards ``theta*`` under descent). It is off
     before the first re-initialization; ``proximal=0`` turns it off. With ``restore_best_weights`` the best weights
     over all problems are restored at the end of training.
 

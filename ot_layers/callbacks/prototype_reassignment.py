@@ -13,7 +13,7 @@ __all__ = ["PrototypeReassignment", "find_layer"]  # find_layer: kept importable
 class PrototypeReassignment(keras.callbacks.Callback):
     """Every ``frequency`` epochs, set the layer's ``assignment`` to the bijection ``sigma`` maximizing
     ``sum_k cos(c_k, p_{sigma(k)})`` over the class representatives ``c_k`` and prototypes ``p_j`` (Saadabadi et al.
-    2024, Sec. 3.2; Hungarian algorithm via ``scipy.optimize.linear_sum_assignment``).
+    2024, Sec. 3.2.3, Eq. 9; Hungarian algorithm via ``scipy.optimize.linear_sum_assignment``).
 
     ``layer_name``: the ``HypersphericalPrototypes`` layer to drive, or ``None`` for the only one in the model
     (``ot_layers.tensor_ops.find_layer``). The decision lives in the layer's variables (``assignment``, computed

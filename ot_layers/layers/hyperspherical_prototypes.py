@@ -24,24 +24,24 @@ except ImportError:  # pragma: no cover - other Keras versions
 
 @keras.saving.register_keras_serializable(package="ot_layers")
 class HypersphericalPrototypes(ExportableLayer):
-    """Logits ``s_k = cos(z, p_{sigma(k)})`` for a feature ``z`` ``(B, dim)`` (Saadabadi et al. 2024, Sec. 3.3,
-    inference rule).
+    """Logits ``s_k = cos(z, p_{sigma(k)})`` for a feature ``z`` ``(B, dim)`` (Saadabadi et al. 2024, Sec. 3.2.2:
+    the cosine of Eq. 6).
 
     State (all Keras variables, so ``.keras`` files, checkpoints and exported graphs carry it):
 
     - ``prototypes`` ``(K, dim)`` float32, non-trainable: fixed unit vectors, set once when the layer is built in a
       fresh model: the given ``prototypes``, else ``solvers.estimate_prototypes(K, dim, seed=seed)`` (the simplex
-      ETF in closed form when ``dim >= K - 1``, else the annealed max-cosine optimizer, Saadabadi et al. 2024 Sec.
-      3.1). A layer made from a config (``keras.models.load_model``, ``from_config``) does not estimate: its weight is a
-      zero placeholder that the loaded weights fill. Only if it is then called for real with the placeholder still
-      all zero (``clone_model`` without copying weights) are the prototypes estimated, once. Nothing is written to
-      disk.
+      ETF in closed form when ``dim >= K - 1``, else an annealed max-cosine optimizer that replaces the uniformity
+      loss of Saadabadi et al. 2024, Sec. 3.2.1). A layer made from a config (``keras.models.load_model``,
+      ``from_config``) does not estimate: its weight is a zero placeholder that the loaded weights fill. Only if it
+      is then called for real with the placeholder still all zero (``clone_model`` without copying weights) are the
+      prototypes estimated, once. Nothing is written to disk.
     - ``assignment`` ``(K,)`` int32: the bijection ``sigma`` class -> prototype row (identity at first), changed by
       ``callbacks.PrototypeReassignment`` between epochs;
     - ``representatives`` ``(K, dim)`` float32: class representatives ``c_k``, the L2-normalized exponential moving
-      average of the normalized features of class ``k`` (Saadabadi et al. 2024, Sec. 3.2): in a training call with
-      ``labels``, ``c_k <- normalize(momentum * c_k + (1 - momentum) * mean_{i: y_i = k} z_i/||z_i||)`` for every
-      class in the batch. Samples with a non-finite feature, or with a label outside ``0..K-1`` (-1 for an
+      average of the normalized features of class ``k`` (Saadabadi et al. 2024, Sec. 3.2.3, Eq. 8): in a training
+      call with ``labels``, ``c_k <- normalize(momentum * c_k + (1 - momentum) * mean_{i: y_i = k} z_i/||z_i||)``
+      for every class in the batch. Samples with a non-finite feature, or with a label outside ``0..K-1`` (-1 for an
       unlabelled sample, say), are left out, alike on every backend. Under a distribution strategy the
       replicas' updates are averaged.
 

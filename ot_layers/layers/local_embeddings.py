@@ -1,5 +1,5 @@
 """PatchExtractor: the image patches behind DeepEMD's Grid and Sampling local embeddings (Zhang et al. 2022, Sec.
-3.5)."""
+4.2)."""
 import keras
 from keras import ops
 

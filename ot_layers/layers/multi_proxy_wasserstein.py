@@ -14,11 +14,13 @@ class MultiProxyWasserstein(ExportableLayer):
 
     For feature-map elements ``X_j`` (``j <= n``, no pooling) and class ``i``'s proxies ``P_im``:
     cost ``M_i[j, m] = (1 - cos(X_j, P_im))^p``, plan ``T_i = Sinkhorn(M_i, 1/n, 1/M, epsilon)`` and logit
-    ``s_i = sum_jm T_i[j, m] X_j^T P_im`` (raw inner products; Liu et al. 2021, Sec. 3, Eq. 5-7). Gradients flow through
+    ``s_i = sum_jm T_i[j, m] X_j^T P_im`` (raw inner products; Liu et al. 2021, Eq. 7-9). Gradients flow through
     the plan (implicitly by default) and through the inner products.
 
     Input ``(B, H, W, d)`` (``H``, ``W`` may be unknown) or ``(B, n, d)``; output logits ``(B, num_classes)``.
-    Defaults are the paper's: ``M = 4``, ``epsilon = 0.1``, threshold ``0.1``, ``max_iter = 100``, ``p = 1``.
+    Defaults are the paper's: ``M = 4``, ``epsilon = 0.1``, threshold ``0.1``, ``max_iter = 100``, ``p = 1``. The
+    paper's 0.1 bounds the mean change of its scaling vector between iterations (Liu et al. 2021, Algorithm 1); here
+    it bounds each problem's relative L1 row-marginal error, the stopping rule of ``ot_layers.solvers.sinkhorn``.
     The transport runs in float32 under ``float32`` and ``mixed_float16`` (float64 under a ``float64`` policy).
 
     Args:

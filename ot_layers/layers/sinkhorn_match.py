@@ -17,7 +17,7 @@ PAIRINGS = ("class", "sample")
 
 
 def safe_power(base, p):
-    """``base ** p`` for ``base >= 0`` with a finite gradient everywhere (the cost exponent of Liu et al. 2021, Eq. 5).
+    """``base ** p`` for ``base >= 0`` with a finite gradient everywhere (the cost exponent of Liu et al. 2021, Eq. 8).
 
     ``d base^p / d base = p base^(p-1)`` is infinite at ``base = 0`` for ``p < 1``. There the function is at its
     minimum (``base`` is a cost, ``>= 0``), so 0 is a subgradient and is what this returns; for ``0 < base`` the
@@ -47,7 +47,7 @@ def pairwise_cost(features, targets, cost="cosine", p=1.0, pairing="class"):
 
     features ``(B, n, d)``; targets ``(K, M, d)`` for ``pairing="class"`` (every sample against every class set,
     result ``(B, K, n, M)``) or ``(B, M, d)`` for ``pairing="sample"`` (result ``(B, n, M)``).
-    Cosine cost ``(1 - cos)^p`` (Liu et al. 2021 Eq. 5) or squared Euclidean ``||x - y||^(2p)``; the power has a
+    Cosine cost ``(1 - cos)^p`` (Liu et al. 2021, Eq. 7-8) or squared Euclidean ``||x - y||^(2p)``; the power has a
     finite gradient at a zero cost (:func:`safe_power`). A zero vector has cosine 0 with everything (cost ``1``).
     """
     equation = "bnd,kmd->bknm" if pairing == "class" else "bnd,bmd->bnm"

@@ -1,4 +1,4 @@
-"""StructuredFC: DeepEMD's structured fully connected layer for k-shot classification (Zhang et al. 2022, Sec. 3.4)."""
+"""StructuredFC: DeepEMD's structured fully connected layer for k-shot classification (Zhang et al. 2022, Sec. 4.5)."""
 import keras
 import numpy as np
 
@@ -9,7 +9,7 @@ from ot_layers.validation import check_labels, check_positive_int, check_rank
 
 @keras.saving.register_keras_serializable(package="ot_layers")
 class StructuredFC(ExportableLayer):
-    """A learnable node set per class, compared to the query's local features by EMD (Zhang et al. 2022, Sec. 3.4).
+    """A learnable node set per class, compared to the query's local features by EMD (Zhang et al. 2022, Sec. 4.5).
 
     Class ``k`` owns nodes ``Phi_k`` of shape ``(num_nodes, d)`` (the shape of one flattened feature map); the logit
     of a query node set ``U`` is ``EMDHead(U, Phi_k)``. For k-shot episodes the nodes start from the mean support

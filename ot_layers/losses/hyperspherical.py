@@ -7,7 +7,7 @@ from ot_layers.losses.common import class_labels, is_empty_batch, zero_loss
 
 @keras.saving.register_keras_serializable(package="ot_layers")
 class HypersphericalPullLoss(keras.losses.Loss):
-    """``L = (1 - cos(z, p_{sigma(y)}))^2`` (Saadabadi et al. 2024, Sec. 3.1, the prototype loss), computed from the
+    """``L = (1 - cos(z, p_{sigma(y)}))^2`` (Saadabadi et al. 2024, Sec. 3.2.2, Eq. 6), computed from the
     logits ``s_k = cos(z, p_{sigma(k)})`` of ``layers.HypersphericalPrototypes`` as ``(1 - s_y)^2``: a pull towards the
     assigned prototype only, no push from the others. ``y_true``: integer labels ``(B,)`` or ``(B, 1)``; a sample whose
     label is outside ``0..K-1`` (-1 for an unlabelled sample, say) contributes zero, alike on every backend, as the

@@ -11,7 +11,7 @@ class ManifoldProxyLoss(keras.losses.Loss):
     """``L = log(1 + sum_{j != k} exp(s_j - s_k + m))`` for a sample of meta-class ``k`` with proxy similarities
     ``s`` ``(B, K)`` from ``layers.ManifoldProxies``: ``L_cxt`` (eq. 12) for ``mode="contextual"``, ``L_int``
     (eq. 11) for ``"intrinsic"``, ``L_P*`` (eq. 4) for ``"direct"``. Margin ``m = 5e-4`` (Aziere and Todorovic 2019,
-    Sec. 9). A sample whose label is outside ``0..K-1`` (-1, say) contributes zero, alike on every backend."""
+    Sec. 8). A sample whose label is outside ``0..K-1`` (-1, say) contributes zero, alike on every backend."""
 
     def __init__(self, margin=5e-4, name="manifold_proxy", reduction="sum_over_batch_size", dtype=None):
         super().__init__(name=name, reduction=reduction, dtype=dtype)

@@ -99,7 +99,8 @@ class ContrastiveLoss(_MetricLoss):
     """Contrastive loss with a positive margin (C2): with ``d`` the distance between normalized embeddings,
 
     ``L = mean_{pos} [d - m+]_+ + mean_{neg} [m- - d]_+``.
-    Defaults ``(m+, m-) = (0.2652, 0.5409)``: the thesis' C2 setting on Cars196 (ch. 3, Sec. 3.4).
+    Defaults ``(m+, m-) = (0.2652, 0.5409)``: the C2 setting on Cars196 of Gurbuz 2022 (ch. 3,
+    Sec. 3.3.2.1).
     """
 
     def __init__(self, pos_margin=0.2652, neg_margin=0.5409, name="contrastive_loss", **kwargs):

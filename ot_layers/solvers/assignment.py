@@ -1,7 +1,7 @@
 """Optimal one-to-one assignment (Hungarian algorithm) of classes to prototypes (DL2PA, Saadabadi et al. 2024).
 
 ``sigma = argmax_{bijection} sum_k S[k, sigma(k)]`` solved exactly by ``scipy.optimize.linear_sum_assignment`` on the
-negated similarity matrix (Saadabadi et al. 2024, Sec. 3.2, the label-to-prototype assignment problem).
+negated similarity matrix (Saadabadi et al. 2024, Sec. 3.2.3, Eq. 9, the label-to-prototype assignment problem).
 """
 import numpy as np
 from scipy.optimize import linear_sum_assignment

@@ -1,4 +1,4 @@
-"""Data-independent hyperspherical prototypes (DL2PA, Saadabadi et al. 2024, Sec. 3.1).
+"""Data-independent hyperspherical prototypes (DL2PA, Saadabadi et al. 2024, Sec. 3.2.1).
 
 ``K`` unit vectors in ``R^d`` spread as far apart as possible: the aim is the smallest largest pairwise cosine
 ``max_{i != j} p_i . p_j`` (the spherical-code / Tammes problem).
@@ -13,11 +13,12 @@
 
   with the sharpness ``beta`` raised geometrically from 1 to 1000 (and the step size lowered from 0.05 to 0.001)
   over ``steps`` steps, from ``restarts`` random starts; the iterate with the smallest true max cosine is kept.
-  Saadabadi et al.'s uniformity loss ``log mean_{i != j} exp(-t ||p_i - p_j||^2)`` (Sec. 3.1, with ``t = 2``) equals
+  Saadabadi et al.'s uniformity loss ``log mean_{i != j} exp(-t ||p_i - p_j||^2)`` (Sec. 3.2.1, with ``t = 2``) equals
   ``beta * L_beta - 2t + const`` at ``beta = 2t``, since ``||p_i - p_j||^2 = 2 - 2 p_i . p_j`` on the sphere: the
-  schedule starts near the paper's objective (``t = 0.5``) and sharpens it towards the max cosine itself, which is
-  what lets it reach the best known codes (12 points in ``R^3``: the icosahedron, ``1/sqrt(5)``; 24 in ``R^4``:
-  the 24-cell, 0.5; 240 in ``R^8``: the E8 kissing configuration, 0.5; see ``docs/results/hyperspherical.md``).
+  schedule starts from that objective at ``t = 0.5`` (the paper's ``t = 2`` is ``beta = 4``) and sharpens it
+  towards the max cosine itself, which is what lets it reach the best known codes (12 points in ``R^3``: the
+  icosahedron, ``1/sqrt(5)``; 24 in ``R^4``: the 24-cell, 0.5; 240 in ``R^8``: the E8 kissing configuration, 0.5;
+  see ``docs/results/hyperspherical.md``).
 
 Results are deterministic given the arguments (``seed``) and memoized in-process; nothing is written to disk.
 """
@@ -44,7 +45,7 @@ def max_pairwise_cosine(prototypes):
 
 
 def uniformity_loss_and_gradient(prototypes, t):
-    """Saadabadi et al.'s (2024, Sec. 3.1) uniformity loss
+    """Saadabadi et al.'s (2024, Sec. 3.2.1) uniformity loss
     ``L(P) = log(1/(K(K-1)) sum_{i != j} exp(-t ||p_i - p_j||^2))`` and its gradient w.r.t. the rows of
     ``prototypes`` ``(K, d)``: with ``E_ij = exp(-t ||p_i - p_j||^2)``,
     ``Z = sum E``, ``dL/dp_i = -(4 t / Z) sum_j E_ij (p_i - p_j)``. (The estimator below anneals the equivalent

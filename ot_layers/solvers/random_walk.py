@@ -3,7 +3,10 @@
 For unit vectors ``x_1..x_n`` (a mini-batch plus the proxies, eq. 8; Aziere and Todorovic 2019 normalizes every
 embedding to the unit sphere, Sec. 3): non-negative affinities ``S_ij = exp(x_i . x_j / temperature)`` with a zero
 diagonal, ``S_bar = D^{-1/2} S D^{-1/2}`` (``D`` the row sums), and the closed-form limit of the random walk with
-restart probability ``1 - alpha``:
+restart probability ``1 - alpha``. The paper takes the degrees ``D`` over ``S`` with its diagonal and zeros the
+diagonal of ``S_bar`` afterwards; here the diagonal is zeroed first, so that ``D`` counts the edges the walk can
+take (no self-loops) and every row of ``S_bar`` is normalized by those edges alone (with an ``exp`` affinity the
+self-similarity ``exp(1 / temperature)`` would otherwise be the largest term of every degree):
 
     F = (1 - alpha) (I - alpha S_bar)^{-1},        (eq. 9; column n of F is F_n for the query e_n)
 

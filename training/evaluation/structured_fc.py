@@ -1,5 +1,5 @@
 """Fine-tuning DeepEMD's structured FC on a k-shot support set with the backbone frozen (Zhang et al. 2022, Sec.
-3.4)."""
+4.5)."""
 import inspect
 
 import numpy as np
@@ -10,7 +10,7 @@ from ot_layers.validation import check_in_range, check_positive, check_positive_
 tf = tensorflow_if_installed("the structured FC evaluation")
 
 STEPS = 100
-BATCH_SIZE = 4
+BATCH_SIZE = 4  # Zhang et al. 2022, Sec. 5.1, fine-tune on mini-batches of 5 images
 LEARNING_RATE = 0.05
 MOMENTUM = 0.9
 
