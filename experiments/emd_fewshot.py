@@ -8,8 +8,8 @@ scored on the same episodes; mean accuracy +- 95 % CI.
   --shots 1: ProtoNet, EMD cross-reference vs uniform weights (entropic); on the first --exact-episodes of the
              same episodes, the exact method vs the entropic one (meta-trained backbone).
   --shots 5: ProtoNet (every backbone), EMD on the class-mean node set ("merge") with cross-reference / uniform
-             weights (EMD-meta-trained backbone), and on --sfc-episodes episodes the structured FC fine-tuned by SGD
-             vs nearest neighbour (best EMD over the shots) vs merge.
+             weights (pre-trained and EMD-meta-trained backbones), and on --sfc-episodes episodes the structured FC
+             fine-tuned by SGD vs nearest neighbour (best EMD over the shots) vs merge (EMD-meta-trained backbone).
 
 The models are the zoo's: pre-training ``zoo.image_classifier(backbone, "gap_fc")``, meta-training
 ``zoo.few_shot_model(backbone, "emd" | "protonet")`` (heads ``EMDHead(method="sinkhorn", scale=12.5)`` and
@@ -149,7 +149,7 @@ def main():
     parser.add_argument("--shots", type=int, choices=(1, 5), default=1)
     parser.add_argument("--episodes", type=int, default=1000)
     parser.add_argument("--exact-episodes", type=int, default=200)
-    parser.add_argument("--sfc-episodes", type=int, default=100)
+    parser.add_argument("--sfc-episodes", type=int, default=300)
     parser.add_argument("--sfc-steps", type=int, default=100)
     parser.add_argument("--train-limit", type=int, default=15000)
     parser.add_argument("--epochs", type=int, default=3)
@@ -210,7 +210,7 @@ def main():
         classifiers = {"protonet": protonet_fn()}
         if args.shots == 1 and name != "proto_meta":
             classifiers = classifiers_1shot()
-        elif args.shots == 5 and name == "emd_meta":  # the EMD heads on their own backbone only (CPU budget)
+        elif args.shots == 5 and name != "proto_meta":
             classifiers = classifiers_5shot()
         results[name] = evaluate_episodes(maps, y_novel, classifiers, WAYS, args.shots, QUERIES, args.episodes,
                                           seed=args.seed + 1)

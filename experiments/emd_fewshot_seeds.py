@@ -30,13 +30,16 @@ ROWS = {
         ("EMD meta-trained | EMD entropic, cross-reference (same 200)", "emd_meta_exact_vs_sinkhorn",
          "emd_sinkhorn_cross_reference")],
     5: [("pre-trained | ProtoNet", "pretrained", "protonet"),
+        ("pre-trained | EMD merge, cross-reference", "pretrained", "emd_sinkhorn_merge_cross_reference"),
+        ("pre-trained | EMD merge, uniform", "pretrained", "emd_sinkhorn_merge_uniform"),
         ("EMD meta-trained | ProtoNet", "emd_meta", "protonet"),
         ("ProtoNet meta-trained | ProtoNet", "proto_meta", "protonet"),
         ("EMD meta-trained | EMD merge, cross-reference", "emd_meta", "emd_sinkhorn_merge_cross_reference"),
         ("EMD meta-trained | EMD merge, uniform", "emd_meta", "emd_sinkhorn_merge_uniform"),
-        ("EMD meta-trained | structured FC (fine-tuned, 100 episodes)", "emd_meta_sfc_comparison", "structured_fc"),
-        ("EMD meta-trained | nearest neighbour (same 100)", "emd_meta_sfc_comparison", "nearest_neighbour"),
-        ("EMD meta-trained | merge (same 100)", "emd_meta_sfc_comparison", "merge")],
+        ("EMD meta-trained | structured FC (fine-tuned, {sfc} episodes)", "emd_meta_sfc_comparison",
+         "structured_fc"),
+        ("EMD meta-trained | nearest neighbour (same {sfc})", "emd_meta_sfc_comparison", "nearest_neighbour"),
+        ("EMD meta-trained | merge (same {sfc})", "emd_meta_sfc_comparison", "merge")],
 }
 
 # (label, (backbone, classifier) minuend, (backbone, classifier) subtrahend) per shot count.
@@ -53,8 +56,12 @@ COMPARISONS = {
          ("proto_meta", "protonet")),
         ("cross-reference - uniform weights (merge)", ("emd_meta", "emd_sinkhorn_merge_cross_reference"),
          ("emd_meta", "emd_sinkhorn_merge_uniform")),
-        ("structured FC - nearest neighbour (same 100 episodes)", ("emd_meta_sfc_comparison", "structured_fc"),
-         ("emd_meta_sfc_comparison", "nearest_neighbour"))],
+        ("ProtoNet - EMD merge, pre-trained backbone", ("pretrained", "protonet"),
+         ("pretrained", "emd_sinkhorn_merge_cross_reference")),
+        ("structured FC - nearest neighbour (same {sfc} episodes)", ("emd_meta_sfc_comparison", "structured_fc"),
+         ("emd_meta_sfc_comparison", "nearest_neighbour")),
+        ("structured FC - merge (same {sfc} episodes)", ("emd_meta_sfc_comparison", "structured_fc"),
+         ("emd_meta_sfc_comparison", "merge"))],
 }
 
 
@@ -79,17 +86,30 @@ def spread(values):
     return float(values.mean()), float(values.std(ddof=1)) if len(values) > 1 else 0.0
 
 
+def episode_count(results, backbone):
+    """The episodes of ``backbone``'s classifiers, the same in every seed's run (else ``ValueError``)."""
+    counts = {classifier["episodes"] for run in results.values() for classifier in run.get(backbone, {}).values()}
+    if len(counts) > 1:
+        raise ValueError(f"the runs scored {backbone!r} on different numbers of episodes: {sorted(counts)}")
+    return counts.pop() if counts else None
+
+
 def summary(shots):
     results = runs(shots)
     seeds = list(results)
+    sfc = episode_count(results, "emd_meta_sfc_comparison")
     rows = []
     for label, backbone, classifier in ROWS[shots]:
+        label = label.format(sfc=sfc)
         values = [results[s][backbone][classifier]["mean"] for s in seeds if classifier in results[s].get(backbone, {})]
         if len(values) == len(seeds):
             mean, sd = spread(values)
             rows.append(dict(row=label, per_seed=[round(100 * v, 2) for v in values], mean=mean, sd=sd))
     comparisons = []
     for label, (b1, c1), (b2, c2) in COMPARISONS[shots]:
+        label = label.format(sfc=sfc)
+        if any(c1 not in results[s].get(b1, {}) or c2 not in results[s].get(b2, {}) for s in seeds):
+            continue  # a row an earlier version of the run did not score
         differences = [results[s][b1][c1]["mean"] - results[s][b2][c2]["mean"] for s in seeds]
         mean, sd = spread(differences)
         comparisons.append(dict(comparison=label, per_seed=[round(100 * d, 2) for d in differences], mean=mean,
