@@ -25,9 +25,9 @@ ROWS = {
         ("EMD meta-trained | EMD, uniform", "emd_meta", "emd_sinkhorn_uniform"),
         ("EMD meta-trained | ProtoNet", "emd_meta", "protonet"),
         ("ProtoNet meta-trained | ProtoNet", "proto_meta", "protonet"),
-        ("EMD meta-trained | EMD exact, cross-reference (200 episodes)", "emd_meta_exact_vs_sinkhorn",
+        ("EMD meta-trained | EMD exact, cross-reference ({exact} episodes)", "emd_meta_exact_vs_sinkhorn",
          "emd_exact_cross_reference"),
-        ("EMD meta-trained | EMD entropic, cross-reference (same 200)", "emd_meta_exact_vs_sinkhorn",
+        ("EMD meta-trained | EMD entropic, cross-reference (same {exact})", "emd_meta_exact_vs_sinkhorn",
          "emd_sinkhorn_cross_reference")],
     5: [("pre-trained | ProtoNet", "pretrained", "protonet"),
         ("pre-trained | EMD merge, cross-reference", "pretrained", "emd_sinkhorn_merge_cross_reference"),
@@ -50,7 +50,7 @@ COMPARISONS = {
          ("emd_meta", "emd_sinkhorn_uniform")),
         ("ProtoNet - EMD, pre-trained backbone", ("pretrained", "protonet"),
          ("pretrained", "emd_sinkhorn_cross_reference")),
-        ("exact - entropic EMD (same 200 episodes)", ("emd_meta_exact_vs_sinkhorn", "emd_exact_cross_reference"),
+        ("exact - entropic EMD (same {exact} episodes)", ("emd_meta_exact_vs_sinkhorn", "emd_exact_cross_reference"),
          ("emd_meta_exact_vs_sinkhorn", "emd_sinkhorn_cross_reference"))],
     5: [("EMD merge (own backbone) - ProtoNet (own backbone)", ("emd_meta", "emd_sinkhorn_merge_cross_reference"),
          ("proto_meta", "protonet")),
@@ -97,19 +97,23 @@ def episode_count(results, backbone):
 def summary(shots):
     results = runs(shots)
     seeds = list(results)
-    sfc = episode_count(results, "emd_meta_sfc_comparison")
+    counts = dict(sfc=episode_count(results, "emd_meta_sfc_comparison"),
+                  exact=episode_count(results, "emd_meta_exact_vs_sinkhorn"))
     rows = []
     for label, backbone, classifier in ROWS[shots]:
-        label = label.format(sfc=sfc)
+        label = label.format(**counts)
         values = [results[s][backbone][classifier]["mean"] for s in seeds if classifier in results[s].get(backbone, {})]
-        if len(values) == len(seeds):
-            mean, sd = spread(values)
-            rows.append(dict(row=label, per_seed=[round(100 * v, 2) for v in values], mean=mean, sd=sd))
+        if len(values) < len(seeds):
+            print(f"{shots}-shot: '{label}' left out: not scored in every seed's run")
+            continue
+        mean, sd = spread(values)
+        rows.append(dict(row=label, per_seed=[round(100 * v, 2) for v in values], mean=mean, sd=sd))
     comparisons = []
     for label, (b1, c1), (b2, c2) in COMPARISONS[shots]:
-        label = label.format(sfc=sfc)
+        label = label.format(**counts)
         if any(c1 not in results[s].get(b1, {}) or c2 not in results[s].get(b2, {}) for s in seeds):
-            continue  # a row an earlier version of the run did not score
+            print(f"{shots}-shot: '{label}' left out: not scored in every seed's run")
+            continue
         differences = [results[s][b1][c1]["mean"] - results[s][b2][c2]["mean"] for s in seeds]
         mean, sd = spread(differences)
         comparisons.append(dict(comparison=label, per_seed=[round(100 * d, 2) for d in differences], mean=mean,

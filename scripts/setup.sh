@@ -4,21 +4,29 @@
 # bootstrap (python3.X-venv).
 set -euo pipefail
 cd "$(dirname "$0")/.."
-python3 -c 'import sys; sys.exit(sys.version_info < (3, 10))' || {
-  echo "otzoo needs Python 3.10 or newer; python3 is $(python3 --version 2>&1)" >&2; exit 2; }
 SUDO=""; [ "$(id -u)" -ne 0 ] && command -v sudo >/dev/null 2>&1 && SUDO="sudo"
-packages=()
-FMNIST=/usr/share/datasets/fashion-mnist
-[ -f "$FMNIST/train-images-idx3-ubyte.gz" ] || packages+=(dataset-fashion-mnist)
-# Debian and Ubuntu ship venv's pip bootstrap apart (python3-venv, or python3.X-venv)
-[ -x .venv/bin/python ] || python3 -c 'import ensurepip, venv' 2>/dev/null \
-  || packages+=("python$(python3 -c 'import sys; print(f"{sys.version_info[0]}.{sys.version_info[1]}")')-venv")
-if [ ${#packages[@]} -gt 0 ] && command -v apt-get >/dev/null 2>&1; then
-  $SUDO apt-get update -qq && $SUDO apt-get install -y -qq "${packages[@]}" >/dev/null || \
-    echo "warning: could not install ${packages[*]}; without dataset-fashion-mnist the Fashion-MNIST runs are" \
-         "skipped" >&2
+apt_install() {  # apt_install PACKAGE: where apt-get exists; the caller decides what a failure means
+  command -v apt-get >/dev/null 2>&1 || return 1
+  $SUDO apt-get update -qq && $SUDO apt-get install -y -qq "$1" >/dev/null
+}
+# A usable .venv (its Python runs pip) is kept; else it is made again from python3, which must be 3.10 or newer
+if ! .venv/bin/python -m pip --version >/dev/null 2>&1; then
+  python3 -c 'import sys; sys.exit(sys.version_info < (3, 10))' || {
+    echo "otzoo needs Python 3.10 or newer; python3 is $(python3 --version 2>&1)" >&2; exit 2; }
+  # Debian and Ubuntu ship venv's pip bootstrap apart, as python3.X-venv
+  if ! python3 -c 'import ensurepip, venv' 2>/dev/null; then
+    venv_package="python$(python3 -c 'import sys; print("%d.%d" % sys.version_info[:2])')-venv"
+    apt_install "$venv_package" || {
+      echo "python3 cannot make a virtual environment (no ensurepip): install $venv_package, then run again" >&2
+      exit 2; }
+  fi
+  python3 -m venv --clear .venv
 fi
-[ -x .venv/bin/python ] || python3 -m venv .venv
+FMNIST=/usr/share/datasets/fashion-mnist
+if [ ! -f "$FMNIST/train-images-idx3-ubyte.gz" ]; then
+  apt_install dataset-fashion-mnist || \
+    echo "warning: could not install dataset-fashion-mnist; Fashion-MNIST runs will be skipped" >&2
+fi
 .venv/bin/python -m pip install -q --upgrade pip
 # otzoo 0.1 pinned tensorflow-cpu; both wheels own the same `tensorflow` package, so drop the old one first.
 if .venv/bin/python -m pip show -q tensorflow-cpu >/dev/null 2>&1; then

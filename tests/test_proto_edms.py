@@ -200,7 +200,8 @@ def test_fit_with_hard_proxy_callback(mode):
 
     def expected_proxies():
         """Eq. 7's hard proxies from the embeddings of this moment, computed here: normalized anchor and member
-        embeddings, then ``harden_proxy`` (checked above against finite differences) per meta-class."""
+        embeddings, then ``harden_proxy`` (its gradient checked above against finite differences, its descent by
+        the objective) per meta-class."""
         embed = _embedding(model)
         z = [embed.predict(x[[anchor, *members]], verbose=0).astype(np.float64)
              for anchor, members in zip(callback.anchors, callback.members)]

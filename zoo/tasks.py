@@ -34,7 +34,8 @@ def embedding_model(backbone, pooling="gap", embedding_dim=128, pixel_mean=0.5, 
     losses -- use 2.0 with proxy losses --, ...). ``callbacks.GSPPrototypeInit(layer_name="gsp")`` drives its
     warm-up. ``embedding_dim``: the Dense width, or ``None`` for the pooled features themselves. The Dense layer
     follows the pooling, so GSP transports the backbone's own channels; Gurbuz 2022 (Sec. 5.2.4) maps them to 128
-    by a 1x1 convolution before pooling (the same for GAP, not for GSP, whose costs then live in the 128-d space):
+    by a 1x1 convolution before pooling (equivalent for GAP, which commutes with it, but not for GSP, whose transport
+    costs are then computed in the 128-d space):
     for that, end ``backbone`` with the 1x1 convolution and pass ``embedding_dim=None``.
     ``backbone``, ``input_shape``, ``backbone_kwargs``, ``pixel_mean``, ``pixel_std``: as in
     :func:`zoo.image_classifier`. Output: unit vectors ``(B, embedding_dim)`` (cosine retrieval).

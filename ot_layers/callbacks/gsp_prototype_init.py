@@ -1,5 +1,5 @@
-"""GSP prototype initialization: GAP warm-up, then greedy k-center on stored local features: the GSP
-authors' initialization (GSP: Gurbuz 2022, ch. 5; greedy k-center: ch. 3, Algorithm 2)."""
+"""GSP prototype initialization: GAP warm-up, then greedy k-center on stored local features (GSP:
+Gurbuz 2022, ch. 5; greedy k-center: ch. 3, Algorithm 2)."""
 import warnings
 
 import keras

@@ -12,8 +12,8 @@ from ot_layers.validation import (
 )
 
 NODE_WEIGHTS = ("cross_reference", "uniform")
-SCALE = 12.5  # the multiplier of the EMD similarity in the logits (DeepEMD's "temperature"; the paper's text
-#                gives no value)
+SCALE = 12.5  # the multiplier of the EMD similarity in the logits (a temperature; the DeepEMD paper states none,
+#                12.5 is this project's default)
 WEIGHT_FLOOR = 1e-3
 # The head computes in float32 under the float32 and mixed_float16 policies (float64 only for float64 inputs, i.e. a
 # float64 policy). At the small epsilon EMD needs, Sinkhorn amplifies float32 round-off in the costs by ~1 / epsilon:
@@ -70,8 +70,8 @@ class EMDHead(ExportableLayer):
 
     For each pair: cost ``c_ij = 1 - cos(u_i, v_j)``, node weights ``a``, ``b`` (cross-reference, Eq. 11-12, or
     uniform), the optimal flow ``T`` of ``min <C, T>`` s.t. ``T 1 = a``, ``T^T 1 = b`` (Eq. 1) and the logit
-    ``scale * sum_ij (1 - c_ij) T_ij`` (Eq. 3 with weights normalized to one: ``tau s / n`` for the paper's
-    similarity ``s``).
+    ``scale * sum_ij (1 - c_ij) T_ij`` (the similarity ``s`` of Eq. 3 with weights normalized to one, times
+    ``scale``).
 
     Written in ``keras.ops``: runs on TensorFlow, JAX and PyTorch. Computes in float32 under the ``float32`` and
     ``mixed_float16`` policies and in float64 for float64 inputs (a ``float64`` policy); ``method="exact"`` runs the
@@ -81,8 +81,8 @@ class EMDHead(ExportableLayer):
     affected query only; ``method="exact"`` raises an error naming the problem.
 
     Args:
-      scale: the multiplier of the EMD similarity (DeepEMD's temperature ``tau``, 12.5 here; a multiplier, hence
-        ``scale``).
+      scale: the multiplier of the EMD similarity (a temperature the paper does not state; 12.5 by default; a
+        multiplier, hence ``scale``).
       method: ``"exact"`` (network simplex on the host, Danskin gradients; not exportable, not XLA-compilable on
         TensorFlow, compiles under ``jax.jit`` as a host callback) or ``"sinkhorn"`` (entropic, pure ``keras.ops``,
         XLA-compilable, exportable from TensorFlow).

@@ -10,7 +10,7 @@ from ot_layers.validation import check_in_range, check_positive, check_positive_
 tf = tensorflow_if_installed("the structured FC evaluation")
 
 STEPS = 100
-BATCH_SIZE = 4  # Zhang et al. 2022, Sec. 5.1, fine-tune on mini-batches of 5 images
+BATCH_SIZE = 4  # this project's default; Zhang et al. 2022, Sec. 5.1, fine-tune on mini-batches of 5 images
 LEARNING_RATE = 0.05
 MOMENTUM = 0.9
 
