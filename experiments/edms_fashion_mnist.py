@@ -68,7 +68,8 @@ def main():
         start = time.time()
         learners, losses = [], []
         for e in range(args.learners):
-            embed, loss = train_learner(x, partitions[e][y], mode, harden, args, seed=args.seed + e)
+            # learner e of run S: seed S * learners + e, so that no two runs share a learner's seed
+            embed, loss = train_learner(x, partitions[e][y], mode, harden, args, seed=args.seed * args.learners + e)
             learners.append(embed)
             losses.append(loss)
         result = {"variant": name, "mode": mode, "hard_proxies": harden,

@@ -7,14 +7,12 @@ Reads ``experiments/results/emd_fewshot_{K}shot.json`` (seed 0) and ``emd_fewsho
 ``experiments/results/emd_fewshot_seeds.json`` and prints the Markdown tables of docs/results/emd.md.
 Run (after the runs; the commands are in docs/results/emd.md): ``python experiments/emd_fewshot_seeds.py``.
 """
-import glob
 import json
 import os
-import re
 
 import numpy as np
 
-RESULTS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "results")
+from seed_runs import RESULTS, seed_reports, spread
 
 # (label, backbone key, classifier key) per shot count, in the order of the tables.
 ROWS = {
@@ -67,23 +65,12 @@ COMPARISONS = {
 
 def runs(shots):
     """``{seed: results}`` of the ``shots``-shot runs found in ``RESULTS``."""
-    found = {}
-    for path in glob.glob(os.path.join(RESULTS, f"emd_fewshot_{shots}shot*.json")):
-        match = re.fullmatch(rf"emd_fewshot_{shots}shot(?:_seed(\d+))?\.json", os.path.basename(path))
-        if match:
-            with open(path) as handle:
-                report = json.load(handle)
-            seed = report["args"]["seed"]
-            if int(match.group(1) or 0) != seed:
-                raise ValueError(f"{path} records seed {seed}, its name another")
-            found[seed] = report["results"]
-    return dict(sorted(found.items()))
+    return {seed: report["results"] for seed, report in seed_reports(f"emd_fewshot_{shots}shot").items()}
 
 
-def spread(values):
-    """Mean and sample sd (``ddof=1``; 0 for one value) in percent."""
-    values = 100 * np.asarray(values, dtype=float)
-    return float(values.mean()), float(values.std(ddof=1)) if len(values) > 1 else 0.0
+def percent_spread(values):
+    """Mean and sample sd in percent."""
+    return spread(100 * np.asarray(values, dtype=float))
 
 
 def episode_count(results, backbone):
@@ -106,7 +93,7 @@ def summary(shots):
         if len(values) < len(seeds):
             print(f"{shots}-shot: '{label}' left out: not scored in every seed's run")
             continue
-        mean, sd = spread(values)
+        mean, sd = percent_spread(values)
         rows.append(dict(row=label, per_seed=[round(100 * v, 2) for v in values], mean=mean, sd=sd))
     comparisons = []
     for label, (b1, c1), (b2, c2) in COMPARISONS[shots]:
@@ -115,7 +102,7 @@ def summary(shots):
             print(f"{shots}-shot: '{label}' left out: not scored in every seed's run")
             continue
         differences = [results[s][b1][c1]["mean"] - results[s][b2][c2]["mean"] for s in seeds]
-        mean, sd = spread(differences)
+        mean, sd = percent_spread(differences)
         comparisons.append(dict(comparison=label, per_seed=[round(100 * d, 2) for d in differences], mean=mean,
                                 sd=sd, positive_in=f"{sum(d > 0 for d in differences)}/{len(differences)}"))
     return dict(seeds=seeds, rows=rows, comparisons=comparisons)

@@ -5,21 +5,22 @@ Gurbuz 2022, ch. 3) and ``experiments/edms_fashion_mnist.py`` (EDMS, Aziere and 
 For each variant, mean +- sd over the seeds of the test metrics; for the comparisons the papers make, the per-seed
 differences of test MAP@R (mean +- sd, in how many seeds the sign held, and the two-sided p-value of a paired t-test).
 
-Reads ``experiments/results/{ccp,edms}_fashion_mnist.json`` (seed 0) and ``..._seed{S}.json``; writes
-``experiments/results/{ccp,edms}_fashion_mnist_seeds.json`` and prints the Markdown tables of docs/results/ccp.md and
-docs/results/edms.md. Run (after the runs): ``python experiments/zero_shot_seeds.py``.
+Reads ``experiments/results/{ccp,edms}_fashion_mnist.json`` (seed 0) and ``..._seed{S}.json`` (finished runs with
+the same settings; an unfinished one is left out with a message); writes
+``experiments/results/{ccp,edms}_fashion_mnist_seeds.json`` and prints Markdown tables, the source of the tables of
+docs/results/ccp.md and docs/results/edms.md. The p-values are not corrected for the several comparisons.
+Run (after the runs): ``python experiments/zero_shot_seeds.py``.
 """
-import glob
 import json
 import os
-import re
 
-import numpy as np
 from scipy import stats
 
-RESULTS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "results")
+from seed_runs import RESULTS, seed_reports, spread
 
 # Per experiment: (label, metric path) columns, and the comparisons as (label, minuend, subtrahend) over one path.
+# What a seed varies: the initialization and the batches; CCP's re-initialization draws; EDMS's meta-class
+# partitions and the anchors and members of its hard proxies.
 EXPERIMENTS = {
     "ccp": {
         "columns": [("best val MAP@R", ("val_map_at_r",)), ("test MAP@R", ("test", "map_at_r")),
@@ -27,6 +28,7 @@ EXPERIMENTS = {
                     ("re-inits", ("reinitializations",))],
         "compared": ("test", "map_at_r"),
         "comparisons": [("CCP k-center - ProxyAnchor", "ccp_kcenter", "proxy_anchor"),
+                        ("CCP random sampling - ProxyAnchor", "ccp_random", "proxy_anchor"),
                         ("CCP k-center - CCP random sampling", "ccp_kcenter", "ccp_random"),
                         ("CCP k-center: proximal term - none", "ccp_kcenter", "ccp_kcenter_no_prox")],
     },
@@ -45,24 +47,20 @@ EXPERIMENTS = {
 
 
 def runs(name):
-    """``{seed: {variant: result}}`` of experiment ``name``'s runs in ``RESULTS``."""
-    found = {}
-    for path in glob.glob(os.path.join(RESULTS, f"{name}_fashion_mnist*.json")):
-        match = re.fullmatch(rf"{name}_fashion_mnist(?:_seed(\d+))?\.json", os.path.basename(path))
-        if not match:
-            continue
-        with open(path) as handle:
-            report = json.load(handle)
-        seed = report["args"]["seed"]
-        if int(match.group(1) or 0) != seed:
-            raise ValueError(f"{path} records seed {seed}, its name another")
+    """``{seed: {variant: result}}`` of experiment ``name``'s finished runs in ``RESULTS``, which must share their
+    settings (all arguments but ``seed`` and ``out``)."""
+    found, settings = {}, None
+    for seed, report in seed_reports(f"{name}_fashion_mnist").items():
+        path = os.path.basename(report["path"])
         variants = {result["variant"]: result for result in report["results"]}
         if set(variants) != set(report["args"]["variants"]):  # the script rewrites its file after each variant
-            print(f"{os.path.basename(path)} left out: unfinished ({len(variants)} of "
-                  f"{len(report['args']['variants'])} variants)")
+            print(f"{path} left out: unfinished ({len(variants)} of {len(report['args']['variants'])} variants)")
             continue
-        found[seed] = variants
-    return dict(sorted(found.items()))
+        setting = {k: v for k, v in report["args"].items() if k not in ("seed", "out")}
+        if settings is not None and setting != settings:
+            raise ValueError(f"{path} was run with other settings than the runs before it: {setting}")
+        found[seed], settings = variants, setting
+    return found
 
 
 def value(result, path):
@@ -72,24 +70,23 @@ def value(result, path):
     return float(max(result) if isinstance(result, list) else result)
 
 
-def spread(values):
-    """Mean and sample sd (``ddof=1``; 0 for one value)."""
-    values = np.asarray(values, dtype=float)
-    return float(values.mean()), float(values.std(ddof=1)) if len(values) > 1 else 0.0
-
-
 def differences(results, seeds, first, second, path):
     per_seed = [value(results[s][first], path) - value(results[s][second], path) for s in seeds]
     mean, sd = spread(per_seed)
     # two-sided paired t-test of a zero mean difference (needs two seeds and some spread)
     p_value = float(stats.ttest_1samp(per_seed, 0.0).pvalue) if len(per_seed) > 1 and sd > 0 else None
+    ties = sum(d == 0 for d in per_seed)
     return dict(per_seed=[round(d, 4) for d in per_seed], mean=mean, sd=sd,
-                positive_in=f"{sum(d > 0 for d in per_seed)}/{len(per_seed)}", paired_t_p=p_value)
+                positive_in=f"{sum(d > 0 for d in per_seed)}/{len(per_seed)}" + (f" ({ties} tied)" if ties else ""),
+                paired_t_p=p_value)
 
 
 def summary(name):
     spec, results = EXPERIMENTS[name], runs(name)
     seeds = list(results)
+    if not seeds:
+        print(f"{name}: no finished runs in {RESULTS}")
+        return None
     variants = [v for v in results[seeds[0]] if all(v in results[s] for s in seeds)]
     rows = []
     for variant in variants:
@@ -101,6 +98,9 @@ def summary(name):
         rows.append(dict(variant=variant, **cells))
     comparisons = []
     for label, first, second in spec["comparisons"]:
+        if first not in variants or second not in variants:
+            print(f"{name}: '{label}' left out: a variant is missing from some seed's run")
+            continue
         row = dict(comparison=label, **{"_".join(spec["compared"]): differences(results, seeds, first, second,
                                                                                  spec["compared"])})
         if "single" in spec:
@@ -112,14 +112,18 @@ def summary(name):
 def main():
     for name, spec in EXPERIMENTS.items():
         report = summary(name)
+        if report is None:
+            continue
         with open(os.path.join(RESULTS, f"{name}_fashion_mnist_seeds.json"), "w") as handle:
             json.dump(report, handle, indent=2)
         labels = [label for label, _ in spec["columns"]]
         print(f"\n{name}: seeds {report['seeds']}, mean +- sd over seeds:\n")
         print("| variant | " + " | ".join(labels) + " |\n|" + " --- |" * (len(labels) + 1))
         for row in report["rows"]:
-            print(f"| {row['variant']} | " + " | ".join(f"{row[l]['mean']:.4f} +- {row[l]['sd']:.4f}" for l in labels)
-                  + " |")
+            print(f"| {row['variant']} | "
+                  + " | ".join(f"{row[label]['mean']:.4f} +- {row[label]['sd']:.4f}" for label in labels) + " |")
+        if not report["comparisons"]:
+            continue
         keys = [key for key in report["comparisons"][0] if key != "comparison"]
         print("\n| difference | " + " | ".join(f"{k}: per seed | mean +- sd | positive in | paired t p" for k in keys)
               + " |\n|" + " --- |" * (1 + 4 * len(keys)))

@@ -1,0 +1,39 @@
+"""The per-seed run files of an experiment and their spread, for the scripts that summarize seeds
+(``emd_fewshot_seeds.py``, ``zero_shot_seeds.py``).
+
+An experiment's seed 0 writes ``experiments/results/{stem}.json`` and seed ``S`` ``{stem}_seed{S}.json``; each
+records its seed in ``args.seed``.
+"""
+import glob
+import json
+import os
+import re
+
+import numpy as np
+
+RESULTS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "results")
+
+
+def seed_reports(stem):
+    """``{seed: report}`` of the run files of ``stem`` in ``RESULTS``, by seed. A file whose name names another
+    seed than it records, or a second file of one seed, raises ``ValueError``."""
+    found = {}
+    for path in glob.glob(os.path.join(RESULTS, f"{stem}*.json")):
+        match = re.fullmatch(rf"{re.escape(stem)}(?:_seed(\d+))?\.json", os.path.basename(path))
+        if not match:
+            continue
+        with open(path) as handle:
+            report = json.load(handle)
+        seed = report["args"]["seed"]
+        if int(match.group(1) or 0) != seed:
+            raise ValueError(f"{path} records seed {seed}, its name another")
+        if seed in found:
+            raise ValueError(f"{path}: a second run of seed {seed}")
+        found[seed] = dict(report, path=path)
+    return dict(sorted(found.items()))
+
+
+def spread(values):
+    """Mean and sample sd (``ddof=1``; 0 for one value)."""
+    values = np.asarray(values, dtype=float)
+    return float(values.mean()), (float(values.std(ddof=1)) if len(values) > 1 else 0.0)
