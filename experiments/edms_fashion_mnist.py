@@ -67,12 +67,13 @@ def main():
         mode, harden = VARIANTS[name]
         start = time.time()
         learners, losses = [], []
-        for e in range(args.learners):
-            # learner e of run S: seed S * learners + e, so that no two runs share a learner's seed
-            embed, loss = train_learner(x, partitions[e][y], mode, harden, args, seed=args.seed * args.learners + e)
+        # learner e of run S: seed S * learners + e, so that no two runs share a learner's seed
+        learner_seeds = [args.seed * args.learners + e for e in range(args.learners)]
+        for e, seed in enumerate(learner_seeds):
+            embed, loss = train_learner(x, partitions[e][y], mode, harden, args, seed=seed)
             learners.append(embed)
             losses.append(loss)
-        result = {"variant": name, "mode": mode, "hard_proxies": harden,
+        result = {"variant": name, "mode": mode, "hard_proxies": harden, "learner_seeds": learner_seeds,
                   "single_learner": retrieval(learners[0], x_test, y_test),
                   "ensemble": retrieval(ensemble_embedding_model(learners), x_test, y_test),
                   "losses": losses, "seconds": round(time.time() - start, 1)}

@@ -84,6 +84,9 @@ def episode_count(results, backbone):
 def summary(shots):
     results = runs(shots)
     seeds = list(results)
+    if not seeds:
+        print(f"{shots}-shot: no runs in {RESULTS}")
+        return dict(seeds=[], rows=[], comparisons=[])
     counts = dict(sfc=episode_count(results, "emd_meta_sfc_comparison"),
                   exact=episode_count(results, "emd_meta_exact_vs_sinkhorn"))
     rows = []

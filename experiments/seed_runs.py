@@ -15,15 +15,20 @@ RESULTS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "results")
 
 
 def seed_reports(stem):
-    """``{seed: report}`` of the run files of ``stem`` in ``RESULTS``, by seed. A file whose name names another
-    seed than it records, or a second file of one seed, raises ``ValueError``."""
+    """``{seed: report}`` of the run files of ``stem`` in ``RESULTS``, by seed. A file that is not JSON (a run
+    writing it at this moment) is left out with a message; a file whose name names another seed than it records, or
+    a second file of one seed, raises ``ValueError``."""
     found = {}
     for path in glob.glob(os.path.join(RESULTS, f"{stem}*.json")):
         match = re.fullmatch(rf"{re.escape(stem)}(?:_seed(\d+))?\.json", os.path.basename(path))
         if not match:
             continue
-        with open(path) as handle:
-            report = json.load(handle)
+        try:
+            with open(path) as handle:
+                report = json.load(handle)
+        except json.JSONDecodeError as error:
+            print(f"{os.path.basename(path)} left out: not JSON ({error})")
+            continue
         seed = report["args"]["seed"]
         if int(match.group(1) or 0) != seed:
             raise ValueError(f"{path} records seed {seed}, its name another")
