@@ -81,6 +81,13 @@ def episode_count(results, backbone):
     return counts.pop() if counts else None
 
 
+def accuracies(results, seeds, backbone, classifier):
+    """``classifier``'s mean accuracy on ``backbone`` in each seed's run, or ``None`` where a run did not score it."""
+    if any(classifier not in results[s].get(backbone, {}) for s in seeds):
+        return None
+    return [results[s][backbone][classifier]["mean"] for s in seeds]
+
+
 def summary(shots):
     results = runs(shots)
     seeds = list(results)
@@ -92,8 +99,8 @@ def summary(shots):
     rows = []
     for label, backbone, classifier in ROWS[shots]:
         label = label.format(**counts)
-        values = [results[s][backbone][classifier]["mean"] for s in seeds if classifier in results[s].get(backbone, {})]
-        if len(values) < len(seeds):
+        values = accuracies(results, seeds, backbone, classifier)
+        if values is None:
             print(f"{shots}-shot: '{label}' left out: not scored in every seed's run")
             continue
         mean, sd = percent_spread(values)
@@ -101,10 +108,11 @@ def summary(shots):
     comparisons = []
     for label, (b1, c1), (b2, c2) in COMPARISONS[shots]:
         label = label.format(**counts)
-        if any(c1 not in results[s].get(b1, {}) or c2 not in results[s].get(b2, {}) for s in seeds):
+        first, second = accuracies(results, seeds, b1, c1), accuracies(results, seeds, b2, c2)
+        if first is None or second is None:
             print(f"{shots}-shot: '{label}' left out: not scored in every seed's run")
             continue
-        differences = [results[s][b1][c1]["mean"] - results[s][b2][c2]["mean"] for s in seeds]
+        differences = [a - b for a, b in zip(first, second)]
         mean, sd = percent_spread(differences)
         comparisons.append(dict(comparison=label, per_seed=[round(100 * d, 2) for d in differences], mean=mean,
                                 sd=sd, positive_in=f"{sum(d > 0 for d in differences)}/{len(differences)}"))

@@ -1,6 +1,6 @@
 """Across seeds: the Fashion-MNIST zero-shot retrieval ablations of ``experiments/ccp_fashion_mnist.py`` (CCP,
 Gurbuz 2022, ch. 3) and ``experiments/edms_fashion_mnist.py`` (EDMS, Aziere and Todorovic 2019), one run per seed
-(``--seed S``: the initialization, the batches and, for EDMS, the meta-class partitions; the data split is fixed).
+(``--seed S``; what a seed varies is listed above ``EXPERIMENTS``; the data split is fixed).
 
 For each variant, mean +- sd over the seeds of the test metrics; for the comparisons the papers make, the per-seed
 differences of test MAP@R (mean +- sd, in how many seeds the sign held, and the two-sided p-value of a paired t-test).
@@ -87,7 +87,7 @@ def summary(name):
     if not seeds:
         print(f"{name}: no finished runs in {RESULTS}")
         return None
-    variants = [v for v in results[seeds[0]] if all(v in results[s] for s in seeds)]
+    variants = list(results[seeds[0]])  # every run holds the same variants (runs: finished, same settings)
     rows = []
     for variant in variants:
         cells = {}
