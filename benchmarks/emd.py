@@ -7,11 +7,13 @@ Compares, on the same cosine-cost problems with positive non-uniform node weight
 - ``sinkhorn``: ``emd(method="sinkhorn")`` at its defaults in the kernel domain, in an XLA-compiled ``tf.function``.
 
 Prints a table and writes ``benchmarks/results/emd.json`` (problems per second = median over repeats; the entropic
-method's maximum relative deviation from the exact value is reported alongside).
+method's maximum relative deviation from the exact value is reported alongside). Also records how that deviation
+depends on the problems and the settings (``accuracy``): by ``epsilon`` (each in the domain ``EMDHead`` would pick)
+for Gaussian features and for ReLU (non-negative) features, whose cosine costs are smaller, and by ``max_iter`` at
+the default ``epsilon``.
 Run: ``PYTHONPATH=. python benchmarks/emd.py [--repeats 7]``.
 """
 import argparse
-import json
 import os
 import platform
 import time
@@ -21,22 +23,50 @@ import ot
 import tensorflow as tf
 
 from ot_layers.solvers import emd
-from ot_layers.solvers.emd import SINKHORN_EPSILON, SINKHORN_MAX_ITER, SINKHORN_THRESHOLD
-from otzoo.arguments import positive_int
+from ot_layers.solvers.emd import COSINE_KERNEL_LIMIT, SINKHORN_EPSILON, SINKHORN_MAX_ITER, SINKHORN_THRESHOLD
+from report import positive_count, write_json
 
 PROBLEMS, NODES, DIM = 5 * 5 * 15, 25, 64
+FEATURES = ("gaussian", "relu")
+SWEEP_EPSILONS = (0.1, 0.07, 0.05, 0.035, 0.03, 0.025, 0.02)
+SWEEP_MAX_ITERS = (20, 50, 100, 400)
 
 
-def make_problems(seed=0):
+def make_problems(seed=0, features="gaussian"):
+    """``(cost, a, b)``: cosine costs between node sets of ``features`` (``"gaussian"``: standard normal;
+    ``"relu"``: the same draws clipped at 0) and positive non-uniform node weights."""
     rng = np.random.default_rng(seed)
     u = rng.standard_normal((PROBLEMS, NODES, DIM))
     v = rng.standard_normal((PROBLEMS, NODES, DIM))
+    if features == "relu":
+        u, v = np.maximum(u, 0.0), np.maximum(v, 0.0)
     u /= np.linalg.norm(u, axis=-1, keepdims=True)
     v /= np.linalg.norm(v, axis=-1, keepdims=True)
     cost = 1.0 - np.einsum("pnd,pmd->pnm", u, v)
     a = rng.random((PROBLEMS, NODES)) + 0.1
     b = rng.random((PROBLEMS, NODES)) + 0.1
     return cost, a / a.sum(1, keepdims=True), b / b.sum(1, keepdims=True)
+
+
+def accuracy_sweep():
+    """Max relative deviation of the entropic EMD value from the exact one over the problems: by ``epsilon`` (the
+    kernel domain while ``2 / epsilon <= COSINE_KERNEL_LIMIT``, as ``EMDHead`` picks, else the log domain) for each
+    kind of features, and by ``max_iter`` at the default ``epsilon`` (Gaussian features)."""
+    sweep = {}
+    for features in FEATURES:
+        cost, a, b = (tf.constant(x, tf.float32) for x in make_problems(features=features))
+        exact = emd(cost, a, b, method="exact").cost.numpy()
+
+        def deviation(epsilon=SINKHORN_EPSILON, **settings):
+            domain = "kernel" if 2.0 / epsilon <= COSINE_KERNEL_LIMIT else "log"
+            value = emd(cost, a, b, method="sinkhorn", epsilon=epsilon, domain=domain, **settings).cost.numpy()
+            return float(np.max(np.abs(value - exact) / exact))
+
+        sweep[features] = {"mean_cost": float(np.mean(cost)),
+                           "by_epsilon": {str(e): deviation(epsilon=e) for e in SWEEP_EPSILONS}}
+        if features == "gaussian":
+            sweep[features]["by_max_iter"] = {str(n): deviation(max_iter=n) for n in SWEEP_MAX_ITERS}
+    return sweep
 
 
 def timed(function, repeats):
@@ -49,9 +79,17 @@ def timed(function, repeats):
     return float(np.median(times)), value
 
 
+def _opencv_version():
+    try:
+        import cv2
+    except ImportError:
+        return None
+    return cv2.__version__
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--repeats", type=positive_int, default=7)
+    parser.add_argument("--repeats", type=positive_count, default=7)
     parser.add_argument("--out", default=os.path.join(os.path.dirname(os.path.abspath(__file__)), "results",
                                                       "emd.json"), help="the JSON file written (default: %(default)s)")
     args = parser.parse_args()
@@ -100,20 +138,22 @@ def main():
         "sinkhorn_within_2_percent": rows["sinkhorn"]["max_rel_dev_vs_exact"] <= 0.02,
     }
     print("targets:", targets)
+    accuracy = accuracy_sweep()
+    for features, found in accuracy.items():
+        for setting, values in found.items():
+            if setting != "mean_cost":
+                print(f"max rel. deviation, {features} features, {setting}:",
+                      ", ".join(f"{key} {value:.4f}" for key, value in values.items()))
     result = {
         "problems": PROBLEMS, "nodes": NODES, "feature_dim": DIM, "repeats": args.repeats,
         "sinkhorn_settings": {"epsilon": SINKHORN_EPSILON, "max_iter": SINKHORN_MAX_ITER,
                               "threshold": SINKHORN_THRESHOLD, "domain": "kernel", "jit_compile": True},
-        "methods": rows, "targets": targets,
+        "methods": rows, "targets": targets, "accuracy": accuracy,
         "machine": {"platform": platform.platform(), "cpus": os.cpu_count(), "tensorflow": tf.__version__,
-                    "pot": ot.__version__},
+                    "pot": ot.__version__, "opencv": _opencv_version()},
     }
-    out = args.out
-    os.makedirs(os.path.dirname(os.path.abspath(out)), exist_ok=True)
-    os.makedirs(os.path.dirname(out), exist_ok=True)
-    with open(out, "w") as handle:
-        json.dump(result, handle, indent=2)
-    print("wrote", out)
+    write_json(args.out, result)
+    print("wrote", args.out)
 
 
 if __name__ == "__main__":

@@ -16,7 +16,6 @@ Also times ``training.evaluation.retrieval_metrics`` on 10k embeddings. Prints a
 The recorded run (docs/results/gsp.md) is ``python benchmarks/gsp.py --repeats 100``.
 """
 import argparse
-import json
 import os
 import platform
 import sys
@@ -32,7 +31,7 @@ import tensorflow as tf  # noqa: E402
 from ot_layers import GeneralizedSumPooling  # noqa: E402
 from ot_layers.solvers import partial_transport  # noqa: E402
 from training.evaluation.retrieval import retrieval_metrics
-from otzoo.arguments import positive_int
+from report import positive_count, write_json
 
 ITERATIONS = (10, 25, 50, 100, 200)
 TARGET_RATIO = 1.2  # implicit gradient, XLA: time(100 iterations) / time(10 iterations)
@@ -131,8 +130,8 @@ def main():
     parser.add_argument("--side", type=int, default=14)
     parser.add_argument("--channels", type=int, default=128)
     parser.add_argument("--prototypes", type=int, default=64)
-    parser.add_argument("--repeats", type=positive_int, default=30)
-    parser.add_argument("--output", default=os.path.join(os.path.dirname(__file__), "results", "gsp.json"))
+    parser.add_argument("--repeats", type=positive_count, default=30)
+    parser.add_argument("--out", default=os.path.join(os.path.dirname(__file__), "results", "gsp.json"))
     args = parser.parse_args()
 
     rows = measure(args)
@@ -167,11 +166,9 @@ def main():
     print("\nsummary")
     for key, value in summary.items():
         print(f"  {key}: {value:.3f}" if isinstance(value, float) else f"  {key}: {value}")
-    os.makedirs(os.path.dirname(args.output), exist_ok=True)
-    with open(args.output, "w") as handle:
-        json.dump({"config": vars(args), "machine": {"platform": platform.platform(), "cpus": os.cpu_count(),
-                                                     "tensorflow": tf.__version__},
-                   "rows": rows, "summary": summary}, handle, indent=2)
+    write_json(args.out, {"config": vars(args), "machine": {"platform": platform.platform(), "cpus": os.cpu_count(),
+                                                             "tensorflow": tf.__version__},
+                          "rows": rows, "summary": summary})
 
 
 if __name__ == "__main__":

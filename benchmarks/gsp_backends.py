@@ -66,6 +66,7 @@ import time
 import numpy as np
 
 import accelerator  # benchmarks/accelerator.py (imports no framework until called)
+from report import positive_count, write_json
 
 SHAPE = {"batch": 64, "side": 14, "channels": 128, "prototypes": 64}
 TRANSPORT_RATIO = 0.3
@@ -522,7 +523,7 @@ def _plan_summary(checks):
 
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--repeats", type=int, default=10)
+    parser.add_argument("--repeats", type=positive_count, default=10)
     parser.add_argument("--out", default=os.path.join(HERE, "results", "gsp_backends.json"))
     parser.add_argument("--worker", nargs=2, help=argparse.SUPPRESS)
     args = parser.parse_args()
@@ -548,9 +549,7 @@ def main():
               "platform": platform.platform(),
               "devices": accelerator.devices_in(results), "results": results, "ratios": ratios,
               "max_plan_difference": _plan_summary(checks), "plan_check": checks}
-    os.makedirs(os.path.dirname(args.out), exist_ok=True)
-    with open(args.out, "w") as handle:
-        json.dump(report, handle, indent=2)
+    write_json(args.out, report)
 
     print(f"\n{'method':<64}{'median ms':>10}{'min ms':>9}{'/ TF XLA':>10}{'loss':>14}")
     for name, result in results.items():

@@ -1,11 +1,13 @@
 """Few-shot meta-training speed: ``training.recipes.few_shot.meta_train`` (Keras' own training step, on every backend)
 beside the same episodic step written out in TensorFlow (a ``tf.function`` around a ``GradientTape``, XLA).
 
-Workload: the DeepEMD few-shot preset's model (``resnet20_emd_fewshot_fashion_mnist``: ResNet-20 with its L2 penalty,
-``EMDHead`` by Sinkhorn), 5-way 1-shot episodes with 15 queries per class from Fashion-MNIST's base classes (the first
-``--limit`` training images), SGD with momentum, as the preset's recipe meta-trains (``meta_train``'s defaults:
-``jit_compile`` XLA on TensorFlow and JAX, eager on PyTorch). The hand-written step is the peer on TensorFlow: the
-query cross-entropy without the penalty, one step per episode, the episodes ``meta_train`` draws.
+Workload: the DeepEMD few-shot preset's model (``resnet20_emd_fewshot_fashion_mnist``: ResNet-20, ``EMDHead`` by
+Sinkhorn), 5-way 1-shot episodes with 15 queries per class from Fashion-MNIST's base classes (the first ``--limit``
+training images), SGD with momentum, as the preset's recipe meta-trains (``meta_train``'s defaults: ``jit_compile``
+XLA on TensorFlow and JAX, eager on PyTorch). Both methods train on the episode's query cross-entropy alone (the
+model is built with the preset's L2 penalty, which ``meta_train`` leaves out as the recipe does, and the
+hand-written step never adds). The hand-written step is the peer on TensorFlow: one step per episode, the episodes
+``meta_train`` draws. Needs Fashion-MNIST; a run in which every backend was skipped writes nothing.
 
 Timed: the steady cost of an episode, without compiling. Each method meta-trains a fresh model for ``--short`` and
 for ``--long`` episodes (each call compiles once); the episode cost is the difference of the two times over the
@@ -24,6 +26,8 @@ import statistics
 import subprocess
 import sys
 import time
+
+from report import positive_count, write_json
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 PRESET = "resnet20_emd_fewshot_fashion_mnist"
@@ -80,14 +84,17 @@ def worker(args):
 
 def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--rounds", type=int, default=3)
-    parser.add_argument("--short", type=int, default=5)
-    parser.add_argument("--long", type=int, default=35)
-    parser.add_argument("--limit", type=int, default=4000)
+    parser.add_argument("--rounds", type=positive_count, default=3)
+    parser.add_argument("--short", type=positive_count, default=5)
+    parser.add_argument("--long", type=positive_count, default=35)
+    parser.add_argument("--limit", type=positive_count, default=4000)
     parser.add_argument("--backends", nargs="+", default=["tensorflow", "jax", "torch"])
     parser.add_argument("--out", default=os.path.join(ROOT, "benchmarks", "results", "meta_training.json"))
     parser.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args()
+    if args.long <= args.short:
+        parser.error(f"argument --long: must exceed --short ({args.short}), got {args.long}: the episode cost is the "
+                     "difference of the two runs' times over the difference of their counts")
     if args.worker:
         return worker(args)
     results = {}
@@ -111,8 +118,9 @@ def main():
     record = {"workload": f"{PRESET}: 5-way 1-shot, 15 queries per class, SGD momentum 0.9; steady ms per episode "
                           f"({args.long} minus {args.short} episodes)", "rounds": args.rounds,
               "machine": f"{platform.machine()} x{os.cpu_count()}", "results": results}
-    with open(args.out, "w") as handle:
-        json.dump(record, handle, indent=1)
+    if all("skipped" in result for result in results.values()):
+        raise SystemExit(f"every backend was skipped ({results}); {args.out} is left as it was")
+    write_json(args.out, record, indent=1)
 
 
 if __name__ == "__main__":

@@ -8,7 +8,6 @@ Prints a Markdown table and writes benchmarks/results/prototype_estimation.json.
     PYTHONPATH=. .venv/bin/python benchmarks/prototype_estimation.py
 """
 import argparse
-import json
 import os
 import time
 
@@ -16,6 +15,7 @@ import numpy as np
 
 from ot_layers.solvers import estimate_prototypes
 from ot_layers.solvers.prototypes import max_pairwise_cosine, uniformity_loss_and_gradient
+from report import write_json
 
 # (K, d, best known max cosine or None): ETF rows, then spherical codes
 BEST_KNOWN = {(12, 3): 1 / np.sqrt(5),  # icosahedron (Tammes, proven)
@@ -68,9 +68,7 @@ def main():
         gap = "-" if r["gap"] is None else f"{r['gap']:.1e}"
         print(f"| {r['K']} | {r['d']} | {r['method']} | {fmt(r['max_cos'])} | {fmt(r['target'])} | {gap} | "
               f"{r['seconds']} | {fmt(r.get('paper_uniformity_max_cos'))} | {r.get('paper_uniformity_seconds', '-')} |")
-    os.makedirs(os.path.dirname(os.path.abspath(args.out)), exist_ok=True)
-    with open(args.out, "w") as f:
-        json.dump(rows, f, indent=1)
+    write_json(args.out, rows, indent=1)
 
 
 if __name__ == "__main__":

@@ -2,7 +2,7 @@
 
 Set-ups, each in fresh processes, all with the same global batch (``--batch``, default 64) and model
 (``zoo.image_classifier("small_convnet", "mpw", 10, input_shape=(28, 28, 1))``, SGD, on Fashion-MNIST-shaped
-uint8 images):
+random pixel values in 0-255, float32):
 
 - ``mirrored_1``: ``MirroredStrategy`` on 1 logical CPU device, ``training.fit`` (= ``model.fit``);
 - ``mirrored_2``: ``MirroredStrategy`` on 2 logical CPU devices (the process's CPU split in two);
@@ -24,6 +24,8 @@ import subprocess
 import sys
 import tempfile
 import time
+
+from report import positive_count, write_json
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SETUPS = ("mirrored_1", "mirrored_2", "workers_1", "workers_2")
@@ -104,15 +106,13 @@ def _run_setup(setup, args):
 
 def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--rounds", type=int, default=3)
-    parser.add_argument("--batch", type=int, default=64, help="global batch")
-    parser.add_argument("--steps", type=int, default=40, help="timed steps per run")
+    parser.add_argument("--rounds", type=positive_count, default=3)
+    parser.add_argument("--batch", type=positive_count, default=64, help="global batch")
+    parser.add_argument("--steps", type=positive_count, default=40, help="timed steps per run")
     parser.add_argument("--warmup", type=int, default=5)
     parser.add_argument("--run", choices=SETUPS, default=None, help=argparse.SUPPRESS)
     parser.add_argument("--out", default=os.path.join(ROOT, "benchmarks", "results", "scaling.json"))
     args = parser.parse_args()
-    if args.rounds < 1:  # checked here: the driver stays free of TensorFlow (otzoo.arguments would import it)
-        parser.error(f"argument --rounds: must be an integer >= 1, got {args.rounds}")
     if args.run:
         _worker(args)
         return
@@ -136,8 +136,7 @@ def main():
                   model="zoo.image_classifier('small_convnet', 'mpw', 10, input_shape=(28, 28, 1))",
                   global_batch=args.batch, timed_steps=args.steps, warmup_steps=args.warmup, rounds=args.rounds,
                   command=f"python benchmarks/scaling.py --rounds {args.rounds}", setups=rows)
-    with open(args.out, "w") as handle:
-        json.dump(report, handle, indent=2)
+    write_json(args.out, report)
     print(json.dumps(report, indent=2))
 
 

@@ -19,7 +19,6 @@ since another job on the machine slows every runtime.
 Run: ``python benchmarks/serving.py [--calls 50 --rounds 10]``; writes ``benchmarks/results/serving.json``.
 """
 import argparse
-import json
 import os
 import platform
 import statistics
@@ -31,6 +30,8 @@ import numpy as np
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 os.environ.setdefault("CUDA_VISIBLE_DEVICES", "")
+from report import positive_count, write_json
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 RUNTIMES = ("onnxruntime", "saved_model", "keras_predict", "keras_call")
 THROUGHPUT_BATCH = 64
@@ -127,8 +128,8 @@ def benchmark_preset(name, calls, rounds, warmup, folder):
 
 def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--calls", type=int, default=50, help="timed batch-1 calls per runtime")
-    parser.add_argument("--rounds", type=int, default=10, help="timed batch-64 calls per runtime")
+    parser.add_argument("--calls", type=positive_count, default=50, help="timed batch-1 calls per runtime")
+    parser.add_argument("--rounds", type=positive_count, default=10, help="timed batch-64 calls per runtime")
     parser.add_argument("--warmup", type=int, default=5, help="untimed calls before timing")
     parser.add_argument("--out", default=os.path.join(ROOT, "benchmarks", "results", "serving.json"),
                         help="the JSON file written (default: %(default)s)")
@@ -161,9 +162,7 @@ def main():
                onnxruntime=onnxruntime.__version__, load_average_before=load_before, load_average_after=load_after,
                calls=args.calls, rounds=args.rounds, warmup=args.warmup, throughput_batch=THROUGHPUT_BATCH,
                presets=rows)
-    os.makedirs(os.path.dirname(os.path.abspath(args.out)), exist_ok=True)
-    with open(args.out, "w") as handle:
-        json.dump(out, handle, indent=2)
+    write_json(args.out, out)
 
 
 if __name__ == "__main__":

@@ -32,6 +32,7 @@ import time
 import numpy as np
 
 import accelerator  # benchmarks/accelerator.py (imports no framework until called)
+from report import positive_count, write_json
 
 SHAPE = dict(batch=64, classes=100, elements=64, proxies=4, dim=64)
 EPSILON = 0.1
@@ -306,8 +307,8 @@ def _ratios(results):
 
 def main():
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--repeats", type=int, default=10)
-    parser.add_argument("--pot-repeats", type=int, default=1)
+    parser.add_argument("--repeats", type=positive_count, default=10)
+    parser.add_argument("--pot-repeats", type=positive_count, default=1)
     parser.add_argument("--out", default=os.path.join(HERE, "results", "sinkhorn.json"))
     parser.add_argument("--worker", choices=["tf", "pot", "keras"], help=argparse.SUPPRESS)
     args = parser.parse_args()
@@ -335,11 +336,10 @@ def main():
 
     ratios, targets = _ratios(results)
     devices = accelerator.devices_in(results)
-    report = {"shape": SHAPE, "epsilon": EPSILON, "iterations": ITERATIONS, "results": results,
+    report = {"shape": SHAPE, "epsilon": EPSILON, "iterations": ITERATIONS, "repeats": args.repeats,
+              "pot_repeats": args.pot_repeats, "results": results,
               "ratios": ratios, "targets": targets, "cpu_count": os.cpu_count(), "devices": devices}
-    os.makedirs(os.path.dirname(args.out), exist_ok=True)
-    with open(args.out, "w") as handle:
-        json.dump(report, handle, indent=2)
+    write_json(args.out, report)
 
     print(f"\n{'method':<52}{'median ms':>12}{'peak MB':>10}")
     for method, result in results.items():

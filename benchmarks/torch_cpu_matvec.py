@@ -33,7 +33,7 @@ import numpy as np  # noqa: E402
 import torch  # noqa: E402
 
 from ot_layers.layers.emd_head import EMDHead  # noqa: E402
-from otzoo.arguments import positive_int
+from report import positive_count, write_json  # noqa: E402
 
 SOLVER = importlib.import_module("ot_layers.solvers.sinkhorn")  # the module (the package exports the function)
 EPISODE = dict(queries=75, ways=5, side=7, dim=64)
@@ -80,7 +80,7 @@ def _time(step, repeats):
 
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--repeats", type=positive_int, default=15)
+    parser.add_argument("--repeats", type=positive_count, default=15)
     parser.add_argument("--out", default=os.path.join(HERE, "results", "torch_cpu_matvec.json"))
     args = parser.parse_args()
     if not SOLVER.fused_matvec(torch.zeros(1)):
@@ -88,10 +88,8 @@ def main():
     report = {"torch": torch.__version__, "threads": torch.get_num_threads(), "repeats": args.repeats,
               "workloads": {"mpw_head": _time(_mpw_head(), args.repeats),
                             "deepemd_episode": _time(_deepemd_episode(), args.repeats)}}
-    text = json.dumps(report, indent=2)
-    print(text)
-    with open(args.out, "w") as handle:
-        handle.write(text + "\n")
+    print(json.dumps(report, indent=2))
+    write_json(args.out, report)
 
 
 if __name__ == "__main__":
