@@ -7,11 +7,14 @@ Same backbone (zoo.small_convnet + global average pooling + Dense(d)), same data
 three heads; dynamic and fixed use the same prototypes (estimate_prototypes(10, d)). The prototype methods train
 the zoo's DL2PA pair, ``zoo.image_classifier("small_convnet", "hyperspherical")`` and
 ``zoo.hyperspherical_training_model``; the softmax baseline puts ``Dense(K)`` on that classifier's ``embedding``
-layer. ``zoo_inputs.RAW_PIXELS`` keeps the images unnormalized, as the published runs had them. Writes
-experiments/results/dl2pa_fashion_mnist.json. The recorded run (docs/results/hyperspherical.md):
+layer. ``zoo_inputs.RAW_PIXELS`` keeps the images unnormalized, as the published runs had them. Writes each
+``d``'s runs to ``experiments/results/dl2pa_fashion_mnist_d{d}.json`` (``--out``: another file, for one ``d``),
+rewritten after every run; ``experiments/dl2pa_seeds.py`` summarizes them over seeds. The recorded runs
+(docs/results/hyperspherical.md), one process per ``d``:
 
-    PYTHONPATH=. python experiments/dl2pa_fashion_mnist.py --dims 3 8 --seeds 0 --epochs 6 --train 12000 \
-        --methods dynamic fixed softmax
+    PYTHONPATH=. python experiments/dl2pa_fashion_mnist.py --dims 3 --seeds 0 1 2 3 4 --epochs 6 --train 12000 \
+        --methods dynamic dynamic_steps fixed softmax
+    (the same with --dims 8)
 """
 import argparse
 import json
@@ -81,22 +84,28 @@ def main():
     parser.add_argument("--batch-size", type=int, default=128)
     parser.add_argument("--batch-frequency", type=int, default=10,
                         help="dynamic_steps: re-assign every this many batches as well as every epoch")
-    parser.add_argument("--out", default="experiments/results/dl2pa_fashion_mnist.json")
+    parser.add_argument("--out", default=None,
+                        help="the JSON file written, for one --dims value (default: "
+                             "experiments/results/dl2pa_fashion_mnist_d{d}.json per d)")
     args = parser.parse_args()
+    if args.out is not None and len(args.dims) > 1:
+        parser.error("argument --out: names one file, for one --dims value; without it each d has its own file")
     x, y = load_fashion_mnist("train", limit=args.train)
     x_test, y_test = load_fashion_mnist("test")
-    results = []
+    results = {dim: [] for dim in args.dims}
     for seed in args.seeds:
         for dim in args.dims:
             for method in args.methods:
-                results.append(run(method, dim, seed, args.epochs, x, y, x_test, y_test, args.width,
-                                   args.batch_size, args.batch_frequency))
-                os.makedirs(os.path.dirname(args.out), exist_ok=True)
-                with open(args.out, "w") as f:
-                    json.dump({"args": vars(args), "results": results}, f, indent=1)
+                results[dim].append(run(method, dim, seed, args.epochs, x, y, x_test, y_test, args.width,
+                                        args.batch_size, args.batch_frequency))
+                out = args.out or os.path.join("experiments", "results", f"dl2pa_fashion_mnist_d{dim}.json")
+                os.makedirs(os.path.dirname(os.path.abspath(out)), exist_ok=True)
+                with open(out, "w") as f:
+                    json.dump({"args": vars(args), "results": results[dim]}, f, indent=1)
     print("\n| d | method | seed | test acc |\n|---|---|---|---|")
-    for r in results:
-        print(f"| {r['dim']} | {r['method']} | {r['seed']} | {r['test_accuracy']:.4f} |")
+    for runs in results.values():
+        for r in runs:
+            print(f"| {r['dim']} | {r['method']} | {r['seed']} | {r['test_accuracy']:.4f} |")
 
 
 if __name__ == "__main__":

@@ -14,9 +14,7 @@ Run (after the runs): ``python experiments/zero_shot_seeds.py``.
 import json
 import os
 
-from scipy import stats
-
-from seed_runs import RESULTS, seed_reports, spread
+from seed_runs import RESULTS, paired_differences, seed_reports, spread
 
 # Per experiment: (label, metric path) columns, and the comparisons as (label, minuend, subtrahend) over one path.
 # What a seed varies: the initialization and the batches; CCP's re-initialization draws; EDMS's meta-class
@@ -71,14 +69,7 @@ def value(result, path):
 
 
 def differences(results, seeds, first, second, path):
-    per_seed = [value(results[s][first], path) - value(results[s][second], path) for s in seeds]
-    mean, sd = spread(per_seed)
-    # two-sided paired t-test of a zero mean difference (needs two seeds and some spread)
-    p_value = float(stats.ttest_1samp(per_seed, 0.0).pvalue) if len(per_seed) > 1 and sd > 0 else None
-    ties = sum(d == 0 for d in per_seed)
-    return dict(per_seed=[round(d, 4) for d in per_seed], mean=mean, sd=sd,
-                positive_in=f"{sum(d > 0 for d in per_seed)}/{len(per_seed)}" + (f" ({ties} tied)" if ties else ""),
-                paired_t_p=p_value)
+    return paired_differences([value(results[s][first], path) - value(results[s][second], path) for s in seeds])
 
 
 def summary(name):
