@@ -99,20 +99,26 @@ def check_class_labels(owner, y_true, y_pred):
     """``y_true`` of the loss ``owner`` must hold integer class labels ``(B,)`` or ``(B, 1)``, one for each of the
     ``B`` rows of ``y_pred`` (static shapes; an unknown size passes). One-hot labels ``(B, C)`` fail here, with the
     hint to pass their argmax, instead of in a broadcast deep inside the loss."""
+    check_labels_per_row(f"`y_true` of {owner}", y_true, "`y_pred`", y_pred)
+
+
+def check_labels_per_row(labels_name, labels, rows_name, rows):
+    """``labels`` (named ``labels_name``) must hold integer class labels ``(B,)`` or ``(B, 1)``, one for each of the
+    ``B`` rows of ``rows`` (named ``rows_name``), judged on static shapes (an unknown size passes)."""
     try:
-        labels = tuple(y_true.shape)
+        shape = tuple(labels.shape)
     except ValueError:  # TensorFlow: a shape of unknown rank while tracing; nothing to check statically
         return
-    if len(labels) not in (1, 2) or (len(labels) == 2 and labels[1] not in (1, None)):
-        hint = "; for one-hot labels pass their argmax" if len(labels) == 2 else ""
-        raise ValueError(f"`y_true` of {owner} must hold integer class labels of shape (B,) or (B, 1), "
-                         f"got shape {labels}{hint}.")
+    if len(shape) not in (1, 2) or (len(shape) == 2 and shape[1] not in (1, None)):
+        hint = "; for one-hot labels pass their argmax" if len(shape) == 2 else ""
+        raise ValueError(f"{labels_name} must hold integer class labels of shape (B,) or (B, 1), "
+                         f"got shape {shape}{hint}.")
     try:
-        rows = y_pred.shape[0] if len(y_pred.shape) else None
+        count = rows.shape[0] if len(rows.shape) else None
     except ValueError:
-        rows = None
-    if labels[0] is not None and rows is not None and int(labels[0]) != int(rows):
-        raise ValueError(f"`y_true` of {owner} holds {labels[0]} labels for the {rows} rows of `y_pred`.")
+        count = None
+    if shape[0] is not None and count is not None and int(shape[0]) != int(count):
+        raise ValueError(f"{labels_name} holds {shape[0]} labels for the {count} rows of {rows_name}.")
 
 
 def check_image_array(name, images):
@@ -129,6 +135,50 @@ def check_image_array(name, images):
     if np.issubdtype(array.dtype, np.inexact) and not np.all(np.isfinite(array)):
         raise ValueError(f"`{name}` holds NaN or Inf.")
     return array
+
+
+def _fits_input(shape, expected):
+    """Whether a batch of ``shape`` fits a model input of batch shape ``expected``: the batch axis and ``None``
+    dims match anything, and a trailing axis of size 1 may be extra or missing (Keras squeezes or adds it)."""
+    if len(shape) == len(expected) + 1 and shape[-1] == 1:
+        shape = shape[:-1]
+    elif len(shape) == len(expected) - 1 and expected[-1] == 1:
+        shape = shape + (1,)
+    return len(shape) == len(expected) and all(want is None or want == got
+                                               for want, got in zip(expected[1:], shape[1:]))
+
+
+def check_fits_model_inputs(name, batches, model, what="the model", first_input_only=False):
+    """``batches`` (an array with the batch axis first, or a list or tuple with one such array per input) must
+    fit the inputs of the Keras ``model`` as far as their shapes are known (see :func:`_fits_input`), else one
+    ``ValueError`` naming ``name`` and ``what`` (the model as the user knows it), e.g. "`train_images`: the
+    embedding model takes inputs of shape (None, 4), got shape (10, 5)." Callbacks call it when they learn the
+    model, before any epoch: Keras' own error would come epochs later and name an internal sub-model.
+
+    A single array must meet a model with one input, or with ``first_input_only`` the model's first input. A model
+    whose inputs are not known (subclassed, or a ``Sequential`` without an ``Input``) passes: Keras checks when it
+    runs. Only shapes are read (``model.inputs``), so it works alike on every backend."""
+    inputs = getattr(model, "inputs", None)
+    if not inputs:
+        return
+    expected = [tuple(tensor.shape) for tensor in inputs]
+    if isinstance(batches, (list, tuple)):
+        shapes = [tuple(np.shape(batch)) for batch in batches]
+        if len(shapes) != len(expected):
+            raise ValueError(f"`{name}`: {what} takes {len(expected)} input(s), got a list of {len(shapes)} "
+                             f"arrays.")
+        for index, (shape, want) in enumerate(zip(shapes, expected)):
+            if not _fits_input(shape, want):
+                raise ValueError(f"`{name}` part {index}: input {index} of {what} takes batches of shape {want}, "
+                                 f"got shape {shape}.")
+        return
+    shape = tuple(np.shape(batches))
+    if len(expected) > 1 and not first_input_only:
+        raise ValueError(f"`{name}`: {what} takes {len(expected)} inputs, of shapes "
+                         f"{', '.join(str(want) for want in expected)}, got one array of shape {shape}.")
+    if not _fits_input(shape, expected[0]):
+        which = what if len(expected) == 1 else f"input 0 of {what}"
+        raise ValueError(f"`{name}`: {which} takes inputs of shape {expected[0]}, got shape {shape}.")
 
 
 _INT32 = np.iinfo(np.int32)

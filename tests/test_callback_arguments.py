@@ -3,15 +3,20 @@ a hyperspherical model that never feeds labels to its layer (the re-assignment s
 without the layer (found after the first epoch), NaN or Inf images (a backbone may turn them into a finite
 constant: every proxy or prototype the same), CCP's state made under other settings (silently reset), its
 penalty left on the weights by ``evaluate`` or ``predict``, a class with fewer images than its proxies, a
-``validation_score`` that returns no number, and GSP's ``num_features`` below its prototypes."""
+``validation_score`` that returns no number, GSP's ``num_features`` below its prototypes, and images that do not
+fit the model (or an embedding model whose vectors do not fit the layer), which Keras refused only epochs later
+(CCP at its first plateau, GSP after the warm-up) in an input-spec or ``assign`` error naming an internal model."""
+import re
+
 import keras
 import numpy as np
 import pytest
 
 import zoo
-from ot_layers import ClassProxies
+from ot_layers import ClassProxies, GeneralizedSumPooling, ManifoldProxies
 from ot_layers.callbacks import CCPReinitialization, GSPPrototypeInit, HardProxyUpdate, PrototypeReassignment
-from ot_layers.losses import HypersphericalPullLoss, ProxyAnchorLoss
+from ot_layers.losses import HypersphericalPullLoss, ManifoldProxyLoss, ProxyAnchorLoss
+from ot_layers.validation import check_fits_model_inputs
 
 RNG = np.random.default_rng(0)
 IMAGES = RNG.uniform(0, 255, size=(12, 8, 8, 1)).astype(np.float32)
@@ -147,3 +152,134 @@ def test_gsp_init_warns_when_the_fit_ends_inside_the_warm_up():
     with warnings.catch_warnings():
         warnings.filterwarnings("error", message="GSPPrototypeInit")
         fit(epochs=3)
+
+
+# ---- images that do not fit the model: refused when the model is known, before any epoch -------------------------
+
+def _fit_refuses_before_any_step(model, x, y, callback, message):
+    """``fit`` with ``callback`` raises a ``ValueError`` matching ``message`` before its first training step."""
+    steps = []
+    counter = keras.callbacks.LambdaCallback(on_train_batch_end=lambda batch, logs: steps.append(batch))
+    with pytest.raises(ValueError, match=message):
+        model.fit(x, y, epochs=2, batch_size=4, verbose=0, callbacks=[callback, counter])
+    assert steps == []
+
+
+def test_ccp_train_images_that_do_not_fit_the_model_are_named_when_it_is_set():
+    """(10, 5) images for a (None, 6) model passed until the first plateau's re-initialization, epochs in."""
+    model = _proxy_model()
+    wrong = VECTORS[:, :5]
+    with pytest.raises(ValueError, match=r"^`train_images`: the model takes inputs of shape \(None, 6\), "
+                                         r"got shape \(12, 5\)\.$"):
+        CCPReinitialization(wrong, LABELS, lambda: 0.0).set_model(model)
+    assert not hasattr(model, "ccp_state")  # refused before the state is attached
+    _fit_refuses_before_any_step(model, VECTORS, LABELS, CCPReinitialization(wrong, LABELS, lambda: 0.0),
+                                 "^`train_images`: the model takes inputs")
+    embed = keras.Model(model.inputs, model.get_layer("proxies").input)
+    with pytest.raises(ValueError, match=r"^`train_images`: the embedding model takes inputs of shape \(None, 6\), "
+                                         r"got shape \(12, 5\)"):
+        CCPReinitialization(wrong, LABELS, lambda: 0.0, embedding_model=embed)
+    CCPReinitialization(VECTORS, LABELS, lambda: 0.0, embedding_model=embed).set_model(model)
+
+
+def test_ccp_train_images_for_a_model_of_several_inputs_are_named():
+    """The pools go through ``keras.Model(model.inputs, layer.input)``: one array cannot feed two inputs."""
+    vectors, extra = keras.Input((6,)), keras.Input((2,))
+    proxies = ClassProxies(3, num_proxies=2, name="proxies")(keras.layers.Dense(4)(vectors))
+    model = keras.Model([vectors, extra], proxies)
+    with pytest.raises(ValueError, match=r"^`train_images`: the model takes 2 inputs, of shapes \(None, 6\), "
+                                         r"\(None, 2\), got one array of shape \(12, 6\)"):
+        CCPReinitialization(VECTORS, LABELS, lambda: 0.0).set_model(model)
+    embed = keras.Model(vectors, model.get_layer("proxies").input)  # the way out: an embedding model of the images
+    CCPReinitialization(VECTORS, LABELS, lambda: 0.0, embedding_model=embed).set_model(model)
+
+
+def _gsp_model():
+    inputs = keras.Input((6, 6, 3))
+    pooled = GeneralizedSumPooling(num_prototypes=2, name="gsp")(keras.layers.Conv2D(4, 1)(inputs))
+    model = keras.Model(inputs, keras.layers.Dense(2)(pooled))
+    model.compile("sgd", "sparse_categorical_crossentropy")
+    return model
+
+
+@pytest.mark.parametrize("shape", [(4, 5, 5, 3), (4, 6, 6, 1), (4, 108)])
+def test_gsp_images_that_do_not_fit_the_model_are_named_when_training_begins(shape):
+    """Wrong spatial size or channels passed through the warm-up and failed in ``initialize_prototypes``."""
+    model = _gsp_model()
+    callback = GSPPrototypeInit(RNG.uniform(size=shape), warmup_epochs=1)
+    message = (r"^`images`: the model takes inputs of shape \(None, 6, 6, 3\), got shape "
+               + re.escape(str(shape)) + r"\.$")
+    _fit_refuses_before_any_step(model, RNG.uniform(size=(8, 6, 6, 3)), np.arange(8) % 2, callback, message)
+    assert float(model.get_layer("gsp").warmup_epochs_done.numpy()) == 0.0
+
+
+def _edms_model(dim=4):
+    inputs = keras.Input((6,))
+    embedded = keras.layers.Dense(dim, name="embed")(inputs)
+    model = keras.Model(inputs, ManifoldProxies(3, dim, name="head")(embedded))
+    model.compile("adam", ManifoldProxyLoss())
+    return model
+
+
+def test_hard_proxy_images_that_do_not_fit_the_embedding_model_are_named_when_it_is_made():
+    embed = keras.Sequential([keras.Input((6,)), keras.layers.Dense(4)])
+    with pytest.raises(ValueError, match=r"^`images`: the embedding model takes inputs of shape \(None, 6\), "
+                                         r"got shape \(12, 5\)\.$"):
+        HardProxyUpdate(embed, VECTORS[:, :5], LABELS)
+    HardProxyUpdate(embed, VECTORS, LABELS)
+
+
+def test_hard_proxy_embeddings_of_another_size_than_the_layer_are_named_before_the_first_epoch():
+    """A (None, 5) embedding model for a layer of dim=4 failed in the first epoch's ``proxies.assign`` with a
+    multi-line shape error that printed the proxies."""
+    model = _edms_model()
+    wrong = keras.Sequential([keras.Input((6,)), keras.layers.Dense(5)])
+    callback = HardProxyUpdate(wrong, VECTORS, LABELS)
+    callback.set_model(model)
+    message = (r"^`embedding_model` gives embeddings of shape \(None, 5\), but the ManifoldProxies layer 'head' "
+               r"takes vectors of shape \(None, 4\) \(its `dim`\)\.$")
+    with pytest.raises(ValueError, match=message):
+        callback.on_train_begin()
+    _fit_refuses_before_any_step(model, VECTORS, LABELS, HardProxyUpdate(wrong, VECTORS, LABELS), message)
+
+
+def test_hard_proxy_embeddings_of_a_subclassed_model_are_checked_once_computed():
+    """A subclassed embedding model has no static output shape: its embeddings are checked at the first epoch's
+    start, still before any step, with the same one line."""
+
+    class Embed(keras.Model):
+        def __init__(self):
+            super().__init__()
+            self.dense = keras.layers.Dense(5)
+
+        def call(self, x):
+            return self.dense(x)
+
+    _fit_refuses_before_any_step(_edms_model(), VECTORS, LABELS, HardProxyUpdate(Embed(), VECTORS, LABELS),
+                                 r"^`embedding_model` gives embeddings of shape \(None, 5\), but the ManifoldProxies "
+                                 r"layer 'head'")
+
+
+def test_the_shape_check_follows_keras():
+    """``None`` dims match anything and a trailing axis of size 1 may be missing or extra (Keras adjusts it); a
+    model whose inputs are unknown passes (Keras checks when it runs); lists go input by input."""
+    inputs = keras.Input((None, None, 1))
+    images = keras.Model(inputs, keras.layers.Identity()(inputs))
+    for shape in [(2, 9, 7, 1), (2, 9, 7)]:
+        check_fits_model_inputs("x", np.zeros(shape), images)
+    with pytest.raises(ValueError, match=r"^`x`: the model takes inputs of shape \(None, None, None, 1\)"):
+        check_fits_model_inputs("x", np.zeros((2, 9, 7, 3)), images)
+    vector = keras.Input((4,))
+    check_fits_model_inputs("x", np.zeros((2, 4, 1)), keras.Model(vector, keras.layers.Identity()(vector)))
+    check_fits_model_inputs("x", np.zeros((2, 3)), keras.Sequential([keras.layers.Dense(2)]))  # inputs unknown
+    a, b = keras.Input((4,)), keras.Input(())
+    pair = keras.Model([a, b], keras.layers.Dense(1)(a))
+    check_fits_model_inputs("x", [np.zeros((2, 4)), np.zeros(2)], pair)
+    check_fits_model_inputs("x", np.zeros((2, 4)), pair, first_input_only=True)
+    with pytest.raises(ValueError, match=r"^`x` part 1: input 1 of the model takes batches of shape \(None,\), "
+                                         r"got shape \(2, 3\)\.$"):
+        check_fits_model_inputs("x", [np.zeros((2, 4)), np.zeros((2, 3))], pair)
+    with pytest.raises(ValueError, match=r"^`x`: input 0 of the model takes inputs of shape \(None, 4\)"):
+        check_fits_model_inputs("x", np.zeros((2, 5)), pair, first_input_only=True)
+    with pytest.raises(ValueError, match=r"^`x`: the model takes 2 input\(s\), got a list of 1 arrays\.$"):
+        check_fits_model_inputs("x", [np.zeros((2, 4))], pair)

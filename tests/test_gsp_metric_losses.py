@@ -186,3 +186,84 @@ def test_compiled_model_reloaded_from_keras_file_continues_fit_without_recompili
     for a, b in zip(model.get_weights(), restored.get_weights()):
         np.testing.assert_allclose(b, a, rtol=0, atol=1e-6)
     np.testing.assert_allclose(restored.evaluate(x, y, verbose=0), model.evaluate(x, y, verbose=0), rtol=1e-6)
+
+
+def _with_a_nan_row(x):
+    x = x.copy()
+    x[2] = np.nan
+    return x
+
+
+@pytest.mark.parametrize("poison", [lambda x: np.full_like(x, np.nan), _with_a_nan_row,
+                                    lambda x: np.where(np.arange(x.size).reshape(x.shape) == 5, np.inf, x)],
+                         ids=["all_nan", "one_nan_row", "one_inf"])
+@pytest.mark.parametrize("run", ["eager", "graph", "xla"])
+def test_multi_similarity_of_non_finite_embeddings_is_not_finite(poison, run):
+    """NaN similarities failed every mining comparison and dropped out of the loss: all-NaN embeddings gave 0 and a
+    NaN row a finite loss, so a diverged run read as loss 0 (contrastive and triplet gave NaN). Checked in a graph
+    and under XLA too, whose optimizers could fold a `0 * x` away."""
+    x, y = _batch(0)
+    loss = MultiSimilarityLoss()
+    call = {"eager": loss, "graph": tf.function(loss.__call__),
+            "xla": tf.function(loss.__call__, jit_compile=True)}[run]
+    assert np.isfinite(float(call(y, x)))
+    assert not np.isfinite(float(call(y, poison(x))))
+    for other in (ContrastiveLoss(), TripletLoss()):  # the pair losses did already
+        assert not np.isfinite(float(other(y, poison(x))))
+
+
+def test_multi_similarity_value_and_gradient_on_finite_input_unchanged():
+    """The non-finite check selects per anchor, so on finite input the value and gradient are those of the
+    documented formula (written here in TensorFlow, without the check)."""
+    x, y = _batch(2)
+    x = tf.constant(x)
+    alpha, beta, base, margin = 2.0, 50.0, 0.5, 0.1
+
+    def formula(x):
+        xn = tf.math.l2_normalize(x, axis=1)
+        s = xn @ tf.transpose(xn)
+        same = y[:, None] == y[None, :]
+        positive, negative = same & ~np.eye(len(y), dtype=bool), ~same
+        hardest_negative = tf.reduce_max(tf.where(negative, s, -np.inf), axis=1, keepdims=True)
+        hardest_positive = tf.reduce_min(tf.where(positive, s, np.inf), axis=1, keepdims=True)
+        kept_positive = positive & (s - margin < hardest_negative)
+        kept_negative = negative & (s + margin > hardest_positive)
+        pos = tf.math.log1p(tf.reduce_sum(tf.where(kept_positive, tf.exp(-alpha * (s - base)), 0.0), 1)) / alpha
+        neg = tf.math.log1p(tf.reduce_sum(tf.where(kept_negative, tf.exp(beta * (s - base)), 0.0), 1)) / beta
+        return tf.reduce_mean(pos + neg)
+
+    with tf.GradientTape(persistent=True) as tape:
+        tape.watch(x)
+        ours, expected = MultiSimilarityLoss()(y, x), formula(x)
+    np.testing.assert_allclose(float(ours), float(expected), rtol=1e-5)
+    np.testing.assert_allclose(tape.gradient(ours, x), tape.gradient(expected, x), rtol=1e-4, atol=1e-6)
+
+
+@pytest.mark.parametrize("outside", [-1, 4, 7])
+def test_proxy_nca_label_outside_the_classes_contributes_zero(outside):
+    """As ManifoldProxyLoss and HypersphericalPullLoss: the sample adds 0 to the batch mean, with a zero gradient.
+    TensorFlow's sparse cross-entropy raised InvalidArgumentError on the CPU (and gave NaN rows on a GPU)."""
+    x, y = _batch(4)
+    similarities = tf.constant(_similarities(x, np.random.default_rng(4).normal(size=(4, 2, 8))))
+    bad = y.copy()
+    bad[[1, 6]] = outside
+    known = bad != outside
+    loss = ProxyNCAPlusPlusLoss(temperature=0.1)
+    per_sample = [float(loss(y[i:i + 1], similarities[i:i + 1])) for i in range(len(y))]
+    for call in (loss, tf.function(loss.__call__, jit_compile=True)):
+        with tf.GradientTape() as tape:
+            tape.watch(similarities)
+            value = call(bad, similarities)
+        np.testing.assert_allclose(float(value), np.sum(np.array(per_sample)[known]) / len(y), rtol=1e-5)
+        gradient = tape.gradient(value, similarities).numpy()
+        assert np.all(np.isfinite(gradient)) and np.all(gradient[~known] == 0) and np.any(gradient[known] != 0)
+
+
+@pytest.mark.parametrize("shape, expected", [
+    ((6, 1, 2), r"with num_classes >= 2, got shape \(6, 1, 2\)"),  # one class: the cross-entropy is always 0
+    ((6, 4), r"must be the \(B, num_classes, num_proxies\) similarities .*got shape \(6, 4\)\.$"),
+])
+def test_proxy_nca_names_y_pred_without_two_classes(shape, expected):
+    with pytest.raises(ValueError, match=f"^`y_pred` of ProxyNCAPlusPlusLoss .*{expected}"):
+        ProxyNCAPlusPlusLoss()(np.zeros(6, np.int32), np.zeros(shape, np.float32))
+    assert float(ProxyAnchorLoss()(np.zeros(6, np.int32), np.zeros((6, 1, 2), np.float32))) > 0  # one class: fine

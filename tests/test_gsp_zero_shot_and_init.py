@@ -63,6 +63,55 @@ def test_rejects_bad_arguments():
         ClassProxies(3, num_proxies=0)
 
 
+def _packed_batch(seed=5, classes=5, per_class=3, m=6, dv=4):
+    rng = np.random.default_rng(seed)
+    labels = np.repeat(np.arange(classes), per_class).astype(np.int32)
+    z = rng.dirichlet(np.ones(m), size=len(labels))
+    upsilon = rng.normal(size=(classes, dv)).astype(np.float32)
+    return labels, np.asarray(_class_embeddings(upsilon, m)(z.astype(np.float32)))
+
+
+@pytest.mark.parametrize("outside", [-1, 5, 12])
+def test_a_label_outside_the_classes_contributes_zero(outside):
+    """As ManifoldProxyLoss and HypersphericalPullLoss: the sample is in neither half (neither fits a ridge map nor
+    is classified), so the loss is that of the batch without it, with a zero gradient to its row. A gather with it
+    raised TensorFlow's GatherV2 / SparseSoftmaxCrossEntropy error on the CPU (a GPU gather gives zeros)."""
+    labels, packed = _packed_batch()
+    bad = labels.copy()
+    bad[[2, 4, 9]] = outside  # a sample of classes 0, 1 and 3 each
+    known = bad != outside
+    loss = ZeroShotPredictionLoss()
+    expected = float(loss(labels[known], packed[known]))
+    packed = tf.constant(packed)
+    for call in (loss, tf.function(loss.__call__, jit_compile=True)):
+        with tf.GradientTape() as tape:
+            tape.watch(packed)
+            value = call(bad, packed)
+        np.testing.assert_allclose(float(value), expected, rtol=1e-5)
+        gradient = tape.gradient(value, packed).numpy()
+        assert np.all(np.isfinite(gradient)) and np.all(gradient[~known, 0] == 0)
+        assert np.any(gradient[known, 0] != 0)
+
+
+def test_halves_leave_out_the_samples_not_known():
+    labels = tf.constant([5, -1, 2, 2, 9, 9, -1, 0, 0, 7])
+    known = labels.numpy() >= 0
+    first = disjoint_class_halves(labels, tf.constant(known)).numpy()
+    assert not np.any(first[~known])
+    # the median of the known labels [0, 0, 2, 2, 5, 7, 9, 9]: the first half is that of the batch without them
+    np.testing.assert_array_equal(first[known], disjoint_class_halves(labels[known]).numpy())
+    np.testing.assert_array_equal(first[known], labels.numpy()[known] < 5)
+    assert not np.any(disjoint_class_halves(labels, tf.zeros(10, tf.bool)).numpy())
+
+
+@pytest.mark.parametrize("shape", [(4, 1, 5), (4, 2, 5)])
+def test_y_pred_without_two_classes_is_named(shape):
+    """(B, 1, D) (the pseudo-attributes without class rows) was taken; over one class the cross-entropy is 0."""
+    with pytest.raises(ValueError, match=rf"^`y_pred` of ZeroShotPredictionLoss .* with num_classes >= 2, got "
+                                         rf"shape \({shape[0]}, {shape[1]}, 5\)\.$"):
+        ZeroShotPredictionLoss()(np.zeros(4, np.int32), np.zeros(shape, np.float32))
+
+
 def _gsp_model(num_classes=4, attributes_dim=6, activation="relu"):
     inputs = keras.Input((6, 6, 3))
     features = keras.layers.Conv2D(8, 1, activation=activation, name="conv")(inputs)

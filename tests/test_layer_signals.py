@@ -91,7 +91,7 @@ def test_probe_images_must_be_a_batch():
 
 
 @pytest.mark.parametrize("probe, message", [
-    (np.zeros((4, 5, 5, 3), np.float32), r"input 0 takes batches of shape \(None, 6, 6, 3\), got shape \(4, 5, 5, 3\)"),
+    (np.zeros((4, 5, 5, 3), np.float32), r"takes inputs of shape \(None, 6, 6, 3\), got shape \(4, 5, 5, 3\)"),
     ([np.zeros((4, 6, 6, 3), np.float32), np.zeros(4)], "takes 1 input"),
 ])
 def test_a_probe_that_does_not_fit_the_model_is_refused_before_the_first_epoch(probe, message):

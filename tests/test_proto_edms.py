@@ -145,6 +145,22 @@ def test_manifold_loss_matches_formula():
         ManifoldProxyLoss(margin=-1.0)
 
 
+def test_manifold_loss_of_a_label_outside_the_classes_is_zero():
+    """-1 (an unlabelled sample) or K contributes zero, the policy of every loss on class labels here."""
+    s = np.array([[0.3, 0.1, -0.2], [0.0, 0.5, 0.4], [0.2, 0.2, 0.1]], np.float32)
+    per_sample = ManifoldProxyLoss(reduction=None)(np.array([0, -1, K]), s)
+    np.testing.assert_allclose(per_sample[1:], [0.0, 0.0])
+    assert float(per_sample[0]) > 0
+
+
+@pytest.mark.parametrize("shape", [(3, 4, 2), (3,)])
+def test_manifold_loss_names_y_pred_of_the_wrong_rank(shape):
+    """Rank 3 failed in a TensorFlow SelectV2 broadcast, rank 1 with an IndexError."""
+    with pytest.raises(ValueError, match=r"^`y_pred` of ManifoldProxyLoss must be the \(B, num_classes\) proxy "
+                                         rf"similarities .*got shape \({', '.join(map(str, shape))},?\)\.$"):
+        ManifoldProxyLoss()(np.array([0, 1, 2]), np.zeros(shape, np.float32))
+
+
 def test_hard_proxy_gradient_and_descent():
     anchor, members = _unit(1, DIM, 2)[0], _unit(20, DIM, 3)
     p = _unit(1, DIM, 4)[0]

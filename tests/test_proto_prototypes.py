@@ -193,6 +193,14 @@ def test_pull_loss_of_a_label_outside_the_classes_is_zero():
     np.testing.assert_allclose(per_sample, [(1 + 0.2) ** 2, 0.0, 0.0], rtol=1e-6)
 
 
+@pytest.mark.parametrize("shape", [(3, 4, 2), (3,)])
+def test_pull_loss_names_y_pred_of_the_wrong_rank(shape):
+    """Rank 3 failed in a TensorFlow SelectV2 broadcast, rank 1 with an IndexError."""
+    with pytest.raises(ValueError, match=r"^`y_pred` of HypersphericalPullLoss must be the \(B, num_classes\) "
+                                         rf"cosine logits .*got shape \({', '.join(map(str, shape))},?\)\.$"):
+        HypersphericalPullLoss()(np.array([0, 1, 2]), np.zeros(shape, np.float32))
+
+
 @pytest.mark.parametrize("kwargs,name", [({"num_classes": 1}, "num_classes"), ({"dim": 0}, "dim"),
                                          ({"momentum": 1.0}, "momentum"), ({"prototypes": np.ones((K, DIM + 1))},
                                                                            "prototypes"),

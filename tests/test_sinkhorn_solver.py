@@ -256,6 +256,30 @@ def test_errors_name_the_argument():
         sinkhorn(cost, a=np.full(3, 1 / 3), b=np.full(4, 0.5))
 
 
+@pytest.mark.parametrize("bad", [np.nan, np.inf])
+def test_non_finite_marginals_are_refused(bad):
+    """NaN passes a sign test and a sums test (every comparison with NaN is false): without its own check a NaN
+    marginal gave an all-NaN plan and no error; infinity gave a plan of NaN too."""
+    cost = np.random.default_rng(0).uniform(size=(2, 3, 4))
+    a = np.full((2, 3), 1 / 3)
+    a[1, 0] = bad
+    with pytest.raises(ValueError, match="`a` must be finite"):
+        sinkhorn(cost, a=a)
+    with pytest.raises(ValueError, match="`b` must be finite"):
+        sinkhorn(cost, b=np.array([0.25, 0.25, bad, 0.25]))
+
+
+@pytest.mark.parametrize("name", ["cost", "a", "b"])
+@pytest.mark.parametrize("bad", [np.array([["1", "2"], ["3", "4"]]), np.ones((2, 2)) * (1 + 1j)],
+                         ids=["string", "complex"])
+def test_non_real_inputs_are_refused(name, bad):
+    """A string tensor failed in the cast with an error naming no argument; a complex one lost its imaginary part."""
+    problem = dict(cost=np.ones((2, 2)), a=np.full(2, 0.5), b=np.full(2, 0.5))
+    problem[name] = bad if name == "cost" else bad[0]
+    with pytest.raises(ValueError, match=f"`{name}` must hold real numbers"):
+        sinkhorn(**problem)
+
+
 @pytest.mark.parametrize("domain, gradient", [("kernel", "implicit"), ("log", "implicit"), ("log", "unrolled")])
 def test_each_problem_of_a_batch_ends_where_it_ends_alone(domain, gradient):
     """With a loose threshold, problems that converge at different iterations give in a batch exactly what each gives

@@ -12,6 +12,7 @@ from typing import Callable, NamedTuple
 
 import keras
 
+from ot_layers.validation import check_flag
 from zoo.backbones import backbone as resolve_backbone
 from zoo.models import image_classifier
 from zoo.preset_format import (CARD_FILE, CONFIG_FILE, WEIGHTS_FILE, MissingWeightsError, WeightsDownloadError,
@@ -202,6 +203,7 @@ def load(name, pretrained=True, weights=None, **overrides):
     card for a URL or the packaged weights; a mismatch raises :class:`WeightsIntegrityError` (a ``ValueError``)
     naming the file and both hashes. A weights file no card accompanies loads with a warning that it is unchecked.
     """
+    pretrained = check_flag("pretrained", pretrained)
     if name not in PRESETS:
         if os.path.isdir(str(name)):
             if not pretrained or weights is not None or overrides:

@@ -22,7 +22,7 @@ import keras
 
 import ot_layers  # noqa: F401  (registers the layers and TaskModel that config.json names)
 from ot_layers.task_model import check_task, model_task, with_task
-from ot_layers.validation import output_path_problem
+from ot_layers.validation import check_output_path, output_path_problem
 
 WEIGHTS_FILE = "model.weights.h5"
 CARD_FILE = "metadata.json"
@@ -211,6 +211,9 @@ def write_preset(model, directory, card):
     """Write ``model`` as preset directory ``directory`` (``config.json``, ``model.weights.h5``, ``metadata.json``);
     returns ``directory``. ``card``: the model card's fields; its ``task`` (or the task ``model`` states) is
     required. The card written adds ``task``, ``weights_sha256`` and ``parameters``."""
+    if not isinstance(model, keras.Model):
+        raise ValueError(f"`model` must be a Keras model, got {type(model).__name__}.")
+    directory = check_output_path("directory", directory, True)
     if card is not None and not isinstance(card, dict):
         raise ValueError(f"`card` must be a dict of the model card's fields (or None), got {type(card).__name__}.")
     card = dict(card or {})

@@ -10,8 +10,8 @@ from keras import ops
 from ot_layers.layers.class_proxies import ClassProxies
 from ot_layers.solvers.k_center import greedy_k_center
 from ot_layers.tensor_ops import find_layer, normalize_rows_np
-from ot_layers.validation import (check_flag, check_image_array, check_labels, check_non_negative, check_positive_int,
-                                  check_seed)
+from ot_layers.validation import (check_fits_model_inputs, check_flag, check_image_array, check_labels,
+                                  check_non_negative, check_positive_int, check_seed)
 
 STATE_ATTRIBUTE = "ccp_state"  # the attribute of the model that holds CCPReinitialization's state
 
@@ -120,6 +120,9 @@ class CCPReinitialization(keras.callbacks.Callback):
       patience, pool_size, proximal, min_delta, restore_best_weights, batch_size, seed: as above (``batch_size`` for
         embedding the pools).
 
+    ``train_images`` must fit the inputs of ``embedding_model`` (checked when the callback is made) or, without
+    one, of the model (checked in ``set_model``, before any epoch); else a ``ValueError`` names ``train_images``.
+
     ``history`` keeps the validation scores seen by this instance; ``reinitializations`` is read from the state.
     """
 
@@ -140,6 +143,8 @@ class CCPReinitialization(keras.callbacks.Callback):
         if embedding_model is not None and not callable(getattr(embedding_model, "predict", None)):
             raise ValueError(f"`embedding_model` must be None or a Keras model mapping `train_images` to the vectors "
                              f"the ClassProxies layer receives, got {type(embedding_model).__name__}.")
+        if embedding_model is not None:
+            check_fits_model_inputs("train_images", train_images, embedding_model, "the embedding model")
         self.embedding_model = embedding_model
         self.patience = check_positive_int("patience", patience)
         self.pool_size = check_positive_int("pool_size", pool_size)
@@ -177,6 +182,8 @@ class CCPReinitialization(keras.callbacks.Callback):
     def set_model(self, model):
         super().set_model(model)
         layer = self._layer()
+        if self.embedding_model is None:  # the pools go through keras.Model(model.inputs, layer.input)
+            check_fits_model_inputs("train_images", self.train_images, model)
         num_classes, per_class = layer.num_classes, layer.num_proxies
         if set(np.unique(self.train_labels).tolist()) != set(range(num_classes)):
             raise ValueError(f"`train_labels` must hold exactly the classes 0..{num_classes - 1} of the proxies.")

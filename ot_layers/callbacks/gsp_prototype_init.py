@@ -8,7 +8,7 @@ import numpy as np
 from ot_layers.layers.generalized_sum_pooling import GeneralizedSumPooling
 from ot_layers.solvers import greedy_k_center
 from ot_layers.tensor_ops import find_layer, flatten_feature_map_np
-from ot_layers.validation import check_image_array, check_positive_int, check_seed
+from ot_layers.validation import check_fits_model_inputs, check_image_array, check_positive_int, check_seed
 
 
 class GSPPrototypeInit(keras.callbacks.Callback):
@@ -29,8 +29,9 @@ class GSPPrototypeInit(keras.callbacks.Callback):
 
     ``layer_name``: the layer's name, or ``None`` for the only ``GeneralizedSumPooling`` in the model (found through
     nested models by ``ot_layers.tensor_ops.find_layer``). The layer's input is read, so the layer must be called in
-    a Functional model. Non-finite images or features raise ``ValueError``. A fit that ends inside the warm-up (as
-    many warm-up epochs left as it runs) warns when its first epoch begins: the layer would pool like GAP to the end.
+    a Functional model. Non-finite images or features raise ``ValueError``, and so do ``images`` that do not fit the
+    model's input (checked when training begins, not after the warm-up). A fit that ends inside the warm-up (as many
+    warm-up epochs left as it runs) warns when its first epoch begins: the layer would pool like GAP to the end.
     """
 
     def __init__(self, images, layer_name=None, warmup_epochs=1, num_features=1024, seed=0, batch_size=256):
@@ -54,10 +55,14 @@ class GSPPrototypeInit(keras.callbacks.Callback):
         return bool(float(self._layer().prototypes_initialized.numpy()) > 0.5)
 
     def on_train_begin(self, logs=None):
-        layer = self._layer()  # a model without the layer, or too few features, fail here, before any training
-        if float(layer.prototypes_initialized.numpy()) <= 0.5 and self.num_features < layer.num_prototypes:
-            raise ValueError(f"`num_features` ({self.num_features}) must be at least the layer's "
-                             f"{layer.num_prototypes} prototypes.")
+        # a model without the layer, too few features or images that do not fit the model fail here, before any
+        # training (the features are computed after the warm-up)
+        layer = self._layer()
+        if float(layer.prototypes_initialized.numpy()) <= 0.5:
+            if self.num_features < layer.num_prototypes:
+                raise ValueError(f"`num_features` ({self.num_features}) must be at least the layer's "
+                                 f"{layer.num_prototypes} prototypes.")
+            check_fits_model_inputs("images", self.images, self.model)
         self._first_epoch = True
 
     def _warn_if_the_fit_ends_in_the_warm_up(self, layer, epoch):

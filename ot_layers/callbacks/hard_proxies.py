@@ -4,8 +4,8 @@ import numpy as np
 
 from ot_layers.layers.manifold_proxies import ManifoldProxies
 from ot_layers.tensor_ops import find_layer, normalize_rows_np
-from ot_layers.validation import (check_flag, check_image_array, check_labels, check_non_negative, check_positive,
-                                  check_positive_int, check_seed)
+from ot_layers.validation import (check_fits_model_inputs, check_flag, check_image_array, check_labels,
+                                  check_non_negative, check_positive, check_positive_int, check_seed)
 
 
 def hard_proxy_objective(proxy, anchor, members):
@@ -48,7 +48,10 @@ class HardProxyUpdate(keras.callbacks.Callback):
     State: the decision (the proxies) lives in the layer's ``proxies`` variable and is a deterministic function of
     the model's weights at the start of the epoch and of the anchors/members, which depend only on ``seed``; so a
     run resumed by ``keras.callbacks.BackupAndRestore`` (in any callback order) equals an uninterrupted one.
-    Non-finite embeddings raise a ``ValueError`` naming ``embedding_model``.
+    Non-finite embeddings raise a ``ValueError`` naming ``embedding_model``. ``images`` must fit ``embedding_model``'s
+    input (checked when the callback is made), and its embeddings must be the layer's ``(None, dim)`` vectors
+    (checked when training begins, from the model's output shape where it is known, else at the first epoch's
+    start, before any step); else a ``ValueError`` names ``images`` or ``embedding_model``.
     """
 
     def __init__(self, embedding_model, images, meta_labels, layer_name=None, harden=True, max_iter=100,
@@ -81,6 +84,7 @@ class HardProxyUpdate(keras.callbacks.Callback):
         if not callable(getattr(embedding_model, "predict", None)):
             raise ValueError(f"`embedding_model` must be a Keras model mapping `images` to embeddings, got "
                              f"{type(embedding_model).__name__}.")
+        check_fits_model_inputs("images", images, embedding_model, "the embedding model")
 
     def compute_proxies(self):
         """``(K, dim)`` proxies from the current embeddings."""
@@ -100,9 +104,31 @@ class HardProxyUpdate(keras.callbacks.Callback):
                                       self.threshold)
                          for k in range(len(self.anchors))])
 
-    def on_epoch_begin(self, epoch, logs=None):
+    def _layer(self):
+        """The ``ManifoldProxies`` layer, checked against ``meta_labels`` and ``embedding_model``'s output shape
+        (where the model knows it: a subclassed model's embeddings are checked once computed)."""
         layer = find_layer(self.model, ManifoldProxies, self.layer_name)
         if layer.num_classes != len(self.anchors):
             raise ValueError(f"`meta_labels` has {len(self.anchors)} meta-classes but the layer has "
                              f"num_classes={layer.num_classes}.")
-        layer.proxies.assign(self.compute_proxies().astype(np.float32))
+        outputs = getattr(self.embedding_model, "outputs", None)
+        if outputs:
+            shapes = [tuple(tensor.shape) for tensor in outputs]
+            if len(shapes) != 1 or len(shapes[0]) != 2 or shapes[0][-1] not in (None, layer.dim):
+                _refuse_embeddings(", ".join(str(shape) for shape in shapes), layer)
+        return layer
+
+    def on_train_begin(self, logs=None):
+        self._layer()  # a model without the layer, or embeddings of another size, fail before any epoch
+
+    def on_epoch_begin(self, epoch, logs=None):
+        layer = self._layer()
+        proxies = self.compute_proxies()
+        if proxies.shape != tuple(layer.proxies.shape):
+            _refuse_embeddings((None,) + proxies.shape[1:], layer)
+        layer.proxies.assign(proxies.astype(np.float32))
+
+
+def _refuse_embeddings(shape, layer):
+    raise ValueError(f"`embedding_model` gives embeddings of shape {shape}, but the ManifoldProxies layer "
+                     f"{layer.name!r} takes vectors of shape (None, {layer.dim}) (its `dim`).")

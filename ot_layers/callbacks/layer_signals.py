@@ -29,6 +29,7 @@ from ot_layers.layers.emd_head import EMDHead
 from ot_layers.layers.generalized_sum_pooling import GeneralizedSumPooling
 from ot_layers.layers.multi_proxy_wasserstein import MultiProxyWasserstein
 from ot_layers.tensor_ops import flatten_feature_map, walk_layers
+from ot_layers.validation import check_fits_model_inputs
 
 
 class LayerSignals(keras.callbacks.Callback):
@@ -51,20 +52,7 @@ class LayerSignals(keras.callbacks.Callback):
     def _check_against_model(self):
         """Refuses a probe that does not fit the model's inputs, naming ``probe_images``, before any epoch runs
         (Keras' own error would come at the first epoch's end and name an internal sub-model)."""
-        if not getattr(self.model, "inputs", None):  # a subclassed model: Keras checks when it runs
-            return
-        expected = [tuple(tensor.shape) for tensor in self.model.inputs]
-        parts = self.probe if isinstance(self.probe, list) else [self.probe]
-        if isinstance(self.probe, list) and len(parts) != len(expected):
-            raise ValueError(f"`probe_images`: the model takes {len(expected)} input(s), got a list of {len(parts)} "
-                             f"batches.")
-        for index, (part, shape) in enumerate(zip(parts, expected)):
-            fits = len(part.shape) == len(shape) and all(
-                want is None or want == got for want, got in zip(shape[1:], part.shape[1:]))
-            if not fits:
-                which = f" part {index}" if isinstance(self.probe, list) else ""
-                raise ValueError(f"`probe_images`{which}: the model's input {index} takes batches of shape {shape}, "
-                                 f"got shape {part.shape}.")
+        check_fits_model_inputs("probe_images", self.probe, self.model, first_input_only=True)
 
     def on_train_begin(self, logs=None):
         self._check_against_model()

@@ -52,6 +52,8 @@ class ClassProxies(ExportableLayer):
         self.proxies = self.add_weight(name="proxies", shape=(self.num_classes, self.num_proxies, int(dim)),
                                        initializer=self.initializer, trainable=True,
                                        autocast=False)  # read in float32 under mixed precision
+        if self.output_mode == "similarities":
+            self.input_spec = keras.layers.InputSpec(axes={-1: int(dim)})  # another dim later: one error line
 
     def call(self, inputs):
         x = ops.cast(inputs, self.variable_dtype)

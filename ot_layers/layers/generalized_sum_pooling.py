@@ -83,6 +83,7 @@ class GeneralizedSumPooling(ExportableLayer):
         self.prototypes = self.add_weight(name="prototypes", shape=(self.num_prototypes, int(input_shape[-1])),
                                           initializer=self.initializer, trainable=True,
                                           autocast=False)  # read in float32 under mixed precision
+        self.input_spec = keras.layers.InputSpec(axes={-1: int(input_shape[-1])})  # another dim later: one error line
         self.average_pooling_warmup = self.add_weight(name="average_pooling_warmup", shape=(),
                                                       initializer="zeros", trainable=False)
         self.warmup_epochs_done = self.add_weight(name="warmup_epochs_done", shape=(), initializer="zeros",

@@ -9,7 +9,8 @@ from ot_layers.backends import eager_scope
 from ot_layers.layers.base import ExportableLayer
 from ot_layers.solvers import prototypes as prototype_solver
 from ot_layers.tensor_ops import at_least, normalize_rows
-from ot_layers.validation import check_in_range, check_positive_int, check_rank, check_same_dim, check_seed
+from ot_layers.validation import (check_in_range, check_labels_per_row, check_positive_int, check_rank, check_same_dim,
+                                  check_seed)
 
 try:  # Keras-internal scopes in which a call is only traced for shapes / without state (no prototype estimation)
     from keras.src.backend.common.stateless_scope import in_stateless_scope
@@ -96,6 +97,7 @@ class HypersphericalPrototypes(ExportableLayer):
         self.representatives = self.add_weight(name="representatives", shape=(self.num_classes, self.dim),
                                                dtype="float32", initializer="zeros", trainable=False,
                                                aggregation="mean", autocast=False)
+        self.input_spec = keras.layers.InputSpec(axes={-1: self.dim})  # another dim later: one error line
 
     def _estimate(self):
         return prototype_solver.estimate_prototypes(self.num_classes, self.dim, seed=self.seed)
@@ -124,6 +126,7 @@ class HypersphericalPrototypes(ExportableLayer):
     def call(self, inputs, labels=None, training=None):
         z = normalize_rows(ops.cast(inputs, "float32"))
         if training and labels is not None:
+            check_labels_per_row("`labels`", labels, "`inputs`", inputs)
             self._update_representatives(z, labels)
         logits = ops.einsum("bd,kd->bk", z, self.assigned_prototypes())
         return ops.cast(logits, self.compute_dtype)

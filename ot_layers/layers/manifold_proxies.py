@@ -54,6 +54,7 @@ class ManifoldProxies(ExportableLayer):
         self.proxies = self.add_weight(name="proxies", shape=(self.num_classes, self.dim),
                                        initializer=keras.initializers.RandomNormal(stddev=1.0 / self.dim ** 0.5),
                                        trainable=False, autocast=False)
+        self.input_spec = keras.layers.InputSpec(axes={-1: self.dim})  # another dim later: one error line
 
     def call(self, inputs):
         x = ops.cast(inputs, "float32")

@@ -51,6 +51,7 @@ class MultiProxyWasserstein(ExportableLayer):
             name="proxies", shape=(self.num_classes, self.num_proxies, int(input_shape[-1])),
             initializer=self.initializer, trainable=True,
         )
+        self.input_spec = keras.layers.InputSpec(axes={-1: int(input_shape[-1])})  # another dim later: one error line
 
     def call(self, inputs):
         features = flatten_feature_map(inputs)

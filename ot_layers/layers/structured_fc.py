@@ -64,6 +64,9 @@ class StructuredFC(ExportableLayer):
                              f"{missing}, outside {outside}.")
         if not self.built:
             self.build(features.shape)
+        if features.shape[-1] != self.nodes.shape[-1]:
+            raise ValueError(f"`features` have d = {features.shape[-1]} per node but the layer's nodes have "
+                             f"d = {self.nodes.shape[-1]}.")
         means = np.stack([features[labels == k].mean(axis=0) for k in range(self.num_classes)])
         self.nodes.assign(means.astype(self.nodes.dtype))
 

@@ -4,7 +4,8 @@ from keras import ops
 
 from ot_layers.layers.base import ExportableLayer
 from ot_layers.tensor_ops import as_compute_dtype, at_least, normalize_rows
-from ot_layers.validation import check_choice, check_positive, check_positive_int, check_rank, check_same_dim
+from ot_layers.validation import (check_choice, check_labels_per_row, check_positive, check_positive_int, check_rank,
+                                  check_same_dim)
 
 PROTONET_METRICS = ("euclidean", "cosine")
 
@@ -49,6 +50,7 @@ class SupportClassMeans(ExportableLayer):
 
     def call(self, inputs):
         support, labels = inputs
+        check_labels_per_row("`support_labels`", labels, "`support`", support)
         support = as_compute_dtype(support)
         labels = ops.reshape(ops.cast(labels, "int32"), (-1,))
         # one-hot by comparison: a label outside 0..ways-1 matches no class on every backend

@@ -1,5 +1,6 @@
-"""What every loss of this package shares: the check of its integer labels, the loss of an empty batch and the
-scaling of a scalar batch loss by the number of replicas."""
+"""What every loss of this package shares: the checks of its integer labels and of the shape of ``y_pred``, the
+columns of the labels (a label outside the classes in none), the loss of an empty batch and the scaling of a scalar
+batch loss by the number of replicas."""
 from keras import ops
 
 from ot_layers.backends import replicas_in_sync
@@ -10,6 +11,32 @@ def class_labels(loss, y_true, y_pred):
     """The integer labels ``(B,)`` of ``y_true`` ``(B,)`` or ``(B, 1)``, checked against the rows of ``y_pred``."""
     check_class_labels(type(loss).__name__, y_true, y_pred)
     return ops.reshape(ops.cast(y_true, "int32"), (-1,))
+
+
+def check_prediction_shape(loss, y_pred, rank, expected, min_columns=None, columns_note=None):
+    """``y_pred`` of ``loss`` must have the static rank ``rank`` and, where ``min_columns`` is given, at least that
+    many entries along axis 1 (the classes; an unknown size passes); else one ``ValueError`` naming ``y_pred``, the
+    loss and ``expected``, the shape it takes (``"embeddings of shape (B, d)"``, say), with ``columns_note``
+    (``"num_classes >= 2"``, say) for a short axis 1. Before this a wrong rank failed deep inside the loss (a
+    broadcast error in TensorFlow's SelectV2, an IndexError) and a short axis 1 gave a loss that trains nothing."""
+    try:
+        shape = tuple(y_pred.shape)
+    except ValueError:  # TensorFlow: a shape of unknown rank while tracing; nothing to check statically
+        return
+    owner = type(loss).__name__
+    if len(shape) != rank:
+        raise ValueError(f"`y_pred` of {owner} must be {expected}, got shape {shape}.")
+    if min_columns is not None and shape[1] is not None and int(shape[1]) < min_columns:
+        raise ValueError(f"`y_pred` of {owner} must be {expected} with {columns_note}, got shape {shape}.")
+
+
+def label_columns(labels, num_classes):
+    """Boolean ``(B, num_classes)``: row ``i`` is true in column ``labels[i]`` only, and all false for a label
+    outside ``0..num_classes-1`` (-1 for an unlabelled sample, say). By comparison, not by gather, so that such a
+    label is the same on every backend (a gather took the last column for -1, and for ``num_classes`` raised on
+    TensorFlow's CPU, gave zeros or NaN on a GPU and another value on PyTorch). The losses' policy for such a sample,
+    documented in each: it contributes zero (``ops.any(label_columns(...), axis=1)`` is false for it)."""
+    return ops.equal(ops.arange(num_classes, dtype="int32")[None, :], ops.reshape(labels, (-1, 1)))
 
 
 def is_empty_batch(y_pred):

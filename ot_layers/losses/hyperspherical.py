@@ -2,7 +2,7 @@
 import keras
 from keras import ops
 
-from ot_layers.losses.common import class_labels, is_empty_batch, zero_loss
+from ot_layers.losses.common import check_prediction_shape, class_labels, is_empty_batch, label_columns, zero_loss
 
 
 @keras.saving.register_keras_serializable(package="ot_layers")
@@ -18,11 +18,11 @@ class HypersphericalPullLoss(keras.losses.Loss):
 
     def call(self, y_true, y_pred):
         logits = ops.cast(y_pred, "float32")
-        labels = ops.reshape(class_labels(self, y_true, logits), (-1, 1))
+        check_prediction_shape(self, logits, 2, "the (B, num_classes) cosine logits of HypersphericalPrototypes")
+        labels = class_labels(self, y_true, logits)
         if is_empty_batch(logits) and self.reduction not in (None, "none"):
             return zero_loss(logits)  # Keras leaves a (0,) result of per-example values unreduced
-        # the label's column by comparison, not by gather (a gather took the last column for -1)
-        own = ops.equal(ops.arange(ops.shape(logits)[1], dtype="int32")[None, :], labels)  # (B, K)
+        own = label_columns(labels, ops.shape(logits)[1])  # (B, K); no column for a label outside 0..K-1
         cosine = ops.sum(ops.where(own, logits, ops.zeros_like(logits)), axis=1)
         return ops.where(ops.any(own, axis=1), ops.square(1.0 - cosine), ops.zeros_like(cosine))
 

@@ -2,7 +2,7 @@
 import keras
 from keras import ops
 
-from ot_layers.losses.common import class_labels, is_empty_batch, zero_loss
+from ot_layers.losses.common import check_prediction_shape, class_labels, is_empty_batch, label_columns, zero_loss
 from ot_layers.validation import check_non_negative
 
 
@@ -19,12 +19,11 @@ class ManifoldProxyLoss(keras.losses.Loss):
 
     def call(self, y_true, y_pred):
         s = ops.cast(y_pred, "float32")
-        labels = ops.reshape(class_labels(self, y_true, s), (-1, 1))
+        check_prediction_shape(self, s, 2, "the (B, num_classes) proxy similarities of ManifoldProxies")
+        labels = class_labels(self, y_true, s)
         if is_empty_batch(s) and self.reduction not in (None, "none"):
             return zero_loss(s)  # Keras leaves a (0,) result of per-example values unreduced
-        # the label's column by comparison, not by gather: a label outside 0..K-1 matches no column on every backend
-        # (a gather took the last column for -1 and raised, gave NaN or another value for K by backend)
-        own = ops.equal(ops.arange(ops.shape(s)[1], dtype="int32")[None, :], labels)  # (B, K)
+        own = label_columns(labels, ops.shape(s)[1])  # (B, K); no column for a label outside 0..K-1
         positive = ops.sum(ops.where(own, s, ops.zeros_like(s)), axis=1, keepdims=True)  # (B, 1)
         exponents = ops.where(own, ops.full_like(s, -float("inf")), s - positive + self.margin)
         loss = ops.softplus(ops.logsumexp(exponents, axis=1))

@@ -12,13 +12,15 @@ through the layer); the losses hold no reference to it.
 Written in ``keras.ops``: the losses run on the TensorFlow, JAX and PyTorch backends. They compute in float32 (in
 float64 for float64 input, e.g. a loss built with ``dtype="float64"``). Under a TensorFlow distribution strategy the
 scalar batch loss is divided by the number of replicas (``ot_layers.losses.common.per_replica``); JAX and PyTorch
-count one replica. Labels of the wrong shape (one-hot, or not one per row) fail with a ``ValueError`` naming ``y_true``; an empty batch
-(a replica's share of a last, short batch, say) has loss 0.
+count one replica. Labels of the wrong shape (one-hot, or not one per row) fail with a ``ValueError`` naming ``y_true``,
+a ``y_pred`` of the wrong rank one naming ``y_pred``; an empty batch (a replica's share of a last, short batch, say)
+has loss 0. Non-finite embeddings give a non-finite loss (a diverged run does not read as loss 0).
 """
 import keras
 from keras import ops
 
-from ot_layers.losses.common import class_labels, is_empty_batch, per_replica, zero_loss
+from ot_layers.losses.common import (check_prediction_shape, class_labels, is_empty_batch, label_columns, per_replica,
+                                     zero_loss)
 from ot_layers.tensor_ops import as_compute_dtype, at_least, normalize_rows
 from ot_layers.validation import check_finite, check_flag, check_non_negative, check_positive
 
@@ -81,9 +83,7 @@ class _MetricLoss(keras.losses.Loss):
         self.normalize = check_flag("normalize", normalize)
 
     def call(self, y_true, y_pred):
-        if len(y_pred.shape) != 2:
-            raise ValueError(f"`y_pred` of {type(self).__name__} must be embeddings of shape (B, d), "
-                             f"got shape {tuple(y_pred.shape)}.")
+        check_prediction_shape(self, y_pred, 2, "embeddings of shape (B, d)")
         labels = class_labels(self, y_true, y_pred)
         x = _normalized(y_pred) if self.normalize else as_compute_dtype(y_pred)
         if is_empty_batch(x):
@@ -148,6 +148,8 @@ class MultiSimilarityLoss(_MetricLoss):
     ``S_in > min_pos S_ip - mining_margin``;
     ``L = mean_i [ (1/alpha) log(1 + sum_P exp(-alpha (S_ip - base)))
                  + (1/beta) log(1 + sum_N exp(beta (S_in - base))) ]``.
+    A non-finite embedding gives a NaN loss (its NaN similarities would otherwise fail every mining comparison and
+    drop out of the loss: all-NaN embeddings gave 0).
     """
 
     def __init__(self, alpha=2.0, beta=50.0, base=0.5, mining_margin=0.1, name="multi_similarity_loss", **kwargs):
@@ -166,7 +168,11 @@ class MultiSimilarityLoss(_MetricLoss):
         mined_negative = ops.logical_and(negative, s + self.mining_margin > hardest_positive)
         pos_term = log_one_plus_sum_exp(-self.alpha * (s - self.base), mined_positive, axis=1) / self.alpha
         neg_term = log_one_plus_sum_exp(self.beta * (s - self.base), mined_negative, axis=1) / self.beta
-        return _mean(pos_term + neg_term)
+        per_anchor = pos_term + neg_term
+        # NaN where a row of similarities is not finite: by selection, not `+ 0 * sum(s)`, which TensorFlow's graph
+        # optimizer may fold to `+ 0`; the value and gradient on finite input are unchanged
+        finite = ops.all(ops.isfinite(s), axis=1)
+        return _mean(ops.where(finite, per_anchor, ops.full_like(per_anchor, float("nan"))))
 
     def get_config(self):
         return {**super().get_config(), "alpha": self.alpha, "beta": self.beta, "base": self.base,
@@ -179,14 +185,15 @@ class ProxyLoss(keras.losses.Loss):
     ``y_true`` the integer labels ``(B,)`` or ``(B, 1)``. The loss holds no reference to the layer: it is a plain
     function of ``(y_true, y_pred)``, so a compiled model survives a ``.keras`` round trip."""
 
+    min_classes = 1  # the fewest classes (``y_pred.shape[1]``) the loss takes
+
     def __init__(self, name, reduction="sum_over_batch_size", **kwargs):
         super().__init__(name=name, reduction=reduction, **kwargs)
 
     def call(self, y_true, y_pred):
         similarity = as_compute_dtype(y_pred)
-        if len(similarity.shape) != 3:
-            raise ValueError(f"`y_pred` of {type(self).__name__} must be the (B, num_classes, num_proxies) "
-                             f"similarities of a ClassProxies layer, got shape {similarity.shape}.")
+        check_prediction_shape(self, similarity, 3, "the (B, num_classes, num_proxies) similarities of a "
+                               "ClassProxies layer", self.min_classes, f"num_classes >= {self.min_classes}")
         labels = class_labels(self, y_true, similarity)
         if is_empty_batch(similarity):
             return zero_loss(similarity)
@@ -198,8 +205,13 @@ class ProxyNCAPlusPlusLoss(ProxyLoss):
     """ProxyNCA++ (Teh et al. 2020): softmax cross-entropy over classes of ``-||x̂ - p̂_c||^2 / temperature``
 
     with normalized embeddings and proxies, ``||x̂ - p̂||^2 = 2 - 2 s``; with several proxies per class, class ``c``
-    is represented by its nearest proxy. ``temperature`` divides (0.1 as in the thesis, ch. 3).
+    is represented by its nearest proxy. ``temperature`` divides (0.1 as in the thesis, ch. 3). The loss is the mean
+    over the batch of the samples' cross-entropies; a sample whose label is outside ``0..num_classes-1`` (-1 for an
+    unlabelled sample, say) contributes zero, alike on every backend (as in ``ManifoldProxyLoss`` and
+    ``HypersphericalPullLoss``). Takes ``num_classes >= 2`` (over one class the cross-entropy is 0).
     """
+
+    min_classes = 2
 
     def __init__(self, temperature=0.1, name="proxy_nca_pp_loss", **kwargs):
         super().__init__(name=name, **kwargs)
@@ -208,7 +220,11 @@ class ProxyNCAPlusPlusLoss(ProxyLoss):
     def batch_loss(self, labels, similarity):
         squared_distance = 2.0 - 2.0 * ops.max(similarity, axis=-1)  # nearest proxy of each class
         logits = -squared_distance / self.temperature
-        return _mean(sparse_cross_entropy(labels, logits))
+        known = ops.any(label_columns(labels, ops.shape(logits)[1]), axis=1)
+        # an unknown label is replaced by 0 before the cross-entropy (its gather raised on TensorFlow's CPU and gave
+        # NaN on a GPU), and its term by 0 after
+        ce = sparse_cross_entropy(ops.where(known, labels, ops.zeros_like(labels)), logits)
+        return _mean(ops.where(known, ce, ops.zeros_like(ce)))
 
     def get_config(self):
         return {**super().get_config(), "temperature": self.temperature}

@@ -22,7 +22,8 @@ and PyTorch count one replica). Computes in float32 (in float64 for float64 inpu
 import keras
 from keras import ops
 
-from ot_layers.losses.common import class_labels, is_empty_batch, per_replica, zero_loss
+from ot_layers.losses.common import (check_prediction_shape, class_labels, is_empty_batch, label_columns, per_replica,
+                                     zero_loss)
 from ot_layers.losses.metric_learning import sparse_cross_entropy
 from ot_layers.tensor_ops import as_compute_dtype
 from ot_layers.tensor_ops import at_least
@@ -31,15 +32,26 @@ from ot_layers.validation import check_positive
 ZERO_SHOT_WEIGHT = 0.1  # lambda of Eq. 5.2.5
 
 
-def disjoint_class_halves(labels):
+_NO_LABEL = 2 ** 31 - 1  # sorts after every class label
+
+
+def disjoint_class_halves(labels, known=None):
     """Boolean mask of the first half ``b1``: samples whose label is below the batch's median label.
 
     All samples of a class fall on the same side, so the halves have disjoint classes; with a class-balanced batch
-    (P classes x K samples) each half holds about P/2 classes. XLA-friendly (one sort, no ``unique``).
+    (P classes x K samples) each half holds about P/2 classes. XLA-friendly (one sort, no ``unique``). ``known``
+    (boolean ``(B,)``, all true if omitted) marks the samples taken: the median is that of their labels, and the
+    others are in neither half (in ``b1`` never, and to be left out of ``b2`` by the caller).
     """
+    if known is None:
+        keyed, count = labels, ops.shape(labels)[0]
+    else:
+        keyed = ops.where(known, labels, ops.full_like(labels, _NO_LABEL))
+        count = ops.sum(ops.cast(known, "int32"))
     # padded with one label so that an empty batch (traced with an unknown size) indexes in bounds
-    padded = ops.concatenate([ops.sort(labels), ops.zeros((1,), "int32")])
-    return labels < padded[ops.shape(labels)[0] // 2]
+    padded = ops.concatenate([ops.sort(keyed), ops.zeros((1,), "int32")])
+    first = labels < padded[count // 2]
+    return first if known is None else ops.logical_and(first, known)
 
 
 def _ridge_map(z, targets, mask, ridge):
@@ -58,6 +70,11 @@ class ZeroShotPredictionLoss(keras.losses.Loss):
     layer's weight, trained by ``model.fit``), zero-padded to a common width ``D`` (padding changes no inner
     product, and the loss depends on ``z`` and ``Upsilon`` only through inner products). The loss holds no layer
     reference. ``ridge``: ``eps`` of (P3), 0.05; ``scale``: the logit multiplier, 9.5 as used by the authors.
+
+    A sample whose label is outside ``0..num_classes-1`` (-1 for an unlabelled sample, say) contributes zero, alike
+    on every backend (as in ``ManifoldProxyLoss`` and ``HypersphericalPullLoss``): it is in neither half, so neither
+    fits a ridge map nor is classified, and each half's mean runs over its labelled samples. ``y_pred`` must hold at
+    least two classes (``num_classes >= 2``: over one class the cross-entropy is 0).
     """
 
     def __init__(self, ridge=0.05, scale=9.5, name="zero_shot_loss", reduction="sum_over_batch_size", **kwargs):
@@ -67,22 +84,25 @@ class ZeroShotPredictionLoss(keras.losses.Loss):
 
     def call(self, y_true, y_pred):
         packed = as_compute_dtype(y_pred)
-        if len(packed.shape) != 3:
-            raise ValueError("`y_pred` of ZeroShotPredictionLoss must be the (B, 1 + num_classes, D) output of "
-                             f"ClassProxies(..., output='packed'), got shape {packed.shape}.")
+        check_prediction_shape(self, packed, 3, "the (B, 1 + num_classes, D) output of ClassProxies(..., "
+                               "output='packed')", 3, "num_classes >= 2")
         labels = class_labels(self, y_true, packed)
         if is_empty_batch(packed):
             return zero_loss(packed)
         z = packed[:, 0, :]
         upsilon = ops.sum(packed[:1, 1:, :], axis=0)  # (c, D), the same in every row (zeros for an empty batch)
-        targets = ops.take(upsilon, labels, axis=0)
-        first = disjoint_class_halves(labels)
-        second = ops.logical_not(first)
+        known = ops.any(label_columns(labels, ops.shape(upsilon)[0]), axis=1)
+        # an unknown label is replaced by 0 for the gather and the cross-entropy (TensorFlow's CPU raised, its GPU
+        # gather gave zeros); such a sample is in neither half, so neither its target nor its term is used
+        safe_labels = ops.where(known, labels, ops.zeros_like(labels))
+        targets = ops.take(upsilon, safe_labels, axis=0)
+        first = disjoint_class_halves(labels, known)
+        second = ops.logical_and(ops.logical_not(first), known)
         total = 0.0
         for fit_on, evaluate_on in ((first, second), (second, first)):
             predictor = _ridge_map(z, targets, fit_on, self.ridge)  # (dv, m)
             logits = self.scale * ops.einsum("jd,cd->jc", ops.einsum("id,kd->ik", z, predictor), upsilon)
-            ce = sparse_cross_entropy(labels, logits)
+            ce = sparse_cross_entropy(safe_labels, logits)
             weight = ops.cast(evaluate_on, ce.dtype)
             total += ops.sum(ce * weight) / at_least(ops.sum(weight), 1.0)
         # A scalar batch loss: Keras sums the replicas' gradients without dividing a scalar by the replicas.

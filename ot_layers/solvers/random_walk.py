@@ -60,6 +60,8 @@ def random_walk_similarity_and_mask(points, alpha=0.8, temperature=0.5):
         raise ValueError(f"`points` must have shape (..., n, d), got {x.shape}.")
     if rank is not None and x.shape[-2] == 0:
         raise ValueError(f"`points` must hold n >= 1 points per set, got shape {tuple(x.shape)}.")
+    if rank is not None and x.shape[-1] == 0:
+        raise ValueError(f"`points` must have d >= 1 coordinates per point, got shape {tuple(x.shape)}.")
     x = ops.cast(x, "float32")
     n = ops.shape(x)[-2]
     valid = ops.all(ops.isfinite(x), axis=-1)  # (..., n)

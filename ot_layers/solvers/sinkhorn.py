@@ -45,6 +45,7 @@ is in :mod:`ot_layers.backends`.
 """
 from typing import NamedTuple
 
+import keras
 import numpy as np
 from keras import ops
 
@@ -430,8 +431,27 @@ def _validate_marginal(name, marginal, expected_shape, batch_shape=()):
         raise ValueError(
             f"`{name}` has {marginal.shape[-1]} entries per problem but `cost` has {expected_shape} on that side."
         )
-    if values_known(marginal) and bool(ops.convert_to_numpy(ops.any(marginal < 0))):
-        raise ValueError(f"`{name}` must be non-negative.")
+    if values_known(marginal):
+        values = ops.convert_to_numpy(marginal)
+        if not np.all(np.isfinite(values)):  # NaN passes the sign and sum checks, and the plan would be all NaN
+            raise ValueError(f"`{name}` must be finite (it holds NaN or infinity).")
+        if np.any(values < 0):
+            raise ValueError(f"`{name}` must be non-negative.")
+
+
+def _real_tensor(name, value):
+    """``value`` as a backend tensor, which must hold real numbers (a string or complex tensor would be cast with an
+    error naming no argument, or lose its imaginary part)."""
+    if not ops.is_tensor(value):  # NumPy arrays, lists: checked before a backend refuses them in its own words
+        array = np.asarray(value)
+        if array.dtype.kind not in "biuf":
+            raise ValueError(f"`{name}` must hold real numbers, got dtype {array.dtype}.")
+        value = array
+    tensor = ops.convert_to_tensor(value)
+    dtype = keras.backend.standardize_dtype(tensor.dtype)
+    if not dtype.startswith(("float", "int", "uint", "bfloat")):
+        raise ValueError(f"`{name}` must hold real numbers, got dtype {dtype}.")
+    return tensor
 
 
 def _uniform(cost, axis):
@@ -447,15 +467,15 @@ def prepare_problem(cost, a=None, b=None):
     (checked when the values are known: eagerly, not while tracing); the cost and the marginals are broadcast to
     their common batch shape (one cost shared by a batch of marginals is solved once per pair of marginals).
     """
-    cost = ops.convert_to_tensor(cost)
+    cost = _real_tensor("cost", cost)
     dtype = compute_dtype(cost.dtype)
     cost = ops.cast(cost, dtype)
     if len(cost.shape) < 2:
         raise ValueError(f"`cost` must have shape (..., n, m) with rank >= 2, got shape {tuple(cost.shape)}.")
     if 0 in tuple(cost.shape[-2:]):
         raise ValueError(f"`cost` must have n >= 1 rows and m >= 1 columns, got shape {tuple(cost.shape)}.")
-    a = _uniform(cost, -2) if a is None else ops.cast(ops.convert_to_tensor(a), dtype)
-    b = _uniform(cost, -1) if b is None else ops.cast(ops.convert_to_tensor(b), dtype)
+    a = _uniform(cost, -2) if a is None else ops.cast(_real_tensor("a", a), dtype)
+    b = _uniform(cost, -1) if b is None else ops.cast(_real_tensor("b", b), dtype)
     _validate_marginal("a", a, cost.shape[-2], cost.shape[:-2])
     _validate_marginal("b", b, cost.shape[-1], cost.shape[:-2])
     if values_known(a) and values_known(b):

@@ -12,10 +12,11 @@ import numpy as np
 import scipy.linalg
 from keras import ops
 
-from backend_tools import Report, central_difference, compiled_value_and_grad, numpy, tensor, value_and_grad
+from backend_tools import (Report, central_difference, compiled_value_and_grad, jitted, numpy, tensor,
+                           value_and_grad)
 from ot_layers import ManifoldProxies
-from ot_layers.losses import (ContrastiveLoss, MultiSimilarityLoss, ProxyAnchorLoss, ProxyNCAPlusPlusLoss,
-                              TripletLoss, ZeroShotPredictionLoss)
+from ot_layers.losses import (ContrastiveLoss, HypersphericalPullLoss, ManifoldProxyLoss, MultiSimilarityLoss,
+                              ProxyAnchorLoss, ProxyNCAPlusPlusLoss, TripletLoss, ZeroShotPredictionLoss)
 from ot_layers.losses.common import replicas_in_sync
 from ot_layers.solvers import random_walk_similarity
 
@@ -186,6 +187,61 @@ for name, loss_class, kwargs, y, x, reference in CASES:
         except ValueError as error:
             message = str(error)
         report.expect(f"{name}_{bad_name}_labels_named", message.startswith("`y_true` of"), message[:120])
+
+# Non-finite embeddings give a non-finite multi-similarity loss, eagerly and compiled (NaN similarities failed every
+# mining comparison and dropped out: all-NaN embeddings gave 0, a NaN row a finite loss).
+multi_similarity = MultiSimilarityLoss()
+compiled_multi_similarity = jitted(lambda y, x: multi_similarity(y, x))
+nan_row = embeddings.copy()
+nan_row[3] = np.nan
+for name, bad in (("all_nan", np.full_like(embeddings, np.nan)), ("nan_row", nan_row)):
+    for run, loss in (("eager", multi_similarity), ("compiled", compiled_multi_similarity)):
+        value = float(numpy(loss(tensor(labels), tensor(bad.astype(np.float32)))))
+        report.expect(f"multi_similarity_{name}_{run}_not_finite", not np.isfinite(value), f"{value}")
+
+# A label outside 0..C-1 (-1, or C) contributes zero to ProxyNCA++ and the zero-shot loss, as to the manifold and
+# pull losses: ProxyNCA++ is the batch mean with a zero term for it, the zero-shot loss that of the batch without
+# it; its row gets a zero gradient (TensorFlow's CPU raised, a GPU gather gave zeros or NaN).
+OUTSIDE_CASES = [  # name, loss class, labels with two outside the classes, y_pred, reference
+    ("proxy_nca_pp", ProxyNCAPlusPlusLoss, np.where(np.arange(len(labels)) == 1, -1,
+                                                    np.where(np.arange(len(labels)) == 4, 6, labels)), similarities,
+     lambda y, x, known: ref_proxy_nca(y[known], x[known]) * known.sum() / len(y)),
+    ("zero_shot", ZeroShotPredictionLoss, np.where(np.arange(len(zs_labels)) == 2, -1,
+                                                   np.where(np.arange(len(zs_labels)) == 5, 4, zs_labels)), packed,
+     lambda y, x, known: ref_zero_shot(y[known], x[known])),
+]
+for name, loss_class, y, x, reference in OUTSIDE_CASES:
+    known = (y >= 0) & (y < x.shape[1] - (name == "zero_shot"))
+    expected = reference(y, x, known)
+    loss64 = loss_class(dtype="float64")
+
+    def of(prediction, loss64=loss64, y=y):
+        return loss64(tensor(y), prediction)
+
+    for run, result in (("eager", value_and_grad(of, x)), ("compiled", compiled_value_and_grad(of, x))):
+        if result is None:
+            continue
+        value, (gradient,) = result
+        report.measure(f"{name}_label_outside_{run}_vs_numpy", abs(value - expected), 1e-10)
+        report.expect(f"{name}_label_outside_{run}_gradient",
+                      np.all(np.isfinite(gradient)) and np.all(gradient[~known, 0] == 0)
+                      and np.any(gradient[known] != 0))
+
+# y_pred of the wrong rank, or with too few classes, fails with a ValueError naming `y_pred` (before: a SelectV2
+# broadcast error, an IndexError, or a loss over one class that is always 0).
+BAD_PREDICTIONS = [
+    (MultiSimilarityLoss, (9, 6, 2)), (ProxyNCAPlusPlusLoss, (9, 6)), (ProxyNCAPlusPlusLoss, (9, 1, 2)),
+    (ZeroShotPredictionLoss, (9, 5)), (ZeroShotPredictionLoss, (9, 2, 5)), (HypersphericalPullLoss, (9, 6, 2)),
+    (HypersphericalPullLoss, (9,)), (ManifoldProxyLoss, (9, 6, 2)), (ManifoldProxyLoss, (9,)),
+]
+for loss_class, shape in BAD_PREDICTIONS:
+    try:
+        loss_class()(tensor(labels), tensor(np.zeros(shape, np.float32)))
+        message = "no error"
+    except ValueError as error:
+        message = str(error)
+    report.expect(f"{loss_class.__name__}_y_pred_{'x'.join(map(str, shape))}_named",
+                  message.startswith(f"`y_pred` of {loss_class.__name__} must be"), message[:120])
 
 # The random-walk similarity (eq. 9) against a scipy solve, batched; a non-finite point is cut out of the graph.
 points = rng.normal(size=(2, 7, 4)).astype(np.float32)

@@ -1,0 +1,69 @@
+"""Bad input met after construction (a later call, labels beside the inputs, a weights-loading flag, a directory to
+write): one ``ValueError`` naming the argument, before the backend fails in its own words or the input is read
+wrongly without a word."""
+import numpy as np
+import pytest
+
+import zoo
+from ot_layers import layers, solvers
+from ot_layers.layers.task_layers import SupportClassMeans
+
+
+@pytest.mark.parametrize("layer, built_on, other", [
+    (lambda: layers.MultiProxyWasserstein(3), (2, 5, 4), (2, 5, 6)),
+    (lambda: layers.GeneralizedSumPooling(4), (2, 3, 3, 8), (2, 3, 3, 6)),
+    (lambda: layers.HypersphericalPrototypes(3, 4), (2, 4), (2, 5)),
+    (lambda: layers.ManifoldProxies(3, 4), (2, 4), (2, 5)),
+    (lambda: layers.ClassProxies(3, dim=4, output="similarities"), (2, 4), (2, 5)),
+], ids=["mpw", "gsp", "hyperspherical", "manifold", "class_proxies"])
+def test_a_built_layer_called_with_another_feature_dim_says_so(layer, built_on, other):
+    """The weights were made for the first call's feature dimension; another one failed inside an einsum."""
+    built = layer()
+    built(np.ones(built_on, np.float32))
+    with pytest.raises(ValueError, match=f"expected axis -1 of input shape to have value {built_on[-1]}"):
+        built(np.ones(other, np.float32))
+
+
+def test_hyperspherical_labels_must_match_the_batch():
+    layer = layers.HypersphericalPrototypes(3, 4)
+    x = np.ones((2, 4), np.float32)
+    layer(x)
+    with pytest.raises(ValueError, match="`labels` holds 3 labels for the 2 rows of `inputs`"):
+        layer(x, labels=np.zeros(3, np.int32), training=True)
+    with pytest.raises(ValueError, match="`labels`.*argmax"):  # one-hot labels were flattened to 6 labels
+        layer(x, labels=np.eye(3, dtype=np.int32)[:2], training=True)
+
+
+def test_support_class_means_labels_must_match_the_support():
+    with pytest.raises(ValueError, match="`support_labels` holds 3 labels for the 4 rows of `support`"):
+        SupportClassMeans(2)([np.ones((4, 5), np.float32), np.zeros(3, np.int32)])
+
+
+def test_structured_fc_support_features_of_another_dim_are_named():
+    layer = layers.StructuredFC(2, 3)
+    layer.initialize_from_support(np.ones((2, 3, 8), np.float32), np.array([0, 1]))
+    with pytest.raises(ValueError, match="`features` have d = 4 per node but the layer's nodes have d = 8"):
+        layer.initialize_from_support(np.ones((2, 3, 4), np.float32), np.array([0, 1]))
+
+
+def test_random_walk_points_without_coordinates_are_named():
+    with pytest.raises(ValueError, match="`points` must have d >= 1"):
+        solvers.random_walk_similarity(np.ones((3, 0), np.float32))
+
+
+def test_zoo_load_pretrained_must_be_a_flag():
+    """``pretrained="no"`` read as true: the packaged weights loaded."""
+    with pytest.raises(ValueError, match="`pretrained` must be True or False"):
+        zoo.load("resnet20_gap_fashion_mnist", pretrained="no")
+
+
+def test_save_preset_names_a_model_that_is_not_one_and_a_directory_that_is_a_file(tmp_path):
+    with pytest.raises(ValueError, match="`model` must be a Keras model, got NoneType"):
+        zoo.save_preset(None, str(tmp_path / "preset"), card={"task": "generic"})
+    a_file = tmp_path / "taken"
+    a_file.write_text("")
+    model = zoo.build("resnet20_gap_fashion_mnist")
+    with pytest.raises(ValueError, match="`directory` .* is a file; give a directory"):
+        zoo.save_preset(model, str(a_file))
+    with pytest.raises(ValueError, match="`directory` .* is below the file"):
+        zoo.save_preset(model, str(a_file / "preset"))
