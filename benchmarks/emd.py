@@ -93,6 +93,7 @@ def main():
     parser.add_argument("--out", default=os.path.join(os.path.dirname(os.path.abspath(__file__)), "results",
                                                       "emd.json"), help="the JSON file written (default: %(default)s)")
     args = parser.parse_args()
+    load_before = os.getloadavg()  # the other processes' load: the timings carry it
     cost, a, b = make_problems()
     cost32, a32, b32 = (tf.constant(x, tf.float32) for x in (cost, a, b))
 
@@ -149,7 +150,9 @@ def main():
         "sinkhorn_settings": {"epsilon": SINKHORN_EPSILON, "max_iter": SINKHORN_MAX_ITER,
                               "threshold": SINKHORN_THRESHOLD, "domain": "kernel", "jit_compile": True},
         "methods": rows, "targets": targets, "accuracy": accuracy,
-        "machine": {"platform": platform.platform(), "cpus": os.cpu_count(), "tensorflow": tf.__version__,
+        "machine": {"platform": platform.platform(), "cpus": os.cpu_count(), "load_average_before": load_before,
+                    "load_average_after": os.getloadavg(),
+                    "tensorflow": tf.__version__,
                     "pot": ot.__version__, "opencv": _opencv_version()},
     }
     write_json(args.out, result)

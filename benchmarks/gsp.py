@@ -133,6 +133,7 @@ def main():
     parser.add_argument("--repeats", type=positive_count, default=30)
     parser.add_argument("--out", default=os.path.join(os.path.dirname(__file__), "results", "gsp.json"))
     args = parser.parse_args()
+    load_before = os.getloadavg()  # the other processes' load: the timings carry it
 
     rows = measure(args)
     summary = {}
@@ -167,7 +168,9 @@ def main():
     for key, value in summary.items():
         print(f"  {key}: {value:.3f}" if isinstance(value, float) else f"  {key}: {value}")
     write_json(args.out, {"config": vars(args), "machine": {"platform": platform.platform(), "cpus": os.cpu_count(),
-                                                             "tensorflow": tf.__version__},
+                                                             "tensorflow": tf.__version__,
+                                                             "load_average_before": load_before,
+                                                             "load_average_after": os.getloadavg()},
                           "rows": rows, "summary": summary})
 
 

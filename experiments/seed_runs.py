@@ -2,7 +2,8 @@
 (``emd_fewshot_seeds.py``, ``zero_shot_seeds.py``, ``dl2pa_seeds.py``).
 
 An experiment's seed 0 writes ``experiments/results/{stem}.json`` and seed ``S`` ``{stem}_seed{S}.json``; each
-records its seed in ``args.seed``.
+records its seed in ``args.seed`` (:func:`seed_reports`). ``dl2pa_seeds.py``, whose runs keep all seeds of one
+prototype dimension in one file, uses only ``RESULTS``, :func:`spread` and :func:`paired_differences`.
 """
 import glob
 import json

@@ -106,7 +106,7 @@ def check_labels_per_row(labels_name, labels, rows_name, rows):
     """``labels`` (named ``labels_name``) must hold integer class labels ``(B,)`` or ``(B, 1)``, one for each of the
     ``B`` rows of ``rows`` (named ``rows_name``), judged on static shapes (an unknown size passes)."""
     try:
-        shape = tuple(labels.shape)
+        shape = tuple(labels.shape) if hasattr(labels, "shape") else np.shape(labels)  # a list: its NumPy shape
     except ValueError:  # TensorFlow: a shape of unknown rank while tracing; nothing to check statically
         return
     if len(shape) not in (1, 2) or (len(shape) == 2 and shape[1] not in (1, None)):
@@ -114,7 +114,8 @@ def check_labels_per_row(labels_name, labels, rows_name, rows):
         raise ValueError(f"{labels_name} must hold integer class labels of shape (B,) or (B, 1), "
                          f"got shape {shape}{hint}.")
     try:
-        count = rows.shape[0] if len(rows.shape) else None
+        rows_shape = tuple(rows.shape) if hasattr(rows, "shape") else np.shape(rows)
+        count = rows_shape[0] if len(rows_shape) else None
     except ValueError:
         count = None
     if shape[0] is not None and count is not None and int(shape[0]) != int(count):

@@ -431,25 +431,22 @@ def _validate_marginal(name, marginal, expected_shape, batch_shape=()):
         raise ValueError(
             f"`{name}` has {marginal.shape[-1]} entries per problem but `cost` has {expected_shape} on that side."
         )
-    if values_known(marginal):
-        values = ops.convert_to_numpy(marginal)
-        if not np.all(np.isfinite(values)):  # NaN passes the sign and sum checks, and the plan would be all NaN
-            raise ValueError(f"`{name}` must be finite (it holds NaN or infinity).")
-        if np.any(values < 0):
-            raise ValueError(f"`{name}` must be non-negative.")
+    if values_known(marginal) and bool(ops.convert_to_numpy(ops.any(marginal < 0))):
+        raise ValueError(f"`{name}` must be non-negative.")
 
 
 def _real_tensor(name, value):
-    """``value`` as a backend tensor, which must hold real numbers (a string or complex tensor would be cast with an
-    error naming no argument, or lose its imaginary part)."""
-    if not ops.is_tensor(value):  # NumPy arrays, lists: checked before a backend refuses them in its own words
-        array = np.asarray(value)
-        if array.dtype.kind not in "biuf":
-            raise ValueError(f"`{name}` must hold real numbers, got dtype {array.dtype}.")
-        value = array
+    """``value`` as a backend tensor; strings, objects and complex numbers are refused naming ``name`` (a string was
+    refused by the cast in words naming no argument, a complex number lost its imaginary part). Host arrays are
+    judged by their NumPy dtype before conversion; tensors and Keras variables are converted as they are, so that
+    their gradients and tracing are kept."""
+    if isinstance(value, (np.ndarray, np.generic, str, bytes)):
+        kind = np.asarray(value).dtype.kind
+        if kind in "USOc":
+            raise ValueError(f"`{name}` must hold real numbers, got dtype {np.asarray(value).dtype}.")
     tensor = ops.convert_to_tensor(value)
     dtype = keras.backend.standardize_dtype(tensor.dtype)
-    if not dtype.startswith(("float", "int", "uint", "bfloat")):
+    if dtype.startswith(("complex", "string")):
         raise ValueError(f"`{name}` must hold real numbers, got dtype {dtype}.")
     return tensor
 
@@ -464,8 +461,10 @@ def prepare_problem(cost, a=None, b=None):
     """Validates a batch of transport problems and returns ``(cost, a, b)`` in the compute dtype.
 
     ``cost`` ``(..., n, m)``; marginals default to uniform, must be non-negative with equal sums per problem
-    (checked when the values are known: eagerly, not while tracing); the cost and the marginals are broadcast to
-    their common batch shape (one cost shared by a batch of marginals is solved once per pair of marginals).
+    (checked when the values are known: eagerly, not while tracing; a NaN or Inf stays in its own problem, see the
+    module docstring); cost and marginals must hold real numbers (not strings or complex numbers); the cost and the
+    marginals are broadcast to their common batch shape (one cost shared by a batch of marginals is solved once per
+    pair of marginals).
     """
     cost = _real_tensor("cost", cost)
     dtype = compute_dtype(cost.dtype)
