@@ -79,14 +79,6 @@ def timed(function, repeats):
     return float(np.median(times)), value
 
 
-def _opencv_version():
-    try:
-        import cv2
-    except ImportError:
-        return None
-    return cv2.__version__
-
-
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--repeats", type=positive_count, default=7)
@@ -100,9 +92,11 @@ def main():
     methods = {}
     methods["exact"] = lambda: emd(cost32, a32, b32, method="exact").cost.numpy()
     methods["pot_loop"] = lambda: np.array([ot.emd2(a[p], b[p], cost[p]) for p in range(PROBLEMS)])
+    opencv_version = None
     try:
         import cv2
 
+        opencv_version = cv2.__version__
         cost_cv = cost.astype(np.float32)
         a_cv, b_cv = a.astype(np.float32)[..., None], b.astype(np.float32)[..., None]
         methods["opencv"] = lambda: np.array([cv2.EMD(a_cv[p], b_cv[p], cv2.DIST_USER, cost=cost_cv[p])[0]
@@ -153,7 +147,7 @@ def main():
         "machine": {"platform": platform.platform(), "cpus": os.cpu_count(), "load_average_before": load_before,
                     "load_average_after": os.getloadavg(),
                     "tensorflow": tf.__version__,
-                    "pot": ot.__version__, "opencv": _opencv_version()},
+                    "pot": ot.__version__, "opencv": opencv_version},
     }
     write_json(args.out, result)
     print("wrote", args.out)

@@ -76,6 +76,16 @@ def squared_distances_np(points, centers):
     return np.maximum(sq, 0.0)
 
 
+def label_columns(labels, num_classes):
+    """Boolean ``(B, num_classes)``: row ``i`` is true in column ``labels[i]`` only, and all false for a label
+    outside ``0..num_classes-1`` (-1 for an unlabelled sample, say). By comparison, not by gather, so that such a
+    label is the same on every backend (a gather took the last column for -1, and for ``num_classes`` raised on
+    TensorFlow's CPU, gave zeros or NaN on a GPU and another value on PyTorch). The losses' policy for such a sample,
+    documented in each: it contributes zero (``ops.any(label_columns(...), axis=1)`` is false for it); in
+    ``SupportClassMeans`` it belongs to no class."""
+    return ops.equal(ops.arange(num_classes, dtype="int32")[None, :], ops.reshape(labels, (-1, 1)))
+
+
 def walk_layers(model, include_self=False):
     """Every layer of ``model`` once, depth first: the layers of nested models and the sub-layers a layer holds
     (e.g. ``StructuredFC``'s ``EMDHead``) included; ``model`` itself first with ``include_self``. The one walk the

@@ -105,8 +105,11 @@ def check_class_labels(owner, y_true, y_pred):
 def check_labels_per_row(labels_name, labels, rows_name, rows):
     """``labels`` (named ``labels_name``) must hold integer class labels ``(B,)`` or ``(B, 1)``, one for each of the
     ``B`` rows of ``rows`` (named ``rows_name``), judged on static shapes (an unknown size passes)."""
+    def static_shape(x):  # a tensor's static shape; a list's NumPy shape
+        return tuple(x.shape) if hasattr(x, "shape") else np.shape(x)
+
     try:
-        shape = tuple(labels.shape) if hasattr(labels, "shape") else np.shape(labels)  # a list: its NumPy shape
+        shape = static_shape(labels)
     except ValueError:  # TensorFlow: a shape of unknown rank while tracing; nothing to check statically
         return
     if len(shape) not in (1, 2) or (len(shape) == 2 and shape[1] not in (1, None)):
@@ -114,7 +117,7 @@ def check_labels_per_row(labels_name, labels, rows_name, rows):
         raise ValueError(f"{labels_name} must hold integer class labels of shape (B,) or (B, 1), "
                          f"got shape {shape}{hint}.")
     try:
-        rows_shape = tuple(rows.shape) if hasattr(rows, "shape") else np.shape(rows)
+        rows_shape = static_shape(rows)
         count = rows_shape[0] if len(rows_shape) else None
     except ValueError:
         count = None

@@ -3,7 +3,7 @@ import keras
 from keras import ops
 
 from ot_layers.layers.base import ExportableLayer
-from ot_layers.tensor_ops import as_compute_dtype, at_least, normalize_rows
+from ot_layers.tensor_ops import as_compute_dtype, at_least, label_columns, normalize_rows
 from ot_layers.validation import (check_choice, check_labels_per_row, check_positive, check_positive_int, check_rank,
                                   check_same_dim)
 
@@ -52,9 +52,8 @@ class SupportClassMeans(ExportableLayer):
         support, labels = inputs
         check_labels_per_row("`support_labels`", labels, "`support`", support)
         support = as_compute_dtype(support)
-        labels = ops.reshape(ops.cast(labels, "int32"), (-1,))
         # one-hot by comparison: a label outside 0..ways-1 matches no class on every backend
-        one_hot = ops.cast(ops.equal(labels[:, None], ops.arange(self.ways, dtype="int32")[None, :]), support.dtype)
+        one_hot = ops.cast(label_columns(ops.cast(labels, "int32"), self.ways), support.dtype)
         counts = ops.sum(one_hot, axis=0)  # (ways,)
         sums = ops.einsum("sw,s...->w...", one_hot, support)  # any rank of support (also unknown)
         counts = ops.reshape(at_least(counts, 1.0),

@@ -1,6 +1,6 @@
-"""What every loss of this package shares: the checks of its integer labels and of the shape of ``y_pred``, the
-columns of the labels (a label outside the classes in none), the loss of an empty batch and the scaling of a scalar
-batch loss by the number of replicas."""
+"""What every loss of this package shares: the checks of its integer labels and of the shape of ``y_pred``, the loss
+of an empty batch and the scaling of a scalar batch loss by the number of replicas. (The labels' columns, a label
+outside the classes in none, are ``ot_layers.tensor_ops.label_columns``, which the layers use too.)"""
 from keras import ops
 
 from ot_layers.backends import replicas_in_sync
@@ -28,15 +28,6 @@ def check_prediction_shape(loss, y_pred, rank, expected, min_columns=None, colum
         raise ValueError(f"`y_pred` of {owner} must be {expected}, got shape {shape}.")
     if min_columns is not None and shape[1] is not None and int(shape[1]) < min_columns:
         raise ValueError(f"`y_pred` of {owner} must be {expected} with {columns_note}, got shape {shape}.")
-
-
-def label_columns(labels, num_classes):
-    """Boolean ``(B, num_classes)``: row ``i`` is true in column ``labels[i]`` only, and all false for a label
-    outside ``0..num_classes-1`` (-1 for an unlabelled sample, say). By comparison, not by gather, so that such a
-    label is the same on every backend (a gather took the last column for -1, and for ``num_classes`` raised on
-    TensorFlow's CPU, gave zeros or NaN on a GPU and another value on PyTorch). The losses' policy for such a sample,
-    documented in each: it contributes zero (``ops.any(label_columns(...), axis=1)`` is false for it)."""
-    return ops.equal(ops.arange(num_classes, dtype="int32")[None, :], ops.reshape(labels, (-1, 1)))
 
 
 def is_empty_batch(y_pred):

@@ -2,7 +2,8 @@
 import keras
 from keras import ops
 
-from ot_layers.losses.common import check_prediction_shape, class_labels, is_empty_batch, label_columns, zero_loss
+from ot_layers.losses.common import check_prediction_shape, class_labels, is_empty_batch, zero_loss
+from ot_layers.tensor_ops import label_columns
 from ot_layers.validation import check_non_negative
 
 

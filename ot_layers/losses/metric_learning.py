@@ -19,9 +19,9 @@ has loss 0. Non-finite embeddings give a non-finite loss (a diverged run does no
 import keras
 from keras import ops
 
-from ot_layers.losses.common import (check_prediction_shape, class_labels, is_empty_batch, label_columns, per_replica,
+from ot_layers.losses.common import (check_prediction_shape, class_labels, is_empty_batch, per_replica,
                                      zero_loss)
-from ot_layers.tensor_ops import as_compute_dtype, at_least, normalize_rows
+from ot_layers.tensor_ops import as_compute_dtype, at_least, label_columns, normalize_rows
 from ot_layers.validation import check_finite, check_flag, check_non_negative, check_positive
 
 _NEG_INF = float("-inf")

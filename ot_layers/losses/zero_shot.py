@@ -22,11 +22,10 @@ and PyTorch count one replica). Computes in float32 (in float64 for float64 inpu
 import keras
 from keras import ops
 
-from ot_layers.losses.common import (check_prediction_shape, class_labels, is_empty_batch, label_columns, per_replica,
+from ot_layers.losses.common import (check_prediction_shape, class_labels, is_empty_batch, per_replica,
                                      zero_loss)
 from ot_layers.losses.metric_learning import sparse_cross_entropy
-from ot_layers.tensor_ops import as_compute_dtype
-from ot_layers.tensor_ops import at_least
+from ot_layers.tensor_ops import as_compute_dtype, at_least, label_columns
 from ot_layers.validation import check_positive
 
 ZERO_SHOT_WEIGHT = 0.1  # lambda of Eq. 5.2.5

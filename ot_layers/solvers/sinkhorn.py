@@ -441,9 +441,9 @@ def _real_tensor(name, value):
     judged by their NumPy dtype before conversion; tensors and Keras variables are converted as they are, so that
     their gradients and tracing are kept."""
     if isinstance(value, (np.ndarray, np.generic, str, bytes)):
-        kind = np.asarray(value).dtype.kind
-        if kind in "USOc":
-            raise ValueError(f"`{name}` must hold real numbers, got dtype {np.asarray(value).dtype}.")
+        host_dtype = np.asarray(value).dtype
+        if host_dtype.kind in "USOc":
+            raise ValueError(f"`{name}` must hold real numbers, got dtype {host_dtype}.")
     tensor = ops.convert_to_tensor(value)
     dtype = keras.backend.standardize_dtype(tensor.dtype)
     if dtype.startswith(("complex", "string")):
