@@ -325,6 +325,7 @@ def main():
         print(json.dumps(_time_keras(step, args.repeats)))
         return
 
+    load_before = os.getloadavg()  # the other processes' load: the timings carry it
     tf_results = _run_json([sys.executable, os.path.abspath(__file__), "--worker", "tf", "--repeats",
                             str(args.repeats)])
     results = {m: dict(tf_results.get(m, tf_results), label=label) for m, label in TF_METHODS.items()}
@@ -338,7 +339,8 @@ def main():
     devices = accelerator.devices_in(results)
     report = {"shape": SHAPE, "epsilon": EPSILON, "iterations": ITERATIONS, "repeats": args.repeats,
               "pot_repeats": args.pot_repeats, "results": results,
-              "ratios": ratios, "targets": targets, "cpu_count": os.cpu_count(), "devices": devices}
+              "ratios": ratios, "targets": targets, "cpu_count": os.cpu_count(), "devices": devices,
+              "load_average_before": load_before, "load_average_after": os.getloadavg()}
     write_json(args.out, report)
 
     print(f"\n{'method':<52}{'median ms':>12}{'peak MB':>10}")

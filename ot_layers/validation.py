@@ -185,6 +185,26 @@ def check_fits_model_inputs(name, batches, model, what="the model", first_input_
         raise ValueError(f"`{name}`: {which} takes inputs of shape {expected[0]}, got shape {shape}.")
 
 
+
+def check_embedding_width(name, model_or_shape, width, what):
+    """The embeddings of the Keras model ``name`` (a callback argument) must be vectors ``(batch, width)``, the
+    width ``what`` takes (e.g. "the ManifoldProxies layer 'head' (its `dim`)"), else one ``ValueError`` naming
+    both. ``model_or_shape`` is the model, checked as far as its outputs are known (a subclassed model passes), or
+    the shape of embeddings it computed. Without this, a model of another width failed epochs later, at the first
+    proxy update, in a shape error that named neither."""
+    if isinstance(model_or_shape, tuple):
+        shapes = [model_or_shape]
+    else:
+        outputs = getattr(model_or_shape, "outputs", None)
+        if not outputs:
+            return
+        shapes = [tuple(tensor.shape) for tensor in outputs]
+    if len(shapes) != 1 or len(shapes[0]) != 2 or shapes[0][-1] not in (None, width):
+        shown = ", ".join(str((None,) + shape[1:]) for shape in shapes)
+        raise ValueError(f"`{name}` gives embeddings of shape {shown}, but {what} takes vectors of shape "
+                         f"(None, {width}).")
+
+
 _INT32 = np.iinfo(np.int32)
 
 

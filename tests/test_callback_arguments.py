@@ -182,6 +182,33 @@ def test_ccp_train_images_that_do_not_fit_the_model_are_named_when_it_is_set():
     CCPReinitialization(VECTORS, LABELS, lambda: 0.0, embedding_model=embed).set_model(model)
 
 
+def test_ccp_embedding_model_of_another_width_than_the_proxies_is_named_before_any_step():
+    """An embedding model of width 5 for proxies of width 4 passed until the first plateau, epochs in, where the
+    k-center re-initialization failed in a matrix product that named neither; a subclassed model's width is known
+    once it has run, at that re-initialization, and is refused there with the same line."""
+    model = _proxy_model()
+    wrong = keras.Sequential([keras.Input((6,)), keras.layers.Dense(5)])
+    message = (r"^`embedding_model` gives embeddings of shape \(None, 5\), but the ClassProxies layer 'proxies' "
+               r"\(the width of its proxies\) takes vectors of shape \(None, 4\)\.$")
+    with pytest.raises(ValueError, match=message):
+        CCPReinitialization(VECTORS, LABELS, lambda: 0.0, embedding_model=wrong).set_model(model)
+    _fit_refuses_before_any_step(model, VECTORS, LABELS,
+                                 CCPReinitialization(VECTORS, LABELS, lambda: 0.0, embedding_model=wrong), message)
+
+    class Embed(keras.Model):
+        def __init__(self):
+            super().__init__()
+            self.dense = keras.layers.Dense(5)
+
+        def call(self, x):
+            return self.dense(x)
+
+    ccp = CCPReinitialization(VECTORS, LABELS, lambda: 0.0, embedding_model=Embed(), pool_size=2)
+    ccp.set_model(model)  # its outputs are unknown until it runs
+    with pytest.raises(ValueError, match=message):
+        ccp.reinitialize_proxies()
+
+
 def test_ccp_train_images_for_a_model_of_several_inputs_are_named():
     """The pools go through ``keras.Model(model.inputs, layer.input)``: one array cannot feed two inputs."""
     vectors, extra = keras.Input((6,)), keras.Input((2,))
@@ -237,7 +264,7 @@ def test_hard_proxy_embeddings_of_another_size_than_the_layer_are_named_before_t
     callback = HardProxyUpdate(wrong, VECTORS, LABELS)
     callback.set_model(model)
     message = (r"^`embedding_model` gives embeddings of shape \(None, 5\), but the ManifoldProxies layer 'head' "
-               r"takes vectors of shape \(None, 4\) \(its `dim`\)\.$")
+               r"\(its `dim`\) takes vectors of shape \(None, 4\)\.$")
     with pytest.raises(ValueError, match=message):
         callback.on_train_begin()
     _fit_refuses_before_any_step(model, VECTORS, LABELS, HardProxyUpdate(wrong, VECTORS, LABELS), message)

@@ -10,7 +10,7 @@ from keras import ops
 from ot_layers.layers.class_proxies import ClassProxies
 from ot_layers.solvers.k_center import greedy_k_center
 from ot_layers.tensor_ops import find_layer, normalize_rows_np
-from ot_layers.validation import (check_fits_model_inputs, check_flag, check_image_array, check_labels,
+from ot_layers.validation import (check_embedding_width, check_fits_model_inputs, check_flag, check_image_array, check_labels,
                                   check_non_negative, check_positive_int, check_seed)
 
 STATE_ATTRIBUTE = "ccp_state"  # the attribute of the model that holds CCPReinitialization's state
@@ -122,6 +122,8 @@ class CCPReinitialization(keras.callbacks.Callback):
 
     ``train_images`` must fit the inputs of ``embedding_model`` (checked when the callback is made) or, without
     one, of the model (checked in ``set_model``, before any epoch); else a ``ValueError`` names ``train_images``.
+    ``embedding_model`` must give vectors of the proxies' width, checked in ``set_model`` (a subclassed model, whose
+    outputs are unknown until it runs, when it first embeds a pool); else a ``ValueError`` names it.
 
     ``history`` keeps the validation scores seen by this instance; ``reinitializations`` is read from the state.
     """
@@ -161,6 +163,13 @@ class CCPReinitialization(keras.callbacks.Callback):
     def _layer(self):
         return find_layer(self.model, ClassProxies, self.layer_name)
 
+    def _check_embedding_width(self, model_or_shape):
+        layer = self._layer()
+        width = int(layer.proxies.shape[-1]) if layer.built else layer.dim  # dim=None: the input's width
+        if width is not None:
+            check_embedding_width("embedding_model", model_or_shape, width,
+                                  f"the ClassProxies layer {layer.name!r} (the width of its proxies)")
+
     def _model_weights(self):
         state_ids = {id(v) for v in getattr(self.model, STATE_ATTRIBUTE).weights} \
             if hasattr(self.model, STATE_ATTRIBUTE) else set()
@@ -184,6 +193,8 @@ class CCPReinitialization(keras.callbacks.Callback):
         layer = self._layer()
         if self.embedding_model is None:  # the pools go through keras.Model(model.inputs, layer.input)
             check_fits_model_inputs("train_images", self.train_images, model)
+        else:
+            self._check_embedding_width(self.embedding_model)
         num_classes, per_class = layer.num_classes, layer.num_proxies
         if set(np.unique(self.train_labels).tolist()) != set(range(num_classes)):
             raise ValueError(f"`train_labels` must hold exactly the classes 0..{num_classes - 1} of the proxies.")
@@ -242,6 +253,8 @@ class CCPReinitialization(keras.callbacks.Callback):
         if model is None:
             model = keras.Model(self.model.inputs, self._layer().input)
         embeddings = np.asarray(model.predict(images, batch_size=self.batch_size, verbose=0))
+        if self.embedding_model is not None:  # a subclassed model's width is known once it has run
+            self._check_embedding_width((None,) + embeddings.shape[1:])
         if not np.all(np.isfinite(embeddings)):
             raise ValueError("`train_images`: their embeddings hold NaN or Inf.")
         return embeddings

@@ -4,7 +4,7 @@ import numpy as np
 
 from ot_layers.layers.manifold_proxies import ManifoldProxies
 from ot_layers.tensor_ops import find_layer, normalize_rows_np
-from ot_layers.validation import (check_fits_model_inputs, check_flag, check_image_array, check_labels,
+from ot_layers.validation import (check_embedding_width, check_fits_model_inputs, check_flag, check_image_array, check_labels,
                                   check_non_negative, check_positive, check_positive_int, check_seed)
 
 
@@ -111,11 +111,7 @@ class HardProxyUpdate(keras.callbacks.Callback):
         if layer.num_classes != len(self.anchors):
             raise ValueError(f"`meta_labels` has {len(self.anchors)} meta-classes but the layer has "
                              f"num_classes={layer.num_classes}.")
-        outputs = getattr(self.embedding_model, "outputs", None)
-        if outputs:
-            shapes = [tuple(tensor.shape) for tensor in outputs]
-            if len(shapes) != 1 or len(shapes[0]) != 2 or shapes[0][-1] not in (None, layer.dim):
-                _refuse_embeddings(", ".join(str(shape) for shape in shapes), layer)
+        check_embedding_width("embedding_model", self.embedding_model, layer.dim, _taker(layer))
         return layer
 
     def on_train_begin(self, logs=None):
@@ -124,11 +120,9 @@ class HardProxyUpdate(keras.callbacks.Callback):
     def on_epoch_begin(self, epoch, logs=None):
         layer = self._layer()
         proxies = self.compute_proxies()
-        if proxies.shape != tuple(layer.proxies.shape):
-            _refuse_embeddings((None,) + proxies.shape[1:], layer)
+        check_embedding_width("embedding_model", (None,) + proxies.shape[1:], layer.dim, _taker(layer))
         layer.proxies.assign(proxies.astype(np.float32))
 
 
-def _refuse_embeddings(shape, layer):
-    raise ValueError(f"`embedding_model` gives embeddings of shape {shape}, but the ManifoldProxies layer "
-                     f"{layer.name!r} takes vectors of shape (None, {layer.dim}) (its `dim`).")
+def _taker(layer):
+    return f"the ManifoldProxies layer {layer.name!r} (its `dim`)"
