@@ -112,18 +112,21 @@ def check_labels_per_row(labels_name, labels, rows_name, rows):
         shape = static_shape(labels)
     except ValueError:  # TensorFlow: a shape of unknown rank while tracing; nothing to check statically
         return
-    if len(shape) not in (1, 2) or (len(shape) == 2 and shape[1] not in (1, None)):
-        hint = "; for one-hot labels pass their argmax" if len(shape) == 2 else ""
-        raise ValueError(f"{labels_name} must hold integer class labels of shape (B,) or (B, 1), "
-                         f"got shape {shape}{hint}.")
     try:
         rows_shape = static_shape(rows)
         count = rows_shape[0] if len(rows_shape) else None
     except ValueError:
         count = None
+    if len(shape) not in (1, 2) or (len(shape) == 2 and shape[1] not in (1, None)):
+        hint = ""
+        if len(shape) == 2:
+            hint = (f"; for a row of {count} labels pass it flattened, of shape ({count},)"
+                    if shape[0] == 1 and count is not None and shape[1] == count
+                    else "; for one-hot labels pass their argmax")
+        raise ValueError(f"{labels_name} must hold integer class labels of shape (B,) or (B, 1), "
+                         f"got shape {shape}{hint}.")
     if shape[0] is not None and count is not None and int(shape[0]) != int(count):
         raise ValueError(f"{labels_name} holds {shape[0]} labels for the {count} rows of {rows_name}.")
-
 
 def check_image_array(name, images):
     """``images`` as a NumPy array of at least one image (a batch axis first) with finite values, else a

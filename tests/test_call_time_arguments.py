@@ -37,6 +37,10 @@ def test_hyperspherical_labels_must_match_the_batch():
 def test_support_class_means_labels_must_match_the_support():
     with pytest.raises(ValueError, match="`support_labels` holds 3 labels for the 4 rows of `support`"):
         SupportClassMeans(2)([np.ones((4, 5), np.float32), np.zeros(3, np.int32)])
+    # one episode's labels as a row: the hint says to flatten them, not to take an argmax as for one-hot labels
+    with pytest.raises(ValueError, match=r"`support_labels` must hold .* got shape \(1, 4\); for a row of 4 labels "
+                                         r"pass it flattened, of shape \(4,\)\."):
+        SupportClassMeans(2)([np.ones((4, 5), np.float32), np.array([[0, 1, 0, 1]], np.int32)])
 
 
 def test_structured_fc_support_features_of_another_dim_are_named():
