@@ -1,0 +1,162 @@
+"""The commands that README.md and docs/ print for re-running an experiment or a benchmark parse with the argument
+parser of the script they run: an option renamed or removed since the page was written fails here, not for the
+reader who copies the command. Each script runs in a process of its own (some pick their Keras backend when
+imported) until it calls ``parse_args``, which stops it before any work; its published argument lists are then
+parsed by that parser, as the shell would pass them (redirections, comments and placeholders taken out)."""
+import concurrent.futures
+import json
+import os
+import pathlib
+import re
+import shlex
+import subprocess
+import sys
+
+import pytest
+
+ROOT = pathlib.Path(__file__).resolve().parent.parent
+PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").rglob("*.md"))]
+COMMAND = re.compile(r"python3? ((?:experiments|benchmarks)/\w+\.py)(.*)")
+FENCE = re.compile(r"^```[^\n]*\n(.*?)^```[ \t]*$", re.MULTILINE | re.DOTALL)
+# Placeholders of the pages: a seed in a shell loop ($S) or one the reader picks (S); "..." elides the rest
+PLACEHOLDERS = {"S": "0", "$S": "0", "...": None}
+
+# Runs one script with its first published arguments as sys.argv until its ArgumentParser.parse_args returns, then
+# parses the script's other published arguments with the same parser; prints one JSON list: per argument list, None
+# (parsed) or the parser's last line of complaint. The script's folder comes first on sys.path, as when Python runs
+# a file.
+RUNNER = r"""
+import argparse, contextlib, io, json, os, runpy, sys
+path, lists = sys.argv[1], json.loads(sys.argv[2])
+original = argparse.ArgumentParser.parse_args
+
+class Parsed(BaseException):
+    pass
+
+def parse(parser, arguments):
+    stderr = io.StringIO()
+    try:
+        with contextlib.redirect_stderr(stderr):
+            original(parser, arguments)
+    except SystemExit:
+        return (stderr.getvalue().strip().splitlines() or ["refused"])[-1]
+    return None
+
+def parse_and_stop(self, args=None, namespace=None):
+    raise Parsed(self)
+
+argparse.ArgumentParser.parse_args = parse_and_stop
+sys.argv = [path] + lists[0]
+sys.path.insert(0, os.path.dirname(os.path.abspath(path)))
+try:
+    runpy.run_path(path, run_name="__main__")
+except Parsed as stopped:
+    print(json.dumps([parse(stopped.args[0], arguments) for arguments in lists]))
+else:
+    sys.exit("the script returned without calling parse_args")
+"""
+
+
+def _arguments(text):
+    """The arguments of one command as the shell would pass them, without redirections, a trailing comment or
+    brackets around optional parts; ``None`` where the page elides them."""
+    tokens = shlex.split(text, comments=True)
+    arguments, skip = [], False
+    for token in tokens:
+        if skip:
+            skip = False
+            continue
+        if token in ("&&", ";", "||", "|"):
+            break
+        if re.fullmatch(r"\d?>>?(&\d)?", token):  # "> log" or "2>&1"
+            skip = not token.endswith(("&1", "&2"))
+            continue
+        if re.match(r"\d?>", token):  # ">log"
+            continue
+        token = token.strip("[]")
+        if token in PLACEHOLDERS:
+            if PLACEHOLDERS[token] is None:
+                return None
+            token = PLACEHOLDERS[token]
+        arguments.append(token.replace("$S", "0"))
+    return arguments
+
+
+def _command_texts(text):
+    """The shell lines of a page's fenced blocks (a line ending in a backslash joined to the next) and its inline
+    code spans (a span broken over two lines of the page joined with a space)."""
+    for body in FENCE.findall(text):
+        yield from body.replace("\\\n", " ").splitlines()
+    for span in re.findall(r"`([^`]+)`", FENCE.sub("", text)):
+        yield span.replace("\n", " ")
+
+
+def published_commands():
+    """``(script, arguments, where)`` of every experiment or benchmark command on the pages, each once."""
+    found = {}
+    for page in PAGES:
+        for line in _command_texts(page.read_text(encoding="utf-8")):
+            for match in COMMAND.finditer(line):
+                arguments = _arguments(match.group(2))
+                if arguments is not None:
+                    found.setdefault((match.group(1), tuple(arguments)), page.relative_to(ROOT).as_posix())
+    return [(script, list(arguments), where) for (script, arguments), where in sorted(found.items())]
+
+
+COMMANDS = published_commands()
+
+
+def test_the_pages_publish_commands_of_both_folders():
+    """The pattern finds what the pages print (an empty list would pass the test below without checking)."""
+    scripts = {script for script, _, _ in COMMANDS}
+    assert any(s.startswith("experiments/") for s in scripts) and any(s.startswith("benchmarks/") for s in scripts)
+    assert ("benchmarks/gsp.py", ["--repeats", "100"]) in [(s, a) for s, a, _ in COMMANDS]
+
+
+def test_the_arguments_are_read_as_the_shell_reads_them():
+    assert _arguments(" --seed $S --out r/x_seed$S.json > r/x.log 2>&1") == ["--seed", "0", "--out", "r/x_seed0.json"]
+    assert _arguments(" --presets A B --seeds 0 1 --output FILE [--train]") == [
+        "--presets", "A", "B", "--seeds", "0", "1", "--output", "FILE", "--train"]
+    assert _arguments(" report --results d --markdown seeds.md  # the tables") == [
+        "report", "--results", "d", "--markdown", "seeds.md"]
+    assert _arguments(" --shots 1 --seed S") == ["--shots", "1", "--seed", "0"]
+    assert _arguments(" ...") is None
+    assert _arguments(" --repeats 100 | tee log") == ["--repeats", "100"]
+
+
+def test_a_removed_option_is_refused():
+    """The check can fail: an option the parser does not know is the parser's complaint."""
+    assert _parse("benchmarks/gsp.py", [["--repeats", "100"], ["--repetitions", "100"]]) == [
+        None, "gsp.py: error: unrecognized arguments: --repetitions 100"]
+
+
+def _parse(script, argument_lists):
+    """What :data:`RUNNER` prints for ``script`` and the argument lists."""
+    result = subprocess.run([sys.executable, "-c", RUNNER, script, json.dumps(argument_lists)], cwd=ROOT,
+                            capture_output=True, text=True, timeout=600,
+                            env=dict(os.environ, PYTHONPATH=str(ROOT), TF_CPP_MIN_LOG_LEVEL="2"))
+    assert result.returncode == 0, f"{script}: {result.stderr.strip()[-2000:]}"
+    return json.loads(result.stdout.strip().splitlines()[-1])
+
+
+@pytest.mark.slow  # one process per script, each importing its frameworks: a minute or two on two cores
+def test_every_published_command_parses():
+    """A script without an argument parser must be published without arguments (it would ignore them); it is not
+    run (it would do its work). The others run two at a time."""
+    by_script = {}
+    for script, arguments, where in COMMANDS:
+        by_script.setdefault(script, []).append((arguments, where))
+    failures = []
+    with_parser = {}
+    for script, commands in by_script.items():
+        if "argparse" in (ROOT / script).read_text(encoding="utf-8"):
+            with_parser[script] = commands
+        else:
+            failures += [f"{where}: {script} reads no arguments, given {arguments}"
+                         for arguments, where in commands if arguments]
+    with concurrent.futures.ThreadPoolExecutor(max_workers=2) as pool:
+        answers = pool.map(lambda item: _parse(item[0], [arguments for arguments, _ in item[1]]), with_parser.items())
+        for (script, commands), complaints in zip(with_parser.items(), answers):
+            failures += [f"{where}: python {script} {shlex.join(arguments)} -> {complaint}"
+                         for (arguments, where), complaint in zip(commands, complaints) if complaint]
+    assert not failures, json.dumps(failures, indent=1)
