@@ -61,6 +61,18 @@ def test_every_docs_page_named_exists():
     assert not missing, missing
 
 
+RESULT_PATH = re.compile(r"(?:benchmarks|experiments)/results/[A-Za-z0-9_./-]+\.(?:json|log|csv|md|png|txt)")
+
+
+def test_every_result_file_named_in_the_docs_is_in_the_repository():
+    """The evidence a page cites (a benchmark's JSON, an experiment's log) is committed where the page says."""
+    named = {(path.relative_to(ROOT).as_posix(), name) for path in DOCS
+             for name in RESULT_PATH.findall(path.read_text(encoding="utf-8"))}
+    assert len(named) > 20  # the pattern finds what the pages cite
+    missing = sorted(f"{page}: {name}" for page, name in named if not (ROOT / name).is_file())
+    assert not missing, missing
+
+
 def test_docs_code_fences_are_closed():
     """An unclosed fence turns the rest of a page into one code block."""
     unclosed = [str(path.relative_to(ROOT)) for path in DOCS
