@@ -12,11 +12,13 @@ hand-written step never adds). The hand-written step is the peer on TensorFlow: 
 Timed: the steady cost of an episode, without compiling. Each method meta-trains a fresh model for ``--short`` and
 for ``--long`` episodes (each call compiles once); the episode cost is the difference of the two times over the
 difference of the counts. One untimed ``--short`` run per method first takes the process's one-off costs (without it
-the first round's short run on JAX took longer than its long run). ``--rounds`` rounds; on TensorFlow the two methods alternate within each round, so that
-the load of other processes affects both alike. Every backend runs in a process of its own (``KERAS_BACKEND``).
-Reported: each method's median and minimum milliseconds per episode over the rounds (a round whose cost comes out
-<= 0, the compile times or other processes having varied by more than the extra episodes take, is left out and
-counted), and on TensorFlow the ratio of ``meta_train``'s median to the hand-written step's.
+the first round's short run on JAX, paying the process's first trace, took longer than its long run). ``--rounds``
+rounds; on TensorFlow the two methods alternate within each round, so that the load of other processes affects both
+alike. Every backend runs in a process of its own (``KERAS_BACKEND``). Reported: each method's median and minimum
+milliseconds per episode over the rounds, and on TensorFlow the ratio of ``meta_train``'s median to the hand-written
+step's. A round in which a method's cost comes out <= 0 (its compile time or other processes varied by more than
+the extra episodes take) measured the load, not the episodes: it is left out for every method of that backend, so
+that the ratio compares the same rounds, and counted.
 
     python benchmarks/meta_training.py [--rounds 3] [--out benchmarks/results/meta_training.json]
 """
@@ -86,15 +88,18 @@ def worker(args):
     print(json.dumps({"backend": keras.backend.backend(), "ms_per_episode": per_episode}))
 
 
-def _episode_cost(rounds_ms):
-    """Median and minimum over the rounds. A round whose long run took no longer than its short one (a cost <= 0:
-    the compilation of one run, or another process, varied by more than the extra episodes take) measured the
-    load, not the episodes; it is left out and counted."""
-    kept = [x for x in rounds_ms if x > 0]
-    result = {"rounds_ms": [round(x, 1) for x in rounds_ms], "rounds_left_out": len(rounds_ms) - len(kept)}
-    if kept:
-        result.update(median_ms=round(statistics.median(kept), 1), min_ms=round(min(kept), 1))
-    return result
+def _episode_costs(measured):
+    """``{method: per-round ms}`` of one backend -> each method's rounds, rounds left out, median and minimum over
+    the rounds kept (those in which every method's cost is > 0; see the module's docstring)."""
+    kept = [index for index in range(len(next(iter(measured.values()))))
+            if all(rounds[index] > 0 for rounds in measured.values())]
+    costs = {}
+    for name, rounds in measured.items():
+        costs[name] = {"rounds_ms": [round(x, 1) for x in rounds], "rounds_left_out": len(rounds) - len(kept)}
+        if kept:
+            costs[name].update(median_ms=round(statistics.median(rounds[i] for i in kept), 1),
+                               min_ms=round(min(rounds[i] for i in kept), 1))
+    return costs
 
 
 def main():
@@ -112,7 +117,7 @@ def main():
                      "difference of the two runs' times over the difference of their counts")
     if args.worker:
         return worker(args)
-    results, load_before = {}, os.getloadavg()  # the other processes' load: the timings carry it
+    results, load_before = {}, os.getloadavg()  # other processes' load, which the timings carry (after: ours too)
     for backend in args.backends:
         env = dict(os.environ, KERAS_BACKEND=backend, TF_CPP_MIN_LOG_LEVEL="3",
                    PYTHONPATH=os.pathsep.join([ROOT] + [p for p in [os.environ.get("PYTHONPATH")] if p]))
@@ -123,12 +128,11 @@ def main():
             results[backend] = {"skipped": proc.stderr.strip().splitlines()[-1] if proc.stderr.strip() else "failed"}
             continue
         measured = json.loads(proc.stdout.strip().splitlines()[-1])["ms_per_episode"]
-        results[backend] = {name: _episode_cost(rounds) for name, rounds in measured.items()}
-        if all("median_ms" in results[backend].get(name, {})
-               for name in ("otzoo_meta_train", "tensorflow_hand_written_xla")):
-            results[backend]["ratio_meta_train_to_hand_written"] = round(
-                results[backend]["otzoo_meta_train"]["median_ms"]
-                / results[backend]["tensorflow_hand_written_xla"]["median_ms"], 3)
+        results[backend] = _episode_costs(measured)
+        if "tensorflow_hand_written_xla" in results[backend]:
+            ours, peer = results[backend]["otzoo_meta_train"], results[backend]["tensorflow_hand_written_xla"]
+            results[backend]["ratio_meta_train_to_hand_written"] = (
+                round(ours["median_ms"] / peer["median_ms"], 3) if "median_ms" in peer else None)
         print(backend, json.dumps(results[backend]), flush=True)
     record = {"workload": f"{PRESET}: 5-way 1-shot, 15 queries per class, SGD momentum 0.9; steady ms per episode "
                           f"({args.long} minus {args.short} episodes)", "rounds": args.rounds,

@@ -128,6 +128,7 @@ def check_labels_per_row(labels_name, labels, rows_name, rows):
     if shape[0] is not None and count is not None and int(shape[0]) != int(count):
         raise ValueError(f"{labels_name} holds {shape[0]} labels for the {count} rows of {rows_name}.")
 
+
 def check_image_array(name, images):
     """``images`` as a NumPy array of at least one image (a batch axis first) with finite values, else a
     ``ValueError`` naming ``name``. Callbacks embed such arrays epochs into training; a NaN pixel may come out of a
@@ -189,24 +190,29 @@ def check_fits_model_inputs(name, batches, model, what="the model", first_input_
 
 
 
-def check_embedding_width(name, model_or_shape, width, what):
-    """The embeddings of the Keras model ``name`` (a callback argument) must be vectors ``(batch, width)``, the
-    width ``what`` takes (e.g. "the ManifoldProxies layer 'head' (its `dim`)"), else one ``ValueError`` naming
-    both. ``model_or_shape`` is the model, checked as far as its outputs are known (a subclassed model passes), or
-    the shape of embeddings it computed. Without this, a model of another width failed epochs later, at the first
-    proxy update, in a shape error that named neither."""
-    if isinstance(model_or_shape, tuple):
-        shapes = [model_or_shape]
-    else:
-        outputs = getattr(model_or_shape, "outputs", None)
-        if not outputs:
-            return
-        shapes = [tuple(tensor.shape) for tensor in outputs]
-    if len(shapes) != 1 or len(shapes[0]) != 2 or shapes[0][-1] not in (None, width):
-        shown = ", ".join(str((None,) + shape[1:]) for shape in shapes)
-        raise ValueError(f"`{name}` gives embeddings of shape {shown}, but {what} takes vectors of shape "
-                         f"(None, {width}).")
+def check_embedding_width(name, shape, width, what):
+    """Embeddings of ``shape`` from the Keras model ``name`` (a callback argument) must be vectors ``(batch, width)``,
+    the width ``what`` takes (e.g. "the ManifoldProxies layer 'head' (its `dim`)"), else one ``ValueError`` naming
+    both (``width=None``: any width, vectors only). Without this, a model of another width failed epochs later, at
+    the first proxy update, in a shape error that named neither."""
+    shape = tuple(shape)
+    if len(shape) != 2 or (width is not None and shape[-1] not in (None, width)):
+        raise ValueError(f"`{name}` gives embeddings of shape {(None,) + shape[1:]}, but {what} takes vectors of "
+                         f"shape (None, {'d' if width is None else width}).")
 
+
+def check_model_embedding_width(name, model, width, what):
+    """:func:`check_embedding_width` on the output of the Keras ``model``, as far as it is known before the model
+    runs: True when checked, False for a model whose outputs are unknown (subclassed), to be checked once it has run.
+    A model of several outputs is refused."""
+    outputs = getattr(model, "outputs", None)
+    if not outputs:
+        return False
+    if len(outputs) != 1:
+        raise ValueError(f"`{name}` gives {len(outputs)} outputs, but {what} takes one batch of vectors of shape "
+                         f"(None, {width}).")
+    check_embedding_width(name, outputs[0].shape, width, what)
+    return True
 
 _INT32 = np.iinfo(np.int32)
 

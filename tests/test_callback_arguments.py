@@ -182,10 +182,21 @@ def test_ccp_train_images_that_do_not_fit_the_model_are_named_when_it_is_set():
     CCPReinitialization(VECTORS, LABELS, lambda: 0.0, embedding_model=embed).set_model(model)
 
 
+class SubclassedEmbedding(keras.Model):
+    """An embedding model whose output shape is unknown until it runs."""
+
+    def __init__(self, width):
+        super().__init__()
+        self.dense = keras.layers.Dense(width)
+
+    def call(self, x):
+        return self.dense(x)
+
+
 def test_ccp_embedding_model_of_another_width_than_the_proxies_is_named_before_any_step():
     """An embedding model of width 5 for proxies of width 4 passed until the first plateau, epochs in, where the
     k-center re-initialization failed in a matrix product that named neither; a subclassed model's width is known
-    once it has run, at that re-initialization, and is refused there with the same line."""
+    once it has run: it embeds one image when training begins, still before any step."""
     model = _proxy_model()
     wrong = keras.Sequential([keras.Input((6,)), keras.layers.Dense(5)])
     message = (r"^`embedding_model` gives embeddings of shape \(None, 5\), but the ClassProxies layer 'proxies' "
@@ -194,19 +205,22 @@ def test_ccp_embedding_model_of_another_width_than_the_proxies_is_named_before_a
         CCPReinitialization(VECTORS, LABELS, lambda: 0.0, embedding_model=wrong).set_model(model)
     _fit_refuses_before_any_step(model, VECTORS, LABELS,
                                  CCPReinitialization(VECTORS, LABELS, lambda: 0.0, embedding_model=wrong), message)
+    _fit_refuses_before_any_step(model, VECTORS, LABELS,
+                                 CCPReinitialization(VECTORS, LABELS, lambda: 0.0, embedding_model=SubclassedEmbedding(5)),
+                                 message)
+    model.fit(VECTORS, LABELS, epochs=1, batch_size=4, verbose=0,
+              callbacks=[CCPReinitialization(VECTORS, LABELS, lambda: 0.0, embedding_model=SubclassedEmbedding(4))])
 
-    class Embed(keras.Model):
-        def __init__(self):
-            super().__init__()
-            self.dense = keras.layers.Dense(5)
 
-        def call(self, x):
-            return self.dense(x)
-
-    ccp = CCPReinitialization(VECTORS, LABELS, lambda: 0.0, embedding_model=Embed(), pool_size=2)
-    ccp.set_model(model)  # its outputs are unknown until it runs
-    with pytest.raises(ValueError, match=message):
-        ccp.reinitialize_proxies()
+def test_ccp_on_proxies_of_another_space_than_the_layer_input_asks_for_an_embedding_model():
+    """``output="packed"`` proxies of width 4 on 5-wide inputs: without an embedding model the pools are the layer's
+    inputs, and the first re-initialization failed in the k-center solver with a shape error naming `initial`."""
+    inputs = keras.Input((6,))
+    model = keras.Model(inputs, ClassProxies(3, num_proxies=2, dim=4, output="packed", name="proxies")(
+        keras.layers.Dense(5)(inputs)))
+    with pytest.raises(ValueError, match=r"^`embedding_model`: the ClassProxies layer 'proxies' takes vectors of "
+                                         r"width 5 and its proxies have width 4; .* give an `embedding_model`"):
+        CCPReinitialization(VECTORS, LABELS, lambda: 0.0).set_model(model)
 
 
 def test_ccp_train_images_for_a_model_of_several_inputs_are_named():
@@ -274,15 +288,7 @@ def test_hard_proxy_embeddings_of_a_subclassed_model_are_checked_once_computed()
     """A subclassed embedding model has no static output shape: its embeddings are checked at the first epoch's
     start, still before any step, with the same one line."""
 
-    class Embed(keras.Model):
-        def __init__(self):
-            super().__init__()
-            self.dense = keras.layers.Dense(5)
-
-        def call(self, x):
-            return self.dense(x)
-
-    _fit_refuses_before_any_step(_edms_model(), VECTORS, LABELS, HardProxyUpdate(Embed(), VECTORS, LABELS),
+    _fit_refuses_before_any_step(_edms_model(), VECTORS, LABELS, HardProxyUpdate(SubclassedEmbedding(5), VECTORS, LABELS),
                                  r"^`embedding_model` gives embeddings of shape \(None, 5\), but the ManifoldProxies "
                                  r"layer 'head'")
 

@@ -2,7 +2,8 @@
 parser of the script they run: an option renamed or removed since the page was written fails here, not for the
 reader who copies the command. Each script runs in a process of its own (some pick their Keras backend when
 imported) until it calls ``parse_args``, which stops it before any work; its published argument lists are then
-parsed by that parser, as the shell would pass them (redirections, comments and placeholders taken out)."""
+parsed by that parser, as the shell would pass them (redirections, comments and placeholders taken out). What a
+script checks after parsing (e.g. that named presets exist) is not exercised."""
 import concurrent.futures
 import json
 import os
@@ -16,7 +17,8 @@ import pytest
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").rglob("*.md"))]
-COMMAND = re.compile(r"python3? ((?:experiments|benchmarks)/\w+\.py)(.*)")
+# a script and its arguments, up to the end of the line or the next "&&", ";" or "|" (another command may follow)
+COMMAND = re.compile(r"python3? ((?:experiments|benchmarks)/\w+\.py)((?:(?!&&|;|\|).)*)")
 FENCE = re.compile(r"^```[^\n]*\n(.*?)^```[ \t]*$", re.MULTILINE | re.DOTALL)
 # Placeholders of the pages: a seed in a shell loop ($S) or one the reader picks (S); "..." elides the rest
 PLACEHOLDERS = {"S": "0", "$S": "0", "...": None}
@@ -29,6 +31,7 @@ RUNNER = r"""
 import argparse, contextlib, io, json, os, runpy, sys
 path, lists = sys.argv[1], json.loads(sys.argv[2])
 original = argparse.ArgumentParser.parse_args
+original_known = argparse.ArgumentParser.parse_known_args
 
 class Parsed(BaseException):
     pass
@@ -36,16 +39,23 @@ class Parsed(BaseException):
 def parse(parser, arguments):
     stderr = io.StringIO()
     try:
-        with contextlib.redirect_stderr(stderr):
+        with contextlib.redirect_stderr(stderr), contextlib.redirect_stdout(io.StringIO()):
             original(parser, arguments)
-    except SystemExit:
+    except SystemExit as exit:
+        if exit.code in (0, None):  # --help
+            return None
         return (stderr.getvalue().strip().splitlines() or ["refused"])[-1]
     return None
 
-def parse_and_stop(self, args=None, namespace=None):
-    raise Parsed(self)
+def stop_at_the_command_line(method):
+    def patched(self, args=None, namespace=None):
+        if args is None:  # the parser of the command line (a pre-parser given a list is left to run)
+            raise Parsed(self)
+        return method(self, args, namespace)
+    return patched
 
-argparse.ArgumentParser.parse_args = parse_and_stop
+argparse.ArgumentParser.parse_args = stop_at_the_command_line(original)
+argparse.ArgumentParser.parse_known_args = stop_at_the_command_line(original_known)
 sys.argv = [path] + lists[0]
 sys.path.insert(0, os.path.dirname(os.path.abspath(path)))
 try:
@@ -53,7 +63,7 @@ try:
 except Parsed as stopped:
     print(json.dumps([parse(stopped.args[0], arguments) for arguments in lists]))
 else:
-    sys.exit("the script returned without calling parse_args")
+    sys.exit("the script returned without reading its command line")
 """
 
 
@@ -92,18 +102,24 @@ def _command_texts(text):
 
 
 def published_commands():
-    """``(script, arguments, where)`` of every experiment or benchmark command on the pages, each once."""
-    found = {}
+    """``(script, arguments, where)`` of every experiment or benchmark command on the pages, each once, and the
+    commands the shell could not read (``where: text``: an unbalanced quote)."""
+    found, unreadable = {}, []
     for page in PAGES:
+        where = page.relative_to(ROOT).as_posix()
         for line in _command_texts(page.read_text(encoding="utf-8")):
             for match in COMMAND.finditer(line):
-                arguments = _arguments(match.group(2))
+                try:
+                    arguments = _arguments(match.group(2))
+                except ValueError as error:
+                    unreadable.append(f"{where}: {match.group(0)} ({error})")
+                    continue
                 if arguments is not None:
-                    found.setdefault((match.group(1), tuple(arguments)), page.relative_to(ROOT).as_posix())
-    return [(script, list(arguments), where) for (script, arguments), where in sorted(found.items())]
+                    found.setdefault((match.group(1), tuple(arguments)), where)
+    return [(script, list(arguments), where) for (script, arguments), where in sorted(found.items())], unreadable
 
 
-COMMANDS = published_commands()
+COMMANDS, UNREADABLE = published_commands()
 
 
 def test_the_pages_publish_commands_of_both_folders():
@@ -111,6 +127,7 @@ def test_the_pages_publish_commands_of_both_folders():
     scripts = {script for script, _, _ in COMMANDS}
     assert any(s.startswith("experiments/") for s in scripts) and any(s.startswith("benchmarks/") for s in scripts)
     assert ("benchmarks/gsp.py", ["--repeats", "100"]) in [(s, a) for s, a, _ in COMMANDS]
+    assert not UNREADABLE, UNREADABLE
 
 
 def test_the_arguments_are_read_as_the_shell_reads_them():
@@ -122,20 +139,26 @@ def test_the_arguments_are_read_as_the_shell_reads_them():
     assert _arguments(" --shots 1 --seed S") == ["--shots", "1", "--seed", "0"]
     assert _arguments(" ...") is None
     assert _arguments(" --repeats 100 | tee log") == ["--repeats", "100"]
+    line = "python benchmarks/a.py --x 1 2>&1 && python experiments/b.py --y; python benchmarks/c.py | tee c.log"
+    assert [(m.group(1), _arguments(m.group(2))) for m in COMMAND.finditer(line)] == [
+        ("benchmarks/a.py", ["--x", "1"]), ("experiments/b.py", ["--y"]), ("benchmarks/c.py", [])]
 
 
 def test_a_removed_option_is_refused():
-    """The check can fail: an option the parser does not know is the parser's complaint."""
-    assert _parse("benchmarks/gsp.py", [["--repeats", "100"], ["--repetitions", "100"]]) == [
-        None, "gsp.py: error: unrecognized arguments: --repetitions 100"]
+    """The check can fail: an option the parser does not know is the parser's complaint; --help parses."""
+    assert _parse("benchmarks/gsp.py", [["--repeats", "100"], ["--repetitions", "100"], ["--help"]]) == [
+        None, "gsp.py: error: unrecognized arguments: --repetitions 100", None]
 
 
 def _parse(script, argument_lists):
-    """What :data:`RUNNER` prints for ``script`` and the argument lists."""
+    """What :data:`RUNNER` prints for ``script`` and the argument lists; a script that fails before it reads its
+    command line gives its error's last line for every list."""
     result = subprocess.run([sys.executable, "-c", RUNNER, script, json.dumps(argument_lists)], cwd=ROOT,
                             capture_output=True, text=True, timeout=600,
                             env=dict(os.environ, PYTHONPATH=str(ROOT), TF_CPP_MIN_LOG_LEVEL="2"))
-    assert result.returncode == 0, f"{script}: {result.stderr.strip()[-2000:]}"
+    if result.returncode != 0:
+        last = (result.stderr.strip().splitlines() or [f"exit status {result.returncode}"])[-1]
+        return [f"the script failed: {last}"] * len(argument_lists)
     return json.loads(result.stdout.strip().splitlines()[-1])
 
 

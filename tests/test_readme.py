@@ -61,7 +61,7 @@ def test_every_docs_page_named_exists():
     assert not missing, missing
 
 
-RESULT_PATH = re.compile(r"(?:benchmarks|experiments)/results/[A-Za-z0-9_./-]+\.(?:json|log|csv|md|png|txt)")
+RESULT_PATH = re.compile(r"(?:benchmarks|experiments)/results/[A-Za-z0-9_./-]+\.(?:json|log|csv|md|png|txt)\b")
 
 
 def test_every_result_file_named_in_the_docs_is_in_the_repository():

@@ -10,8 +10,9 @@ from keras import ops
 from ot_layers.layers.class_proxies import ClassProxies
 from ot_layers.solvers.k_center import greedy_k_center
 from ot_layers.tensor_ops import find_layer, normalize_rows_np
-from ot_layers.validation import (check_embedding_width, check_fits_model_inputs, check_flag, check_image_array, check_labels,
-                                  check_non_negative, check_positive_int, check_seed)
+from ot_layers.validation import (check_embedding_width, check_fits_model_inputs, check_flag, check_image_array,
+                                  check_labels, check_model_embedding_width, check_non_negative, check_positive_int,
+                                  check_seed)
 
 STATE_ATTRIBUTE = "ccp_state"  # the attribute of the model that holds CCPReinitialization's state
 
@@ -123,7 +124,8 @@ class CCPReinitialization(keras.callbacks.Callback):
     ``train_images`` must fit the inputs of ``embedding_model`` (checked when the callback is made) or, without
     one, of the model (checked in ``set_model``, before any epoch); else a ``ValueError`` names ``train_images``.
     ``embedding_model`` must give vectors of the proxies' width, checked in ``set_model`` (a subclassed model, whose
-    outputs are unknown until it runs, when it first embeds a pool); else a ``ValueError`` names it.
+    outputs are unknown until it runs, on one image when training begins); without one, the layer's inputs must have
+    the proxies' width. Else a ``ValueError`` names ``embedding_model``.
 
     ``history`` keeps the validation scores seen by this instance; ``reinitializations`` is read from the state.
     """
@@ -163,12 +165,32 @@ class CCPReinitialization(keras.callbacks.Callback):
     def _layer(self):
         return find_layer(self.model, ClassProxies, self.layer_name)
 
-    def _check_embedding_width(self, model_or_shape):
+    def _proxy_width(self):
         layer = self._layer()
-        width = int(layer.proxies.shape[-1]) if layer.built else layer.dim  # dim=None: the input's width
-        if width is not None:
-            check_embedding_width("embedding_model", model_or_shape, width,
-                                  f"the ClassProxies layer {layer.name!r} (the width of its proxies)")
+        return int(layer.proxies.shape[-1]) if layer.built else layer.dim  # dim=None: the input's width
+
+    def _proxies_description(self):
+        return f"the ClassProxies layer {self._layer().name!r} (the width of its proxies)"
+
+    def _check_embedding_model(self):
+        """True once ``embedding_model``'s width is checked; False while its outputs are unknown (subclassed)."""
+        width = self._proxy_width()
+        return width is None or check_model_embedding_width("embedding_model", self.embedding_model, width,
+                                                            self._proxies_description())
+
+    def _check_layer_input_width(self, layer):
+        """Without ``embedding_model`` the pools are the layer's inputs: k-center picks from them are proxies only
+        where they have the proxies' width (``output="packed"`` may take vectors of another space)."""
+        try:
+            input_width = layer.input.shape[-1]
+        except (AttributeError, ValueError):  # a layer called more than once, or not in a functional graph
+            return
+        width = self._proxy_width()
+        if input_width is not None and width is not None and int(input_width) != int(width):
+            raise ValueError(f"`embedding_model`: the ClassProxies layer {layer.name!r} takes vectors of width "
+                             f"{input_width} and its proxies have width {width}; CCP re-initializes proxies from "
+                             f"embeddings of the training images, so give an `embedding_model` that maps them into "
+                             f"the proxies' space.")
 
     def _model_weights(self):
         state_ids = {id(v) for v in getattr(self.model, STATE_ATTRIBUTE).weights} \
@@ -193,8 +215,9 @@ class CCPReinitialization(keras.callbacks.Callback):
         layer = self._layer()
         if self.embedding_model is None:  # the pools go through keras.Model(model.inputs, layer.input)
             check_fits_model_inputs("train_images", self.train_images, model)
+            self._check_layer_input_width(layer)
         else:
-            self._check_embedding_width(self.embedding_model)
+            self._check_embedding_model()
         num_classes, per_class = layer.num_classes, layer.num_proxies
         if set(np.unique(self.train_labels).tolist()) != set(range(num_classes)):
             raise ValueError(f"`train_labels` must hold exactly the classes 0..{num_classes - 1} of the proxies.")
@@ -219,6 +242,8 @@ class CCPReinitialization(keras.callbacks.Callback):
                 f"settings that made it, or delete `model.{STATE_ATTRIBUTE}` to start CCP over.")
 
     def on_train_begin(self, logs=None):
+        if self.embedding_model is not None and not self._check_embedding_model():
+            self._embed(self.train_images[:1])  # a subclassed model: its width, before the first step
         # installed for fit only (set_model also runs for evaluate and predict, whose end would not remove it)
         self._install_penalty(self._pulled_weights(), self.state)
 
@@ -254,7 +279,8 @@ class CCPReinitialization(keras.callbacks.Callback):
             model = keras.Model(self.model.inputs, self._layer().input)
         embeddings = np.asarray(model.predict(images, batch_size=self.batch_size, verbose=0))
         if self.embedding_model is not None:  # a subclassed model's width is known once it has run
-            self._check_embedding_width((None,) + embeddings.shape[1:])
+            check_embedding_width("embedding_model", embeddings.shape, self._proxy_width(),
+                                  self._proxies_description())
         if not np.all(np.isfinite(embeddings)):
             raise ValueError("`train_images`: their embeddings hold NaN or Inf.")
         return embeddings

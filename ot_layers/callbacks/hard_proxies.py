@@ -4,8 +4,9 @@ import numpy as np
 
 from ot_layers.layers.manifold_proxies import ManifoldProxies
 from ot_layers.tensor_ops import find_layer, normalize_rows_np
-from ot_layers.validation import (check_embedding_width, check_fits_model_inputs, check_flag, check_image_array, check_labels,
-                                  check_non_negative, check_positive, check_positive_int, check_seed)
+from ot_layers.validation import (check_embedding_width, check_fits_model_inputs, check_flag, check_image_array,
+                                  check_labels, check_model_embedding_width, check_non_negative, check_positive,
+                                  check_positive_int, check_seed)
 
 
 def hard_proxy_objective(proxy, anchor, members):
@@ -92,6 +93,11 @@ class HardProxyUpdate(keras.callbacks.Callback):
         chosen = np.concatenate([np.asarray(self.anchors), members])
         z = np.asarray(self.embedding_model.predict(self.images[chosen], batch_size=self.batch_size, verbose=0),
                        np.float64)
+        # a subclassed model's width is known once it has run: checked before any use (against the layer once the
+        # callback has a model)
+        layer = self._layer() if self.model is not None else None
+        check_embedding_width("embedding_model", z.shape, layer and layer.dim,
+                              _layer_description(layer) if layer else "the proxies")
         if not np.all(np.isfinite(z)):
             raise ValueError("`embedding_model` produced non-finite embeddings; the proxies cannot be computed "
                              "(has training diverged?).")
@@ -111,7 +117,7 @@ class HardProxyUpdate(keras.callbacks.Callback):
         if layer.num_classes != len(self.anchors):
             raise ValueError(f"`meta_labels` has {len(self.anchors)} meta-classes but the layer has "
                              f"num_classes={layer.num_classes}.")
-        check_embedding_width("embedding_model", self.embedding_model, layer.dim, _taker(layer))
+        check_model_embedding_width("embedding_model", self.embedding_model, layer.dim, _layer_description(layer))
         return layer
 
     def on_train_begin(self, logs=None):
@@ -120,9 +126,8 @@ class HardProxyUpdate(keras.callbacks.Callback):
     def on_epoch_begin(self, epoch, logs=None):
         layer = self._layer()
         proxies = self.compute_proxies()
-        check_embedding_width("embedding_model", (None,) + proxies.shape[1:], layer.dim, _taker(layer))
         layer.proxies.assign(proxies.astype(np.float32))
 
 
-def _taker(layer):
+def _layer_description(layer):
     return f"the ManifoldProxies layer {layer.name!r} (its `dim`)"
