@@ -189,7 +189,6 @@ def check_fits_model_inputs(name, batches, model, what="the model", first_input_
         raise ValueError(f"`{name}`: {which} takes inputs of shape {expected[0]}, got shape {shape}.")
 
 
-
 def check_embedding_width(name, shape, width, what):
     """Embeddings of ``shape`` from the Keras model ``name`` (a callback argument) must be vectors ``(batch, width)``,
     the width ``what`` takes (e.g. "the ManifoldProxies layer 'head' (its `dim`)"), else one ``ValueError`` naming
@@ -213,6 +212,7 @@ def check_model_embedding_width(name, model, width, what):
                          f"(None, {width}).")
     check_embedding_width(name, outputs[0].shape, width, what)
     return True
+
 
 _INT32 = np.iinfo(np.int32)
 

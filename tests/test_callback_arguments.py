@@ -205,11 +205,11 @@ def test_ccp_embedding_model_of_another_width_than_the_proxies_is_named_before_a
         CCPReinitialization(VECTORS, LABELS, lambda: 0.0, embedding_model=wrong).set_model(model)
     _fit_refuses_before_any_step(model, VECTORS, LABELS,
                                  CCPReinitialization(VECTORS, LABELS, lambda: 0.0, embedding_model=wrong), message)
-    _fit_refuses_before_any_step(model, VECTORS, LABELS,
-                                 CCPReinitialization(VECTORS, LABELS, lambda: 0.0, embedding_model=SubclassedEmbedding(5)),
-                                 message)
-    model.fit(VECTORS, LABELS, epochs=1, batch_size=4, verbose=0,
-              callbacks=[CCPReinitialization(VECTORS, LABELS, lambda: 0.0, embedding_model=SubclassedEmbedding(4))])
+    def ccp(embedding_model):
+        return CCPReinitialization(VECTORS, LABELS, lambda: 0.0, embedding_model=embedding_model)
+
+    _fit_refuses_before_any_step(model, VECTORS, LABELS, ccp(SubclassedEmbedding(5)), message)
+    model.fit(VECTORS, LABELS, epochs=1, batch_size=4, verbose=0, callbacks=[ccp(SubclassedEmbedding(4))])
 
 
 def test_ccp_on_proxies_of_another_space_than_the_layer_input_asks_for_an_embedding_model():
@@ -288,7 +288,8 @@ def test_hard_proxy_embeddings_of_a_subclassed_model_are_checked_once_computed()
     """A subclassed embedding model has no static output shape: its embeddings are checked at the first epoch's
     start, still before any step, with the same one line."""
 
-    _fit_refuses_before_any_step(_edms_model(), VECTORS, LABELS, HardProxyUpdate(SubclassedEmbedding(5), VECTORS, LABELS),
+    _fit_refuses_before_any_step(_edms_model(), VECTORS, LABELS,
+                                 HardProxyUpdate(SubclassedEmbedding(5), VECTORS, LABELS),
                                  r"^`embedding_model` gives embeddings of shape \(None, 5\), but the ManifoldProxies "
                                  r"layer 'head'")
 

@@ -21,7 +21,7 @@ PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").rglob("*.md"))]
 COMMAND = re.compile(r"python3? ((?:experiments|benchmarks)/\w+\.py)((?:(?!&&|;|\|).)*)")
 FENCE = re.compile(r"^```[^\n]*\n(.*?)^```[ \t]*$", re.MULTILINE | re.DOTALL)
 # Placeholders of the pages: a seed in a shell loop ($S) or one the reader picks (S); "..." elides the rest
-PLACEHOLDERS = {"S": "0", "$S": "0", "...": None}
+PLACEHOLDERS = {"S": "0", "...": None}  # "$S" inside a token: replaced below
 
 # Runs one script with its first published arguments as sys.argv until its ArgumentParser.parse_args returns, then
 # parses the script's other published arguments with the same parser; prints one JSON list: per argument list, None

@@ -166,17 +166,17 @@ class CCPReinitialization(keras.callbacks.Callback):
         return find_layer(self.model, ClassProxies, self.layer_name)
 
     def _proxy_width(self):
+        """The proxies' width (None before the layer is built without ``dim``: the input's width) and how a width
+        error names the layer."""
         layer = self._layer()
-        return int(layer.proxies.shape[-1]) if layer.built else layer.dim  # dim=None: the input's width
-
-    def _proxies_description(self):
-        return f"the ClassProxies layer {self._layer().name!r} (the width of its proxies)"
+        width = int(layer.proxies.shape[-1]) if layer.built else layer.dim
+        return width, f"the ClassProxies layer {layer.name!r} (the width of its proxies)"
 
     def _check_embedding_model(self):
         """True once ``embedding_model``'s width is checked; False while its outputs are unknown (subclassed)."""
-        width = self._proxy_width()
+        width, description = self._proxy_width()
         return width is None or check_model_embedding_width("embedding_model", self.embedding_model, width,
-                                                            self._proxies_description())
+                                                            description)
 
     def _check_layer_input_width(self, layer):
         """Without ``embedding_model`` the pools are the layer's inputs: k-center picks from them are proxies only
@@ -185,7 +185,7 @@ class CCPReinitialization(keras.callbacks.Callback):
             input_width = layer.input.shape[-1]
         except (AttributeError, ValueError):  # a layer called more than once, or not in a functional graph
             return
-        width = self._proxy_width()
+        width, _ = self._proxy_width()
         if input_width is not None and width is not None and int(input_width) != int(width):
             raise ValueError(f"`embedding_model`: the ClassProxies layer {layer.name!r} takes vectors of width "
                              f"{input_width} and its proxies have width {width}; CCP re-initializes proxies from "
@@ -279,8 +279,7 @@ class CCPReinitialization(keras.callbacks.Callback):
             model = keras.Model(self.model.inputs, self._layer().input)
         embeddings = np.asarray(model.predict(images, batch_size=self.batch_size, verbose=0))
         if self.embedding_model is not None:  # a subclassed model's width is known once it has run
-            check_embedding_width("embedding_model", embeddings.shape, self._proxy_width(),
-                                  self._proxies_description())
+            check_embedding_width("embedding_model", embeddings.shape, *self._proxy_width())
         if not np.all(np.isfinite(embeddings)):
             raise ValueError("`train_images`: their embeddings hold NaN or Inf.")
         return embeddings
