@@ -1,10 +1,18 @@
-"""The commands that README.md and docs/ print for re-running an experiment or a benchmark parse with the argument
-parser of the script they run: an option renamed or removed since the page was written fails here, not for the
-reader who copies the command. Each script runs in a process of its own (some pick their Keras backend when
-imported) until it calls ``parse_args``, which stops it before any work; its published argument lists are then
-parsed by that parser, as the shell would pass them (redirections, comments and placeholders taken out). What a
-script checks after parsing (e.g. that named presets exist) is not exercised."""
+"""The commands that README.md and docs/ print parse with the argument parser that will read them: an option renamed
+or removed since the page was written fails here, not for the reader who copies the command.
+
+Experiment and benchmark scripts: each runs in a process of its own (some pick their Keras backend when imported)
+until it calls ``parse_args``, which stops it before any work; its published argument lists are then parsed by that
+parser, as the shell would pass them (redirections, comments and placeholders taken out). What a script checks after
+parsing (e.g. that named presets exist) is not exercised.
+
+``otzoo`` commands (the fenced blocks' lines; inline spans are often fragments such as `otzoo train --resume`): each
+runs through ``otzoo.cli.main`` up to the point where it would pick its backend and start its work. Files and
+preset directories that a page makes in an earlier step (``my_mpw``, ``runs/gsp_c100``) are taken as given: the
+argument types that check such a path exists accept any text here."""
 import concurrent.futures
+import contextlib
+import io
 import json
 import os
 import pathlib
@@ -15,13 +23,19 @@ import sys
 
 import pytest
 
+from otzoo import cli, explain_command
+
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").rglob("*.md"))]
 # a script and its arguments, up to the end of the line or the next "&&", ";" or "|" (another command may follow)
 COMMAND = re.compile(r"python3? ((?:experiments|benchmarks)/\w+\.py)((?:(?!&&|;|\|).)*)")
 FENCE = re.compile(r"^```[^\n]*\n(.*?)^```[ \t]*$", re.MULTILINE | re.DOTALL)
-# Placeholders of the pages: a seed in a shell loop ($S) or one the reader picks (S); "..." elides the rest
-PLACEHOLDERS = {"S": "0", "...": None}  # "$S" inside a token: replaced below
+# Placeholders of the pages: a seed in a shell loop ($S) or one the reader picks (S), the reader's preset, folder,
+# count or data set; "..." elides the rest
+PLACEHOLDERS = {"S": "0", "...": None, "PRESET": "resnet20_mpw_fashion_mnist",
+                "PRESET_OR_DIR": "resnet20_mpw_fashion_mnist", "DIR": "otzoo_published_dir", "N": "2",
+                "NAME": "cifar100"}  # "$S" inside a token: replaced below
+SEPARATORS = ("&&", ";", "||", "|")
 
 # Runs one script with its first published arguments as sys.argv until its ArgumentParser.parse_args returns, then
 # parses the script's other published arguments with the same parser; prints one JSON list: per argument list, None
@@ -70,13 +84,17 @@ else:
 def _arguments(text):
     """The arguments of one command as the shell would pass them, without redirections, a trailing comment or
     brackets around optional parts; ``None`` where the page elides them."""
-    tokens = shlex.split(text, comments=True)
+    return _arguments_of(shlex.split(text, comments=True))
+
+
+def _arguments_of(tokens):
+    """:func:`_arguments` of the shell's tokens, up to the first that ends the command."""
     arguments, skip = [], False
     for token in tokens:
         if skip:
             skip = False
             continue
-        if token in ("&&", ";", "||", "|"):
+        if token in SEPARATORS:
             break
         if re.fullmatch(r"\d?>>?(&\d)?", token):  # "> log" or "2>&1"
             skip = not token.endswith(("&1", "&2"))
@@ -92,11 +110,13 @@ def _arguments(text):
     return arguments
 
 
-def _command_texts(text):
-    """The shell lines of a page's fenced blocks (a line ending in a backslash joined to the next) and its inline
-    code spans (a span broken over two lines of the page joined with a space)."""
+def _command_texts(text, inline=True):
+    """The shell lines of a page's fenced blocks (a line ending in a backslash joined to the next) and, with
+    ``inline``, its inline code spans (a span broken over two lines of the page joined with a space)."""
     for body in FENCE.findall(text):
         yield from body.replace("\\\n", " ").splitlines()
+    if not inline:
+        return
     for span in re.findall(r"`([^`]+)`", FENCE.sub("", text)):
         yield span.replace("\n", " ")
 
@@ -183,3 +203,92 @@ def test_every_published_command_parses():
             failures += [f"{where}: python {script} {shlex.join(arguments)} -> {complaint}"
                          for (arguments, where), complaint in zip(commands, complaints) if complaint]
     assert not failures, json.dumps(failures, indent=1)
+
+
+def _cli_subcommands():
+    """The sub-commands ``otzoo.cli.main`` registers (the parsers it makes, recorded while ``--help`` runs)."""
+    made = []
+
+    class Recording(cli.ArgumentParser):
+        def __init__(self, *args, **kwargs):
+            super().__init__(*args, **kwargs)
+            made.append(self.prog)
+
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(cli, "ArgumentParser", Recording)
+        with contextlib.redirect_stdout(io.StringIO()), pytest.raises(SystemExit):
+            cli.main(["--help"])
+    return {prog.split()[1] for prog in made[1:]}
+
+
+def published_cli_commands(subcommands):
+    """``(arguments, where)`` of every ``otzoo`` command on the fenced lines of the pages (``otzoo`` itself left
+    out), each once, and the lines the shell could not read."""
+    found, unreadable = {}, []
+    for page in PAGES:
+        where = page.relative_to(ROOT).as_posix()
+        for line in _command_texts(page.read_text(encoding="utf-8"), inline=False):
+            if "otzoo" not in line:
+                continue
+            try:
+                tokens = shlex.split(line, comments=True)
+            except ValueError as error:
+                unreadable.append(f"{where}: {line.strip()} ({error})")
+                continue
+            for start, token in enumerate(tokens):
+                if token != "otzoo":
+                    continue
+                rest = tokens[start + 1:]
+                command = rest[2] if rest[:1] == ["--backend"] and len(rest) > 2 else (rest or [None])[0]
+                arguments = _arguments_of(rest) if command in subcommands else None
+                if arguments is not None:
+                    found.setdefault(tuple(arguments), where)
+    return [(list(arguments), where) for arguments, where in sorted(found.items())], unreadable
+
+
+class _Parsed(Exception):
+    pass
+
+
+def _parse_cli(arguments):
+    """``None`` where ``otzoo.cli.main`` reads ``arguments`` up to choosing its backend, else its complaint's last
+    line. Paths a page made in an earlier step are accepted (see the module's docstring)."""
+    def stop(args):
+        raise _Parsed()
+
+    stderr = io.StringIO()
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(cli, "check_backend", stop)
+        for module in (cli, explain_command):
+            patch.setattr(module, "weights_location", str)
+        patch.setattr(cli, "preset_or_directory", str)
+        try:
+            with contextlib.redirect_stderr(stderr), contextlib.redirect_stdout(io.StringIO()):
+                status = cli.main(arguments)
+        except _Parsed:
+            return None
+        except SystemExit as exit:
+            if exit.code in (0, None):
+                return None
+            return (stderr.getvalue().strip().splitlines() or [f"exit status {exit.code}"])[-1]
+    return f"ran without choosing a backend (status {status})"
+
+
+def test_every_published_otzoo_command_parses():
+    subcommands = _cli_subcommands()
+    commands, unreadable = published_cli_commands(subcommands)
+    assert not unreadable, unreadable
+    published = {arguments[2] if arguments[0] == "--backend" else arguments[0] for arguments, _ in commands}
+    assert published == subcommands  # the README's table names every sub-command
+    failures = [f"{where}: otzoo {shlex.join(arguments)} -> {complaint}" for arguments, where in commands
+                if (complaint := _parse_cli(arguments))]
+    assert not failures, json.dumps(failures, indent=1)
+
+
+def test_a_renamed_otzoo_option_is_refused():
+    """The check can fail: an unknown option or a misspelled preset is refused with the parser's line."""
+    assert _parse_cli(["evaluate", "resnet20_mpw_fashion_mnist", "--limit", "2000"]) is None
+    assert _parse_cli(["evaluate", "resnet20_mpw_fashion_mnist", "--test-limit", "2000"]) == \
+        "otzoo: error: unrecognized arguments: --test-limit 2000"
+    assert "unknown preset 'resnet20_mpw'" in _parse_cli(["train", "resnet20_mpw", "--out", "runs/x"])
+    assert _parse_cli(["export", "my_mpw"]) == "otzoo export: error: the following arguments are required: --out"
