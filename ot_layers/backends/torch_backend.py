@@ -40,8 +40,7 @@ def host_call(fn, arrays, outputs):
 
 
 def replicas_in_sync():
-    """1: there is no ``tf.distribute`` replica context here (``keras.distribution`` shards the batch within one
-    program, so a batch loss needs no per-replica scaling)."""
+    """1: otzoo trains on one device on this backend, so a batch loss needs no per-replica scaling."""
     return 1
 
 

@@ -50,7 +50,7 @@ def fine_tune_preset(name, out_dir, epochs=1, limit=4096, learning_rate=0.01, se
     trained, loss, data = recipe_for(spec.task).fine_tune_setup(name, model, limit, seed, BATCH_SIZE, QUERIES)
     trained.compile(optimizer=keras.optimizers.SGD(learning_rate, momentum=0.9), loss=loss)
     before = float(trained.evaluate(data, verbose=0))
-    history = trained.fit(data, epochs=epochs, verbose=verbose)
+    history = trained.fit(data, epochs=epochs, verbose=verbose, shuffle=False)  # the batches' own seeded order
     after = float(trained.evaluate(data, verbose=0))
     card = fine_tuned_card(name, epochs, limit, learning_rate, seed, history.history["loss"],
                            loss_on_slice_before_after=[round(before, 4), round(after, 4)])

@@ -145,7 +145,7 @@ def _preset_hypermodel(spec, params, data, backbone):
             signals = LayerSignals(train[0][:PROBE_IMAGES])
             callbacks = self.trial.callbacks + [signals, self.scorer] + list(callbacks or [])
             return model.fit(self.trial.batches, epochs=spec.recipe.epochs, callbacks=callbacks,
-                             verbose=kwargs.get("verbose", 0))
+                             verbose=kwargs.get("verbose", 0), shuffle=False)  # the batches' own seeded order
 
     return PresetHyperModel()
 
