@@ -279,7 +279,7 @@ def test_every_published_otzoo_command_parses():
     commands, unreadable = published_cli_commands(subcommands)
     assert not unreadable, unreadable
     published = {arguments[2] if arguments[0] == "--backend" else arguments[0] for arguments, _ in commands}
-    assert published == subcommands  # the README's table names every sub-command
+    assert published == subcommands  # every sub-command is published (the README lists them all)
     failures = [f"{where}: otzoo {shlex.join(arguments)} -> {complaint}" for arguments, where in commands
                 if (complaint := _parse_cli(arguments))]
     assert not failures, json.dumps(failures, indent=1)
