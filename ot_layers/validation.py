@@ -87,6 +87,22 @@ def check_rank(name, shape, ranks):
         raise ValueError(f"`{name}` must have rank {expected}, got shape {tuple(shape)} (rank {rank}).")
 
 
+def check_input_pair(layer, inputs):
+    """``inputs`` (tensors, or their shapes as Keras passes them to ``build``) must be a pair: ``layer`` is called on
+    ``inputs=[a, b]``, named by its class attribute ``INPUT_NAMES``."""
+    is_shape = isinstance(inputs, (list, tuple)) and all(isinstance(item, (int, type(None))) for item in inputs)
+    if isinstance(inputs, (list, tuple)) and len(inputs) == 2 and not is_shape:
+        return inputs
+    shape = inputs if is_shape else getattr(inputs, "shape", None)
+    if isinstance(inputs, (list, tuple)) and not is_shape:
+        got = f"{len(inputs)} input" + ("s" if len(inputs) != 1 else "")
+    else:
+        got = f"one tensor of shape {tuple(shape)}" if shape is not None else type(inputs).__name__
+    first, second = layer.INPUT_NAMES
+    raise ValueError(f"{type(layer).__name__} expects `inputs=[{first}, {second}]` (a list of two tensors), got "
+                     f"{got}.")
+
+
 def check_same_dim(name_a, dim_a, name_b, dim_b):
     """Two static dimensions must agree (unknown dimensions pass)."""
     if dim_a is not None and dim_b is not None and int(dim_a) != int(dim_b):

@@ -6,7 +6,8 @@ import pytest
 
 import zoo
 from ot_layers import layers, solvers
-from ot_layers.layers.task_layers import SupportClassMeans
+from ot_layers.layers.local_embeddings import PatchExtractor
+from ot_layers.layers.task_layers import PrototypeLogits, SupportClassMeans
 
 
 @pytest.mark.parametrize("layer, built_on, other", [
@@ -22,6 +23,32 @@ def test_a_built_layer_called_with_another_feature_dim_says_so(layer, built_on, 
     built(np.ones(built_on, np.float32))
     with pytest.raises(ValueError, match=f"expected axis -1 of input shape to have value {built_on[-1]}"):
         built(np.ones(other, np.float32))
+
+
+def _zeros(*shape):
+    return np.zeros(shape, np.float32)
+
+
+@pytest.mark.parametrize("layer, inputs, message", [
+    (PrototypeLogits, _zeros(4, 3), "PrototypeLogits expects `inputs=[query, prototypes]` (a list of two tensors), "
+                                    "got one tensor of shape (4, 3)."),
+    (PrototypeLogits, [_zeros(4, 3), _zeros(2, 5)], "The feature dimension of `query` (3) does not match that of "
+                                                    "`prototypes` (5)."),
+    (PrototypeLogits, [_zeros(4, 1, 3), _zeros(2, 3)], "`query` must have rank 2, got shape (4, 1, 3) (rank 3)."),
+    (lambda: SupportClassMeans(2), [_zeros(4, 5), _zeros(4, 5), _zeros(4)],
+     "SupportClassMeans expects `inputs=[support, support_labels]` (a list of two tensors), got 3 inputs."),
+    (lambda: SupportClassMeans(2), [_zeros(4, 5), np.zeros(3, np.int32)],
+     "`support_labels` holds 3 labels for the 4 rows of `support`"),
+    (lambda: PatchExtractor("grid", grid=3), _zeros(2, 8, 8, 1), "`grid` (3) must divide the image size 8x8."),
+    (lambda: PatchExtractor("grid"), _zeros(8, 8, 1), "`images` must have rank 4, got shape (8, 8, 1) (rank 3)."),
+], ids=["logits-one-tensor", "logits-dim", "logits-rank", "means-three", "means-labels", "patches-grid",
+        "patches-rank"])
+def test_a_first_call_with_bad_inputs_raises_one_line(layer, inputs, message):
+    """Checked when Keras builds the layer: raised in ``call``, the message would come inside Keras' several-line
+    report of the failed call."""
+    with pytest.raises(ValueError) as raised:
+        layer()(inputs)
+    assert str(raised.value).startswith(message) and "\n" not in str(raised.value)
 
 
 def test_hyperspherical_labels_must_match_the_batch():

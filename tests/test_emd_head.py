@@ -123,11 +123,19 @@ def test_bad_arguments_raise(kwargs, match):
 
 
 def test_call_checks_inputs():
+    """The first call's bad inputs raise the message alone, one line naming the input."""
     head = EMDHead()
-    with pytest.raises(ValueError, match="query, support"):
-        head(np.zeros((2, 4, 3), np.float32))
-    with pytest.raises(ValueError, match="feature dimension"):
-        head([np.ones((2, 4, 3), np.float32), np.ones((2, 4, 5), np.float32)])
+    for inputs, message in [(np.zeros((2, 4, 3), np.float32), "EMDHead expects `inputs=[query, support]` (a list of "
+                             "two tensors), got one tensor of shape (2, 4, 3)."),
+                            ([np.ones((2, 4, 3), np.float32)], "EMDHead expects `inputs=[query, support]` (a list "
+                             "of two tensors), got 1 input."),
+                            ([np.ones((2, 4, 3), np.float32), np.ones((2, 4, 5), np.float32)],
+                             "The feature dimension of `query` (3) does not match that of `support` (5)."),
+                            ([np.ones((2, 4, 3), np.float32), np.ones((2, 3), np.float32)],
+                             "`support` must have rank 3 or 4, got shape (2, 3) (rank 2).")]:
+        with pytest.raises(ValueError) as raised:
+            head(inputs)
+        assert str(raised.value) == message
 
 
 def _pair_model(method):

@@ -78,11 +78,21 @@ def test_match_rejects_bad_arguments(kwargs, match):
 
 
 def test_match_rejects_bad_shapes():
+    """A first call's bad inputs raise the message alone, one line (not inside Keras' several-line report of a
+    failed call); a later call's too."""
     layer = SinkhornMatch()
-    with pytest.raises(ValueError, match="feature dimension"):
-        layer([np.zeros((2, 5, 4), "float32"), np.zeros((3, 2, 6), "float32")])
-    with pytest.raises(ValueError, match="rank"):
-        layer([np.zeros((2, 4), "float32"), np.zeros((3, 2, 4), "float32")])
+    for inputs, message in [([np.zeros((2, 5, 4), "float32"), np.zeros((3, 2, 6), "float32")],
+                             "The feature dimension of `features` (4) does not match that of `targets` (6)."),
+                            ([np.zeros((2, 4), "float32"), np.zeros((3, 2, 4), "float32")],
+                             "`features` must have rank 3 or 4, got shape (2, 4) (rank 2)."),
+                            (np.zeros((2, 4), "float32"), "SinkhornMatch expects `inputs=[features, targets]` (a list "
+                             "of two tensors), got one tensor of shape (2, 4).")]:
+        with pytest.raises(ValueError) as raised:
+            layer(inputs)
+        assert str(raised.value) == message
+    layer([np.zeros((2, 5, 4), "float32"), np.zeros((3, 2, 4), "float32")])
+    with pytest.raises(ValueError, match=r"got 3 inputs\."):
+        layer([np.zeros((2, 5, 4), "float32")] * 3)
     with pytest.raises(ValueError, match="num_classes"):
         MultiProxyWasserstein(0)
     with pytest.raises(ValueError, match="rank"):

@@ -8,7 +8,8 @@ from ot_layers.solvers.emd import (
     COSINE_KERNEL_LIMIT, METHODS, SINKHORN_EPSILON, SINKHORN_MAX_ITER, SINKHORN_THRESHOLD, emd,
 )
 from ot_layers.validation import (
-    check_choice, check_flag, check_non_negative, check_positive, check_positive_int, check_rank, check_same_dim,
+    check_choice, check_flag, check_input_pair, check_non_negative, check_positive, check_positive_int, check_rank,
+    check_same_dim,
 )
 
 NODE_WEIGHTS = ("cross_reference", "uniform")
@@ -93,6 +94,8 @@ class EMDHead(ExportableLayer):
         ``2 / epsilon <= COSINE_KERNEL_LIMIT`` (cosine costs lie in [0, 2]), the log domain otherwise.
     """
 
+    INPUT_NAMES = ("query", "support")  # the layer is called on inputs=[query, support]
+
     def __init__(self, scale=SCALE, method="exact", node_weights="cross_reference", center=True,
                  weight_floor=WEIGHT_FLOOR, epsilon=SINKHORN_EPSILON, max_iter=SINKHORN_MAX_ITER,
                  threshold=SINKHORN_THRESHOLD, **kwargs):
@@ -141,8 +144,8 @@ class EMDHead(ExportableLayer):
         """The optimal flows between node sets ``query`` ``(B, n, d)`` and ``support`` ``(K, m, d)`` under this
         head's settings (Zhang et al. 2022, Eq. 1-2 and 11-12): ``(cost (B, K, n, m), a (B, K, n), b (B, K, m),
         result)`` with the cosine cost of Eq. 2, the node weights (cross-reference, Eq. 11-12, or uniform ``1/n``,
-        ``1/m``) and the ``solvers.emd`` :class:`EMDResult` (``plan``, ``cost``, ``f``, ``g`` and the per-problem ``iterations``,
-        ``error``, ``converged``). Computes in float32 (float64 for float64 ``query``)."""
+        ``1/m``) and the ``solvers.emd`` :class:`EMDResult` (``plan``, ``cost``, ``f``, ``g`` and the per-problem
+        ``iterations``, ``error``, ``converged``). Computes in float32 (float64 for float64 ``query``)."""
         cost, a, b, result = self._solve(query, support)
         if a is None:
             shape = ops.shape(cost)
@@ -156,13 +159,19 @@ class EMDHead(ExportableLayer):
         # Both weight vectors sum to one, so sum (1 - c) T = 1 - <C, T>.
         return 1.0 - self._solve(query, support)[3].cost
 
+    @staticmethod
+    def check_shapes(query_shape, support_shape):
+        check_rank("query", query_shape, (3, 4))
+        check_rank("support", support_shape, (3, 4))
+        check_same_dim("query", query_shape[-1], "support", support_shape[-1])
+
+    def build(self, input_shape):
+        # as SinkhornMatch.build: the first call's inputs checked before Keras' report of a failed call
+        self.check_shapes(*check_input_pair(self, input_shape))
+
     def call(self, inputs):
-        if not isinstance(inputs, (list, tuple)) or len(inputs) != 2:
-            raise ValueError("EMDHead expects `inputs=[query, support]`.")
-        query, support = inputs
-        check_rank("query", query.shape, (3, 4))
-        check_rank("support", support.shape, (3, 4))
-        check_same_dim("query", query.shape[-1], "support", support.shape[-1])
+        query, support = check_input_pair(self, inputs)
+        self.check_shapes(query.shape, support.shape)
         logits = self.scale * self.similarity(flatten_feature_map(query), flatten_feature_map(support))
         return ops.cast(logits, self.compute_dtype)
 

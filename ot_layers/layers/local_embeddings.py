@@ -100,8 +100,6 @@ class PatchExtractor(ExportableLayer):
         size is read at run time; a size ``grid`` does not divide is then cropped to the nearest multiple."""
         height, width, channels = images.shape[1], images.shape[2], images.shape[3]
         if height is not None and width is not None:
-            if height % self.grid or width % self.grid:
-                raise ValueError(f"`grid` ({self.grid}) must divide the image size {height}x{width}.")
             cell_h, cell_w = height // self.grid, width // self.grid
         else:
             shape = ops.shape(images)
@@ -121,8 +119,18 @@ class PatchExtractor(ExportableLayer):
         return crop_and_resize(images, ops.stack([y1, x1, y1 + side, x1 + side], axis=-1), image_index,
                                self.patch_size)
 
+    def check_shape(self, shape):
+        check_rank("images", shape, (4,))  # (batch, height, width, channels)
+        height, width = shape[1], shape[2]
+        if self.mode == "grid" and None not in (height, width) and (height % self.grid or width % self.grid):
+            raise ValueError(f"`grid` ({self.grid}) must divide the image size {height}x{width}.")
+
+    def build(self, input_shape):
+        # as SinkhornMatch.build: the first call's inputs checked before Keras' report of a failed call
+        self.check_shape(input_shape)
+
     def call(self, images):
-        check_rank("images", images.shape, (4,))  # (batch, height, width, channels)
+        self.check_shape(images.shape)
         images = ops.cast(images, "float32")
         patches = self._grid_cells(images) if self.mode == "grid" else self._random_crops(images)
         patches = ops.reshape(patches, (-1, self.patches_per_image(), self.patch_size, self.patch_size,

@@ -9,7 +9,8 @@ from ot_layers.layers.base import ExportableLayer
 from ot_layers.solvers.sinkhorn import DOMAINS, GRADIENTS, KERNEL_DOMAIN_LIMIT, sinkhorn
 from ot_layers.tensor_ops import at_least, compute_dtype, flatten_feature_map, normalize_rows
 from ot_layers.validation import (
-    check_choice, check_flag, check_non_negative, check_positive, check_positive_int, check_rank, check_same_dim,
+    check_choice, check_flag, check_input_pair, check_non_negative, check_positive, check_positive_int, check_rank,
+    check_same_dim,
 )
 
 COSTS = ("cosine", "sqeuclidean")
@@ -82,6 +83,8 @@ class SinkhornMatch(ExportableLayer):
         cost the domain is chosen once from the cost's bound ``2^p`` (an export-friendly graph with no branch).
     """
 
+    INPUT_NAMES = ("features", "targets")  # the layer is called on inputs=[features, targets]
+
     def __init__(self, cost="cosine", p=1.0, epsilon=0.1, max_iter=100, threshold=0.1, domain="auto",
                  gradient="implicit", pairing="class", return_cost=False, **kwargs):
         super().__init__(**kwargs)
@@ -120,10 +123,13 @@ class SinkhornMatch(ExportableLayer):
                           domain=self._solver_domain(), gradient=self.gradient)
         return result.plan, inner, result
 
+    def build(self, input_shape):
+        # The first call's inputs are checked here: an error raised in `call` reaches the user inside Keras' report
+        # of the call (several lines, the message among them).
+        self.check_shapes(*check_input_pair(self, input_shape))
+
     def call(self, inputs):
-        if not isinstance(inputs, (list, tuple)) or len(inputs) != 2:
-            raise ValueError("SinkhornMatch expects `inputs=[features, targets]`.")
-        features, targets = inputs
+        features, targets = check_input_pair(self, inputs)
         self.check_shapes(features.shape, targets.shape)
         plan, _, result = self.match(flatten_feature_map(features), targets)
         plan = ops.cast(plan, self.compute_dtype)

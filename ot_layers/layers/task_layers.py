@@ -1,11 +1,14 @@
-"""The zoo's small task layers: L2 normalization of embeddings, the few-shot episode split, the support set's class means and prototype logits (Snell et al. 2017)."""
+"""The zoo's small task layers: L2 normalization of embeddings, the few-shot episode split, the support set's class
+means and prototype logits (Snell et al. 2017)."""
 import keras
 from keras import ops
 
 from ot_layers.layers.base import ExportableLayer
 from ot_layers.tensor_ops import as_compute_dtype, at_least, label_columns, normalize_rows
-from ot_layers.validation import (check_choice, check_labels_per_row, check_positive, check_positive_int, check_rank,
-                                  check_same_dim)
+from ot_layers.validation import (
+    check_choice, check_input_pair, check_labels_per_row, check_positive, check_positive_int, check_rank,
+    check_same_dim,
+)
 
 PROTONET_METRICS = ("euclidean", "cosine")
 
@@ -44,12 +47,20 @@ class SupportClassMeans(ExportableLayer):
     (feature maps or vectors), classes ``0..ways-1``. Labels outside that range are ignored; a class without
     support samples gets zeros. Computed in float32 as a one-hot product (XLA-compilable, exportable)."""
 
+    INPUT_NAMES = ("support", "support_labels")  # the layer is called on inputs=[support, support_labels]
+
     def __init__(self, ways, **kwargs):
         super().__init__(**kwargs)
         self.ways = check_positive_int("ways", ways)
 
+    def build(self, input_shape):
+        # as SinkhornMatch.build: the first call's inputs checked before Keras' report of a failed call
+        support_shape, labels_shape = check_input_pair(self, input_shape)
+        check_labels_per_row("`support_labels`", keras.KerasTensor(labels_shape), "`support`",
+                             keras.KerasTensor(support_shape))
+
     def call(self, inputs):
-        support, labels = inputs
+        support, labels = check_input_pair(self, inputs)
         check_labels_per_row("`support_labels`", labels, "`support`", support)
         support = as_compute_dtype(support)
         # one-hot by comparison: a label outside 0..ways-1 matches no class on every backend
@@ -78,16 +89,26 @@ class PrototypeLogits(ExportableLayer):
     float32; an all-zero vector has cosine 0 with finite gradients.
     """
 
+    INPUT_NAMES = ("query", "prototypes")  # the layer is called on inputs=[query, prototypes]
+
     def __init__(self, metric="euclidean", scale=1.0, **kwargs):
         super().__init__(**kwargs)
         self.metric = check_choice("metric", metric, PROTONET_METRICS)
         self.scale = float(check_positive("scale", scale))
 
+    @staticmethod
+    def check_shapes(query_shape, prototypes_shape):
+        check_rank("query", query_shape, (2,))
+        check_rank("prototypes", prototypes_shape, (2,))
+        check_same_dim("query", query_shape[-1], "prototypes", prototypes_shape[-1])
+
+    def build(self, input_shape):
+        # as SinkhornMatch.build: the first call's inputs checked before Keras' report of a failed call
+        self.check_shapes(*check_input_pair(self, input_shape))
+
     def call(self, inputs):
-        query, prototypes = inputs
-        check_rank("query", query.shape, (2,))
-        check_rank("prototypes", prototypes.shape, (2,))
-        check_same_dim("query", query.shape[-1], "prototypes", prototypes.shape[-1])
+        query, prototypes = check_input_pair(self, inputs)
+        self.check_shapes(query.shape, prototypes.shape)
         query, prototypes = as_compute_dtype(query), as_compute_dtype(prototypes)
         if self.metric == "cosine":
             logits = ops.einsum("bd,nd->bn", normalize_rows(query), normalize_rows(prototypes))
