@@ -88,8 +88,10 @@ def check_rank(name, shape, ranks):
 
 
 def check_input_pair(layer, inputs):
-    """``inputs`` (tensors, or their shapes as Keras passes them to ``build``) must be a pair: ``layer`` is called on
-    ``inputs=[a, b]``, named by its class attribute ``INPUT_NAMES``."""
+    """``inputs`` (tensors, or their shapes as Keras passes them to ``build``) as the pair ``layer`` is called on,
+    named by its class attribute ``INPUT_NAMES``; else a ``ValueError`` saying what came instead. A layer checks its
+    first call's inputs in ``build``: raised in ``call``, the message would reach the user inside Keras' several-line
+    report of the failed call."""
     is_shape = isinstance(inputs, (list, tuple)) and all(isinstance(item, (int, type(None))) for item in inputs)
     if isinstance(inputs, (list, tuple)) and len(inputs) == 2 and not is_shape:
         return inputs
@@ -130,9 +132,15 @@ def check_labels_per_row(labels_name, labels, rows_name, rows):
         return
     try:
         rows_shape = static_shape(rows)
-        count = rows_shape[0] if len(rows_shape) else None
     except ValueError:
-        count = None
+        rows_shape = None
+    check_label_shape(labels_name, shape, rows_name, rows_shape)
+
+
+def check_label_shape(labels_name, shape, rows_name, rows_shape):
+    """:func:`check_labels_per_row` on the static shapes themselves (``rows_shape`` ``None``: unknown)."""
+    shape = tuple(shape)
+    count = rows_shape[0] if rows_shape else None
     if len(shape) not in (1, 2) or (len(shape) == 2 and shape[1] not in (1, None)):
         hint = ""
         if len(shape) == 2:

@@ -94,7 +94,7 @@ class EMDHead(ExportableLayer):
         ``2 / epsilon <= COSINE_KERNEL_LIMIT`` (cosine costs lie in [0, 2]), the log domain otherwise.
     """
 
-    INPUT_NAMES = ("query", "support")  # the layer is called on inputs=[query, support]
+    INPUT_NAMES = ("query", "support")
 
     def __init__(self, scale=SCALE, method="exact", node_weights="cross_reference", center=True,
                  weight_floor=WEIGHT_FLOOR, epsilon=SINKHORN_EPSILON, max_iter=SINKHORN_MAX_ITER,
@@ -166,7 +166,7 @@ class EMDHead(ExportableLayer):
         check_same_dim("query", query_shape[-1], "support", support_shape[-1])
 
     def build(self, input_shape):
-        # as SinkhornMatch.build: the first call's inputs checked before Keras' report of a failed call
+        # the first call's inputs, checked before Keras' report of a failed call (see check_input_pair)
         self.check_shapes(*check_input_pair(self, input_shape))
 
     def call(self, inputs):

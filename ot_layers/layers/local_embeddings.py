@@ -96,8 +96,9 @@ class PatchExtractor(ExportableLayer):
         return self.grid ** 2 if self.mode == "grid" else self.num_patches
 
     def _grid_cells(self, images):
-        """The ``grid x grid`` cells, exactly (the image sides must be divisible by ``grid``). An unknown spatial
-        size is read at run time; a size ``grid`` does not divide is then cropped to the nearest multiple."""
+        """The ``grid x grid`` cells, exactly (:meth:`check_shape` refuses a known size ``grid`` does not divide).
+        An unknown spatial size is read at run time; a size ``grid`` does not divide is then cropped to the nearest
+        multiple."""
         height, width, channels = images.shape[1], images.shape[2], images.shape[3]
         if height is not None and width is not None:
             cell_h, cell_w = height // self.grid, width // self.grid
@@ -126,7 +127,7 @@ class PatchExtractor(ExportableLayer):
             raise ValueError(f"`grid` ({self.grid}) must divide the image size {height}x{width}.")
 
     def build(self, input_shape):
-        # as SinkhornMatch.build: the first call's inputs checked before Keras' report of a failed call
+        # the first call's inputs, checked before Keras' report of a failed call (see check_input_pair)
         self.check_shape(input_shape)
 
     def call(self, images):

@@ -83,7 +83,7 @@ class SinkhornMatch(ExportableLayer):
         cost the domain is chosen once from the cost's bound ``2^p`` (an export-friendly graph with no branch).
     """
 
-    INPUT_NAMES = ("features", "targets")  # the layer is called on inputs=[features, targets]
+    INPUT_NAMES = ("features", "targets")
 
     def __init__(self, cost="cosine", p=1.0, epsilon=0.1, max_iter=100, threshold=0.1, domain="auto",
                  gradient="implicit", pairing="class", return_cost=False, **kwargs):
@@ -124,8 +124,7 @@ class SinkhornMatch(ExportableLayer):
         return result.plan, inner, result
 
     def build(self, input_shape):
-        # The first call's inputs are checked here: an error raised in `call` reaches the user inside Keras' report
-        # of the call (several lines, the message among them).
+        # the first call's inputs, checked before Keras' report of a failed call (see check_input_pair)
         self.check_shapes(*check_input_pair(self, input_shape))
 
     def call(self, inputs):

@@ -6,8 +6,8 @@ from keras import ops
 from ot_layers.layers.base import ExportableLayer
 from ot_layers.tensor_ops import as_compute_dtype, at_least, label_columns, normalize_rows
 from ot_layers.validation import (
-    check_choice, check_input_pair, check_labels_per_row, check_positive, check_positive_int, check_rank,
-    check_same_dim,
+    check_choice, check_input_pair, check_label_shape, check_labels_per_row, check_positive, check_positive_int,
+    check_rank, check_same_dim,
 )
 
 PROTONET_METRICS = ("euclidean", "cosine")
@@ -47,17 +47,16 @@ class SupportClassMeans(ExportableLayer):
     (feature maps or vectors), classes ``0..ways-1``. Labels outside that range are ignored; a class without
     support samples gets zeros. Computed in float32 as a one-hot product (XLA-compilable, exportable)."""
 
-    INPUT_NAMES = ("support", "support_labels")  # the layer is called on inputs=[support, support_labels]
+    INPUT_NAMES = ("support", "support_labels")
 
     def __init__(self, ways, **kwargs):
         super().__init__(**kwargs)
         self.ways = check_positive_int("ways", ways)
 
     def build(self, input_shape):
-        # as SinkhornMatch.build: the first call's inputs checked before Keras' report of a failed call
+        # the first call's inputs, checked before Keras' report of a failed call (see check_input_pair)
         support_shape, labels_shape = check_input_pair(self, input_shape)
-        check_labels_per_row("`support_labels`", keras.KerasTensor(labels_shape), "`support`",
-                             keras.KerasTensor(support_shape))
+        check_label_shape("`support_labels`", labels_shape, "`support`", support_shape)
 
     def call(self, inputs):
         support, labels = check_input_pair(self, inputs)
@@ -89,7 +88,7 @@ class PrototypeLogits(ExportableLayer):
     float32; an all-zero vector has cosine 0 with finite gradients.
     """
 
-    INPUT_NAMES = ("query", "prototypes")  # the layer is called on inputs=[query, prototypes]
+    INPUT_NAMES = ("query", "prototypes")
 
     def __init__(self, metric="euclidean", scale=1.0, **kwargs):
         super().__init__(**kwargs)
@@ -103,7 +102,7 @@ class PrototypeLogits(ExportableLayer):
         check_same_dim("query", query_shape[-1], "prototypes", prototypes_shape[-1])
 
     def build(self, input_shape):
-        # as SinkhornMatch.build: the first call's inputs checked before Keras' report of a failed call
+        # the first call's inputs, checked before Keras' report of a failed call (see check_input_pair)
         self.check_shapes(*check_input_pair(self, input_shape))
 
     def call(self, inputs):
