@@ -92,13 +92,14 @@ def check_input_pair(layer, inputs):
     named by its class attribute ``INPUT_NAMES``; else a ``ValueError`` saying what came instead. A layer checks its
     first call's inputs in ``build``: raised in ``call``, the message would reach the user inside Keras' several-line
     report of the failed call."""
-    is_shape = isinstance(inputs, (list, tuple)) and all(isinstance(item, (int, type(None))) for item in inputs)
-    if isinstance(inputs, (list, tuple)) and len(inputs) == 2 and not is_shape:
-        return inputs
-    shape = inputs if is_shape else getattr(inputs, "shape", None)
-    if isinstance(inputs, (list, tuple)) and not is_shape:
+    sequence = isinstance(inputs, (list, tuple))
+    is_shape = sequence and all(isinstance(item, (int, type(None))) for item in inputs)  # one tensor's shape
+    if sequence and not is_shape:
+        if len(inputs) == 2:
+            return inputs
         got = f"{len(inputs)} input" + ("s" if len(inputs) != 1 else "")
     else:
+        shape = inputs if is_shape else getattr(inputs, "shape", None)
         got = f"one tensor of shape {tuple(shape)}" if shape is not None else type(inputs).__name__
     first, second = layer.INPUT_NAMES
     raise ValueError(f"{type(layer).__name__} expects `inputs=[{first}, {second}]` (a list of two tensors), got "

@@ -122,21 +122,26 @@ def _command_texts(text, inline=True):
         yield span.replace("\n", " ")
 
 
+def _page_lines(inline=True):
+    """``(page, line)`` of every shell line of the pages (see :func:`_command_texts`)."""
+    for page in PAGES:
+        for line in _command_texts(page.read_text(encoding="utf-8"), inline):
+            yield page.relative_to(ROOT).as_posix(), line
+
+
 def published_commands():
     """``(script, arguments, where)`` of every experiment or benchmark command on the pages, each once, and the
     commands the shell could not read (``where: text``: an unbalanced quote)."""
     found, unreadable = {}, []
-    for page in PAGES:
-        where = page.relative_to(ROOT).as_posix()
-        for line in _command_texts(page.read_text(encoding="utf-8")):
-            for match in COMMAND.finditer(line):
-                try:
-                    arguments = _arguments(match.group(2))
-                except ValueError as error:
-                    unreadable.append(f"{where}: {match.group(0)} ({error})")
-                    continue
-                if arguments is not None:
-                    found.setdefault((match.group(1), tuple(arguments)), where)
+    for where, line in _page_lines():
+        for match in COMMAND.finditer(line):
+            try:
+                arguments = _arguments(match.group(2))
+            except ValueError as error:
+                unreadable.append(f"{where}: {match.group(0)} ({error})")
+                continue
+            if arguments is not None:
+                found.setdefault((match.group(1), tuple(arguments)), where)
     return [(script, list(arguments), where) for (script, arguments), where in sorted(found.items())], unreadable
 
 
@@ -244,20 +249,18 @@ def published_cli_commands():
     """``(arguments, where)`` of every ``otzoo`` command on the fenced lines of the pages (the program left out),
     each once, and the lines the shell could not read."""
     found, unreadable = {}, []
-    for page in PAGES:
-        where = page.relative_to(ROOT).as_posix()
-        for line in _command_texts(page.read_text(encoding="utf-8"), inline=False):
-            if "otzoo" not in line:
-                continue
-            try:
-                tokens = shlex.split(line, comments=True)
-            except ValueError as error:
-                unreadable.append(f"{where}: {line.strip()} ({error})")
-                continue
-            for index in range(len(tokens)):
-                arguments = _arguments_of(tokens[index + 1:]) if _runs_otzoo(tokens, index) else None
-                if arguments is not None:
-                    found.setdefault(tuple(arguments), where)
+    for where, line in _page_lines(inline=False):
+        if "otzoo" not in line:
+            continue
+        try:
+            tokens = shlex.split(line, comments=True)
+        except ValueError as error:
+            unreadable.append(f"{where}: {line.strip()} ({error})")
+            continue
+        for index in range(len(tokens)):
+            arguments = _arguments_of(tokens[index + 1:]) if _runs_otzoo(tokens, index) else None
+            if arguments is not None:
+                found.setdefault(tuple(arguments), where)
     return [(list(arguments), where) for arguments, where in sorted(found.items())], unreadable
 
 
