@@ -1,4 +1,5 @@
-"""Optional dependencies, imported where they are used: a missing one ends in one line naming the extra.
+"""Optional dependencies, imported where they are used: a missing one ends in one line naming the extra (where
+TensorFlow is not installed, the package: the extra would install otzoo's TensorFlow too).
 
 The core install (``pip install otzoo``) holds TensorFlow, Keras, NumPy, SciPy and POT; the rest comes with an
 extra (``setup.cfg``): ``export`` (tf2onnx, onnx, onnxruntime, tensorflow-serving-api), ``explain``
@@ -6,6 +7,7 @@ extra (``setup.cfg``): ``export`` (tf2onnx, onnx, onnxruntime, tensorflow-servin
 """
 import importlib
 import importlib.util
+import sys
 
 
 class MissingExtraError(ImportError):
@@ -14,8 +16,23 @@ class MissingExtraError(ImportError):
 
 
 def _message(module_name, extra, feature):
-    return (f"{feature or 'this feature'} needs {module_name.partition('.')[0]}, which is not installed: "
-            f"pip install \"otzoo[{extra}]\"")
+    package = module_name.partition(".")[0]
+    install = f'pip install "otzoo[{extra}]"'
+    if not _tensorflow_installed():  # a JAX or PyTorch machine: the extra would install otzoo's TensorFlow too
+        install = f"pip install {package.replace('_', '-')} (the otzoo[{extra}] extra would also install TensorFlow)"
+    return f"{feature or 'this feature'} needs {package}, which is not installed: {install}"
+
+
+def _tensorflow_installed():
+    """Whether TensorFlow is imported or importable, found without importing it. A spec without an origin (a
+    folder left by an uninstall, or an import blocker's) is not an install."""
+    if sys.modules.get("tensorflow") is not None:
+        return True
+    try:
+        spec = importlib.util.find_spec("tensorflow")
+    except (ImportError, ValueError):
+        return False
+    return spec is not None and spec.origin is not None
 
 
 def require(module_name, extra, feature=None):

@@ -103,8 +103,31 @@ def preset_name(text):
     return text
 
 
+def recipe_item(text):
+    """An ``argparse`` type: ``FIELD=VALUE`` (``--recipe``). Checked as the option is read, so ``--recipe optimizer
+    adam`` names ``--recipe`` rather than ending in "unrecognized arguments: adam"."""
+    field, sep, _ = text.partition("=")
+    if not sep or not field.strip():
+        raise argparse.ArgumentTypeError(f"expected FIELD=VALUE (e.g. optimizer=adam, no spaces around =), got "
+                                         f"{text!r}")
+    return text
+
+
+def ambiguous_preset(text):
+    """The problem with ``text`` when it is a built-in preset's name and a preset directory here too (as ``otzoo
+    fine-tune P --out P`` leaves), which a command would otherwise read as the preset without a word; else ``None``."""
+    if text in PRESETS and os.path.isfile(os.path.join(text, CARD_FILE)):
+        return (f"{text!r} is both a built-in preset and a preset directory here: write {os.path.join('.', text)} "
+                "for the directory, or run from another folder for the preset")
+    return None
+
+
 def preset_or_directory(text):
-    """An ``argparse`` type: the name of a built-in preset or a preset directory (one holding ``metadata.json``)."""
+    """An ``argparse`` type: the name of a built-in preset or a preset directory (one holding ``metadata.json``); a
+    bare preset name that is also a preset directory here (``otzoo fine-tune P --out P``) is refused as ambiguous."""
+    problem = ambiguous_preset(text)
+    if problem:
+        raise argparse.ArgumentTypeError(problem)
     if text in PRESETS or os.path.isfile(os.path.join(text, CARD_FILE)):
         return text
     raise argparse.ArgumentTypeError(f"{text!r} is neither a preset ({', '.join(sorted(PRESETS))}) nor a preset "

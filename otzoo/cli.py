@@ -30,6 +30,7 @@ from otzoo.arguments import (
     positive_number,
     preset_name,
     preset_or_directory,
+    recipe_item,
     seed_value,
     weights_location,
 )
@@ -93,8 +94,8 @@ def train(args):
     device, and the card records the backend.
     A run killed before it finished resumes from its training state in --out with --resume (backup/; a few-shot
     run's pre-trained backbone and meta-training checkpoints too), given the options it was started with (--out's
-    run.json records them; other options stop with an error naming the fields that differ). A finished few-shot run
-    keeps that state beside its card: its --out is refused (choose another, or delete it to train again).
+    run.json records them; other options stop with an error naming the fields that differ). The --out of a finished
+    run (its card there, metadata.json) is refused, --resume or not: choose another, or delete it to train again.
     """
 
     task = PRESETS[args.preset].task
@@ -103,7 +104,9 @@ def train(args):
     try:  # every recipe field and name checked before anything is read or built
         preset_spec(args.preset, dataset=args.dataset, image_size=args.image_size, **overrides)
     except ValueError as error:
-        raise CommandError(f"--dataset/--image-size/--recipe: {error}") from None
+        given = [flag for flag, value in (("--dataset", args.dataset), ("--image-size", args.image_size),
+                                          ("--recipe", args.recipe)) if value is not None]
+        raise CommandError(f"{'/'.join(given) or '--dataset/--image-size/--recipe'}: {error}") from None
     _check_data_dir(args.data_dir, args.dataset or PRESETS[args.preset].data.dataset)
     _check_cluster(args)
     options = dict(epochs=args.epochs, batch_size=args.batch_size, limit=args.limit, seed=args.seed, verbose=2,
@@ -128,10 +131,13 @@ def train(args):
         except FileNotFoundError as error:
             raise CommandError(f"--pretrained: {error}") from None
     state = held_state(out, [entry for entry in TRAINING_STATE if entry != "tuner"])
-    # A finished few-shot run keeps its state beside its card: --resume would train nothing and rewrite the card.
-    if task == "few_shot" and state and os.path.isfile(os.path.join(out, CARD_FILE)):
-        raise CommandError(f"--out {out} holds a finished run ({CARD_FILE}, and its {', '.join(state)}); choose "
-                           "another --out, or delete the directory to train again.")
+    # A card without training state is a finished run (or a saved preset): a new run would replace its weights and
+    # card and append to its log. A finished few-shot run keeps its state beside its card: --resume would train
+    # nothing and rewrite the card. (A card beside a backup/ is an unfinished run's: it resumes.)
+    if os.path.isfile(os.path.join(out, CARD_FILE)) and (task == "few_shot" or not state):
+        kept = f", and its {', '.join(state)}" if state else ""
+        raise CommandError(f"--out {out} holds a finished run ({CARD_FILE}{kept}); choose another --out, or delete "
+                           "the directory to train again.")
     if state and not args.resume:  # backup/; a few-shot run's pre-trained backbone and meta-training checkpoints
         raise CommandError(f"--out {out} holds a run's training state ({', '.join(state)}); pass --resume to "
                            "continue from it, or choose another --out.")
@@ -168,12 +174,11 @@ def _refuse_options(values, accepted, table, preset, task):
 
 
 def _recipe_overrides(items):
-    """``{field: value}`` from ``--recipe FIELD=VALUE`` options (VALUE read as JSON, else as a string)."""
+    """``{field: value}`` from ``--recipe FIELD=VALUE`` options (checked by :func:`otzoo.arguments.recipe_item`;
+    VALUE read as JSON, else as a string)."""
     overrides = {}
     for item in items or ():
-        field, sep, text = item.partition("=")
-        if not sep or not field:
-            raise CommandError(f"--recipe: expected FIELD=VALUE, got {item!r}")
+        field, _, text = item.partition("=")
         try:
             value = json.loads(text)
         except json.JSONDecodeError:
@@ -353,15 +358,19 @@ def demo(args):
     print(f"2. model.evaluate on {len(x_test):,} Fashion-MNIST test images (raw 0-255 pixels): accuracy {before:.4f}")
     x_train, y_train = load_fashion_mnist("train", limit=args.limit, normalize=False)
     # shuffle=False: the batches come in their own seeded order (for a tf.data.Dataset Keras would warn it ignores it)
+    fit_start = time.time()
     history = model.fit(array_batches(x_train, y_train, FINE_TUNE_BATCH, training=True, seed=args.seed), epochs=1,
                         verbose=0, shuffle=False)
+    fit_time = time.time() - fit_start
     _, after = model.evaluate(array_batches(x_test, y_test, 256), verbose=0)
     print(f"3. model.fit, 1 epoch on {len(x_train):,} training images (loss {history.history['loss'][-1]:.4f}): "
           f"test accuracy {after:.4f}")
     if keras.backend.backend() != "tensorflow":
         path = os.path.join(args.out, "fine_tuned")
+        command = (f"otzoo --backend {keras.backend.backend()} demo --limit {args.limit} --test-limit "
+                   f"{args.test_limit} --learning-rate {args.learning_rate} --seed {args.seed}")
         zoo.save_preset(model, path, card=fine_tuned_card(name, 1, len(x_train), args.learning_rate, args.seed,
-                                                          history.history["loss"]))
+                                                          history.history["loss"], fit_time, command=command))
         print(f"4. zoo.save_preset -> {path}. Export runs on the TensorFlow backend (the SavedModel and ONNX "
               f"converters); where TensorFlow is installed: otzoo --backend tensorflow export {path} --out "
               f"{os.path.join(args.out, 'export')}")
@@ -460,7 +469,7 @@ def main(argv=None):
     sub.add_argument("--image-size", type=positive_int, default=None,
                      help="TFDS data sets: the images' side (default: 32 for CIFAR, 224 otherwise)")
     sub.add_argument("--data-dir", default=None, help="TFDS data sets: the folder holding them (default: TFDS's)")
-    sub.add_argument("--recipe", action="append", default=None, metavar="FIELD=VALUE",
+    sub.add_argument("--recipe", action="append", default=None, metavar="FIELD=VALUE", type=recipe_item,
                      help="override a recipe field (VALUE in JSON; repeatable), e.g. --recipe optimizer=adam")
     sub.set_defaults(run=train)
 
@@ -470,7 +479,9 @@ def main(argv=None):
                      help="a preset name or a preset directory (a copy, a fine-tuned run)")
     sub.add_argument("--weights", type=weights_location, default=None,
                      help="a weights file or directory instead of the packaged one")
-    sub.add_argument("--limit", type=positive_int, default=None, help="evaluate on the first N test images")
+    sub.add_argument("--limit", type=positive_int, default=None,
+                     help="evaluate on the first N test images (retrieval and few-shot: those of the evaluated "
+                          "classes among them)")
     sub.add_argument("--episodes", type=positive_int, default=None,
                      help="few-shot presets: evaluation episodes per setting (default: the recipe's)")
     sub.add_argument("--data-dir", default=None, help="TFDS data sets: the folder holding them (default: TFDS's)")

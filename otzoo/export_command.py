@@ -24,7 +24,7 @@ from export.warmup import WARMUP_DIR, WARMUP_FILE
 from ot_layers.optional import check_installed
 from ot_layers.task_model import model_task
 from ot_layers.validation import output_path_problem
-from otzoo.arguments import CommandError, output_directory, positive_int, positive_number
+from otzoo.arguments import CommandError, ambiguous_preset, output_directory, positive_int, positive_number
 from otzoo.samples import sample_inputs
 from training.recipes.common import card_spec
 from zoo.preset_format import CARD_FILE, read_card
@@ -56,6 +56,9 @@ def _load(target):
     """``(model, name, task, preset spec or None)`` for a preset name, a ``.keras`` file or a preset directory; the
     task: the preset's card's (a name or a directory) or the one a ``.keras`` model states (``None``: generic); the
     spec of a directory: the one its card describes (its data set, input shape and class split)."""
+    problem = ambiguous_preset(target)
+    if problem:
+        raise CommandError(f"NAME_OR_PATH: {problem}.")
     if target in PRESETS:
         return zoo.load(target), target, zoo.model_card(target)["task"], PRESETS[target]
     if target.endswith(".keras") and not os.path.isdir(target):  # a preset directory may end in .keras too

@@ -57,6 +57,7 @@ def test_fine_tune_writes_a_preset_directory_that_loads_and_exports(tmp_path, ca
     the same predictions as the fitted model, which moved away from the pretrained weights. The batches keep their
     own seeded order: Keras is not asked to shuffle them (it warns that it cannot shuffle a tf.data.Dataset)."""
     import json
+    import datetime
     import os
     import warnings
 
@@ -75,6 +76,14 @@ def test_fine_tune_writes_a_preset_directory_that_loads_and_exports(tmp_path, ca
     with open(os.path.join(out, "metadata.json")) as handle:
         card = json.load(handle)
     assert card["fine_tuned"]["base"] == "resnet20_gap_fashion_mnist" and card["metrics"] is None
+    # The card's run fields are this run's (the command repeats it); the base preset's are kept beside them.
+    base = zoo.model_card("resnet20_gap_fashion_mnist")
+    assert card["command"] == ("otzoo fine-tune resnet20_gap_fashion_mnist --epochs 1 --limit 256 --learning-rate 0.05 "
+                               "--seed 0")
+    assert card["backend"] == "tensorflow" and card["date"] == datetime.date.today().isoformat()
+    assert card["fine_tuned"]["base_run"]["command"] == base["command"] != card["command"]
+    assert card["fine_tuned"]["base_run"]["metrics"] == base["metrics"]
+    assert card["recipe"] == base["recipe"] and card["task"] == base["task"]
     tuned, pretrained = zoo.load(out), zoo.load("resnet20_gap_fashion_mnist")
     x, _ = load_fashion_mnist("test", limit=32, normalize=False)
     assert np.abs(np.asarray(tuned(x)) - np.asarray(pretrained(x))).max() > 1e-3
@@ -100,6 +109,44 @@ def test_train_refuses_an_unfinished_run_without_resume(tmp_path, capsys):
     (few_shot / "metadata.json").write_text("{}")
     assert cli.main(["train", "resnet20_emd_fewshot_fashion_mnist", "--out", str(few_shot), "--resume"]) == 2
     assert "holds a finished run (metadata.json, and its pretrained_backbone" in capsys.readouterr().err
+
+
+def test_a_preset_name_that_is_also_a_directory_here_is_refused_as_ambiguous(tmp_path, capsys, monkeypatch):
+    """``otzoo fine-tune P --out P`` leaves a folder named like the preset: ``otzoo evaluate P`` or ``export P`` there
+    read the packaged preset without a word. Both refuse the bare name and say how to name either; ``./P`` is the
+    directory."""
+    from otzoo.arguments import preset_or_directory
+
+    preset = "resnet20_gap_fashion_mnist"
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / preset).mkdir()
+    (tmp_path / preset / "metadata.json").write_text("{}")
+    expected = (f"'{preset}' is both a built-in preset and a preset directory here: write ./{preset} for the "
+                "directory, or run from another folder for the preset")
+    for command in (["evaluate", preset], ["export", preset, "--out", "exported"]):
+        with pytest.raises(SystemExit) as exit_info:  # argparse's own errors exit; the others are returned
+            raise SystemExit(cli.main(command))
+        err = capsys.readouterr().err.strip()
+        assert exit_info.value.code == 2 and expected in err and len(err.splitlines()) == 1, err
+    assert preset_or_directory(f"./{preset}") == f"./{preset}"
+    assert not (tmp_path / "exported").exists()
+
+
+def test_train_refuses_the_directory_of_a_finished_run(tmp_path, capsys, monkeypatch):
+    """A finished classification run leaves its card, weights and log and no training state: training into it again
+    (with --resume or not) would replace the weights and card and append a second run's rows to the log."""
+    monkeypatch.setattr(cli, "train_preset", lambda *args, **kwargs: pytest.fail("the run was not refused"))
+    files = {"metadata.json": '{"name": "resnet20_gap_fashion_mnist"}', "model.weights.h5": "weights",
+             "log.csv": "epoch,loss\n0,1.0\n"}
+    for name, text in files.items():
+        (tmp_path / name).write_text(text)
+    for resume in ([], ["--resume"]):
+        assert cli.main(["train", "resnet20_gap_fashion_mnist", "--out", str(tmp_path), *resume]) == 2
+        err = capsys.readouterr().err.strip()
+        assert err.endswith(f"--out {tmp_path} holds a finished run (metadata.json); choose another --out, or delete "
+                            "the directory to train again."), err
+        assert len(err.splitlines()) == 1
+    assert {path.name: path.read_text() for path in tmp_path.iterdir()} == files  # nothing changed
 
 
 def test_a_killed_run_in_a_reused_directory_resumes_beside_the_earlier_card(tmp_path, monkeypatch):

@@ -117,6 +117,17 @@ def test_abbreviated_options_are_refused(capsys):
                 capsys)
 
 
+@pytest.mark.parametrize("recipe", [["optimizer", "adam"], ["=adam"]])
+def test_a_recipe_option_without_field_and_value_names_recipe(recipe, tmp_path, capsys):
+    """``--recipe optimizer adam`` ended in "otzoo: error: unrecognized arguments: adam", naming neither the command
+    nor the option."""
+    out = tmp_path / "run"
+    _fails_with(["train", "resnet20_gap_fashion_mnist", "--out", str(out), "--recipe", *recipe],
+                f"otzoo train: error: argument --recipe: expected FIELD=VALUE (e.g. optimizer=adam, no spaces around "
+                f"=), got {recipe[0]!r}", capsys)
+    assert not out.exists()
+
+
 def test_a_cluster_that_cannot_start_and_an_old_meta_checkpoint_are_one_line(tmp_path, capsys, monkeypatch):
     """Tracebacks before: --strategy multi_worker without TF_CONFIG, a malformed TF_CONFIG, and (after pre-training
     had been resumed) a tf.train meta-training checkpoint of an earlier otzoo."""
@@ -387,8 +398,9 @@ def test_recipe_values_out_of_range_are_one_line_before_anything_is_written(fiel
     (ascending the loss) and published itself in the card: each is refused, naming the field, with nothing in
     --out."""
     out = tmp_path / "run"
-    _fails_with(["train", "resnet20_gap_fashion_mnist", "--limit", "256", "--out", str(out), "--recipe",
-                 f"{field}={value}"], message, capsys)
+    err = _fails_with(["train", "resnet20_gap_fashion_mnist", "--limit", "256", "--out", str(out), "--recipe",
+                       f"{field}={value}"], message, capsys)
+    assert err.startswith("otzoo train: error: --recipe: recipe field"), err  # the option given, no other
     assert not out.exists()
 
 

@@ -55,6 +55,10 @@ def test_list_models_and_unknown_names():
         zoo.list_models("segmentation")
     with pytest.raises(ValueError, match="known presets: .*resnet20_mpw_fashion_mnist"):
         zoo.build("resnet99_fashion_mnist")
+    # load also reads a preset directory: a name that is neither says it looked for both
+    with pytest.raises(ValueError, match=r"^Unknown preset '/no/such/dir', and no preset directory of that name; "
+                                         r"known presets: .*resnet20_mpw_fashion_mnist"):
+        zoo.load("/no/such/dir")
 
 
 def test_build_overrides_reach_the_head_and_architecture():

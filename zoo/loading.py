@@ -210,7 +210,8 @@ def load(name, pretrained=True, weights=None, **overrides):
                 raise ValueError("`pretrained`, `weights` and overrides apply to built-in preset names; a preset "
                                  f"directory ({name!r}) loads as it is: zoo.load(directory).")
             return load_preset(str(name))
-        _spec(name)  # the unknown-preset error
+        raise ValueError(f"Unknown preset {name!r}, and no preset directory of that name; known presets: "
+                         f"{', '.join(sorted(PRESETS))}.")
     if not pretrained and weights is None:
         return build(name, **overrides)
     if weights is None and not overrides:

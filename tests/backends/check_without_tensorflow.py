@@ -43,4 +43,21 @@ try:
     report.expect("tensorflow_feature_refused", False, "make_strategy('mirrored') ran without TensorFlow")
 except ModuleNotFoundError as error:
     report.expect("tensorflow_feature_refused", "tf.distribute strategies needs tensorflow" in str(error), str(error))
+# A missing optional package is named by itself, not by its otzoo extra (which would install TensorFlow too); an
+# option that needs TensorFlow names TensorFlow before the package it would also need.
+from ot_layers.optional import MissingExtraError, require  # noqa: E402
+from training.recipes.common import run_options  # noqa: E402
+
+try:
+    require("matplotlib_absent_here.pyplot", "explain", "drawing explain pictures")
+except MissingExtraError as error:
+    report.expect("missing_package_named_without_the_extra", str(error).startswith(
+        "drawing explain pictures needs matplotlib_absent_here, which is not installed: pip install "
+        "matplotlib-absent-here (the otzoo[explain] extra would also install TensorFlow)"), str(error))
+try:
+    run_options(None, "one_device", tensorboard="tensorboard_logs")
+    report.expect("tensorboard_refused", False, "--tensorboard was accepted without TensorFlow")
+except MissingExtraError as error:
+    report.expect("tensorboard_refused", str(error).startswith("--tensorboard (Keras writes TensorBoard logs with "
+                                                               "tf.summary) needs tensorflow"), str(error))
 report.finish()

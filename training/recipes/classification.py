@@ -126,7 +126,7 @@ def train(name, out_dir, epochs=None, batch_size=None, limit=None, seed=None, ve
                         strategy, reproducing_command(name, recipe_overrides, dataset=dataset, image_size=image_size,
                                                       epochs=epochs,
                                                       batch_size=batch_size, limit=limit, seed=seed, config=config),
-                        head_overrides=head_overrides)
+                        head_overrides=head_overrides, limit=limit)
 
 
 def classification_accuracy(model, images, labels=None, batch_size=256):

@@ -50,11 +50,11 @@ def run_options(name, strategy="auto", config=None, tensorboard=None):
     """
 
     tuned = load_tuned_config(config, name) if config is not None else None
-    if tensorboard:  # tf.summary needs the tensorboard package (the tune extra) and TensorFlow, on every backend:
-        require("tensorboard", "tune", "--tensorboard")  # checked before anything is written
-        require_tensorflow("--tensorboard (Keras writes TensorBoard logs with tf.summary)",
+    if tensorboard:  # tf.summary needs TensorFlow, on every backend, and the tensorboard package (the tune extra):
+        require_tensorflow("--tensorboard (Keras writes TensorBoard logs with tf.summary)",  # checked first, and
                            "train without --tensorboard (log.csv in the run's directory holds every epoch's metrics "
-                           "and the layers' signals)")
+                           "and the layers' signals)")  # before anything is written
+        require("tensorboard", "tune", "--tensorboard")
     callbacks = [keras.callbacks.TensorBoard(tensorboard)] if tensorboard else []
     return (run_strategy(strategy), dict(tuned["head_kwargs"]) if tuned else {},
             tuned["learning_rate"] if tuned else None, callbacks)
@@ -190,13 +190,14 @@ def standard_callbacks(out_dir, probe_images=None):
                       EpochLog(os.path.join(out_dir, "log.csv"))]
 
 
-def reproducing_command(name, recipe_overrides=None, **options):
-    """``otzoo train NAME`` with the options that were given (``None`` ones left out) and ``--recipe FIELD=VALUE``
-    for each of ``recipe_overrides``."""
+def reproducing_command(name, recipe_overrides=None, subcommand="train", **options):
+    """``otzoo train NAME`` (or another ``subcommand``) with the options that were given (``None`` ones left out)
+    and ``--recipe FIELD=VALUE`` for each of ``recipe_overrides``; ``--backend`` when the active one is not
+    TensorFlow."""
     recipe = [f"--recipe {field}={json.dumps(list(value) if isinstance(value, tuple) else value)}"
               for field, value in (recipe_overrides or {}).items()]
     backend = keras.backend.backend()
-    program = "otzoo train" if backend == "tensorflow" else f"otzoo --backend {backend} train"
+    program = f"otzoo {subcommand}" if backend == "tensorflow" else f"otzoo --backend {backend} {subcommand}"
     return " ".join([f"{program} {name}"] + [f"--{flag.replace('_', '-')} {value}"
                                                for flag, value in options.items() if value is not None] + recipe)
 
@@ -212,10 +213,11 @@ def merged_overrides(recipe_overrides, **options):
 
 
 def write_preset(model, spec, out_dir, recipe, metrics, train_time, strategy, command, head_overrides=None,
-                 **extra):
+                 limit=None, **extra):
     """Save ``model``'s weights and the model card into ``out_dir``; returns the card. ``head_overrides``: the head's
     (or pooling's) parameters a tuned configuration replaced, recorded in the card as ``head_overrides`` and named
-    in its description (whose preset text describes the preset's own head). Of several workers only the
+    in its description (whose preset text describes the preset's own head). ``limit``: the run trained on the first
+    ``limit`` training images (``--limit``), which the card's ``split`` states. Of several workers only the
     chief writes into ``out_dir``: the others (which must save too) write into ``worker-<i>`` of a scratch folder
     outside it, ``$OTZOO_WORKER_SCRATCH`` (``otzoo train --workers`` gives one and removes it) or else a temporary
     folder removed when the process ends."""
@@ -241,7 +243,9 @@ def write_preset(model, spec, out_dir, recipe, metrics, train_time, strategy, co
         description = (f"The {spec.name} architecture and recipe with the tuned head parameters "
                        f"{json.dumps(head_overrides, sort_keys=True)}, trained on {spec.data.dataset} "
                        f"({spec.data.split}).")
-    card = dict(name=spec.name, task=spec.task, dataset=spec.data.dataset, split=spec.data.split,
+    split = spec.data.split if limit is None else \
+        f"{spec.data.split}; trained on the first {limit:,} images of the training split (--limit {limit})"
+    card = dict(name=spec.name, task=spec.task, dataset=spec.data.dataset, split=split,
                 description=description, recipe=published_recipe(recipe), metrics=metrics,
                 parameters=int(model.count_params()), weights_sha256=sha256_of(weights),
                 train_time_s=round(train_time, 1), hardware=hardware_description(), backend=keras.backend.backend(),

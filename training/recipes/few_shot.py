@@ -215,7 +215,7 @@ def train(name, out_dir, epochs=None, batch_size=None, limit=None, seed=None, ep
                                             epochs=epochs,
                                             batch_size=batch_size, limit=limit, seed=seed, episodes=episodes,
                                             pretrained=pretrained),
-                        meta_training=history, **extra,
+                        limit=limit, meta_training=history, **extra,
                         evaluation=f"{recipe.eval_episodes} episodes per setting of the novel classes' images, "
                                    f"{recipe.eval_queries} queries per class, episode seed {recipe.eval_seed}; mean "
                                    "query accuracy +- 1.96 std / sqrt(episodes)")

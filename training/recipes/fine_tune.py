@@ -9,17 +9,24 @@ Fashion-MNIST's (:data:`FINE_TUNE_DATASET`): a preset of another data set is ref
 ``zoo.save_preset`` (Keras config, weights, card), a directory that ``zoo.load``, ``otzoo export`` and ``otzoo
 explain --weights`` read.
 """
+import datetime
+import time
+
 import keras
 
 from ot_layers.validation import check_positive, check_positive_int, check_seed
+from training.distributed.keras_distribution import hardware_description
 from training.recipes import recipe_for
-from training.recipes.common import preset_spec
+from training.recipes.common import preset_spec, reproducing_command
 from zoo.loading import load, model_card, save_preset
 from zoo.preset_format import check_output_directory
 
 BATCH_SIZE = 128  # classification and retrieval fine-tuning; an incomplete last batch is dropped
 QUERIES = 15  # few-shot fine-tuning episodes: 1 support and 15 query images of each class
 FINE_TUNE_DATASET = "fashion_mnist"  # the only data set fine-tuning reads
+# A card's fields that describe the run its weights come from: a fine-tuned card states its own run there and keeps
+# the base preset's under ``fine_tuned["base_run"]``.
+RUN_FIELDS = ("metrics", "train_time_s", "hardware", "backend", "strategy", "command", "date", "note")
 
 
 def check_fine_tunable(name):
@@ -50,19 +57,33 @@ def fine_tune_preset(name, out_dir, epochs=1, limit=4096, learning_rate=0.01, se
     trained, loss, data = recipe_for(spec.task).fine_tune_setup(name, model, limit, seed, BATCH_SIZE, QUERIES)
     trained.compile(optimizer=keras.optimizers.SGD(learning_rate, momentum=0.9), loss=loss)
     before = float(trained.evaluate(data, verbose=0))
+    start = time.time()
     history = trained.fit(data, epochs=epochs, verbose=verbose, shuffle=False)  # the batches' own seeded order
+    train_time = time.time() - start
     after = float(trained.evaluate(data, verbose=0))
-    card = fine_tuned_card(name, epochs, limit, learning_rate, seed, history.history["loss"],
+    card = fine_tuned_card(name, epochs, limit, learning_rate, seed, history.history["loss"], train_time,
                            loss_on_slice_before_after=[round(before, 4), round(after, 4)])
     save_preset(model, out_dir, card=card)
     return card
 
 
-def fine_tuned_card(name, epochs, limit, learning_rate, seed, losses, **measured):
-    """The card of preset ``name`` fine-tuned on the active backend: its own card with no ``metrics`` (not measured
-    after fine-tuning) and ``fine_tuned`` naming the base, the run's settings, the backend, the loss per epoch and
-    ``measured``'s fields."""
-    return dict(model_card(name), metrics=None, name=f"{name}_fine_tuned",
+def fine_tuned_card(name, epochs, limit, learning_rate, seed, losses, train_time, command=None, **measured):
+    """The card of preset ``name`` fine-tuned on the active backend: its own card whose run fields
+    (:data:`RUN_FIELDS`) describe this run (``train_time`` seconds of fitting, this machine and backend, ``command``:
+    by default the ``otzoo fine-tune`` command that repeats it; no ``metrics``, which fine-tuning does not measure),
+    and ``fine_tuned`` naming the base, the run's settings, the backend, the loss per epoch, ``measured``'s fields
+    and ``base_run``, the base card's run fields (its training command and test metrics among them)."""
+    base = model_card(name)
+    if command is None:
+        command = reproducing_command(name, subcommand="fine-tune", epochs=epochs, limit=limit,
+                                      learning_rate=learning_rate, seed=seed)
+    card = {key: value for key, value in base.items() if key not in RUN_FIELDS}
+    card.update(name=f"{name}_fine_tuned", metrics=None, train_time_s=round(train_time, 1),
+                hardware=hardware_description(), backend=keras.backend.backend(), command=command,
+                date=datetime.date.today().isoformat(),
+                note="metrics: not measured after fine-tuning (otzoo evaluate measures them); fine_tuned.base_run "
+                     "holds the base preset's training run and metrics",
                 fine_tuned=dict(base=name, epochs=epochs, limit=limit, learning_rate=learning_rate, seed=seed,
                                 backend=keras.backend.backend(), loss=[round(float(v), 4) for v in losses],
-                                **measured))
+                                **measured, base_run={key: base[key] for key in RUN_FIELDS if key in base}))
+    return card

@@ -167,8 +167,9 @@ def train(name, out_dir, epochs=None, batch_size=None, limit=None, seed=None, ve
                         reproducing_command(name, recipe_overrides, dataset=dataset, image_size=image_size,
                                             epochs=epochs,
                                             batch_size=batch_size, limit=limit, seed=seed, config=config),
-                        head_overrides=pooling_overrides, evaluation=f"cosine retrieval among the {test.examples:,} test images of the unseen "
-                                   "classes, each a query against all others")
+                        head_overrides=pooling_overrides, limit=limit,
+                        evaluation=f"cosine retrieval among the {test.examples:,} test images of the unseen classes, "
+                                   "each a query against all others")
 
 
 def _unseen_test_images(spec, limit, data_dir, batch_size=256):
