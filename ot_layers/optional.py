@@ -1,9 +1,9 @@
 """Optional dependencies, imported where they are used: a missing one ends in one line naming the extra (where
 TensorFlow is not installed, the package: the extra would install otzoo's TensorFlow too).
 
-The core install (``pip install otzoo``) holds TensorFlow, Keras, NumPy, SciPy and POT; the rest comes with an
-extra (``setup.cfg``): ``export`` (tf2onnx, onnx, onnxruntime, tensorflow-serving-api), ``explain``
-(matplotlib), ``tune`` (keras-tuner), ``data`` (tensorflow-datasets).
+The core install (``pip install .`` in a checkout, or the wheel) holds TensorFlow, Keras, NumPy, SciPy and POT;
+the rest comes with an extra (``setup.cfg``): ``export`` (tf2onnx, onnx, onnxruntime, tensorflow-serving-api),
+``explain`` (matplotlib), ``tune`` (keras-tuner), ``data`` (tensorflow-datasets).
 """
 import importlib
 import importlib.util
@@ -15,17 +15,25 @@ class MissingExtraError(ImportError):
     to exit status 2)."""
 
 
+# The pip requirement of an extra's package where it differs from its import name (setup.cfg's extras).
+PIP_REQUIREMENTS = {"PIL": "pillow", "keras_tuner": "keras-tuner>=1.4.8", "matplotlib": "matplotlib>=3.7",
+                    "onnxruntime": "onnxruntime>=1.20", "tensorflow_datasets": "tensorflow-datasets>=4.9",
+                    "tensorflow_serving": "tensorflow-serving-api>=2.21,<2.22", "tf2onnx": "tf2onnx>=1.17"}
+
+
 def _message(module_name, extra, feature):
     package = module_name.partition(".")[0]
     install = f'pip install "otzoo[{extra}]"'
     if not _tensorflow_installed():  # a JAX or PyTorch machine: the extra would install otzoo's TensorFlow too
-        install = f"pip install {package.replace('_', '-')} (the otzoo[{extra}] extra would also install TensorFlow)"
+        install = (f'pip install "{PIP_REQUIREMENTS.get(package, package)}" (the otzoo[{extra}] extra would also '
+                   "install TensorFlow)")
     return f"{feature or 'this feature'} needs {package}, which is not installed: {install}"
 
 
 def _tensorflow_installed():
-    """Whether TensorFlow is imported or importable, found without importing it. A spec without an origin (a
-    folder left by an uninstall, or an import blocker's) is not an install."""
+    """Whether TensorFlow is imported or importable, found without importing it (unlike
+    :func:`_installed_tensorflow`: an error message must not start TensorFlow). A spec without an origin (a folder
+    left by an uninstall, or an import blocker's) is not an install."""
     if sys.modules.get("tensorflow") is not None:
         return True
     try:

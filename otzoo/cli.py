@@ -105,8 +105,8 @@ def train(args):
         preset_spec(args.preset, dataset=args.dataset, image_size=args.image_size, **overrides)
     except ValueError as error:
         given = [flag for flag, value in (("--dataset", args.dataset), ("--image-size", args.image_size),
-                                          ("--recipe", args.recipe)) if value is not None]
-        raise CommandError(f"{'/'.join(given) or '--dataset/--image-size/--recipe'}: {error}") from None
+                                          ("--recipe", args.recipe)) if value is not None]  # one at least: it failed
+        raise CommandError(f"{'/'.join(given)}: {error}") from None
     _check_data_dir(args.data_dir, args.dataset or PRESETS[args.preset].data.dataset)
     _check_cluster(args)
     options = dict(epochs=args.epochs, batch_size=args.batch_size, limit=args.limit, seed=args.seed, verbose=2,
@@ -204,10 +204,14 @@ def _train_on_local_workers(args, out):
     print(f"{args.preset}: training on {args.workers} local workers; the chief's output follows (every worker's log "
           f"in {logs})", flush=True)
     try:
-        results = run_cluster(command, args.workers, logs, max_restarts=1, final_codes=(2,),  # 2: refused input
-                              env={SCRATCH_ENV: scratch}, echo=0)[-1]
+        attempts = run_cluster(command, args.workers, logs, max_restarts=1, final_codes=(2,),  # 2: refused input
+                               env={SCRATCH_ENV: scratch}, echo=0)
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
+    # An attempt whose chief finished wrote the card: a relaunch after it (another worker failed) refuses the
+    # finished run's --out, so that attempt, not the refusal, is the run's result.
+    results = next((attempt for attempt in attempts if any(r.index == 0 and r.returncode == 0 for r in attempt)),
+                   attempts[-1])
     failed = [r for r in results if r.returncode != 0]
     if failed:
         where = ", ".join(r.log_path for r in failed)

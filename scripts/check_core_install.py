@@ -1,4 +1,4 @@
-"""What a user gets from ``pip install otzoo`` (the core install, no extra), run by scripts/check_wheel.sh in a fresh
+"""What a user gets from installing otzoo's wheel (the core install, no extra), run by scripts/check_wheel.sh in a fresh
 virtual environment from a directory outside the checkout:
 
 - every public layer of ``ot_layers.layers`` builds in a small model and fits one step on random data, and the

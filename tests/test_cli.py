@@ -67,6 +67,7 @@ def test_fine_tune_writes_a_preset_directory_that_loads_and_exports(tmp_path, ca
     from training.data.fashion_mnist import load_fashion_mnist
 
     out = str(tmp_path / "tuned")
+    today = datetime.date.today().isoformat()  # the card's date: this day, or the next one after midnight
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         assert cli.main(["fine-tune", "resnet20_gap_fashion_mnist", "--limit", "256", "--learning-rate", "0.05",
@@ -78,9 +79,9 @@ def test_fine_tune_writes_a_preset_directory_that_loads_and_exports(tmp_path, ca
     assert card["fine_tuned"]["base"] == "resnet20_gap_fashion_mnist" and card["metrics"] is None
     # The card's run fields are this run's (the command repeats it); the base preset's are kept beside them.
     base = zoo.model_card("resnet20_gap_fashion_mnist")
-    assert card["command"] == ("otzoo fine-tune resnet20_gap_fashion_mnist --epochs 1 --limit 256 --learning-rate 0.05 "
-                               "--seed 0")
-    assert card["backend"] == "tensorflow" and card["date"] == datetime.date.today().isoformat()
+    assert card["command"] == (f"otzoo fine-tune resnet20_gap_fashion_mnist --out {out} --epochs 1 --limit 256 "
+                               "--learning-rate 0.05 --seed 0")
+    assert card["backend"] == "tensorflow" and card["date"] in (today, datetime.date.today().isoformat())
     assert card["fine_tuned"]["base_run"]["command"] == base["command"] != card["command"]
     assert card["fine_tuned"]["base_run"]["metrics"] == base["metrics"]
     assert card["recipe"] == base["recipe"] and card["task"] == base["task"]
@@ -149,9 +150,32 @@ def test_train_refuses_the_directory_of_a_finished_run(tmp_path, capsys, monkeyp
     assert {path.name: path.read_text() for path in tmp_path.iterdir()} == files  # nothing changed
 
 
+def test_local_workers_report_the_attempt_whose_chief_finished(tmp_path, capsys, monkeypatch):
+    """A worker that fails after the chief wrote the card has its attempt relaunched, and the relaunch refuses the
+    finished run's --out (exit status 2): the run's result is the attempt that finished, not that refusal."""
+    from training.distributed.launch import WorkerResult
+
+    logs = {}
+    for name, text in (("ok", "trained\n"), ("crash", "Segmentation fault\n"),
+                       ("refused", f"otzoo train: error: --out {tmp_path} holds a finished run (metadata.json)\n")):
+        logs[name] = str(tmp_path / f"{name}.log")
+        with open(logs[name], "w") as handle:
+            handle.write(text)
+    attempts = [[WorkerResult(0, 0, False, logs["ok"]), WorkerResult(1, -11, False, logs["crash"])],
+                [WorkerResult(0, 2, False, logs["refused"]), WorkerResult(1, 2, False, logs["refused"])]]
+    monkeypatch.setattr(cli, "run_cluster", lambda *args, **kwargs: attempts)
+    status = cli.main(["train", "resnet20_gap_fashion_mnist", "--workers", "2", "--out", str(tmp_path / "run")])
+    err = capsys.readouterr().err
+    assert status == 1 and f"worker(s) 1 failed (exit status -11); see {logs['crash']}" in err, err
+    assert "finished run" not in err
+    attempts[0][1] = WorkerResult(1, 0, False, logs["ok"])  # every worker of the first attempt finished
+    assert cli.main(["train", "resnet20_gap_fashion_mnist", "--workers", "2", "--out", str(tmp_path / "run")]) == 0
+
+
 def test_a_killed_run_in_a_reused_directory_resumes_beside_the_earlier_card(tmp_path, monkeypatch):
-    """A classification run trained again into a directory with a card and killed leaves the card and backup/:
-    --resume goes on (only a few-shot run keeps its state beside its card when it finishes)."""
+    """A card beside backup/ is an unfinished run's (a classification run started into a preset directory by
+    ``train_preset`` or an earlier otzoo, and killed): --resume goes on (only a few-shot run keeps its state beside
+    its card when it finishes)."""
     (tmp_path / "metadata.json").write_text("{}")
     (tmp_path / "backup").mkdir()
     (tmp_path / "backup" / "checkpoint").write_text("")

@@ -236,7 +236,8 @@ def test_retrieval_on_cars196_end_to_end(tmp_path, capsys):
     card = _end_to_end(tmp_path, capsys, "resnet20_gap_retrieval_fashion_mnist", "cars196", "--limit", "512",
                        "--batch-size", "32", shape=(32, 32, 3))
     assert card["train_classes"] == list(range(98)) and card["eval_classes"] == list(range(98, 196))
-    assert card["split"].endswith("; trained on the first 512 images of the training split (--limit 512)")
+    assert card["split"].endswith("; trained on the first 512 images of the training split (those of the training "
+                                  "classes among them) (--limit 512)")
 
 
 @pytest.mark.slow  # the fast suite keeps one classification (CIFAR-10) and one retrieval (Cars196) data set
@@ -255,7 +256,8 @@ def test_few_shot_on_cifar100_end_to_end(tmp_path, capsys):
                        "--recipe", "queries=2", "--recipe", "eval_shots=[1]", "--recipe", "eval_queries=2",
                        "--recipe", "eval_episodes=2", shape=(32, 32, 3))
     assert card["recipe"]["meta_episodes"] == 2 and card["recipe"]["queries"] == 2
-    assert card["split"].endswith("; trained on the first 512 images of the training split (--limit 512)")
+    assert card["split"].endswith("; trained on the first 512 images of the training split (those of the training "
+                                  "classes among them) (--limit 512)")
 
 
 def test_an_empty_slice_is_one_line_exit_2(tmp_path, capsys):

@@ -48,12 +48,15 @@ except ModuleNotFoundError as error:
 from ot_layers.optional import MissingExtraError, require  # noqa: E402
 from training.recipes.common import run_options  # noqa: E402
 
-try:
-    require("matplotlib_absent_here.pyplot", "explain", "drawing explain pictures")
-except MissingExtraError as error:
-    report.expect("missing_package_named_without_the_extra", str(error).startswith(
-        "drawing explain pictures needs matplotlib_absent_here, which is not installed: pip install "
-        "matplotlib-absent-here (the otzoo[explain] extra would also install TensorFlow)"), str(error))
+sys.modules["PIL"] = sys.modules["PIL.Image"] = None  # Pillow (installed here) as if it were not: pip's name differs
+for module, requirement in (("matplotlib_absent_here.pyplot", "matplotlib_absent_here"), ("PIL.Image", "pillow")):
+    try:
+        require(module, "explain", "drawing explain pictures")
+        report.expect(f"missing_{requirement}_named", False, f"{module} imported")
+    except MissingExtraError as error:
+        report.expect(f"missing_{requirement}_named", str(error).startswith(
+            f"drawing explain pictures needs {module.partition('.')[0]}, which is not installed: pip install "
+            f'"{requirement}" (the otzoo[explain] extra would also install TensorFlow)'), str(error))
 try:
     run_options(None, "one_device", tensorboard="tensorboard_logs")
     report.expect("tensorboard_refused", False, "--tensorboard was accepted without TensorFlow")

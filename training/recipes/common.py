@@ -243,8 +243,9 @@ def write_preset(model, spec, out_dir, recipe, metrics, train_time, strategy, co
         description = (f"The {spec.name} architecture and recipe with the tuned head parameters "
                        f"{json.dumps(head_overrides, sort_keys=True)}, trained on {spec.data.dataset} "
                        f"({spec.data.split}).")
+    among = "" if spec.task == "classification" else " (those of the training classes among them)"
     split = spec.data.split if limit is None else \
-        f"{spec.data.split}; trained on the first {limit:,} images of the training split (--limit {limit})"
+        f"{spec.data.split}; trained on the first {limit:,} images of the training split{among} (--limit {limit})"
     card = dict(name=spec.name, task=spec.task, dataset=spec.data.dataset, split=split,
                 description=description, recipe=published_recipe(recipe), metrics=metrics,
                 parameters=int(model.count_params()), weights_sha256=sha256_of(weights),

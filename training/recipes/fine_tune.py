@@ -24,9 +24,10 @@ from zoo.preset_format import check_output_directory
 BATCH_SIZE = 128  # classification and retrieval fine-tuning; an incomplete last batch is dropped
 QUERIES = 15  # few-shot fine-tuning episodes: 1 support and 15 query images of each class
 FINE_TUNE_DATASET = "fashion_mnist"  # the only data set fine-tuning reads
-# A card's fields that describe the run its weights come from: a fine-tuned card states its own run there and keeps
-# the base preset's under ``fine_tuned["base_run"]``.
-RUN_FIELDS = ("metrics", "train_time_s", "hardware", "backend", "strategy", "command", "date", "note")
+# A card's fields that describe the run its weights come from (a few-shot run's meta-training history included): a
+# fine-tuned card states its own run there and keeps the base preset's under ``fine_tuned["base_run"]``.
+RUN_FIELDS = ("metrics", "train_time_s", "hardware", "backend", "strategy", "command", "date", "note",
+              "meta_training")
 
 
 def check_fine_tunable(name):
@@ -62,20 +63,22 @@ def fine_tune_preset(name, out_dir, epochs=1, limit=4096, learning_rate=0.01, se
     train_time = time.time() - start
     after = float(trained.evaluate(data, verbose=0))
     card = fine_tuned_card(name, epochs, limit, learning_rate, seed, history.history["loss"], train_time,
-                           loss_on_slice_before_after=[round(before, 4), round(after, 4)])
+                           out_dir=out_dir, loss_on_slice_before_after=[round(before, 4), round(after, 4)])
     save_preset(model, out_dir, card=card)
     return card
 
 
-def fine_tuned_card(name, epochs, limit, learning_rate, seed, losses, train_time, command=None, **measured):
+def fine_tuned_card(name, epochs, limit, learning_rate, seed, losses, train_time, command=None, out_dir=None,
+                    **measured):
     """The card of preset ``name`` fine-tuned on the active backend: its own card whose run fields
     (:data:`RUN_FIELDS`) describe this run (``train_time`` seconds of fitting, this machine and backend, ``command``:
-    by default the ``otzoo fine-tune`` command that repeats it; no ``metrics``, which fine-tuning does not measure),
-    and ``fine_tuned`` naming the base, the run's settings, the backend, the loss per epoch, ``measured``'s fields
-    and ``base_run``, the base card's run fields (its training command and test metrics among them)."""
+    by default the ``otzoo fine-tune ... --out out_dir`` command that repeats it; no ``metrics``, which fine-tuning
+    does not measure), and ``fine_tuned`` naming the base, the run's settings, the backend, the loss per epoch,
+    ``measured``'s fields and ``base_run``, the base card's run fields (its training command and test metrics among
+    them)."""
     base = model_card(name)
     if command is None:
-        command = reproducing_command(name, subcommand="fine-tune", epochs=epochs, limit=limit,
+        command = reproducing_command(name, subcommand="fine-tune", out=out_dir, epochs=epochs, limit=limit,
                                       learning_rate=learning_rate, seed=seed)
     card = {key: value for key, value in base.items() if key not in RUN_FIELDS}
     card.update(name=f"{name}_fine_tuned", metrics=None, train_time_s=round(train_time, 1),
