@@ -242,7 +242,8 @@ def test_load_tuned_config_rejects_bad_files(tmp_path):
     path.write_text(json.dumps({"preset": PRESET, "learning_rate": 0.05}))
     with pytest.raises(ValueError, match="`config`"):
         load_tuned_config(str(path))
-    for head_kwargs, message in (({"foo": 1}, "Unrecognized keyword arguments"),
+    for head_kwargs, message in (({"foo": 1}, "`foo` is not an architecture key .*MultiProxyWasserstein takes no "
+                                               "argument `foo`; it takes num_proxies"),
                                  ({"num_proxies": -2}, "`num_proxies` must be an integer >= 1")):
         path.write_text(json.dumps({"preset": PRESET, "head_kwargs": head_kwargs, "learning_rate": 0.05}))
         config = load_tuned_config(str(path), preset=PRESET)  # a readable file: the head is checked apart

@@ -68,6 +68,40 @@ def test_build_overrides_reach_the_head_and_architecture():
     assert model.output.shape == (None, 3)
 
 
+@pytest.mark.parametrize("name, overrides, layer", [
+    ("resnet20_mpw_fashion_mnist", dict(head="gap_fc"), "dense_head"),
+    ("resnet20_hyperspherical_fashion_mnist", dict(head="mpw", num_proxies=2), "mpw_head"),
+    ("resnet20_emd_fewshot_fashion_mnist", dict(head="protonet"), "protonet_head"),
+    ("resnet20_gsp_retrieval_fashion_mnist", dict(pooling="gap"), "gap"),
+])
+def test_another_head_starts_from_its_own_defaults(name, overrides, layer):
+    """Another head than the preset's used to receive the preset's head arguments (the MPW preset's ``num_proxies``
+    and ``epsilon`` went to ``Dense``, which Keras refused) or, for retrieval, to lose them without a word."""
+    model = zoo.build(name, backbone="small_convnet", **overrides)
+    config = model.get_layer(layer).get_config()
+    expected = {key: value for key, value in overrides.items() if key not in ("head", "pooling")}
+    assert {key: config[key] for key in expected} == expected
+
+
+@pytest.mark.parametrize("name, key, message", [
+    ("resnet20_mpw_fashion_mnist", "num_proxie",
+     r"MultiProxyWasserstein takes no argument `num_proxie` \(did you mean `num_proxies`\?\); it takes num_proxies, "),
+    ("resnet20_gsp_retrieval_fashion_mnist", "epsilonn", r"GeneralizedSumPooling takes no argument `epsilonn` "
+                                                         r"\(did you mean `epsilon`\?\)"),
+    ("resnet20_emd_fewshot_fashion_mnist", "scales", r"EMDHead takes no argument `scales` \(did you mean `scale`\?\)"),
+    ("resnet20_gap_fashion_mnist", "units", r"the model sets Dense's `units` itself"),
+    ("resnet20_gsp_retrieval_fashion_mnist", "return_attributes",
+     r"the model sets GeneralizedSumPooling's `return_attributes` itself"),
+    ("resnet20_gap_retrieval_fashion_mnist", "epsilon", r"the 'gap' pooling takes no arguments"),
+])
+def test_build_names_an_override_the_head_does_not_take(name, key, message):
+    """Keras refused an unknown head argument in its own words, naming neither the override nor the arguments there
+    are; the GAP retrieval preset ignored it, and the GSP one dropped ``return_attributes``."""
+    with pytest.raises(ValueError, match=f"^`{key}` is not an architecture key of the .* preset '{name}' "
+                                         rf"\(backbone, .*\), and {message}"):
+        zoo.build(name, backbone="small_convnet", **{key: 1})
+
+
 def test_load_from_a_weights_file_and_hash_mismatch(tmp_path, monkeypatch):
     name = "resnet20_gap_fashion_mnist"
     trained = zoo.build(name)

@@ -14,14 +14,14 @@ import keras
 
 from ot_layers.validation import check_flag
 from zoo.backbones import backbone as resolve_backbone
-from zoo.models import image_classifier
+from zoo.models import CLASSIFICATION_HEAD_LAYERS, image_classifier
 from zoo.preset_format import (CARD_FILE, CONFIG_FILE, WEIGHTS_FILE, MissingWeightsError, WeightsDownloadError,
                                WeightsIntegrityError, check_sha256, is_weights_url, load_preset, load_weights,
                                read_card, sha256_of, weights_with_card, write_preset)
 from zoo.registry import PRESETS
 from zoo.resnet import cifar_resnet
 from zoo.spec import TASKS, PresetSpec, published_recipe
-from zoo.tasks import embedding_model, few_shot_model
+from zoo.tasks import FEW_SHOT_HEAD_LAYERS, RETRIEVAL_POOLING_LAYERS, embedding_model, few_shot_model
 
 PRESETS_DIR = os.path.join(os.path.dirname(__file__), "presets")
 __all__ = ["list_models", "model_card", "preset_dir", "build", "load", "save_preset", "sha256_of",
@@ -78,13 +78,16 @@ def _backbone(backbone, input_shape, l2):
 
 
 class TaskBuilder(NamedTuple):
-    """How :func:`build` assembles the model of one task: ``layer_kwargs``, the ``zoo.spec.Architecture`` field
-    holding the arguments of the task's own layer (the head's, or the retrieval pooling's), and ``make(backbone,
-    values, layer_kwargs, name)``, the model from the built ``backbone``, the architecture ``values`` (overrides
-    applied: ``head``, ``pooling``, ``embedding_dim``, ``ways``, ``num_classes``, ``pixel_mean``, ``pixel_std``,
-    ...), the layer's arguments and the model's name; ``keys``, the architecture keys the task's model uses (an
-    override of another one would be ignored, so :func:`build` refuses it)."""
-    layer_kwargs: str
+    """How :func:`build` assembles the model of one task: ``layer``, the architecture key naming the task's own layer
+    (``"head"``, or ``"pooling"`` for retrieval), whose arguments are the ``zoo.spec.Architecture`` field
+    ``<layer>_kwargs``; ``layers``, the :class:`zoo.head_layers.HeadLayer` of each name that key takes (``None``: a
+    layer without arguments); ``make(backbone, values, layer_kwargs, name)``, the model from the built ``backbone``,
+    the architecture ``values`` (overrides applied: ``head``, ``pooling``, ``embedding_dim``, ``ways``,
+    ``num_classes``, ``pixel_mean``, ``pixel_std``, ...), the layer's arguments and the model's name; ``keys``, the
+    architecture keys the task's model uses (an override of another one would be ignored, so :func:`build` refuses
+    it)."""
+    layer: str
+    layers: dict
     make: Callable
     keys: tuple
 
@@ -99,10 +102,8 @@ def _classifier(backbone, values, layer_kwargs, name):
 
 
 def _embedding(backbone, values, layer_kwargs, name):
-    # Only the GSP pooling is a layer with arguments; GAP takes none.
-    return embedding_model(backbone, values["pooling"], values["embedding_dim"],
-                           pooling_kwargs=layer_kwargs if values["pooling"] == "gsp" else None, name=name,
-                           **_statistics(values))
+    return embedding_model(backbone, values["pooling"], values["embedding_dim"], pooling_kwargs=layer_kwargs,
+                           name=name, **_statistics(values))
 
 
 def _few_shot(backbone, values, layer_kwargs, name):
@@ -113,10 +114,23 @@ def _few_shot(backbone, values, layer_kwargs, name):
 # The model of each task (a classifier, an embedding model, a few-shot model): a new task is one entry.
 _INPUT_KEYS = ("backbone", "input_shape", "pixel_mean", "pixel_std")
 TASK_BUILDERS = {
-    "classification": TaskBuilder("head_kwargs", _classifier, _INPUT_KEYS + ("head", "num_classes")),
-    "retrieval": TaskBuilder("pooling_kwargs", _embedding, _INPUT_KEYS + ("pooling", "embedding_dim")),
-    "few_shot": TaskBuilder("head_kwargs", _few_shot, _INPUT_KEYS + ("head", "ways")),
+    "classification": TaskBuilder("head", CLASSIFICATION_HEAD_LAYERS, _classifier,
+                                  _INPUT_KEYS + ("head", "num_classes")),
+    "retrieval": TaskBuilder("pooling", RETRIEVAL_POOLING_LAYERS, _embedding,
+                             _INPUT_KEYS + ("pooling", "embedding_dim")),
+    "few_shot": TaskBuilder("head", FEW_SHOT_HEAD_LAYERS, _few_shot, _INPUT_KEYS + ("head", "ways")),
 }
+
+
+def _check_layer_overrides(spec, builder, kind, layer_overrides):
+    """Each of ``layer_overrides`` (``build``'s overrides that are not architecture keys) must be an argument of the
+    layer of ``builder.layer`` ``kind``; the first that is not is named with the keys and arguments there are."""
+    layer = builder.layers[kind]
+    for key in layer_overrides:
+        reason = f"the {kind!r} {builder.layer} takes no arguments" if layer is None else layer.refusal(key)
+        if reason is not None:
+            raise ValueError(f"`{key}` is not an architecture key of the {spec.task} preset {spec.name!r} "
+                             f"({', '.join(builder.keys)}), and {reason}.")
 
 
 def build(name, l2=0.0, **overrides):
@@ -127,8 +141,9 @@ def build(name, l2=0.0, **overrides):
     ``spec.with_data``). ``overrides`` change the architecture (``num_classes``, ``input_shape``, ``head``,
     ``backbone``, ``pooling``, ``embedding_dim``, ``ways``, ``pixel_mean``, ``pixel_std``) or, for any other key, the
     head layer's arguments (the pooling layer's for retrieval presets; e.g. ``epsilon=0.05``); an architecture key
-    the preset's task does not use (a classifier's ``ways``, a few-shot model's ``num_classes``) is refused, not
-    ignored. ``backbone`` may be
+    the preset's task does not use (a classifier's ``ways``, a few-shot model's ``num_classes``), or a key the head's
+    layer does not take, is refused, not ignored. An override of ``head`` (``pooling``) by another one drops the
+    preset's own head arguments: the new head starts from its defaults and the other overrides. ``backbone`` may be
     any name in ``zoo.BACKBONES``. ``l2``: an L2 penalty on the ResNet backbone's convolution kernels (the recipes'
     weight decay).
     """
@@ -140,7 +155,7 @@ def build(name, l2=0.0, **overrides):
     values = dict(backbone=arch.backbone, head=arch.head, pooling=arch.pooling, embedding_dim=arch.embedding_dim,
                   ways=arch.ways, num_classes=data.num_classes, input_shape=data.input_shape,
                   pixel_mean=data.pixel_mean, pixel_std=data.pixel_std)
-    layer_kwargs = dict(getattr(arch, builder.layer_kwargs))
+    layer_overrides = {}
     for key, value in overrides.items():
         if key in _ARCHITECTURE_KEYS:
             if key not in builder.keys:
@@ -148,7 +163,13 @@ def build(name, l2=0.0, **overrides):
                                  f"takes {', '.join(builder.keys)} (and its layer's arguments).")
             values[key] = value
         else:
-            layer_kwargs[key] = value
+            layer_overrides[key] = value
+    kind = values[builder.layer]
+    # The preset's own layer arguments belong to its own head (pooling): another one starts from its defaults.
+    layer_kwargs = dict(getattr(arch, f"{builder.layer}_kwargs")) if kind == getattr(arch, builder.layer) else {}
+    if layer_overrides and isinstance(kind, str) and kind in builder.layers:
+        _check_layer_overrides(spec, builder, kind, layer_overrides)
+    layer_kwargs.update(layer_overrides)
     backbone = _backbone(values["backbone"], values["input_shape"], l2)
     return builder.make(backbone, values, layer_kwargs, spec.name)
 

@@ -27,9 +27,16 @@ from ot_layers.task_model import TaskModel
 from ot_layers.tensor_ops import find_layer
 from ot_layers.validation import check_choice, check_positive, check_positive_int
 from zoo.backbones import backbone as resolve_backbone
+from zoo.head_layers import HeadLayer
 from zoo.inputs import check_input_shape
 
-CLASSIFICATION_HEADS = ("gap_fc", "mpw", "hyperspherical")
+# The layer of each head, and the arguments of it the builder sets (``head_kwargs`` may give the others).
+CLASSIFICATION_HEAD_LAYERS = {
+    "gap_fc": HeadLayer(keras.layers.Dense, ("units",)),
+    "mpw": HeadLayer(MultiProxyWasserstein, ("num_classes",)),
+    "hyperspherical": HeadLayer(HypersphericalPrototypes, ("num_classes",)),
+}
+CLASSIFICATION_HEADS = tuple(CLASSIFICATION_HEAD_LAYERS)
 
 
 def pixel_preprocessing(mean, std, name="preprocess"):
@@ -85,6 +92,7 @@ def image_classifier(backbone, head="gap_fc", num_classes=10, pixel_mean=0.5, pi
     check_choice("head", head, CLASSIFICATION_HEADS)
     num_classes = check_positive_int("num_classes", num_classes)
     head_kwargs = check_kwargs("head_kwargs", head_kwargs)
+    CLASSIFICATION_HEAD_LAYERS[head].check("head_kwargs", head_kwargs)
     _check_pixel_statistics(pixel_mean, pixel_std)
     if head == "hyperspherical":
         if num_classes < 2:

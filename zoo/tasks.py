@@ -18,10 +18,14 @@ from ot_layers.layers.generalized_sum_pooling import GeneralizedSumPooling
 from ot_layers.layers.task_layers import L2Normalization, PrototypeLogits, SplitEpisode, SupportClassMeans
 from ot_layers.task_model import TaskModel
 from ot_layers.validation import check_choice, check_positive_int
+from zoo.head_layers import HeadLayer
 from zoo.models import _check_pixel_statistics, check_kwargs, image_input, pixel_preprocessing
 
-RETRIEVAL_POOLINGS = ("gap", "gsp")
-FEW_SHOT_HEADS = ("emd", "protonet")
+# The layer of each pooling (GAP's takes no arguments) and few-shot head, and the arguments of it the builder sets.
+RETRIEVAL_POOLING_LAYERS = {"gap": None, "gsp": HeadLayer(GeneralizedSumPooling, ("return_attributes",))}
+RETRIEVAL_POOLINGS = tuple(RETRIEVAL_POOLING_LAYERS)
+FEW_SHOT_HEAD_LAYERS = {"emd": HeadLayer(EMDHead), "protonet": HeadLayer(PrototypeLogits)}
+FEW_SHOT_HEADS = tuple(FEW_SHOT_HEAD_LAYERS)
 
 
 def embedding_model(backbone, pooling="gap", embedding_dim=128, pixel_mean=0.5, pixel_std=0.25,
@@ -46,11 +50,12 @@ def embedding_model(backbone, pooling="gap", embedding_dim=128, pixel_mean=0.5, 
     pooling_kwargs = check_kwargs("pooling_kwargs", pooling_kwargs)
     if pooling == "gap" and pooling_kwargs:
         raise ValueError(f"`pooling_kwargs` apply to pooling='gsp' only, got {sorted(pooling_kwargs)} for 'gap'.")
+    if pooling == "gsp":
+        RETRIEVAL_POOLING_LAYERS[pooling].check("pooling_kwargs", pooling_kwargs)
     _check_pixel_statistics(pixel_mean, pixel_std)
     extractor, inputs = image_input(backbone, input_shape, backbone_kwargs)
     features = extractor(pixel_preprocessing(pixel_mean, pixel_std)(inputs))
     if pooling == "gsp":
-        pooling_kwargs.pop("return_attributes", None)
         pooled = GeneralizedSumPooling(name="gsp", **pooling_kwargs)(features)
     else:
         pooled = keras.layers.GlobalAveragePooling2D(name="gap")(features)
@@ -106,6 +111,7 @@ def few_shot_model(backbone, head="emd", ways=5, pixel_mean=0.5, pixel_std=0.25,
     check_choice("head", head, FEW_SHOT_HEADS)
     ways = check_positive_int("ways", ways)
     head_kwargs = check_kwargs("head_kwargs", head_kwargs)
+    FEW_SHOT_HEAD_LAYERS[head].check("head_kwargs", head_kwargs)
     _check_pixel_statistics(pixel_mean, pixel_std)
     extractor, images = image_input(backbone, input_shape, backbone_kwargs)
     query = keras.Input(images.shape[1:], name="query_images")
