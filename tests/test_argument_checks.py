@@ -117,6 +117,10 @@ def test_an_empty_batch_traced_with_an_unknown_size_has_loss_zero(loss_class, sh
     (lambda: zoo.build("resnet20_protonet_fewshot_fashion_mnist", num_classes=-5), "num_classes"),
     (lambda: zoo.build("resnet20_gap_fashion_mnist", ways=3), "ways"),
     (lambda: zoo.build("resnet20_gsp_retrieval_fashion_mnist", head="mpw"), "head"),
+    (lambda: zoo.backbone("resnet20", depth=32), "depth"),  # Python's TypeError: multiple values for `depth`
+    (lambda: zoo.backbone("small_convnet", widht=16), "widht"),
+    (lambda: zoo.backbone("resnet20", widths=8), "widths"),  # TypeError: object of type 'int' has no len()
+    (lambda: zoo.backbone("resnet12", pool=5), "pool"),
 ])
 def test_a_builder_argument_out_of_range_or_unused_is_named(build, name):
     """Taken before: a fractional width failed in Keras' Conv2D, a momentum above 1 built a network whose moving

@@ -68,6 +68,10 @@ def test_support_class_means_labels_must_match_the_support():
     with pytest.raises(ValueError, match=r"`support_labels` must hold .* got shape \(1, 4\); for a row of 4 labels "
                                          r"pass it flattened, of shape \(4,\)\."):
         SupportClassMeans(2)([np.ones((4, 5), np.float32), np.array([[0, 1, 0, 1]], np.int32)])
+    # an episode's classes under their data set's numbers (5-9) matched no class: every logit the same
+    with pytest.raises(ValueError, match=r"`support_labels` must number the episode's classes 0\.\.1, got 5; "
+                                         r"renumber them"):
+        SupportClassMeans(2)([np.ones((4, 5), np.float32), np.array([5, 6, 5, 6], np.int32)])
 
 
 def test_structured_fc_support_features_of_another_dim_are_named():

@@ -83,8 +83,8 @@ def test_recipe_entry_points_name_their_arguments_before_any_work(tmp_path):
         (lambda: merged_overrides("epochs=1"), "^`recipe_overrides` must be a dict"),
         (lambda: preset_spec("resnet20_protonet_fewshot_fashion_mnist", ways=3),
          r"^recipe field `ways` \(3\) must be the 5 ways of the preset's model"),
-        (lambda: zoo.pixel_preprocessing(float("nan"), 0.25), "^`mean` must be a finite number"),
-        (lambda: zoo.pixel_preprocessing("0.5", 0.25), "^`mean` must be a finite number"),
+        (lambda: zoo.pixel_preprocessing(float("nan"), 0.25), r"^`mean` must be a number in \[0, 1\]"),
+        (lambda: zoo.pixel_preprocessing("0.5", 0.25), r"^`mean` must be a number in \[0, 1\]"),
     ]:
         with pytest.raises(ValueError, match=match):
             call()

@@ -102,6 +102,35 @@ def test_build_names_an_override_the_head_does_not_take(name, key, message):
         zoo.build(name, backbone="small_convnet", **{key: 1})
 
 
+def test_load_with_overrides_warns_that_the_card_describes_the_preset_without_them():
+    """An override that keeps the shapes (GSP -> GAP pooling drops the GSP layer's weights; a new epsilon changes
+    the logits) loaded the preset's weights without a word, under a card whose metrics no longer apply."""
+    with pytest.warns(UserWarning, match=r"pooling='gap'\): the weights were trained, and the card's metrics "
+                                         r"measured, without these overrides; weights of layers they remove"):
+        model = zoo.load("resnet20_gsp_retrieval_fashion_mnist", pooling="gap")
+    assert "gsp" not in [layer.name for layer in model.layers]
+
+
+def test_load_names_the_shape_and_the_override_that_keep_the_weights_out():
+    """The message stopped at Keras' first line ("... Example error message for object <Dense ...>:")."""
+    with pytest.raises(loading.PresetFormatError, match=r"dense_head/kernel has shape \(64, 5\) in the model and "
+                                                        r"\(64, 10\) in the file \(not loaded: dense_head\) \(the "
+                                                        r"overrides num_classes=5 change the architecture"):
+        zoo.load("resnet20_gap_fashion_mnist", num_classes=5)
+    with pytest.raises(loading.PresetFormatError, match=r"Layer 'dense_head' expected 2 variables, but received 0 "
+                                                        r"variables during loading.* \(not loaded: dense_head\)$"):
+        zoo.load("resnet20_gap_fashion_mnist", weights=zoo.preset_dir("resnet20_mpw_fashion_mnist"))
+    with pytest.raises(ValueError, match="^`weights` load pretrained weights, which `pretrained=False` declines"):
+        zoo.load("resnet20_gap_fashion_mnist", pretrained=False, weights=zoo.preset_dir("resnet20_gap_fashion_mnist"))
+
+
+def test_l2_takes_zero_and_backbone_names_in_any_case():
+    assert zoo.build("resnet20_gap_fashion_mnist", backbone="ResNet20", l2=1e-4).losses  # the kernels' penalties
+    zoo.build("resnet20_gap_fashion_mnist", l2=0)
+    with pytest.raises(ValueError, match=r"^`l2` must be a finite number >= 0, got -1"):
+        zoo.build("resnet20_gap_fashion_mnist", l2=-1)
+
+
 def test_load_from_a_weights_file_and_hash_mismatch(tmp_path, monkeypatch):
     name = "resnet20_gap_fashion_mnist"
     trained = zoo.build(name)
@@ -135,6 +164,9 @@ def test_load_missing_files_say_what_to_do(tmp_path, monkeypatch):
 def test_save_preset_round_trip(tmp_path):
     model = zoo.build("resnet20_mpw_fashion_mnist", num_classes=4)
     directory = zoo.save_preset(model, str(tmp_path / "mine"), card={"task": "classification"})
+    assert zoo.model_card(directory)["task"] == "classification"  # a directory, as zoo.load takes it
+    with pytest.raises(FileNotFoundError, match="is not a preset directory: it has no metadata.json"):
+        zoo.model_card(str(tmp_path))
     restored = zoo.load(directory)
     x = np.random.default_rng(1).uniform(0, 255, (2, 28, 28, 1)).astype(np.float32)
     np.testing.assert_allclose(np.asarray(restored(x)), np.asarray(model(x)), atol=1e-6)

@@ -4,12 +4,14 @@
 model built with ``include_top=False`` (and ``pooling=None``), checked to output a rank-4 feature map.
 """
 
+import inspect
+
 import keras
 from keras import layers
 
 from ot_layers.validation import check_in_range, check_positive_int
 from zoo.inputs import check_input_shape
-from zoo.resnet import resnet20, resnet32, resnet56
+from zoo.resnet import cifar_resnet, resnet20, resnet32, resnet56
 from zoo.resnet12 import resnet12
 
 
@@ -77,6 +79,15 @@ def _output_shape(model, input_shape):
     return tuple(model.compute_output_shape((None,) + tuple(input_shape)))
 
 
+def builder_options(name):
+    """The keyword arguments :func:`backbone` passes to the builder of backbone ``name`` (a key of ``BACKBONES``):
+    the builder's own arguments less ``input_shape`` (and the CIFAR-style ResNets' ``depth``, which their name
+    fixes)."""
+    builder = {"resnet12": resnet12, "small_convnet": small_convnet}.get(name, cifar_resnet)
+    return [parameter for parameter in inspect.signature(builder).parameters
+            if parameter not in ("input_shape", "depth")]
+
+
 def backbone(spec, input_shape=None, **kwargs):
     """A feature extractor returning a feature map ``(B, H, W, C)``.
 
@@ -96,6 +107,11 @@ def backbone(spec, input_shape=None, **kwargs):
             raise ValueError(f"`backbone` must be one of {list(BACKBONES)} or a Keras model returning a feature map "
                              f"(B, H, W, C), got {spec!r}.")
         input_shape = DEFAULT_INPUT_SHAPES[key] if input_shape is None else check_input_shape(input_shape)
+        options = builder_options(key)
+        for option in kwargs:
+            if option not in options:
+                raise ValueError(f"`{option}` is not a builder option of backbone {key!r}, which takes "
+                                 f"{', '.join(options)} (and `input_shape`).")
         return _builders()[key](input_shape=input_shape, **kwargs)
     if not isinstance(spec, keras.Model):
         raise ValueError(f"`backbone` must be one of {list(BACKBONES)} or a keras.Model returning a feature map "

@@ -8,6 +8,7 @@ are package data (``zoo/presets/<name>/``, their ``config.json`` written from :f
 """
 import os
 import urllib.error
+import warnings
 from typing import Callable, NamedTuple
 
 import keras
@@ -15,8 +16,8 @@ import keras
 from ot_layers.validation import check_flag
 from zoo.backbones import backbone as resolve_backbone
 from zoo.models import CLASSIFICATION_HEAD_LAYERS, image_classifier
-from zoo.preset_format import (CARD_FILE, CONFIG_FILE, WEIGHTS_FILE, MissingWeightsError, WeightsDownloadError,
-                               WeightsIntegrityError, check_sha256, is_weights_url, load_preset, load_weights,
+from zoo.preset_format import (CARD_FILE, CONFIG_FILE, WEIGHTS_FILE, MissingWeightsError, PresetFormatError,
+                               WeightsDownloadError, WeightsIntegrityError, check_sha256, is_weights_url, load_preset, load_weights,
                                read_card, sha256_of, weights_with_card, write_preset)
 from zoo.registry import PRESETS
 from zoo.resnet import cifar_resnet
@@ -52,7 +53,13 @@ def preset_dir(name):
 def model_card(name):
     """The model card of preset ``name`` as a dict (task, data and split, recipe, metrics, parameters, sha256 of
     the weights, training time and hardware, the reproducing command, date). A preset whose weights have not been
-    trained yet has ``metrics=None`` and ``weights_sha256=None``."""
+    trained yet has ``metrics=None`` and ``weights_sha256=None``. ``name`` may also be a preset directory, as for
+    :func:`load`: its ``metadata.json``."""
+    if name not in PRESETS and os.path.isdir(str(name)):
+        card = read_card(str(name))
+        if card is None:
+            raise FileNotFoundError(f"{str(name)!r} is not a preset directory: it has no {CARD_FILE}.")
+        return card
     spec = _spec(name)
     card = read_card(preset_dir(name))
     if card is not None:
@@ -70,8 +77,9 @@ def _backbone(backbone, input_shape, l2):
     """The feature extractor ``backbone`` (a name) for ``input_shape``, named ``backbone``; ``l2`` applies to the
     CIFAR-style ResNets."""
     input_shape = tuple(input_shape)
-    if backbone in L2_BACKBONES:
-        return cifar_resnet(int(backbone[len("resnet"):]), input_shape, l2=l2, name="backbone")
+    key = backbone.lower() if isinstance(backbone, str) else backbone  # backbone names are case-insensitive
+    if key in L2_BACKBONES:
+        return cifar_resnet(int(key[len("resnet"):]), input_shape, l2=l2, name="backbone")
     if l2:
         raise ValueError(f"`l2` applies to the CIFAR-style ResNet backbones only, not to {backbone!r}.")
     return resolve_backbone(backbone, input_shape)
@@ -216,7 +224,8 @@ def load(name, pretrained=True, weights=None, **overrides):
     network needed). The model states its task (``ot_layers.TaskModel``), the card's ``task``.
 
     For a built-in ``name`` only: ``pretrained=False`` gives :func:`build`'s untrained model; ``overrides`` go to
-    :func:`build` (the weights then load only if the shapes still match); ``weights``: a ``.weights.h5`` file, a
+    :func:`build` (the weights then load only if the shapes still match, with a warning that the card describes
+    the model without the overrides, and those of layers the overrides remove are not used); ``weights``: a ``.weights.h5`` file, a
     preset directory (its ``model.weights.h5``) or an http(s) URL (fetched with ``keras.utils.get_file`` into
     ``$KERAS_HOME``; one that cannot be fetched raises :class:`WeightsDownloadError`, a ``ConnectionError``) instead
     of the packaged weights. Weights are checked before they load against the card that
@@ -233,7 +242,9 @@ def load(name, pretrained=True, weights=None, **overrides):
             return load_preset(str(name))
         raise ValueError(f"Unknown preset {name!r}, and no preset directory of that name; known presets: "
                          f"{', '.join(sorted(PRESETS))}.")
-    if not pretrained and weights is None:
+    if not pretrained:
+        if weights is not None:
+            raise ValueError("`weights` load pretrained weights, which `pretrained=False` declines; drop one of them.")
         return build(name, **overrides)
     if weights is None and not overrides:
         _package_weights(name)
@@ -246,7 +257,18 @@ def load(name, pretrained=True, weights=None, **overrides):
         path = _url_weights(name, str(weights), card.get("weights_sha256"))
     else:
         path, card = weights_with_card(weights)
-    return load_weights(model, path, card)
+    if not overrides:
+        return load_weights(model, path, card)
+    changes = ", ".join(f"{key}={value!r}" for key, value in overrides.items())
+    try:
+        model = load_weights(model, path, card)
+    except PresetFormatError as error:
+        raise PresetFormatError(f"{error} (the overrides {changes} change the architecture the weights were "
+                                "trained for; load with pretrained=False to train it anew)") from error
+    warnings.warn(f"zoo.load({name!r}, {changes}): the weights were trained, and the card's metrics measured, "
+                  "without these overrides; weights of layers they remove are left unused.", UserWarning,
+                  stacklevel=2)
+    return model
 
 
 def save_preset(model, directory, card=None):

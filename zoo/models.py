@@ -16,7 +16,6 @@ Heads by name (``CLASSIFICATION_HEADS``):
 Retrieval and few-shot models are in :mod:`zoo.tasks`. The served models are ``ot_layers.TaskModel``s that state
 their task (here ``"classification"``), which the exporters read.
 """
-import math
 import numbers
 
 import keras
@@ -55,10 +54,16 @@ def check_kwargs(name, value):
 
 
 def _check_pixel_statistics(pixel_mean, pixel_std, names=("pixel_mean", "pixel_std")):
-    """A NaN or infinite mean would turn every pixel into NaN; a string or a list failed inside ``float``."""
-    if isinstance(pixel_mean, bool) or not isinstance(pixel_mean, numbers.Real) or not math.isfinite(pixel_mean):
-        raise ValueError(f"`{names[0]}` must be a finite number (in [0, 1] units), got {pixel_mean!r}.")
+    """The statistics are in [0, 1] units (pixels / 255): a mean in [0, 1] and a std in (0, 1]. A NaN or infinite
+    mean would turn every pixel into NaN; 0-255 statistics (a mean of 125) would scale the pixels 255 times too
+    little; a string or a list failed inside ``float``."""
+    if isinstance(pixel_mean, bool) or not isinstance(pixel_mean, numbers.Real) or not 0 <= pixel_mean <= 1:
+        raise ValueError(f"`{names[0]}` must be a number in [0, 1] (the pixels' mean in [0, 1] units, pixels / 255), "
+                         f"got {pixel_mean!r}.")
     check_positive(names[1], pixel_std)
+    if pixel_std > 1:
+        raise ValueError(f"`{names[1]}` must be in (0, 1] (the pixels' standard deviation in [0, 1] units, "
+                         f"pixels / 255), got {pixel_std!r}.")
 
 
 def image_input(backbone, input_shape=None, backbone_kwargs=None):

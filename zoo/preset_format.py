@@ -16,6 +16,7 @@ load with a warning that they are unchecked (:func:`load_weights`). Deserializin
 import hashlib
 import json
 import os
+import re
 import warnings
 
 import keras
@@ -168,8 +169,24 @@ def load_weights(model, path, card):
         model.load_weights(path)
     except (ValueError, OSError) as error:  # another architecture's weights, or no weights file (h5py's OSError)
         raise PresetFormatError(f"the weights {path!r} do not load into {model.name!r}: "
-                                f"{str(error).splitlines()[0]}") from error
+                                f"{_load_failure(error)}") from error
     return model
+
+
+def _load_failure(error):
+    """Why Keras could not load a weights file, in one line. Keras' message on objects that did not load is
+    paragraphs: a count, one object's reason (a shape mismatch goes on with the variable's values), their list."""
+    text = str(error)
+    paragraphs = [paragraph for paragraph in text.split("\n\n") if paragraph.strip()]
+    if not re.match(r"A total of \d+ objects could not be loaded", text) or len(paragraphs) < 2:
+        return text.splitlines()[0] if text else type(error).__name__
+    reason = paragraphs[1].splitlines()[0]
+    shapes = re.search(r"variable\.shape=(\(.*?\)), Received: value\.shape=(\(.*?\))", reason)
+    variable = re.search(r"Target variable: <Variable path=([^,>]+)", reason)
+    if shapes and variable:
+        reason = f"{variable.group(1)} has shape {shapes.group(1)} in the model and {shapes.group(2)} in the file"
+    names = re.findall(r"name=([^,>]+)", paragraphs[-1]) if "could not be loaded:" in paragraphs[-1] else []
+    return f"{reason.rstrip('.')} (not loaded: {', '.join(names)})" if names else reason
 
 
 def load_preset(directory):

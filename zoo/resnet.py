@@ -9,7 +9,7 @@ classifier: the heads of ``ot_layers`` take the feature map.
 import keras
 from keras import layers
 
-from ot_layers.validation import check_in_range, check_positive, check_positive_int
+from ot_layers.validation import check_in_range, check_non_negative, check_positive_int
 from zoo.inputs import check_input_shape
 
 WIDTHS = (16, 32, 64)
@@ -47,12 +47,11 @@ def cifar_resnet(depth=20, input_shape=(32, 32, 3), widths=WIDTHS, l2=0.0, bn_mo
     depth = check_positive_int("depth", depth)
     if depth < 8 or (depth - 2) % 6:
         raise ValueError(f"`depth` must be 6 n + 2 with n >= 1 (20, 32, 56, 110, ...), got {depth!r}.")
-    if len(widths) != 3:
-        raise ValueError(f"`widths` must have 3 entries (one per stage), got {widths!r}.")
+    if not isinstance(widths, (list, tuple)) or len(widths) != 3:
+        raise ValueError(f"`widths` must be a list of 3 entries (one per stage), got {widths!r}.")
     for width in widths:
         check_positive_int("widths", width)
-    if l2:
-        check_positive("l2", l2)
+    check_non_negative("l2", l2)
     check_in_range("bn_momentum", bn_momentum, 0.0, 1.0)
     input_shape = check_input_shape(input_shape)
     blocks = (depth - 2) // 6

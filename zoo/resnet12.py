@@ -28,8 +28,9 @@ def _block(x, filters, pool, name):
 
 def resnet12(input_shape=(84, 84, 3), widths=WIDTHS, pool=(True, True, True, True), name="resnet12"):
     """A ResNet-12 feature extractor returning the last block's feature map ``(B, H, W, widths[-1])``."""
-    if len(widths) != 4 or len(pool) != 4:
-        raise ValueError(f"`widths` and `pool` must each have 4 entries (one per block), got {widths!r}, {pool!r}.")
+    for argument, value in (("widths", widths), ("pool", pool)):
+        if not isinstance(value, (list, tuple)) or len(value) != 4:
+            raise ValueError(f"`{argument}` must be a list of 4 entries (one per block), got {value!r}.")
     for width in widths:
         check_positive_int("widths", width)
     inputs = keras.Input(shape=input_shape, name="images")

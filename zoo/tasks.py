@@ -16,7 +16,7 @@ from ot_layers.layers.emd_head import SCALE as EMD_SCALE
 from ot_layers.layers.emd_head import EMDHead
 from ot_layers.layers.generalized_sum_pooling import GeneralizedSumPooling
 from ot_layers.layers.task_layers import L2Normalization, PrototypeLogits, SplitEpisode, SupportClassMeans
-from ot_layers.task_model import TaskModel
+from ot_layers.task_model import TaskModel, model_task
 from ot_layers.validation import check_choice, check_positive_int
 from zoo.head_layers import HeadLayer
 from zoo.models import _check_pixel_statistics, check_kwargs, image_input, pixel_preprocessing
@@ -78,6 +78,9 @@ def proxy_training_model(model, num_classes, num_proxies=1, initializer="random_
             or len(model.outputs[0].shape) != 2:
         raise ValueError("`model` must be a keras.Model with one input and one output of embeddings (B, D), got "
                          f"{model!r}.")
+    if model_task(model) not in (None, "retrieval"):
+        raise ValueError(f"`model` must be an embedding model, got a {model_task(model)} model ({model.name!r}), "
+                         "whose outputs are not embeddings.")
     num_classes = check_positive_int("num_classes", num_classes)
     num_proxies = check_positive_int("num_proxies", num_proxies)
     proxies = ClassProxies(num_classes, num_proxies=num_proxies, initializer=initializer, name="proxies")

@@ -59,6 +59,9 @@ class HypersphericalPrototypes(ExportableLayer):
         if self.num_classes < 2:
             raise ValueError(f"`num_classes` must be >= 2, got {num_classes!r}.")
         self.dim = check_positive_int("dim", dim)
+        if self.dim == 1 and self.num_classes > 2:  # a line holds two unit vectors: classes would share prototypes
+            raise ValueError(f"`dim` must be >= 2 for more than 2 classes (the unit vectors of dimension 1 are -1 and "
+                             f"+1), got dim=1 for num_classes={self.num_classes}.")
         self.momentum = float(check_in_range("momentum", momentum, 0.0, 1.0, high_open=True))
         self.seed = check_seed("seed", seed)
         self._given_prototypes = None

@@ -3,6 +3,7 @@ means and prototype logits (Snell et al. 2017)."""
 import keras
 from keras import ops
 
+from ot_layers.backends import values_known
 from ot_layers.layers.base import ExportableLayer
 from ot_layers.tensor_ops import as_compute_dtype, at_least, label_columns, normalize_rows
 from ot_layers.validation import (
@@ -44,8 +45,11 @@ class SplitEpisode(ExportableLayer):
 @keras.saving.register_keras_serializable(package="ot_layers")
 class SupportClassMeans(ExportableLayer):
     """``[support (S, ...), support_labels (S,)] -> (ways, ...)``: the mean of each class's support samples
-    (feature maps or vectors), classes ``0..ways-1``. Labels outside that range are ignored; a class without
-    support samples gets zeros. Computed in float32 as a one-hot product (XLA-compilable, exportable)."""
+    (feature maps or vectors), classes ``0..ways-1``; a class without support samples gets zeros. Labels outside
+    that range (an episode's classes kept under their data set's numbers, say 5-9) raise ``ValueError`` where their
+    values are known (eager calls; PyTorch outside ``torch.compile``); in a traced call (``tf.function``,
+    ``jax.jit``, an exported graph) they match no class and are ignored. Computed in float32 as a one-hot product
+    (XLA-compilable, exportable)."""
 
     INPUT_NAMES = ("support", "support_labels")
 
@@ -61,6 +65,8 @@ class SupportClassMeans(ExportableLayer):
     def call(self, inputs):
         support, labels = check_input_pair(self, inputs)
         check_labels_per_row("`support_labels`", labels, "`support`", support)
+        if values_known(labels):
+            self._check_label_range(ops.convert_to_numpy(labels))
         support = as_compute_dtype(support)
         # one-hot by comparison: a label outside 0..ways-1 matches no class on every backend
         one_hot = ops.cast(label_columns(ops.cast(labels, "int32"), self.ways), support.dtype)
@@ -69,6 +75,13 @@ class SupportClassMeans(ExportableLayer):
         counts = ops.reshape(at_least(counts, 1.0),
                              (self.ways,) + (1,) * (len(support.shape) - 1))
         return ops.cast(sums / counts, self.compute_dtype)
+
+    def _check_label_range(self, labels):
+        outside = (labels < 0) | (labels >= self.ways)
+        if outside.any():
+            raise ValueError(f"`support_labels` must number the episode's classes 0..{self.ways - 1}, got "
+                             f"{int(labels[outside].reshape(-1)[0])}; renumber them, e.g. with "
+                             "numpy.unique(labels, return_inverse=True)[1].")
 
     def compute_output_shape(self, input_shape):
         return (self.ways,) + tuple(input_shape[0][1:])

@@ -27,6 +27,7 @@ from keras import ops
 sys.path.insert(0, os.path.abspath(os.path.join(os.path.dirname(__file__), "..", "..")))
 
 from backend_tools import gradients as backend_gradients  # noqa: E402
+from backend_tools import jitted  # noqa: E402
 from ot_layers.layers.class_proxies import ClassProxies  # noqa: E402
 from ot_layers.layers.hyperspherical_prototypes import HypersphericalPrototypes  # noqa: E402
 from ot_layers.layers.manifold_proxies import ManifoldProxies  # noqa: E402
@@ -133,9 +134,19 @@ def check_episode(metric):
     e1 = assert_close("SplitEpisode", np.concatenate([ops.convert_to_numpy(q), ops.convert_to_numpy(s)]), feats)
     means_layer = SupportClassMeans(ways)
     bad = labels.copy()
-    bad[0] = ways + 3  # ignored
-    means = ops.convert_to_numpy(means_layer([support, bad]))
-    want_means = np.stack([support[bad == k].mean(0) for k in range(ways)])
+    bad[0] = ways + 3  # refused where its value is known, else ignored
+    try:
+        means_layer([support, bad])
+        raise AssertionError("SupportClassMeans took a support label outside 0..ways-1 in an eager call")
+    except ValueError as error:
+        if f"`support_labels` must number the episode's classes 0..{ways - 1}, got {ways + 3}" not in str(error):
+            raise
+    if BACKEND != "torch":  # PyTorch runs the compiled function eagerly, where the label is refused
+        means = ops.convert_to_numpy(jitted(lambda s, y: means_layer([s, y]))(support, bad))
+        want_means = np.stack([support[bad == k].mean(0) for k in range(ways)])
+        assert_close("SupportClassMeans (traced, a label ignored)", means, want_means)
+    means = ops.convert_to_numpy(means_layer([support, labels]))
+    want_means = np.stack([support[labels == k].mean(0) for k in range(ways)])
     e2 = assert_close("SupportClassMeans", means, want_means)
     maps = rand(ways * shots, 2, 3, dim)  # feature maps too
     e2 = max(e2, assert_close("SupportClassMeans maps", ops.convert_to_numpy(means_layer([maps, labels])),
