@@ -33,6 +33,12 @@ IMAGES = np.zeros((4, 8, 8, 1), np.float32)
     (lambda: solvers.partial_transport(np.zeros((3, 0)), transport_ratio=0.5), "cost"),
     (lambda: solvers.partial_transport(np.zeros((0, 4)), transport_ratio=1.0), "cost"),
     (lambda: solvers.emd(np.zeros((2, 2)), method="exact", domain="logg"), "domain"),
+    # Keras' "Could not interpret initializer identifier" named no argument; None fell back to Keras' own default
+    (lambda: layers.GeneralizedSumPooling(initializer=None), "initializer"),
+    (lambda: layers.MultiProxyWasserstein(3, initializer="nope"), "initializer"),
+    (lambda: layers.ClassProxies(3, initializer=None), "initializer"),
+    (lambda: layers.StructuredFC(2, 3, initializer="nope"), "initializer"),
+    (lambda: layers.HypersphericalPrototypes(3, 1), "dim"),  # two unit vectors in 1-d: classes shared prototypes
 ])
 def test_a_bad_argument_is_one_value_error_naming_it(build, name):
     with pytest.raises(ValueError, match=f"`{name}`"):

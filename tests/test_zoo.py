@@ -100,6 +100,8 @@ def test_build_names_an_override_the_head_does_not_take(name, key, message):
     with pytest.raises(ValueError, match=f"^`{key}` is not an architecture key of the .* preset '{name}' "
                                          rf"\(backbone, .*\), and {message}"):
         zoo.build(name, backbone="small_convnet", **{key: 1})
+    with pytest.raises(ValueError, match="^`pretrained` is an argument of zoo.load, not of zoo.build"):
+        zoo.build(name, pretrained=True)  # "did you mean `trainable`?" otherwise
 
 
 def test_load_with_overrides_warns_that_the_card_describes_the_preset_without_them():

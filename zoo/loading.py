@@ -135,6 +135,9 @@ def _check_layer_overrides(spec, builder, kind, layer_overrides):
     layer of ``builder.layer`` ``kind``; the first that is not is named with the keys and arguments there are."""
     layer = builder.layers[kind]
     for key in layer_overrides:
+        if key in ("pretrained", "weights"):
+            raise ValueError(f"`{key}` is an argument of zoo.load, not of zoo.build (which builds an untrained "
+                             "architecture).")
         reason = f"the {kind!r} {builder.layer} takes no arguments" if layer is None else layer.refusal(key)
         if reason is not None:
             raise ValueError(f"`{key}` is not an architecture key of the {spec.task} preset {spec.name!r} "

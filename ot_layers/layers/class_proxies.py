@@ -4,6 +4,7 @@ import keras
 from keras import ops
 
 from ot_layers.layers.base import ExportableLayer
+from ot_layers.layers.weight_initializer import resolve_initializer
 from ot_layers.tensor_ops import normalize_rows
 from ot_layers.validation import check_choice, check_positive_int, check_rank
 
@@ -38,7 +39,7 @@ class ClassProxies(ExportableLayer):
         self.num_classes = check_positive_int("num_classes", num_classes)
         self.num_proxies = check_positive_int("num_proxies", num_proxies)
         self.dim = None if dim is None else check_positive_int("dim", dim)
-        self.initializer = keras.initializers.get(initializer)
+        self.initializer = resolve_initializer("initializer", initializer)
         self.output_mode = check_choice("output", output, OUTPUTS)
 
     def build(self, input_shape):

@@ -4,6 +4,7 @@ import keras
 from keras import ops
 
 from ot_layers.layers.base import ExportableLayer
+from ot_layers.layers.weight_initializer import resolve_initializer
 from ot_layers.solvers.partial_transport import GRADIENTS, partial_transport
 from ot_layers.tensor_ops import at_least, flatten_feature_map
 from ot_layers.validation import (
@@ -74,7 +75,7 @@ class GeneralizedSumPooling(ExportableLayer):
         self.threshold = float(check_non_negative("threshold", threshold))
         self.gradient = check_choice("gradient", gradient, GRADIENTS)
         self.return_attributes = check_flag("return_attributes", return_attributes)
-        self.initializer = keras.initializers.get(initializer)
+        self.initializer = resolve_initializer("initializer", initializer)
 
     def build(self, input_shape):
         check_rank("inputs", input_shape, (3, 4))

@@ -3,6 +3,7 @@ import keras
 from keras import ops
 
 from ot_layers.layers.base import ExportableLayer
+from ot_layers.layers.weight_initializer import resolve_initializer
 from ot_layers.layers.sinkhorn_match import SinkhornMatch
 from ot_layers.tensor_ops import flatten_feature_map
 from ot_layers.validation import check_positive_int, check_rank
@@ -39,7 +40,7 @@ class MultiProxyWasserstein(ExportableLayer):
         super().__init__(**kwargs)
         self.num_classes = check_positive_int("num_classes", num_classes)
         self.num_proxies = check_positive_int("num_proxies", num_proxies)
-        self.initializer = keras.initializers.get(initializer)
+        self.initializer = resolve_initializer("initializer", initializer)
         self.matcher = SinkhornMatch(cost="cosine", p=p, epsilon=epsilon, max_iter=max_iter, threshold=threshold,
                                      gradient=gradient, pairing="class", dtype=self.dtype_policy, name="matcher")
 

@@ -3,6 +3,7 @@ import keras
 import numpy as np
 
 from ot_layers.layers.base import ExportableLayer
+from ot_layers.layers.weight_initializer import resolve_initializer
 from ot_layers.layers.emd_head import EMDHead
 from ot_layers.validation import check_labels, check_positive_int, check_rank
 
@@ -29,7 +30,7 @@ class StructuredFC(ExportableLayer):
             raise ValueError(f"`head` must be a dict of EMDHead arguments (e.g. {{'method': 'sinkhorn'}}), got "
                              f"{head!r}.")
         self.head_config = dict(head or {})
-        self.initializer = keras.initializers.get(initializer)
+        self.initializer = resolve_initializer("initializer", initializer)
         self.head = EMDHead(**self.head_config, dtype=self.dtype_policy, name="emd")
         self.supports_jit = self.head.supports_jit
 
