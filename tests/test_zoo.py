@@ -1,6 +1,7 @@
 """The zoo: CIFAR-style ResNets, in-model preprocessing, the presets registry and its errors."""
 import json
 import os
+import warnings
 
 import keras
 import numpy as np
@@ -72,7 +73,6 @@ def test_build_overrides_reach_the_head_and_architecture():
     ("resnet20_mpw_fashion_mnist", dict(head="gap_fc"), "dense_head"),
     ("resnet20_hyperspherical_fashion_mnist", dict(head="mpw", num_proxies=2), "mpw_head"),
     ("resnet20_emd_fewshot_fashion_mnist", dict(head="protonet"), "protonet_head"),
-    ("resnet20_gsp_retrieval_fashion_mnist", dict(pooling="gap"), "gap"),
 ])
 def test_another_head_starts_from_its_own_defaults(name, overrides, layer):
     """Another head than the preset's used to receive the preset's head arguments (the MPW preset's ``num_proxies``
@@ -113,11 +113,20 @@ def test_load_with_overrides_warns_that_the_card_describes_the_preset_without_th
     assert "gsp" not in [layer.name for layer in model.layers]
 
 
+def test_load_with_overrides_that_change_nothing_loads_without_a_warning():
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # the weights' and card's own architecture: nothing to warn about
+        zoo.load("resnet20_gap_fashion_mnist", num_classes=10, backbone="ResNet20")
+    with pytest.raises(loading.PresetFormatError, match=r"\(not loaded: dense_head\)$"):  # no override blamed
+        zoo.load("resnet20_gap_fashion_mnist", weights=zoo.preset_dir("resnet20_mpw_fashion_mnist"), num_classes=10)
+
+
 def test_load_names_the_shape_and_the_override_that_keep_the_weights_out():
     """The message stopped at Keras' first line ("... Example error message for object <Dense ...>:")."""
     with pytest.raises(loading.PresetFormatError, match=r"dense_head/kernel has shape \(64, 5\) in the model and "
                                                         r"\(64, 10\) in the file \(not loaded: dense_head\) \(the "
-                                                        r"overrides num_classes=5 change the architecture"):
+                                                        r"overrides num_classes=5 change the preset.s architecture, "
+                                                        r"which the weights may no longer fit"):
         zoo.load("resnet20_gap_fashion_mnist", num_classes=5)
     with pytest.raises(loading.PresetFormatError, match=r"Layer 'dense_head' expected 2 variables, but received 0 "
                                                         r"variables during loading.* \(not loaded: dense_head\)$"):
@@ -126,9 +135,8 @@ def test_load_names_the_shape_and_the_override_that_keep_the_weights_out():
         zoo.load("resnet20_gap_fashion_mnist", pretrained=False, weights=zoo.preset_dir("resnet20_gap_fashion_mnist"))
 
 
-def test_l2_takes_zero_and_backbone_names_in_any_case():
+def test_l2_takes_backbone_names_in_any_case_and_is_named_with_its_range():
     assert zoo.build("resnet20_gap_fashion_mnist", backbone="ResNet20", l2=1e-4).losses  # the kernels' penalties
-    zoo.build("resnet20_gap_fashion_mnist", l2=0)
     with pytest.raises(ValueError, match=r"^`l2` must be a finite number >= 0, got -1"):
         zoo.build("resnet20_gap_fashion_mnist", l2=-1)
 

@@ -274,6 +274,8 @@ def test_keras_round_trip_reproduces_outputs(kind, tmp_path):
     (lambda: proxy_training_model(image_classifier("small_convnet", "gap_fc", 3, **TINY), 3), "model"),
     (lambda: image_classifier("small_convnet", "hyperspherical", 3, head_kwargs={"dim": 1}, **TINY), "dim"),
     (lambda: hyperspherical_training_model(image_classifier("small_convnet", "gap_fc", 3, **TINY)), "model"),
+    (lambda: hyperspherical_training_model(hyperspherical_training_model(
+        image_classifier("small_convnet", "hyperspherical", 3, **TINY))), "model"),
     (lambda: proxy_training_model(few_shot_model("small_convnet", "protonet", 2, **TINY), 3), "model"),
     (lambda: proxy_training_model(embedding_model("small_convnet", "gap", 4, **TINY), 0), "num_classes"),
     (lambda: hyperspherical_inference_model(image_classifier("small_convnet", "gap_fc", 3, **TINY)), "train"),

@@ -79,12 +79,16 @@ def _output_shape(model, input_shape):
     return tuple(model.compute_output_shape((None,) + tuple(input_shape)))
 
 
+# The function whose arguments each backbone's builder passes on (ResNet-20/32/56 wrap cifar_resnet).
+_OPTION_SOURCES = {"resnet20": cifar_resnet, "resnet32": cifar_resnet, "resnet56": cifar_resnet,
+                   "resnet12": resnet12, "small_convnet": small_convnet}
+
+
 def builder_options(name):
     """The keyword arguments :func:`backbone` passes to the builder of backbone ``name`` (a key of ``BACKBONES``):
     the builder's own arguments less ``input_shape`` (and the CIFAR-style ResNets' ``depth``, which their name
     fixes)."""
-    builder = {"resnet12": resnet12, "small_convnet": small_convnet}.get(name, cifar_resnet)
-    return [parameter for parameter in inspect.signature(builder).parameters
+    return [parameter for parameter in inspect.signature(_OPTION_SOURCES[name]).parameters
             if parameter not in ("input_shape", "depth")]
 
 
@@ -110,7 +114,8 @@ def backbone(spec, input_shape=None, **kwargs):
         options = builder_options(key)
         for option in kwargs:
             if option not in options:
-                raise ValueError(f"`{option}` is not a builder option of backbone {key!r}, which takes "
+                fixed = " (its name fixes the depth: resnet20, resnet32 or resnet56)" if option == "depth" else ""
+                raise ValueError(f"`{option}` is not a builder option of backbone {key!r}{fixed}, which takes "
                                  f"{', '.join(options)} (and `input_shape`).")
         return _builders()[key](input_shape=input_shape, **kwargs)
     if not isinstance(spec, keras.Model):

@@ -46,10 +46,17 @@ class HeadLayer(NamedTuple):
         hint = f" (did you mean `{close[0]}`?)" if close else ""
         return f"{layer} takes no argument `{key}`{hint}; it takes {', '.join(taken)}"
 
+    def first_refusal(self, keys):
+        """The first of ``keys`` the builder may not pass to the layer and why (:meth:`refusal`), or ``None``."""
+        for key in keys:
+            reason = self.refusal(key)
+            if reason is not None:
+                return key, reason
+        return None
+
     def check(self, argument, kwargs):
         """Every key of ``kwargs`` (the builder's ``argument``, a dict) must be one the layer takes from the builder;
         the first that is not is named in a ``ValueError``."""
-        for key in kwargs:
-            reason = self.refusal(key)
-            if reason is not None:
-                raise ValueError(f"`{argument}`: {reason}.")
+        refused = self.first_refusal(kwargs)
+        if refused is not None:
+            raise ValueError(f"`{argument}`: {refused[1]}.")

@@ -17,8 +17,8 @@ from ot_layers.validation import check_flag
 from zoo.backbones import backbone as resolve_backbone
 from zoo.models import CLASSIFICATION_HEAD_LAYERS, image_classifier
 from zoo.preset_format import (CARD_FILE, CONFIG_FILE, WEIGHTS_FILE, MissingWeightsError, PresetFormatError,
-                               WeightsDownloadError, WeightsIntegrityError, check_sha256, is_weights_url, load_preset, load_weights,
-                               read_card, sha256_of, weights_with_card, write_preset)
+                               WeightsDownloadError, WeightsIntegrityError, check_sha256, is_weights_url, load_preset,
+                               load_weights, read_card, sha256_of, weights_with_card, write_preset)
 from zoo.registry import PRESETS
 from zoo.resnet import cifar_resnet
 from zoo.spec import TASKS, PresetSpec, published_recipe
@@ -134,14 +134,51 @@ def _check_layer_overrides(spec, builder, kind, layer_overrides):
     """Each of ``layer_overrides`` (``build``'s overrides that are not architecture keys) must be an argument of the
     layer of ``builder.layer`` ``kind``; the first that is not is named with the keys and arguments there are."""
     layer = builder.layers[kind]
-    for key in layer_overrides:
-        if key in ("pretrained", "weights"):
-            raise ValueError(f"`{key}` is an argument of zoo.load, not of zoo.build (which builds an untrained "
-                             "architecture).")
-        reason = f"the {kind!r} {builder.layer} takes no arguments" if layer is None else layer.refusal(key)
-        if reason is not None:
-            raise ValueError(f"`{key}` is not an architecture key of the {spec.task} preset {spec.name!r} "
-                             f"({', '.join(builder.keys)}), and {reason}.")
+    loading_keys = [key for key in layer_overrides if key in ("pretrained", "weights")]
+    if loading_keys:
+        raise ValueError(f"`{loading_keys[0]}` is an argument of zoo.load, not of zoo.build (which builds an "
+                         "untrained architecture).")
+    if layer is None:
+        refused = (next(iter(layer_overrides)), f"the {kind!r} {builder.layer} takes no arguments")
+    else:
+        refused = layer.first_refusal(layer_overrides)
+    if refused is not None:
+        key, reason = refused
+        raise ValueError(f"`{key}` is not an architecture key of the {spec.task} preset {spec.name!r} "
+                         f"({', '.join(builder.keys)}), and {reason}.")
+
+
+def _architecture_values(spec):
+    """The architecture keys' values of preset ``spec`` (a :class:`zoo.spec.PresetSpec`)."""
+    arch, data = spec.architecture, spec.data
+    return dict(backbone=arch.backbone, head=arch.head, pooling=arch.pooling, embedding_dim=arch.embedding_dim,
+                ways=arch.ways, num_classes=data.num_classes, input_shape=data.input_shape,
+                pixel_mean=data.pixel_mean, pixel_std=data.pixel_std)
+
+
+def _same_value(given, own):
+    if isinstance(given, (list, tuple)) and isinstance(own, (list, tuple)):
+        return tuple(given) == tuple(own)
+    try:
+        return bool(given == own)
+    except (TypeError, ValueError):  # e.g. an array of several values
+        return False
+
+
+def _changes(spec, overrides):
+    """The overrides of preset ``spec`` that change its architecture or its layer's arguments: those whose value is
+    the preset's own (``num_classes=10`` of a 10-class preset, ``backbone="ResNet20"``) are left out."""
+    own = _architecture_values(spec)
+    if isinstance(own["backbone"], str):
+        own["backbone"] = own["backbone"].lower()
+    for field in ("head_kwargs", "pooling_kwargs"):
+        own.update(getattr(spec.architecture, field))
+    changed = {}
+    for key, value in overrides.items():
+        given = value.lower() if key == "backbone" and isinstance(value, str) else value
+        if key not in own or not _same_value(given, own[key]):
+            changed[key] = value
+    return changed
 
 
 def build(name, l2=0.0, **overrides):
@@ -159,13 +196,11 @@ def build(name, l2=0.0, **overrides):
     weight decay).
     """
     spec = name if isinstance(name, PresetSpec) else _spec(name)
-    arch, data = spec.architecture, spec.data
+    arch = spec.architecture
     if spec.task not in TASK_BUILDERS:
         raise ValueError(f"`task` of preset {spec.name!r} must be one of {list(TASK_BUILDERS)}, got {spec.task!r}.")
     builder = TASK_BUILDERS[spec.task]
-    values = dict(backbone=arch.backbone, head=arch.head, pooling=arch.pooling, embedding_dim=arch.embedding_dim,
-                  ways=arch.ways, num_classes=data.num_classes, input_shape=data.input_shape,
-                  pixel_mean=data.pixel_mean, pixel_std=data.pixel_std)
+    values = _architecture_values(spec)
     layer_overrides = {}
     for key, value in overrides.items():
         if key in _ARCHITECTURE_KEYS:
@@ -227,13 +262,14 @@ def load(name, pretrained=True, weights=None, **overrides):
     network needed). The model states its task (``ot_layers.TaskModel``), the card's ``task``.
 
     For a built-in ``name`` only: ``pretrained=False`` gives :func:`build`'s untrained model; ``overrides`` go to
-    :func:`build` (the weights then load only if the shapes still match, with a warning that the card describes
-    the model without the overrides, and those of layers the overrides remove are not used); ``weights``: a ``.weights.h5`` file, a
-    preset directory (its ``model.weights.h5``) or an http(s) URL (fetched with ``keras.utils.get_file`` into
-    ``$KERAS_HOME``; one that cannot be fetched raises :class:`WeightsDownloadError`, a ``ConnectionError``) instead
-    of the packaged weights. Weights are checked before they load against the card that
-    accompanies them: the directory's ``metadata.json``, the one beside a ``model.weights.h5`` file, the preset's
-    card for a URL or the packaged weights; a mismatch raises :class:`WeightsIntegrityError` (a ``ValueError``)
+    :func:`build` (the weights then load only if the shapes still match, with a warning, for an override that
+    changes the preset, that the card describes the model without it and that the weights of layers it removes are
+    not used); ``weights``: a ``.weights.h5`` file, a preset directory (its ``model.weights.h5``) or an http(s) URL
+    (fetched with ``keras.utils.get_file`` into ``$KERAS_HOME``; one that cannot be fetched raises
+    :class:`WeightsDownloadError`, a ``ConnectionError``) instead of the packaged weights; ``weights`` with
+    ``pretrained=False`` is refused. Weights are checked before they load against the card that accompanies them:
+    the directory's ``metadata.json``, the one beside a ``model.weights.h5`` file, the preset's card for a URL or the
+    packaged weights; a mismatch raises :class:`WeightsIntegrityError` (a ``ValueError``)
     naming the file and both hashes. A weights file no card accompanies loads with a warning that it is unchecked.
     """
     pretrained = check_flag("pretrained", pretrained)
@@ -260,14 +296,15 @@ def load(name, pretrained=True, weights=None, **overrides):
         path = _url_weights(name, str(weights), card.get("weights_sha256"))
     else:
         path, card = weights_with_card(weights)
-    if not overrides:
+    changed = _changes(PRESETS[name], overrides)
+    if not changed:
         return load_weights(model, path, card)
-    changes = ", ".join(f"{key}={value!r}" for key, value in overrides.items())
+    changes = ", ".join(f"{key}={value!r}" for key, value in changed.items())
     try:
         model = load_weights(model, path, card)
     except PresetFormatError as error:
-        raise PresetFormatError(f"{error} (the overrides {changes} change the architecture the weights were "
-                                "trained for; load with pretrained=False to train it anew)") from error
+        raise PresetFormatError(f"{error} (the overrides {changes} change the preset's architecture, which the "
+                                "weights may no longer fit; load with pretrained=False to train it anew)") from error
     warnings.warn(f"zoo.load({name!r}, {changes}): the weights were trained, and the card's metrics measured, "
                   "without these overrides; weights of layers they remove are left unused.", UserWarning,
                   stacklevel=2)

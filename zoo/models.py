@@ -137,6 +137,9 @@ def hyperspherical_training_model(model, name=None):
     if not isinstance(model, keras.Model):
         raise ValueError(f"`model` must be a keras.Model (a hyperspherical classifier), got "
                          f"{type(model).__name__}.")
+    if len(model.inputs) != 1:
+        raise ValueError(f"`model` must be the served classifier (input images only); {model.name!r} has "
+                         f"{len(model.inputs)} inputs (a training model already?).")
     try:
         head = find_layer(model, HypersphericalPrototypes)
         features = model.get_layer("embedding").output

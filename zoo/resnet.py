@@ -7,6 +7,7 @@ identity shortcuts elsewhere). A 28x28 input gives a 7x7x64 feature map, a 32x32
 classifier: the heads of ``ot_layers`` take the feature map.
 """
 import keras
+import numpy as np
 from keras import layers
 
 from ot_layers.validation import check_in_range, check_non_negative, check_positive_int
@@ -47,8 +48,8 @@ def cifar_resnet(depth=20, input_shape=(32, 32, 3), widths=WIDTHS, l2=0.0, bn_mo
     depth = check_positive_int("depth", depth)
     if depth < 8 or (depth - 2) % 6:
         raise ValueError(f"`depth` must be 6 n + 2 with n >= 1 (20, 32, 56, 110, ...), got {depth!r}.")
-    if not isinstance(widths, (list, tuple)) or len(widths) != 3:
-        raise ValueError(f"`widths` must be a list of 3 entries (one per stage), got {widths!r}.")
+    if not isinstance(widths, (list, tuple, np.ndarray)) or len(widths) != 3:
+        raise ValueError(f"`widths` must be a list or tuple of 3 entries (one per stage), got {widths!r}.")
     for width in widths:
         check_positive_int("widths", width)
     check_non_negative("l2", l2)

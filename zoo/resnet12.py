@@ -7,6 +7,7 @@ ResNet-12; 640 channels are the common ResNet-12's). ``pool`` chooses the blocks
 inputs keep a usable map (28x28 with ``pool=(True, True, False, False)`` -> 7x7).
 """
 import keras
+import numpy as np
 from keras import layers
 
 from ot_layers.validation import check_positive_int
@@ -29,8 +30,8 @@ def _block(x, filters, pool, name):
 def resnet12(input_shape=(84, 84, 3), widths=WIDTHS, pool=(True, True, True, True), name="resnet12"):
     """A ResNet-12 feature extractor returning the last block's feature map ``(B, H, W, widths[-1])``."""
     for argument, value in (("widths", widths), ("pool", pool)):
-        if not isinstance(value, (list, tuple)) or len(value) != 4:
-            raise ValueError(f"`{argument}` must be a list of 4 entries (one per block), got {value!r}.")
+        if not isinstance(value, (list, tuple, np.ndarray)) or len(value) != 4:
+            raise ValueError(f"`{argument}` must be a list or tuple of 4 entries (one per block), got {value!r}.")
     for width in widths:
         check_positive_int("widths", width)
     inputs = keras.Input(shape=input_shape, name="images")
