@@ -18,7 +18,7 @@ from zoo.backbones import backbone as resolve_backbone
 from zoo.models import CLASSIFICATION_HEAD_LAYERS, image_classifier
 from zoo.preset_format import (CARD_FILE, CONFIG_FILE, WEIGHTS_FILE, MissingWeightsError, PresetFormatError,
                                WeightsDownloadError, WeightsIntegrityError, check_sha256, is_weights_url, load_preset,
-                               load_weights, read_card, sha256_of, weights_with_card, write_preset)
+                               load_weights, preset_card, read_card, sha256_of, weights_with_card, write_preset)
 from zoo.registry import PRESETS
 from zoo.resnet import cifar_resnet
 from zoo.spec import TASKS, PresetSpec, published_recipe
@@ -56,10 +56,7 @@ def model_card(name):
     trained yet has ``metrics=None`` and ``weights_sha256=None``. ``name`` may also be a preset directory, as for
     :func:`load`: its ``metadata.json``."""
     if name not in PRESETS and os.path.isdir(str(name)):
-        card = read_card(str(name))
-        if card is None:
-            raise FileNotFoundError(f"{str(name)!r} is not a preset directory: it has no {CARD_FILE}.")
-        return card
+        return preset_card(name)
     spec = _spec(name)
     card = read_card(preset_dir(name))
     if card is not None:
@@ -168,9 +165,7 @@ def _same_value(given, own):
 def _changes(spec, overrides):
     """The overrides of preset ``spec`` that change its architecture or its layer's arguments: those whose value is
     the preset's own (``num_classes=10`` of a 10-class preset, ``backbone="ResNet20"``) are left out."""
-    own = _architecture_values(spec)
-    if isinstance(own["backbone"], str):
-        own["backbone"] = own["backbone"].lower()
+    own = _architecture_values(spec)  # the registry's backbone names are lower case
     for field in ("head_kwargs", "pooling_kwargs"):
         own.update(getattr(spec.architecture, field))
     changed = {}

@@ -189,14 +189,21 @@ def _load_failure(error):
     return f"{reason.rstrip('.')} (not loaded: {', '.join(names)})" if names else reason
 
 
+def preset_card(directory):
+    """The model card of preset directory ``directory`` (:func:`read_card`); a ``FileNotFoundError`` naming the
+    directory when it has none."""
+    card = read_card(str(directory))
+    if card is None:
+        raise FileNotFoundError(f"{str(directory)!r} is not a preset directory: it has no {CARD_FILE} (the model "
+                                "card naming the task and the weights' sha256).")
+    return card
+
+
 def load_preset(directory):
     """The model of preset directory ``directory``: ``config.json`` deserialized, stating the card's ``task``,
     with ``model.weights.h5`` checked against the card's sha256 and loaded."""
     directory = str(directory)
-    card = read_card(directory)
-    if card is None:
-        raise FileNotFoundError(f"{directory!r} is not a preset directory: it has no {CARD_FILE} (the model card "
-                                "naming the task and the weights' sha256).")
+    card = preset_card(directory)
     path = os.path.join(directory, WEIGHTS_FILE)
     if not os.path.isfile(path):
         raise PresetFormatError(f"the preset directory {directory!r} has no {WEIGHTS_FILE}.")

@@ -31,7 +31,7 @@ from training.recipes.components import check_recipe
 from training.recipes.epoch_log import EpochLog
 from training.recipes.tuned_config import load_tuned_config
 from zoo.loading import CARD_FILE, WEIGHTS_FILE, load, model_card, sha256_of
-from zoo.preset_format import read_card as read_preset_card, write_config
+from zoo.preset_format import preset_card as read_card, write_config  # a preset directory's card, or an error
 from zoo.registry import PRESETS
 from zoo.spec import PresetSpec, published_recipe, recipe_from_dict
 
@@ -116,15 +116,6 @@ def preset_recipe(name, **overrides):
     """The recipe of preset ``name`` with the non-``None`` ``overrides`` applied (a frozen ``zoo.spec.Recipe`` or
     ``FewShotRecipe``)."""
     return preset_spec(name, **overrides).recipe
-
-
-def read_card(directory):
-    """The model card (``metadata.json``) of a preset directory; a ``FileNotFoundError`` naming the directory when it
-    has none, :class:`zoo.preset_format.PresetFormatError` when it is not a JSON object."""
-    card = read_preset_card(directory)
-    if card is None:
-        raise FileNotFoundError(f"{directory!r} is not a preset directory: it has no {CARD_FILE}.")
-    return card
 
 
 def evaluation_target(preset, weights=None):
