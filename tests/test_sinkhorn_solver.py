@@ -133,9 +133,10 @@ def test_value_gradient_is_danskin():
 
 
 @pytest.mark.parametrize("mode", ["implicit", "unrolled"])
-@pytest.mark.parametrize("shape", [(4, 8, 3), (3, 5, 9), (2, 12, 10)])
+@pytest.mark.parametrize("shape", [(4, 8, 3), (3, 9, 8), (3, 5, 9), (2, 12, 10)])
 def test_gradients_under_xla_equal_those_outside_it(mode, shape):
-    # Under XLA the kernel products and the small Schur solves take another code path (fused elementwise ops).
+    # Under XLA the kernel products and the small Schur solves of costs with at most 8 columns take another code path
+    # (fused elementwise ops); wider costs keep the dots.
     rng = np.random.default_rng(7)
     cost = tf.constant(rng.uniform(0, 2, shape))
     weights = tf.constant(rng.normal(size=shape))
@@ -151,6 +152,24 @@ def test_gradients_under_xla_equal_those_outside_it(mode, shape):
     loss, grad = tf.function(value_and_grad)(cost)
     np.testing.assert_allclose(xla_loss, loss, rtol=1e-10)
     np.testing.assert_allclose(xla_grad, grad, atol=1e-9)
+
+
+def test_only_costs_of_at_most_8_columns_take_the_fused_products_and_only_under_xla():
+    from ot_layers.backends import fused_matvec, fused_small_products
+
+    chosen = {}
+
+    def probe(cost, where):
+        chosen[where, cost.shape[-1]] = (fused_small_products(cost), fused_matvec(cost))
+        return cost
+
+    for columns in (4, 8, 9, 49):
+        tf.function(lambda c: probe(c, "xla"), jit_compile=True)(tf.zeros((2, 5, columns)))
+        tf.function(lambda c: probe(c, "graph"))(tf.zeros((2, 5, columns)))
+        probe(tf.zeros((2, 5, columns)), "eager")
+    fused = {key for key, choice in chosen.items() if all(choice)}
+    assert fused == {("xla", 4), ("xla", 8)}, chosen
+    assert all(choice[0] == choice[1] for choice in chosen.values()), chosen
 
 
 @pytest.mark.parametrize("epsilon", [1e-2, 3e-3, 1e-3])

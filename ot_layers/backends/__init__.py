@@ -7,10 +7,10 @@ Every module gives the same names:
   outside ``jit``), so that argument checks on values (non-negative marginals, equal masses) can run;
 - ``run_solver_loop(fn, *args)``: runs a solver's iteration loop (TensorFlow compiles an eager loop into one graph;
   the other backends call ``fn``);
-- ``fused_small_products()``: whether batched small matrix products (Gram matrices) and tiny linear solves are
-  faster as fused multiply-and-sum and unrolled Cholesky steps than as dots and a batched solver here (TensorFlow
-  while tracing for XLA on CPU);
-- ``fused_matvec(matrix)``: the same for the batched small matrix-vector products of the Sinkhorn iterations with
+- ``fused_small_products(matrix)``: whether batched products of matrices like ``matrix`` ``(..., n, m)`` (Gram
+  matrices) and tiny linear solves are faster as fused multiply-and-sum and unrolled Cholesky steps than as dots and
+  a batched solver here (TensorFlow while tracing for XLA on CPU, for ``m <= 8``);
+- ``fused_matvec(matrix)``: the same for the batched matrix-vector products of the Sinkhorn iterations with
   ``matrix`` (TensorFlow under XLA, as above; PyTorch for a tensor on the CPU, whose batched matmul kernels are slow
   for many small matrices);
 - ``DIFFERENTIABLE_WHILE_LOOP``: whether the backend can reverse-differentiate a ``while_loop`` whose trip count

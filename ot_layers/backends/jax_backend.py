@@ -11,7 +11,8 @@ def values_known(x):
     return not isinstance(x, jax.core.Tracer)
 
 
-def fused_small_products():
+def fused_small_products(matrix):
+    del matrix
     return False
 
 

@@ -10,10 +10,22 @@ def values_known(x):
     return tf.executing_eagerly()
 
 
-def fused_small_products():
-    """True while tracing a ``jit_compile=True`` function (TF's internal XLA-context marker): XLA on CPU runs batched
-    small matrix-vector products and tiny linear solves several times slower than fused elementwise work, while
-    TensorFlow's own kernels favour the dots."""
+# XLA on CPU runs batched products with matrices whose last axis has at most this many entries faster as fused
+# multiply-and-sum, and longer ones faster as dots (``benchmarks/xla_cpu_products.py``).
+FUSED_PRODUCTS_MAX_LAST_AXIS = 8
+
+
+def fused_small_products(matrix):
+    """True while tracing a ``jit_compile=True`` function (:func:`in_xla_context`) for ``matrix`` ``(..., n, m)``
+    with ``m <= FUSED_PRODUCTS_MAX_LAST_AXIS``: XLA on CPU runs batched matrix products and tiny linear solves of such
+    matrices several times slower than fused elementwise work (the MPW head's 4 proxies), and those of longer ones
+    faster (DeepEMD's 49 nodes); TensorFlow's own kernels favour the dots."""
+    m = matrix.shape[-1]
+    return m is not None and m <= FUSED_PRODUCTS_MAX_LAST_AXIS and in_xla_context()
+
+
+def in_xla_context():
+    """True while tracing a ``jit_compile=True`` function (TF's internal XLA-context marker)."""
     try:
         from tensorflow.python.ops import control_flow_util
     except ImportError:  # pragma: no cover - the internal module moved
@@ -22,9 +34,8 @@ def fused_small_products():
 
 
 def fused_matvec(matrix):
-    """As :func:`fused_small_products` (XLA on CPU runs the batched matrix-vector products slowly too)."""
-    del matrix
-    return fused_small_products()
+    """As :func:`fused_small_products` (XLA on CPU runs the batched matrix-vector products the same way)."""
+    return fused_small_products(matrix)
 
 
 _COMPILED = {}

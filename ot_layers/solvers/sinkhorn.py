@@ -334,7 +334,7 @@ def _identity_like(matrix):
 
 def _spd_solve(matrix, rhs):
     m = matrix.shape[-1]
-    if fused_small_products() and m is not None and m <= UNROLLED_SOLVE_MAX_SIZE:
+    if fused_small_products(matrix) and m is not None and m <= UNROLLED_SOLVE_MAX_SIZE:
         return _unrolled_cholesky_solve(matrix, rhs)
     # A batched solver may raise (TensorFlow) or spread NaN for a batch holding one non-finite matrix: solve an
     # identity there instead and give that problem NaN, so NaN input stays in its own problem.
@@ -357,7 +357,7 @@ def _adjoint(plan, upstream):
     rows = at_least(ops.sum(plan, axis=-1), _tiny(plan))
     cols = ops.sum(plan, axis=-2)
     scaled = plan / rows[..., :, None]
-    if fused_small_products():
+    if fused_small_products(plan):
         gram = ops.sum(plan[..., :, :, None] * scaled[..., :, None, :], axis=-3)
     else:
         gram = ops.einsum(_batched("ki,kj->ij", plan), plan, scaled)
