@@ -11,7 +11,7 @@ compiling):
   dots     every product as dots;
   by_size  the solver's choice (fused up to 8 columns);
 
-on three workloads:
+on five workloads:
 
   mpw_head          the MPW head of ``benchmarks/sinkhorn.py`` (B=64 maps of n=64 elements against K=100 classes of
                     M=4 proxies, 20 iterations), forward + backward;
@@ -19,6 +19,8 @@ on three workloads:
                     preset's settings between 75 query and 5 support maps of 7 x 7 x 64, ReLU of Gaussian features:
                     375 problems of 49 x 49), forward only (as in evaluation);
   deepemd_training  the same head, forward + backward (as in meta-training);
+  columns_8, _16    Sinkhorn on 1,600 random costs of 64 x 8 and 64 x 16 (30 iterations), forward + backward: on
+                    either side of the size where the choice changes;
 
 and checks that the three ways give the same numbers (the largest difference of the outputs relative to their
 scale). Ratios only: the absolute times depend on the machine and its load.
@@ -87,6 +89,21 @@ def _deepemd(backward):
     return step
 
 
+def _columns(count):
+    """Sinkhorn on 1,600 random costs of 64 x ``count`` (epsilon 0.1, 30 iterations, implicit gradient), forward +
+    backward: around the size where the choice changes."""
+    cost = tf.constant(np.random.default_rng(0).uniform(0, 2, (1600, 64, count)), tf.float32)
+    weights = tf.constant(np.random.default_rng(1).normal(size=(1600, 64, count)), tf.float32)
+
+    def step():
+        with tf.GradientTape() as tape:
+            tape.watch(cost)
+            loss = tf.reduce_sum(SOLVER.sinkhorn(cost, epsilon=0.1, max_iter=30, threshold=0.0).plan * weights)
+        return tf.reshape(tape.gradient(loss, cost), [-1])
+
+    return step
+
+
 def _time(make_step, repeats):
     """Each mode's step compiled under its choice of products (a traced function keeps the choice it was traced
     with), then timed in interleaved rounds."""
@@ -120,7 +137,8 @@ def main():
     parser.add_argument("--out", default=os.path.join(HERE, "results", "xla_cpu_products.json"))
     args = parser.parse_args()
     workloads = {"mpw_head": _mpw_head, "deepemd_episode": lambda: _deepemd(backward=False),
-                 "deepemd_training": lambda: _deepemd(backward=True)}
+                 "deepemd_training": lambda: _deepemd(backward=True), "columns_8": lambda: _columns(8),
+                 "columns_16": lambda: _columns(16)}
     report = {"tensorflow": tf.__version__, "cpu_count": os.cpu_count(), "repeats": args.repeats,
               "fused_products_max_last_axis": tensorflow_backend.FUSED_PRODUCTS_MAX_LAST_AXIS,
               "load_average_before": os.getloadavg(),

@@ -135,8 +135,8 @@ def test_value_gradient_is_danskin():
 @pytest.mark.parametrize("mode", ["implicit", "unrolled"])
 @pytest.mark.parametrize("shape", [(4, 8, 3), (3, 9, 8), (3, 5, 9), (2, 12, 10)])
 def test_gradients_under_xla_equal_those_outside_it(mode, shape):
-    # Under XLA the kernel products and the small Schur solves of costs with at most 8 columns take another code path
-    # (fused elementwise ops); wider costs keep the dots.
+    # Under XLA the products with matrices of at most 8 columns (the cost in the iterations, the plan turned to its
+    # smaller side in the backward) and the small Schur solves take another code path (fused elementwise ops).
     rng = np.random.default_rng(7)
     cost = tf.constant(rng.uniform(0, 2, shape))
     weights = tf.constant(rng.normal(size=shape))

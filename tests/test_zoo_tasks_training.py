@@ -39,8 +39,18 @@ def test_episode_index_draws_the_same_episode_whatever_came_before():
 
 
 @pytest.mark.parametrize("head, head_kwargs", [("emd", None), ("emd", {"method": "exact"}), ("protonet", None)])
-def test_embed_once_evaluation_equals_the_whole_model_on_each_episode(head, head_kwargs):
+def test_embed_once_evaluation_equals_the_whole_model_on_each_episode(head, head_kwargs, monkeypatch):
     """On TensorFlow the episodes run under XLA, but for the exact EMD (graph mode: its host call cannot compile)."""
+    import tensorflow as tf
+
+    compiled, function = [], tf.function
+
+    def recording_function(fn=None, **options):
+        if getattr(fn, "__name__", None) == "classify":
+            compiled.append(options.get("jit_compile"))
+        return function(fn, **options)
+
+    monkeypatch.setattr(tf, "function", recording_function)
     images, labels = _images()
     model = zoo.few_shot_model("small_convnet", head, ways=3, head_kwargs=head_kwargs, **SMALL)
     embed, classify = few_shot_parts(model)
@@ -56,6 +66,7 @@ def test_embed_once_evaluation_equals_the_whole_model_on_each_episode(head, head
         logits = model([images[query], images[support], support_label], training=False)
         expected.append(np.mean(np.argmax(np.asarray(logits), axis=-1) == query_label))
     result = few_shot_accuracy(model, images, labels, ways=3, shots=2, queries=4, episodes=4, seed=1)
+    assert compiled == [head_kwargs is None]
     assert result["episodes"] == 4
     assert result["mean"] == pytest.approx(np.mean(expected), abs=1e-9)
     assert result["ci95"] == pytest.approx(1.96 * np.std(expected) / 2.0, abs=1e-9)

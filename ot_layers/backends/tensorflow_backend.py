@@ -10,8 +10,9 @@ def values_known(x):
     return tf.executing_eagerly()
 
 
-# XLA on CPU runs batched products with matrices whose last axis has at most this many entries faster as fused
-# multiply-and-sum, and longer ones faster as dots (``benchmarks/xla_cpu_products.py``).
+# XLA on CPU runs batched products with matrices whose last axis is short (4: the MPW head) faster as fused
+# multiply-and-sum, and those with a long one (16, 49: DeepEMD) faster as dots (``benchmarks/xla_cpu_products.py``);
+# 8 is also the largest system the Sinkhorn backward solves by an unrolled Cholesky.
 FUSED_PRODUCTS_MAX_LAST_AXIS = 8
 
 
