@@ -44,30 +44,27 @@ import tensorflow as tf  # noqa: E402
 
 from ot_layers.backends import tensorflow_backend  # noqa: E402
 from ot_layers.layers.emd_head import EMDHead  # noqa: E402
-from ot_layers.layers.sinkhorn_match import SinkhornMatch  # noqa: E402
 from report import positive_count, write_json  # noqa: E402
 
 SOLVER = importlib.import_module("ot_layers.solvers.sinkhorn")  # the module (the package exports the function)
 MODES = {"fused": lambda matrix: tensorflow_backend.in_xla_context(), "dots": lambda matrix: False,
          "by_size": SOLVER.fused_small_products}
-MPW = dict(batch=64, classes=100, elements=64, proxies=4, dim=64, epsilon=0.1, iterations=20)
 EPISODE = dict(queries=75, ways=5, side=7, dim=64)
 
 
 def _mpw_head():
-    rng = np.random.default_rng(0)
-    features = tf.constant(rng.normal(size=(MPW["batch"], MPW["elements"], MPW["dim"])), tf.float32)
-    proxies = tf.constant(rng.normal(size=(MPW["classes"], MPW["proxies"], MPW["dim"])), tf.float32)
-    matcher = SinkhornMatch(epsilon=MPW["epsilon"], max_iter=MPW["iterations"], threshold=0.0, gradient="implicit")
+    """``benchmarks/sinkhorn.py``'s XLA step of otzoo's head, flattened into one vector."""
+    sys.path.insert(0, HERE)
+    import sinkhorn as mpw_benchmark
 
-    def step():
-        with tf.GradientTape() as tape:
-            tape.watch([features, proxies])
-            plan, inner, _ = matcher.match(features, proxies)
-            loss = tf.reduce_sum(plan * inner)
-        return tf.concat([tf.reshape(g, [-1]) for g in tape.gradient(loss, [features, proxies])], axis=0)
+    step = mpw_benchmark._tf_step("otzoo_xla")
+    return lambda: np.concatenate([np.ravel(t) for t in step()])
 
-    return step
+
+def _xla(fn):
+    """``fn`` compiled with XLA (traced at its first call), its output as one NumPy vector."""
+    compiled = tf.function(fn, jit_compile=True)
+    return lambda: tf.reshape(compiled(), [-1]).numpy()
 
 
 def _deepemd(backward):
@@ -80,13 +77,13 @@ def _deepemd(backward):
 
     def step():
         if not backward:
-            return tf.reshape(head([query, support]), [-1])
+            return head([query, support])
         with tf.GradientTape() as tape:
             tape.watch([query, support])
             loss = tf.reduce_sum(head([query, support]) ** 2)
         return tf.concat([tf.reshape(g, [-1]) for g in tape.gradient(loss, [query, support])], axis=0)
 
-    return step
+    return _xla(step)
 
 
 def _columns(count):
@@ -99,28 +96,28 @@ def _columns(count):
         with tf.GradientTape() as tape:
             tape.watch(cost)
             loss = tf.reduce_sum(SOLVER.sinkhorn(cost, epsilon=0.1, max_iter=30, threshold=0.0).plan * weights)
-        return tf.reshape(tape.gradient(loss, cost), [-1])
+        return tape.gradient(loss, cost)
 
-    return step
+    return _xla(step)
 
 
 def _time(make_step, repeats):
-    """Each mode's step compiled under its choice of products (a traced function keeps the choice it was traced
-    with), then timed in interleaved rounds."""
+    """Each mode's step made and first run (traced and compiled) under its choice of products, which a traced
+    function keeps, then timed in interleaved rounds."""
     chosen = (SOLVER.fused_matvec, SOLVER.fused_small_products)
-    compiled, outputs = {}, {}
+    steps, outputs = {}, {}
     try:
         for name, choice in MODES.items():
             SOLVER.fused_matvec = SOLVER.fused_small_products = choice
-            compiled[name] = tf.function(make_step(), jit_compile=True)
-            outputs[name] = compiled[name]().numpy()  # traces and compiles under this choice
+            steps[name] = make_step()
+            outputs[name] = steps[name]()
     finally:
         SOLVER.fused_matvec, SOLVER.fused_small_products = chosen
     times = {name: [] for name in MODES}
     for _ in range(repeats):
-        for name, step in compiled.items():
+        for name, step in steps.items():
             start = time.perf_counter()
-            step().numpy()
+            step()
             times[name].append(time.perf_counter() - start)
     median = {name: 1000 * statistics.median(values) for name, values in times.items()}
     scale = float(np.abs(outputs["dots"]).max())
