@@ -1,4 +1,6 @@
 """EMDHead and StructuredFC: reference values from POT, gradients, Keras checks, export (refused for exact)."""
+import warnings
+
 import keras
 import numpy as np
 import ot
@@ -120,6 +122,36 @@ def test_exact_head_gradient_matches_finite_differences():
 def test_bad_arguments_raise(kwargs, match):
     with pytest.raises(ValueError, match=match):
         EMDHead(**kwargs)
+
+
+def test_exact_method_warns_of_the_sinkhorn_settings_it_ignores(tmp_path):
+    """``EMDHead(epsilon=0.05)`` (the default method is exact) used to run the network simplex without a word: a
+    Sinkhorn setting given another value than its default now warns, naming it, once, where the head is made; the
+    defaults, the entropic method and calls do not warn, and the exact logits are those of the default head."""
+    with pytest.warns(UserWarning, match=r'EMDHead\(method="exact"\) ignores epsilon=0.05, threshold=0.0:') as caught:
+        head = EMDHead(epsilon=0.05, max_iter=100, threshold=0.0)
+    assert len(caught) == 1 and caught[0].filename == __file__
+    rng = np.random.default_rng(7)
+    query, support = rng.standard_normal((2, 4, 8)), rng.standard_normal((3, 5, 8))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        plain = EMDHead(method="exact")
+        EMDHead(method="sinkhorn", epsilon=0.05, max_iter=7, threshold=0.0)
+        logits = head([query, support])  # the call passes no Sinkhorn setting to the exact solver
+        np.testing.assert_allclose(logits.numpy(), plain([query, support]).numpy(), rtol=1e-6)
+        with pytest.warns(UserWarning, match="ignores epsilon=0.05"):  # a saved head warns again when loaded
+            EMDHead.from_config(head.get_config())
+
+
+def test_exact_solver_warns_of_the_sinkhorn_settings_it_ignores():
+    cost = np.random.default_rng(8).random((2, 3, 3))
+    with pytest.warns(UserWarning, match=r"emd\(method=\"exact\"\) ignores max_iter=5, domain='log':") as caught:
+        emd(cost, method="exact", max_iter=5, domain="log")
+    assert len(caught) == 1 and caught[0].filename == __file__
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        emd(cost, method="exact")
+        emd(cost, method="sinkhorn", max_iter=5, domain="log")
 
 
 def test_call_checks_inputs():

@@ -6,6 +6,7 @@ from ot_layers.layers.base import ExportableLayer
 from ot_layers.tensor_ops import at_least, compute_dtype, flatten_feature_map, normalize_rows
 from ot_layers.solvers.emd import (
     COSINE_KERNEL_LIMIT, METHODS, SINKHORN_EPSILON, SINKHORN_MAX_ITER, SINKHORN_THRESHOLD, emd,
+    warn_of_ignored_sinkhorn_settings,
 )
 from ot_layers.validation import (
     check_choice, check_flag, check_input_pair, check_non_negative, check_positive, check_positive_int, check_rank,
@@ -92,6 +93,8 @@ class EMDHead(ExportableLayer):
       weight_floor: the small constant added to the cross-reference weights.
       epsilon, max_iter, threshold: Sinkhorn settings for ``method="sinkhorn"``; the kernel domain is used while
         ``2 / epsilon <= COSINE_KERNEL_LIMIT`` (cosine costs lie in [0, 2]), the log domain otherwise.
+        ``method="exact"`` ignores them, and warns (``UserWarning``) when one is given a value other than its
+        default.
     """
 
     INPUT_NAMES = ("query", "support")
@@ -108,6 +111,9 @@ class EMDHead(ExportableLayer):
         self.epsilon = float(check_positive("epsilon", epsilon))
         self.max_iter = check_positive_int("max_iter", max_iter)
         self.threshold = float(check_non_negative("threshold", threshold))
+        if self.method == "exact":
+            warn_of_ignored_sinkhorn_settings("EMDHead", epsilon=self.epsilon, max_iter=self.max_iter,
+                                              threshold=self.threshold)
         # Keras' jit_compile="auto" leaves XLA off for a model holding a layer that cannot be compiled: the exact
         # method's tf.numpy_function cannot (JAX's host callback can).
         self.supports_jit = self.method != "exact" or keras.backend.backend() == "jax"
@@ -136,8 +142,9 @@ class EMDHead(ExportableLayer):
             a, b = cross_reference_weights(query, support, self.weight_floor)
         else:
             a = b = None  # the solver's uniform 1/n, 1/m
-        result = emd(cost, a, b, method=self.method, epsilon=self.epsilon, max_iter=self.max_iter,
-                     threshold=self.threshold, domain=self.sinkhorn_domain)
+        sinkhorn_settings = (dict(epsilon=self.epsilon, max_iter=self.max_iter, threshold=self.threshold,
+                                  domain=self.sinkhorn_domain) if self.method == "sinkhorn" else {})
+        result = emd(cost, a, b, method=self.method, **sinkhorn_settings)
         return cost, a, b, result
 
     def transport(self, query, support):

@@ -47,6 +47,10 @@ SINKHORN_THRESHOLD = 1e-3
 # float32 number (> 1e-38) while 2 / eps <= 70, and the scalings stay finite: EMDHead then runs the Sinkhorn solver in
 # its kernel domain (matrix-vector products) instead of the log domain its generic bound (30) would pick.
 COSINE_KERNEL_LIMIT = 70.0
+# The settings only the entropic method uses, with their defaults: the exact method ignores them (and warns when one
+# is given another value, see :func:`warn_of_ignored_sinkhorn_settings`).
+SINKHORN_DEFAULTS = {"epsilon": SINKHORN_EPSILON, "max_iter": SINKHORN_MAX_ITER, "threshold": SINKHORN_THRESHOLD,
+                     "domain": "auto"}
 # The network simplex's iteration bound (POT's default).
 SIMPLEX_MAX_ITER = 100000
 # ``iterations`` of an exact solve: POT's network simplex does not report how many pivots it made.
@@ -167,6 +171,18 @@ def _exact(cost, a, b):
     return EMDResult(plan, _danskin_value(cost, a, b, value, plan, f, g), f, g, iterations, error, converged)
 
 
+def warn_of_ignored_sinkhorn_settings(caller, stacklevel=2, **settings):
+    """A ``UserWarning`` naming the Sinkhorn ``settings`` (of :data:`SINKHORN_DEFAULTS`) given values other than their
+    defaults to ``caller`` (e.g. ``"EMDHead"``) with ``method="exact"``, which ignores them: a solve the user meant
+    to be entropic (``epsilon=0.05``, say) would otherwise run the network simplex without a word. ``stacklevel``
+    as :func:`warnings.warn`'s, counted from the caller of this function."""
+    changed = [f"{name}={value!r}" for name, value in settings.items() if value != SINKHORN_DEFAULTS[name]]
+    if changed:
+        warnings.warn(f'{caller}(method="exact") ignores {", ".join(changed)}: these are the Sinkhorn settings of '
+                      'method="sinkhorn"; pass method="sinkhorn" to use them, or leave them out.', UserWarning,
+                      stacklevel=stacklevel + 1)
+
+
 def emd(cost, a=None, b=None, *, method="exact", epsilon=SINKHORN_EPSILON, max_iter=SINKHORN_MAX_ITER,
         threshold=SINKHORN_THRESHOLD, domain="auto"):
     """Batched EMD ``min_T <C, T>`` s.t. ``T 1 = a``, ``T^T 1 = b`` (Zhang et al. 2022, Eq. 1), exact or entropic.
@@ -179,7 +195,8 @@ def emd(cost, a=None, b=None, *, method="exact", epsilon=SINKHORN_EPSILON, max_i
         :func:`ot_layers.solvers.sinkhorn` (zero plan rows, gradient 0 there).
       method: ``"exact"`` (network simplex on the host, Danskin gradients, not exportable) or ``"sinkhorn"``
         (entropic, ``keras.ops``; exportable).
-      epsilon, max_iter, threshold, domain: the Sinkhorn settings (``method="sinkhorn"`` only).
+      epsilon, max_iter, threshold, domain: the Sinkhorn settings (``method="sinkhorn"`` only; ``method="exact"``
+        ignores them, with a ``UserWarning`` naming those given values other than their defaults).
 
     Returns:
       :class:`EMDResult` ``(plan, cost, f, g, iterations, error, converged)``.
@@ -194,6 +211,7 @@ def emd(cost, a=None, b=None, *, method="exact", epsilon=SINKHORN_EPSILON, max_i
         result = sinkhorn(cost, a, b, epsilon=epsilon, max_iter=max_iter, threshold=threshold, domain=domain)
         return EMDResult(result.plan, result.transport_cost, result.f, result.g, result.iterations, result.error,
                          result.converged)
+    warn_of_ignored_sinkhorn_settings("emd", epsilon=epsilon, max_iter=max_iter, threshold=threshold, domain=domain)
 
     cost, a, b = prepare_problem(cost, a, b)
     if values_known(cost) and values_known(a) and values_known(b):
