@@ -5,9 +5,9 @@ Gurbuz 2022, ch. 3) and ``experiments/edms_fashion_mnist.py`` (EDMS, Aziere and 
 For each variant, mean +- sd over the seeds of the test metrics; for the comparisons the papers make, the per-seed
 differences of test MAP@R (mean +- sd, in how many seeds the sign held, and the two-sided p-value of a paired t-test).
 
-Reads ``experiments/results/{ccp,edms}_fashion_mnist.json`` (seed 0) and ``..._seed{S}.json`` (finished runs with
-the same settings; an unfinished one is left out with a message); writes
-``experiments/results/{ccp,edms}_fashion_mnist_seeds.json`` and prints Markdown tables, the source of the tables of
+Reads ``experiments/results/{ccp,edms,edms_hard_proxies}_fashion_mnist.json`` (seed 0) and ``..._seed{S}.json``
+(finished runs with the same settings; an unfinished one is left out with a message); writes
+``experiments/results/{ccp,edms,edms_hard_proxies}_fashion_mnist_seeds.json`` and prints Markdown tables, the source of the tables of
 docs/results/ccp.md and docs/results/edms.md. The p-values are not corrected for the several comparisons.
 Run (after the runs): ``python experiments/zero_shot_seeds.py``.
 """
@@ -40,6 +40,17 @@ EXPERIMENTS = {
         "comparisons": [("random walk: RW+P* - P*", "RW+P*", "P*"),
                         ("hard proxies: RW+P* - RW+P", "RW+P*", "RW+P"),
                         ("contextual - intrinsic loss: RW+P* - RW-int+P*", "RW+P*", "RW-int+P*")],
+    },
+    # The hard proxies at 100 descent steps (the runs above) and run to eq. 7's minimum on the sphere (RW+P*conv)
+    "edms_hard_proxies": {
+        "columns": [("learner 0 MAP@R", ("single_learner", "map_at_r")),
+                    ("ensemble MAP@R", ("ensemble", "map_at_r")), ("ensemble R@1", ("ensemble", "recall_at_1")),
+                    ("proxy shift |p* - p|", ("proxy_shift",))],
+        "compared": ("ensemble", "map_at_r"),
+        "single": ("single_learner", "map_at_r"),
+        "comparisons": [("hard proxies, 100 steps: RW+P* - RW+P", "RW+P*", "RW+P"),
+                        ("hard proxies, converged: RW+P*conv - RW+P", "RW+P*conv", "RW+P"),
+                        ("converged - 100 steps: RW+P*conv - RW+P*", "RW+P*conv", "RW+P*")],
     },
 }
 

@@ -6,6 +6,7 @@ import keras
 import numpy as np
 import pytest
 import scipy.linalg
+import scipy.optimize
 import tensorflow as tf
 
 from ot_layers import ManifoldProxies
@@ -173,6 +174,27 @@ def test_hard_proxy_gradient_and_descent():
     assert hard_proxy_objective(hard, anchor, members)[0] < hard_proxy_objective(anchor, anchor, members)[0]
     # pushed away from its own meta-class: lower mean similarity to the members than the anchor had
     assert np.mean(members @ hard) < np.mean(members @ anchor)
+
+
+def test_harden_proxy_run_to_its_threshold_reaches_the_minimum_on_the_sphere():
+    """With a small threshold the descent at the paper's learning rate (1e-3) reaches eq. 7's minimum on the unit
+    sphere, as SciPy's BFGS finds it (over ``q``, with ``p = q / |q|``); 100 steps, the default, stay near the
+    anchor (each step moves the proxy by at most 1e-3 times the gradient's norm)."""
+    rng = np.random.default_rng(5)
+    center = _unit(1, 16, 6)[0]
+    members = center + 0.4 * rng.standard_normal((64, 16))
+    members /= np.linalg.norm(members, axis=1, keepdims=True)
+    anchor = members[0]
+
+    def on_sphere(q):
+        return hard_proxy_objective(q / np.linalg.norm(q), anchor, members[1:])[0]
+
+    reference = scipy.optimize.minimize(on_sphere, anchor, method="BFGS", options={"gtol": 1e-10}).x
+    reference /= np.linalg.norm(reference)
+    converged = harden_proxy(anchor, members[1:], max_iter=200_000, learning_rate=1e-3, threshold=1e-9)
+    np.testing.assert_allclose(converged, reference, atol=1e-4)
+    assert np.linalg.norm(reference - anchor) > 0.3  # the minimum lies far from the anchor
+    assert np.linalg.norm(harden_proxy(anchor, members[1:]) - anchor) < 0.1  # 100 steps of 1e-3 do not reach it
 
 
 def test_meta_class_partitions():

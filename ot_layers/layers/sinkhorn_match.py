@@ -79,8 +79,11 @@ class SinkhornMatch(ExportableLayer):
       cost: ``"cosine"`` (``(1 - cos)^p``) or ``"sqeuclidean"`` (``||x - y||^(2p)``).
       p: exponent of the cost (``> 0``; the paper finds ``p = 1`` best); ``p < 1`` has a finite gradient at a zero
         cost (:func:`safe_power`).
-      epsilon, max_iter, threshold, domain, gradient: as in :func:`ot_layers.solvers.sinkhorn`. With the cosine
-        cost the domain is chosen once from the cost's bound ``2^p`` (an export-friendly graph with no branch).
+      epsilon, max_iter, threshold, domain, gradient: as in :func:`ot_layers.solvers.sinkhorn`, except for the
+        default ``threshold=0.1`` (the MPW head's, Liu et al. 2021; the solver's is 1e-3): a row-marginal error of
+        up to 10 % (L1), which the head's logits tolerate (docs/results/sinkhorn_mpw.md); pass ``threshold=1e-3`` or
+        lower for plans that meet their marginals closely. With the cosine cost the domain is
+        chosen once from the cost's bound ``2^p`` (an export-friendly graph with no branch).
     """
 
     INPUT_NAMES = ("features", "targets")

@@ -17,7 +17,8 @@ predictions within that share), and the loss divides that scalar by the number o
 losses do), so the summed replica gradients are the mean of the per-replica ``L_ZS`` gradients.
 
 Written in ``keras.ops``: runs on the TensorFlow, JAX and PyTorch backends (``tf.distribute`` is TensorFlow's; JAX
-and PyTorch count one replica). Computes in float32 (in float64 for float64 input).
+and PyTorch count one replica). Computes in float32; in float64 for a loss built with ``dtype="float64"`` (Keras casts
+``y_pred`` to the loss's dtype, so float64 input alone is computed in float32), as the metric-learning losses do.
 """
 import keras
 from keras import ops
