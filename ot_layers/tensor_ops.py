@@ -94,6 +94,32 @@ def walk_layers(model, include_self=False):
     yield from model._flatten_layers(include_self=include_self, recursive=True)
 
 
+def layer_input_model(model, layer, inputs=None):
+    """A functional ``keras.Model`` from ``inputs`` (default ``model.inputs``) to what ``layer`` receives when
+    ``model`` runs: ``layer`` may sit in ``model`` itself or inside a functional model nested in it, at any depth
+    (e.g. an embedding model used as a layer of a training model), which a plain ``keras.Model(model.inputs,
+    layer.input)`` cannot reach (``layer.input`` then belongs to the nested model's own graph). A nested model is
+    entered through the call of it that ``model``'s graph holds. Callbacks use it to read the features their layer
+    sees (``GSPPrototypeInit``, ``CCPReinitialization``, ``LayerSignals``)."""
+    inputs = model.inputs if inputs is None else inputs
+    if any(own is layer for own in model.layers):
+        return keras.Model(inputs, layer.input)
+    for nested in model.layers:
+        if not isinstance(nested, keras.Model) or not any(own is layer for own in walk_layers(nested)):
+            continue
+        inner = layer_input_model(nested, layer)
+        # The call of ``nested`` in this graph: the one of its inbound nodes whose inputs ``inputs`` reach (a model
+        # can be called in several graphs). Keras 3 keeps a layer's calls in ``_inbound_nodes`` only.
+        for node in nested._inbound_nodes:
+            fed = node.input_tensors
+            try:
+                keras.Model(inputs, fed)
+            except ValueError:  # not connected to ``inputs``: a call in another graph
+                continue
+            return keras.Model(inputs, inner(fed[0] if len(fed) == 1 else fed))
+    return keras.Model(inputs, layer.input)  # a layer outside the graph: Keras' own error names it
+
+
 def find_layer(model, layer_class, layer_name=None):
     """The layer named ``layer_name`` (or, with ``None``, the only ``layer_class`` instance) in ``model``,
     searched by :func:`walk_layers` (``model`` itself included). Raises ``ValueError`` naming ``layer_name`` when

@@ -11,7 +11,7 @@ import tensorflow as tf
 import zoo
 from ot_layers.layers.generalized_sum_pooling import GeneralizedSumPooling
 from ot_layers.layers.multi_proxy_wasserstein import MultiProxyWasserstein
-from ot_layers.tensor_ops import find_layer, flatten_feature_map
+from ot_layers.tensor_ops import find_layer, flatten_feature_map, layer_input_model
 from ot_layers.callbacks.layer_signals import LayerSignals
 
 
@@ -83,6 +83,36 @@ def test_gsp_transport_iterations_are_what_its_partial_transport_needs_per_image
     hardest = int(np.argmax(counts))
     layer.max_iter = counts[hardest] - 1
     assert float(np.asarray(layer.transport(features[hardest:hardest + 1]).error)[0]) > layer.threshold
+
+
+def test_a_layer_inside_a_nested_model_is_read_through_the_outer_graph():
+    """``layer_input_model`` reaches a layer two models deep, through the call of each nested model that the outer
+    graph holds (also when a nested model is called in another graph too); ``keras.Model(outer.inputs,
+    layer.input)``, what the callbacks used, is refused by Keras there. A training model around a GSP embedding
+    model then logs the GSP signals (this failed: "Output ... is not connected to inputs")."""
+    rng = np.random.default_rng(2)
+    x = rng.uniform(0, 255, (24, 28, 28, 1)).astype("float32")
+    embedder = zoo.embedding_model("small_convnet", "gsp", 8, input_shape=(28, 28, 1),
+                                   backbone_kwargs={"width": 8, "feature_dim": 8},
+                                   pooling_kwargs={"num_prototypes": 4, "epsilon": 0.1, "max_iter": 50})
+    layer = find_layer(embedder, GeneralizedSumPooling)
+    direct = keras.Model(embedder.inputs, layer.input).predict(x, verbose=0)
+    middle_inputs = keras.Input((28, 28, 1))
+    middle = keras.Model(middle_inputs, keras.layers.Dense(3)(embedder(middle_inputs)))
+    other = keras.Input((28, 28, 1))
+    keras.Model(other, embedder(other))  # the embedder called in another graph too
+    inputs = keras.Input((28, 28, 1))
+    outer = keras.Model(inputs, middle(inputs))
+    with pytest.raises(ValueError):
+        keras.Model(outer.inputs, layer.input)
+    np.testing.assert_array_equal(layer_input_model(outer, layer).predict(x, verbose=0), direct)
+
+    outer.compile("sgd", loss=lambda labels, outputs: keras.ops.mean(outputs[:, 0]))
+    history = outer.fit(x, np.zeros(24), epochs=1, batch_size=12, verbose=0, callbacks=[LayerSignals(x[:8])])
+    trained = keras.Model(embedder.inputs, layer.input)(x[:8], training=False)  # the features after the epoch
+    counts = [int(np.asarray(layer.transport(flatten_feature_map(trained[i:i + 1])).iterations)[0])
+              for i in range(8)]
+    assert history.history["gsp_transport_iterations"] == [max(counts)]
 
 
 def test_probe_images_must_be_a_batch():

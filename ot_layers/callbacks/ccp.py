@@ -9,7 +9,7 @@ from keras import ops
 
 from ot_layers.layers.class_proxies import ClassProxies
 from ot_layers.solvers.k_center import greedy_k_center
-from ot_layers.tensor_ops import find_layer, normalize_rows_np
+from ot_layers.tensor_ops import find_layer, layer_input_model, normalize_rows_np
 from ot_layers.validation import (check_embedding_width, check_fits_model_inputs, check_flag, check_image_array,
                                   check_labels, check_model_embedding_width, check_non_negative, check_positive_int,
                                   check_seed)
@@ -84,8 +84,10 @@ def _strategy_scope(model):
 
 
 def _copy(sources, targets):
+    """Each target variable takes its source variable's value, as a copy: on JAX assigning a variable itself would
+    leave both holding one buffer, which the next compiled training step donates twice (an error)."""
     for source, target in zip(sources, targets):
-        target.assign(source)
+        target.assign(ops.copy(ops.convert_to_tensor(source)))
 
 
 class CCPReinitialization(keras.callbacks.Callback):
@@ -276,7 +278,7 @@ class CCPReinitialization(keras.callbacks.Callback):
     def _embed(self, images):
         model = self.embedding_model
         if model is None:
-            model = keras.Model(self.model.inputs, self._layer().input)
+            model = layer_input_model(self.model, self._layer())
         embeddings = np.asarray(model.predict(images, batch_size=self.batch_size, verbose=0))
         if self.embedding_model is not None:  # a subclassed model's width is known once it has run
             check_embedding_width("embedding_model", embeddings.shape, *self._proxy_width())

@@ -7,7 +7,7 @@ import numpy as np
 
 from ot_layers.layers.generalized_sum_pooling import GeneralizedSumPooling
 from ot_layers.solvers import greedy_k_center
-from ot_layers.tensor_ops import find_layer, flatten_feature_map_np
+from ot_layers.tensor_ops import find_layer, flatten_feature_map_np, layer_input_model
 from ot_layers.validation import check_fits_model_inputs, check_image_array, check_positive_int, check_seed
 
 
@@ -98,7 +98,7 @@ class GSPPrototypeInit(keras.callbacks.Callback):
     def initialize_prototypes(self, layer=None):
         """Greedy k-center prototypes from the current local features of ``images``; clears the warm-up flag."""
         layer = self._layer() if layer is None else layer
-        feature_model = keras.Model(self.model.inputs, layer.input)
+        feature_model = layer_input_model(self.model, layer)
         features = flatten_feature_map_np(feature_model.predict(self.images, batch_size=self.batch_size, verbose=0))
         if not np.all(np.isfinite(features)):
             raise ValueError("`images`: the features entering the GeneralizedSumPooling layer hold NaN or Inf.")

@@ -28,7 +28,7 @@ from keras import ops
 from ot_layers.layers.emd_head import EMDHead
 from ot_layers.layers.generalized_sum_pooling import GeneralizedSumPooling
 from ot_layers.layers.multi_proxy_wasserstein import MultiProxyWasserstein
-from ot_layers.tensor_ops import flatten_feature_map, walk_layers
+from ot_layers.tensor_ops import flatten_feature_map, layer_input_model, walk_layers
 from ot_layers.validation import check_fits_model_inputs
 
 
@@ -60,7 +60,7 @@ class LayerSignals(keras.callbacks.Callback):
     def _layer_inputs(self, layer):
         """What ``layer`` receives when the model runs on the probe (inference mode)."""
         inputs = self.model.inputs if isinstance(self.probe, list) else self.model.inputs[0]
-        return keras.Model(inputs, layer.input)(self.probe, training=False)
+        return layer_input_model(self.model, layer, inputs)(self.probe, training=False)
 
     def signals(self):
         """``{name: float}`` for the model's layers now."""

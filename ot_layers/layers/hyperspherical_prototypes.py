@@ -36,7 +36,9 @@ class HypersphericalPrototypes(ExportableLayer):
       loss of Saadabadi et al. 2024, Sec. 3.2.1). A layer made from a config (``keras.models.load_model``,
       ``from_config``) does not estimate: its weight is a zero placeholder that the loaded weights fill. Only if it
       is then called for real with the placeholder still all zero (``clone_model`` without copying weights) are the
-      prototypes estimated, once. Nothing is written to disk.
+      prototypes estimated, once. On JAX, whose ``fit`` and ``predict`` call layers only while tracing (where a
+      variable's value cannot be read), such a layer estimates when it is built, before weights that may follow
+      replace the estimate. Nothing is written to disk.
     - ``assignment`` ``(K,)`` int32: the bijection ``sigma`` class -> prototype row (identity at first), changed by
       ``callbacks.PrototypeReassignment`` between epochs;
     - ``representatives`` ``(K, dim)`` float32: class representatives ``c_k``, the L2-normalized exponential moving
@@ -87,7 +89,7 @@ class HypersphericalPrototypes(ExportableLayer):
         check_same_dim("inputs", input_shape[-1], "dim", self.dim)
         if self._given_prototypes is not None:
             initial = keras.initializers.Constant(self._given_prototypes)
-        elif self._from_config:
+        elif self._from_config and keras.backend.backend() != "jax":
             initial = "zeros"  # placeholder: load_model fills it (see the class docstring)
         else:
             initial = keras.initializers.Constant(self._estimate())

@@ -1,8 +1,9 @@
 """The layer-state callbacks in ``model.fit`` on the active Keras backend: Hungarian prototype re-assignment
 (``PrototypeReassignment`` with ``HypersphericalPrototypes``), GSP's warm-up and k-center initialization
-(``GSPPrototypeInit``) and EDMS hard proxies (``HardProxyUpdate``). Each fit must lower its loss and leave the layer
-state the callback promises (a permutation; prototypes that are stored features; unit proxies equal to the
-callback's own estimate).
+(``GSPPrototypeInit``), EDMS hard proxies (``HardProxyUpdate``) and CCP's proxy re-initialization
+(``CCPReinitialization``), the last two also with their layer inside a nested model. Each fit must lower its loss
+(CCP: re-initialize and restore its best weights) and leave the layer state the callback promises (a permutation;
+prototypes that are stored features; unit proxies equal to the callback's own estimate).
 
     KERAS_BACKEND=torch python tests/backends/check_callbacks.py
 """
@@ -12,9 +13,9 @@ import numpy as np
 import zoo
 from backend_tools import Report
 from ot_layers import ClassProxies, GeneralizedSumPooling, ManifoldProxies
-from ot_layers.callbacks import GSPPrototypeInit, HardProxyUpdate, PrototypeReassignment
+from ot_layers.callbacks import CCPReinitialization, GSPPrototypeInit, HardProxyUpdate, PrototypeReassignment
 from ot_layers.losses import HypersphericalPullLoss, ManifoldProxyLoss, ProxyNCAPlusPlusLoss
-from ot_layers.tensor_ops import find_layer
+from ot_layers.tensor_ops import find_layer, layer_input_model
 from ot_layers.layers import HypersphericalPrototypes
 
 report = Report("callbacks")
@@ -75,4 +76,47 @@ losses = history.history["loss"]
 report.expect("hard_proxies_loss_decreases", np.isfinite(losses).all() and losses[-1] < losses[0], str(losses))
 proxies = np.asarray(keras.ops.convert_to_numpy(model.get_layer("head").proxies))
 report.measure("hard_proxies_unit_norm", np.abs(np.linalg.norm(proxies, axis=1) - 1.0).max(), 1e-5)
+
+# CCP: a validation score that only falls re-initializes the proxies after every epoch past the first; the best
+# weights (the first epoch's) come back at the end. On JAX this failed at the second epoch ("Attempt to donate the
+# same buffer twice": the state's copy of a weight shared its buffer). The proxies sit in a nested model.
+keras.utils.set_random_seed(0)
+vectors = (rng.standard_normal((32, 6)) + 2.0 * np.eye(4, 6)[labels[:32]]).astype(np.float32)
+inner_inputs = keras.Input((6,))
+inner = keras.Model(inner_inputs, ClassProxies(4, num_proxies=2, name="proxies")(keras.layers.Dense(5)(inner_inputs)))
+inputs = keras.Input((6,))
+model = keras.Model(inputs, inner(inputs))
+model.compile(optimizer=keras.optimizers.SGD(0.1), loss=ProxyNCAPlusPlusLoss())
+epoch_weights = []
+record = keras.callbacks.LambdaCallback(  # before CCP's own epoch end: the weights each score is given for
+    on_epoch_end=lambda epoch, logs: epoch_weights.append([np.array(keras.ops.convert_to_numpy(w))
+                                                          for w in inner.weights]))
+scores = iter([0.9, 0.5, 0.4])
+ccp = CCPReinitialization(vectors, labels[:32], lambda: next(scores), patience=1, pool_size=4)
+history = model.fit(vectors, labels[:32], epochs=3, batch_size=16, verbose=0, callbacks=[record, ccp])
+report.expect("ccp_reinitializes", ccp.reinitializations == 1, str(ccp.reinitializations))  # after epoch 1
+report.expect("ccp_losses_finite", np.isfinite(history.history["loss"]).all(), str(history.history["loss"]))
+restored = [np.array(keras.ops.convert_to_numpy(w)) for w in inner.weights]
+report.measure("ccp_restores_best_weights", max(np.abs(a - b).max() for a, b in zip(restored, epoch_weights[0])),
+               0.0)
+
+# GSP initialization in a nested embedding model (its features read through the outer model's graph; this
+# failed with "Output ... is not connected to inputs" on every backend)
+keras.utils.set_random_seed(0)
+inner_inputs = keras.Input((12, 12, 1))
+pooled = GeneralizedSumPooling(num_prototypes=5, epsilon=2.0, max_iter=20, name="gsp")(backbone()(inner_inputs))
+embedder = keras.Model(inner_inputs, keras.layers.Dense(8)(pooled), name="embedder")
+inputs = keras.Input((12, 12, 1))
+model = keras.Model(inputs, ClassProxies(4, name="proxies")(embedder(inputs)))
+model.compile(optimizer=keras.optimizers.Adam(1e-2), loss=ProxyNCAPlusPlusLoss())
+init = GSPPrototypeInit(images, warmup_epochs=1, num_features=200)
+model.fit(images, labels, epochs=2, batch_size=16, verbose=0, callbacks=[init])
+report.expect("gsp_nested_initialized", bool(init.initialized))
+prototypes = np.asarray(keras.ops.convert_to_numpy(embedder.get_layer("gsp").prototypes))
+report.expect("gsp_nested_prototypes_finite_and_distinct", np.isfinite(prototypes).all()
+              and np.unique(prototypes.round(6), axis=0).shape[0] == 5)
+# the features the callback read: the nested layer's input, reached from the outer model's input
+seen = layer_input_model(model, embedder.get_layer("gsp")).predict(images, verbose=0)
+direct = keras.Model(inner_inputs, embedder.get_layer("gsp").input).predict(images, verbose=0)
+report.measure("nested_layer_input_vs_direct", float(np.abs(seen - direct).max()), 1e-6)
 report.finish()

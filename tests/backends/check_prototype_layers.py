@@ -234,6 +234,14 @@ def check_hyperspherical():
         raise AssertionError("HypersphericalPrototypes: representatives not updated to unit rows by fit")
     assert_close("HypersphericalPrototypes loaded prototypes",
                  ops.convert_to_numpy(loaded.get_layer("head").prototypes), ops.convert_to_numpy(head.prototypes), 0.0)
+    # A layer made from a config without weights (clone_model) estimates the prototypes a fresh layer has before
+    # its first predict or fit (JAX traces those calls: the layer estimates when built; it gave zero logits)
+    inputs = keras.Input((dim,))
+    plain = keras.Model(inputs, HypersphericalPrototypes(k, dim)(inputs))
+    clone = keras.models.clone_model(plain)
+    z = rand(5, dim)
+    assert_close("HypersphericalPrototypes clone_model predict", clone.predict(z, verbose=0),
+                 plain.predict(z, verbose=0), 1e-6)
     return {"max_err": err, **info}
 
 
