@@ -1,7 +1,14 @@
 """Fine-tuning DeepEMD's structured FC on a k-shot support set with the backbone frozen (Zhang et al. 2022, Sec.
-4.5)."""
+4.5).
+
+:func:`fine_tune_structured_fc` runs on every Keras backend: on TensorFlow through :func:`fine_tune_nodes` (pure
+TensorFlow, so one ``tf.function`` serves every episode of an evaluation), on JAX and PyTorch through Keras' own
+``fit`` of the layer (SGD with momentum, the same updates on mini-batches drawn by NumPy's generator, so the draws,
+not the procedure, differ from TensorFlow's). :func:`class_mean_nodes` and :func:`fine_tune_nodes` are TensorFlow's.
+"""
 import inspect
 
+import keras
 import numpy as np
 
 from ot_layers.optional import tensorflow_if_installed
@@ -16,9 +23,18 @@ MOMENTUM = 0.9
 
 
 def class_mean_nodes(support_features, support_label, ways):
-    """The initial node sets: each class's mean support feature map, ``(ways, n, d)``."""
+    """The initial node sets: each class's mean support feature map, ``(ways, n, d)`` (TensorFlow tensors; on every
+    backend ``StructuredFC.initialize_from_support`` sets them)."""
+    _require_tensorflow_backend("class_mean_nodes")
     return tf.stack([tf.reduce_mean(tf.boolean_mask(support_features, tf.equal(support_label, k)), axis=0)
                      for k in range(ways)])
+
+
+def _require_tensorflow_backend(name):
+    backend = keras.backend.backend()
+    if backend != "tensorflow":
+        raise ValueError(f"{name} is written in TensorFlow and runs on Keras' TensorFlow backend, not {backend}; "
+                         "training.evaluation.structured_fc.fine_tune_structured_fc fine-tunes on every backend.")
 
 
 def _check_settings(steps, batch_size, learning_rate, momentum):
@@ -34,8 +50,10 @@ def fine_tune_nodes(head, support_features, support_label, nodes, steps=STEPS, b
     """SGD with momentum on the node sets ``nodes`` ``(ways, n, d)``: cross-entropy of ``head``'s EMD logits on
     mini-batches of ``batch_size`` support samples (features ``(S, n, d)``, frozen), ``steps`` updates.
 
-    Pure TensorFlow (wrap it in a ``tf.function`` to fine-tune many episodes without retracing). Returns the nodes.
+    Pure TensorFlow (wrap it in a ``tf.function`` to fine-tune many episodes without retracing), for a ``head`` on
+    the TensorFlow backend; on JAX and PyTorch use :func:`fine_tune_structured_fc`. Returns the nodes.
     """
+    _require_tensorflow_backend("fine_tune_nodes")
     _check_settings(steps, batch_size, learning_rate, momentum)
     support_features = tf.convert_to_tensor(support_features, tf.float32)
     support_label = tf.convert_to_tensor(support_label, tf.int32)
@@ -65,9 +83,28 @@ def fine_tune_structured_fc(layer, support_features, support_label, **kwargs):
     _check_settings(settings["steps"], settings["batch_size"], settings["learning_rate"], settings["momentum"])
     support_label = np.asarray(support_label).reshape(-1)
     layer.initialize_from_support(support_features, support_label)  # checks the labels and the features
+    if keras.backend.backend() != "tensorflow":
+        return _fit_nodes(layer, support_features, support_label, **settings)
     flat = tf.reshape(tf.convert_to_tensor(support_features, tf.float32),
                       [len(support_label), layer.num_nodes, -1])
     compiled = tf.function(lambda f, y, n: fine_tune_nodes(layer.head, f, y, n, **kwargs))
     nodes = compiled(flat, tf.constant(support_label, tf.int32), tf.convert_to_tensor(layer.nodes))
     layer.nodes.assign(nodes)
+    return layer
+
+
+def _fit_nodes(layer, support_features, support_label, steps, batch_size, learning_rate, momentum, seed):
+    """:func:`fine_tune_nodes`' updates through Keras' ``fit`` (any backend): ``steps`` mini-batches of
+    ``batch_size`` support samples drawn uniformly with replacement (``numpy.random.default_rng(seed)``), SGD with
+    ``momentum`` on the layer's nodes (Keras' ``m <- momentum m - lr g``, ``w <- w + m`` is the velocity form
+    ``v <- momentum v + g``, ``w <- w - lr v``). The layer's other weights (none) and the features stay fixed."""
+    features = np.asarray(keras.ops.convert_to_numpy(support_features), np.float32)
+    features = features.reshape(len(support_label), layer.num_nodes, -1)
+    chosen = np.random.default_rng(seed).integers(0, len(features), size=steps * batch_size)
+    inputs = keras.Input(features.shape[1:])
+    model = keras.Model(inputs, layer(inputs))
+    model.compile(keras.optimizers.SGD(learning_rate, momentum=momentum),
+                  keras.losses.SparseCategoricalCrossentropy(from_logits=True))
+    model.fit(features[chosen], support_label[chosen].astype(np.int32), batch_size=batch_size, epochs=1,
+              shuffle=False, verbose=0)
     return layer
