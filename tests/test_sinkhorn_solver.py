@@ -271,8 +271,11 @@ def test_errors_name_the_argument():
         sinkhorn(cost, a=np.ones((2, 5)) / 5)
     with pytest.raises(ValueError, match="`b`.*non-negative"):
         sinkhorn(cost, b=np.array([0.5, 0.75, -0.25, 0.0]))
-    with pytest.raises(ValueError, match="equal sums"):
+    with pytest.raises(ValueError, match=r"equal sums per problem \(relative gap 0.5\)\.$"):
         sinkhorn(cost, a=np.full(3, 1 / 3), b=np.full(4, 0.5))
+    # uniform weights that bfloat16 rounds (1/3): the sums differ by 1e-3, and the message says why
+    with pytest.raises(ValueError, match=r"equal sums .* bfloat16 marginals round .* pass them in float32\.$"):
+        sinkhorn(cost, a=tf.fill([3], tf.constant(1 / 3, tf.bfloat16)), b=tf.fill([4], tf.constant(0.25, tf.bfloat16)))
 
 
 @pytest.mark.parametrize("name", ["cost", "a", "b"])

@@ -34,6 +34,7 @@ from ot.lp.emd_wrap import check_result, emd_c
 
 from ot_layers.backends import custom_gradient, host_call, values_known
 from ot_layers.solvers.sinkhorn import DOMAINS, marginal_error, prepare_problem, sinkhorn
+from ot_layers.tensor_ops import at_least
 from ot_layers.validation import check_choice, check_non_negative, check_positive, check_positive_int
 
 METHODS = ("exact", "sinkhorn")
@@ -164,8 +165,8 @@ def _exact(cost, a, b):
     value = ops.stop_gradient(ops.reshape(value, shape[:-2]))
     f = ops.stop_gradient(ops.reshape(f, ops.shape(a)))
     g = ops.stop_gradient(ops.reshape(g, ops.shape(b)))
-    error = ops.stop_gradient(ops.maximum(marginal_error(ops.sum(plan, axis=-1), a),
-                                          marginal_error(ops.sum(plan, axis=-2), b)))
+    error = ops.stop_gradient(at_least(marginal_error(ops.sum(plan, axis=-1), a),  # not ops.maximum: float32 on torch
+                                       marginal_error(ops.sum(plan, axis=-2), b)))
     converged = ops.reshape(optimal, shape[:-2])
     iterations = ops.full_like(error, NOT_COUNTED, dtype="int32")
     return EMDResult(plan, _danskin_value(cost, a, b, value, plan, f, g), f, g, iterations, error, converged)
