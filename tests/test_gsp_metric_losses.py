@@ -6,7 +6,7 @@ import tensorflow as tf
 
 from ot_layers import ClassProxies
 from ot_layers.losses import (ContrastiveLoss, MultiSimilarityLoss, ProxyAnchorLoss, ProxyNCAPlusPlusLoss,
-                              TripletLoss)
+                              TripletLoss, ZeroShotPredictionLoss)
 
 
 def _batch(seed=0, classes=4, per_class=4, dim=8):
@@ -29,6 +29,29 @@ def _similarities(x, proxies):
     xn = x / np.linalg.norm(x, axis=1, keepdims=True)
     pn = proxies / np.linalg.norm(proxies, axis=2, keepdims=True)
     return np.einsum("bd,kmd->bkm", xn, pn).astype(np.float32)
+
+
+@pytest.mark.parametrize("loss", [ContrastiveLoss(), TripletLoss(), MultiSimilarityLoss(), ProxyAnchorLoss(),
+                                  ProxyNCAPlusPlusLoss(), ZeroShotPredictionLoss()], ids=lambda loss: loss.name)
+def test_batch_level_losses_refuse_per_sample_weights(loss):
+    """Each of these losses is one value for the whole batch; Keras used to multiply it by the mean of the weights
+    (``[1, 1, 1, 1, 1, 0]``: 5/6 of the loss), silently. Now ``sample_weight`` (``fit``'s ``class_weight`` too) is
+    refused in one line naming it; without weights nothing changes."""
+    x, labels = _batch()
+    inputs = keras.Input((8,))
+    output = "packed" if isinstance(loss, ZeroShotPredictionLoss) else "similarities"
+    if isinstance(loss, (ContrastiveLoss, TripletLoss, MultiSimilarityLoss)):
+        model = keras.Model(inputs, keras.layers.Dense(4)(inputs))
+    else:
+        model = keras.Model(inputs, ClassProxies(4, dim=8 if output == "similarities" else 4, output=output)(inputs))
+    model.compile("sgd", loss)
+    model.fit(x, labels, epochs=1, verbose=0)
+    predictions = model.predict(x, verbose=0)
+    weights = np.ones(len(labels))
+    with pytest.raises(ValueError, match=rf"^`sample_weight`: {type(loss).__name__} is one value for the whole batch"):
+        loss(labels, predictions, sample_weight=weights)
+    with pytest.raises(ValueError, match=r"^`sample_weight`: .* \(sample_weight, class_weight\)"):
+        model.fit(x, labels, epochs=1, verbose=0, class_weight={k: 1.0 + k for k in range(4)})
 
 
 def test_contrastive_hand_computed():

@@ -1,5 +1,6 @@
 """What every loss of this package shares: the checks of its integer labels and of the shape of ``y_pred``, the loss
-of an empty batch and the scaling of a scalar batch loss by the number of replicas. (The labels' columns, a label
+of an empty batch, the scaling of a scalar batch loss by the number of replicas, and the refusal of per-sample
+weights by the losses that are one value for the whole batch. (The labels' columns, a label
 outside the classes in none, are ``ot_layers.tensor_ops.label_columns``, which the layers use too.)"""
 from keras import ops
 
@@ -51,3 +52,19 @@ def per_replica(batch_loss):
         return batch_loss
     replicas = replicas_in_sync()
     return batch_loss if replicas == 1 else batch_loss / float(replicas)
+
+
+class BatchLevelLoss:
+    """Mixin (before ``keras.losses.Loss``) for a loss that is one value for the whole batch (its pairs, proxies or
+    ridge maps mix the samples): it refuses ``sample_weight``, and so ``fit``'s ``class_weight``, which Keras would
+    otherwise apply by multiplying that value by the weights' mean, silently (weights ``[1, 1, 1, 1, 1, 0]`` gave
+    5/6 of the loss, not the loss without the sixth sample)."""
+
+    def __call__(self, y_true, y_pred, sample_weight=None):
+        if sample_weight is not None:
+            raise ValueError(f"`sample_weight`: {type(self).__name__} is one value for the whole batch (its "
+                             "samples are compared with one another), so per-sample weights (sample_weight, "
+                             "class_weight) cannot weight it; leave them out, or sample the batches as you want "
+                             "them weighted (training.data.ClassBalancedBatches).")
+        return super().__call__(y_true, y_pred)
+

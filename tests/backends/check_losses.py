@@ -277,4 +277,13 @@ for mode in ("contextual", "intrinsic"):
         report.measure(f"manifold_proxies_{mode}_compiled_gradient_vs_eager",
                        np.abs(compiled[1][0] - gradient).max(), 1e-5)
 
+# A batch-level loss refuses per-sample weights (Keras used to scale its value by their mean, silently)
+try:
+    ContrastiveLoss()(tensor(np.array([0, 0, 1, 1])), tensor(np.eye(4, 3, dtype=np.float32)),
+                      sample_weight=tensor(np.ones(4, np.float32)))
+    refusal = ""
+except ValueError as error:
+    refusal = str(error)
+report.expect("batch_loss_refuses_sample_weight", refusal.startswith("`sample_weight`: ContrastiveLoss"), refusal)
+
 report.finish()
