@@ -7,8 +7,8 @@ differences of test MAP@R (mean +- sd, in how many seeds the sign held, and the 
 
 Reads ``experiments/results/{ccp,edms,edms_hard_proxies}_fashion_mnist.json`` (seed 0) and ``..._seed{S}.json``
 (finished runs with the same settings; an unfinished one is left out with a message); writes
-``experiments/results/{ccp,edms,edms_hard_proxies}_fashion_mnist_seeds.json`` and prints Markdown tables, the source of the tables of
-docs/results/ccp.md and docs/results/edms.md. The p-values are not corrected for the several comparisons.
+``experiments/results/{ccp,edms,edms_hard_proxies}_fashion_mnist_seeds.json`` and prints Markdown tables, the
+source of the tables of docs/results/ccp.md and docs/results/edms.md. The p-values are not corrected for the several comparisons.
 Run (after the runs): ``python experiments/zero_shot_seeds.py``.
 """
 import json

@@ -99,8 +99,9 @@ def layer_input_model(model, layer, inputs=None):
     ``model`` runs: ``layer`` may sit in ``model`` itself or inside a functional model nested in it, at any depth
     (e.g. an embedding model used as a layer of a training model), which a plain ``keras.Model(model.inputs,
     layer.input)`` cannot reach (``layer.input`` then belongs to the nested model's own graph). A nested model is
-    entered through the call of it that ``model``'s graph holds. Callbacks use it to read the features their layer
-    sees (``GSPPrototypeInit``, ``CCPReinitialization``, ``LayerSignals``)."""
+    entered through the call of it that ``model``'s graph holds, with the tensors of that call (not its keyword
+    arguments: a ``training=False`` given there is not kept, so call the result in inference mode). Callbacks use
+    it to read the features their layer sees (``GSPPrototypeInit``, ``CCPReinitialization``, ``LayerSignals``)."""
     inputs = model.inputs if inputs is None else inputs
     if any(own is layer for own in model.layers):
         return keras.Model(inputs, layer.input)

@@ -34,8 +34,8 @@ def _similarities(x, proxies):
 @pytest.mark.parametrize("loss", [ContrastiveLoss(), TripletLoss(), MultiSimilarityLoss(), ProxyAnchorLoss(),
                                   ProxyNCAPlusPlusLoss(), ZeroShotPredictionLoss()], ids=lambda loss: loss.name)
 def test_batch_level_losses_refuse_per_sample_weights(loss):
-    """Each of these losses is one value for the whole batch; Keras used to multiply it by the mean of the weights
-    (``[1, 1, 1, 1, 1, 0]``: 5/6 of the loss), silently. Now ``sample_weight`` (``fit``'s ``class_weight`` too) is
+    """Each of these losses is one value for the whole batch, which Keras multiplies by the mean of the weights
+    (``[1, 1, 1, 1, 1, 0]``: 5/6 of the loss): they took weights that way, silently. Now ``sample_weight`` (``fit``'s ``class_weight`` too) is
     refused in one line naming it; without weights nothing changes."""
     x, labels = _batch()
     inputs = keras.Input((8,))

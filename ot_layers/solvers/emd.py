@@ -172,12 +172,23 @@ def _exact(cost, a, b):
     return EMDResult(plan, _danskin_value(cost, a, b, value, plan, f, g), f, g, iterations, error, converged)
 
 
+def _differs(value, default):
+    """Whether a setting's ``value`` is not its ``default`` (numbers compared as numbers: ``numpy.float32(0.03)``
+    is the default 0.03)."""
+    if isinstance(default, str) or value is None or isinstance(value, str):
+        return value != default
+    try:
+        return not np.isclose(float(value), float(default), rtol=1e-6, atol=0.0)
+    except (TypeError, ValueError):
+        return True
+
+
 def warn_of_ignored_sinkhorn_settings(caller, stacklevel=2, **settings):
     """A ``UserWarning`` naming the Sinkhorn ``settings`` (of :data:`SINKHORN_DEFAULTS`) given values other than their
     defaults to ``caller`` (e.g. ``"EMDHead"``) with ``method="exact"``, which ignores them: a solve the user meant
     to be entropic (``epsilon=0.05``, say) would otherwise run the network simplex without a word. ``stacklevel``
     as :func:`warnings.warn`'s, counted from the caller of this function."""
-    changed = [f"{name}={value!r}" for name, value in settings.items() if value != SINKHORN_DEFAULTS[name]]
+    changed = [f"{name}={value!r}" for name, value in settings.items() if _differs(value, SINKHORN_DEFAULTS[name])]
     if changed:
         warnings.warn(f'{caller}(method="exact") ignores {", ".join(changed)}: these are the Sinkhorn settings of '
                       'method="sinkhorn"; pass method="sinkhorn" to use them, or leave them out.', UserWarning,

@@ -418,6 +418,11 @@ def _danskin_value(cost, a, b, f, g, epsilon):
     return value_of(cost, a, b, f, g)
 
 
+# The machine epsilon of the low-precision float types: the relative gap between two sums of non-negative weights
+# that rounding each weight to that type can cause is at most this.
+LOW_PRECISION_EPSILON = {"float16": 2.0 ** -10, "bfloat16": 2.0 ** -7}
+
+
 def _validate_marginal(name, marginal, expected_shape, batch_shape=()):
     if len(marginal.shape) < 1:
         raise ValueError(f"`{name}` must have at least one dimension, got shape {tuple(marginal.shape)}.")
@@ -474,7 +479,7 @@ def prepare_problem(cost, a=None, b=None):
     if 0 in tuple(cost.shape[-2:]):
         raise ValueError(f"`cost` must have n >= 1 rows and m >= 1 columns, got shape {tuple(cost.shape)}.")
     given = [_real_tensor(name, x) for name, x in (("a", a), ("b", b)) if x is not None]
-    low_precision = sorted({keras.backend.standardize_dtype(x.dtype) for x in given} & {"float16", "bfloat16"})
+    low_precision = sorted({keras.backend.standardize_dtype(x.dtype) for x in given} & set(LOW_PRECISION_EPSILON))
     a = _uniform(cost, -2) if a is None else ops.cast(_real_tensor("a", a), dtype)
     b = _uniform(cost, -1) if b is None else ops.cast(_real_tensor("b", b), dtype)
     _validate_marginal("a", a, cost.shape[-2], cost.shape[:-2])
@@ -484,8 +489,9 @@ def prepare_problem(cost, a=None, b=None):
         gaps = ops.convert_to_numpy(ops.abs(sums_a - sums_b) / at_least(sums_a, sums_b))
         gap = float(gaps.max()) if gaps.size else 0.0  # an empty batch has no problem to compare
         if gap > 1e-5:
+            rounding = max((LOW_PRECISION_EPSILON[name] for name in low_precision), default=0.0)
             hint = (f"; {' and '.join(low_precision)} marginals round most weights (1/3, say), so their sums "
-                    "differ: pass them in float32" if low_precision else "")
+                    "differ: pass them in float32" if gap <= rounding else "")
             raise ValueError(f"`a` and `b` must have equal sums per problem (relative gap {gap:.3g}){hint}.")
     # Marginals with more batch dimensions than ``cost`` share it: the cost takes their batch shape first.
     if len(a.shape) - 1 > len(cost.shape) - 2:

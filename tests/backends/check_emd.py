@@ -214,6 +214,10 @@ layer = StructuredFC(3, 4, head={"method": "sinkhorn"}, dtype="float64")
 fine_tune_structured_fc(layer, support, support_labels, steps=2, batch_size=4, learning_rate=0.05, momentum=0.9,
                         seed=3)
 tuned = numpy(layer.nodes)
+# again, on the same support set: the compiled fine-tuning is reused, its velocity starts at zero again
+fine_tune_structured_fc(layer, support, support_labels, steps=2, batch_size=4, learning_rate=0.05, momentum=0.9,
+                        seed=3)
+report.measure("structured_fc_fine_tuning_repeats", np.abs(numpy(layer.nodes) - tuned).max(), 1e-12)
 if BACKEND == "tensorflow":  # TensorFlow draws its mini-batches with its own stateless generator
     import tensorflow as tf
 

@@ -277,7 +277,7 @@ for mode in ("contextual", "intrinsic"):
         report.measure(f"manifold_proxies_{mode}_compiled_gradient_vs_eager",
                        np.abs(compiled[1][0] - gradient).max(), 1e-5)
 
-# A batch-level loss refuses per-sample weights (Keras used to scale its value by their mean, silently)
+# A batch-level loss refuses per-sample weights (Keras scales its one value by their mean: it took them silently)
 try:
     ContrastiveLoss()(tensor(np.array([0, 0, 1, 1])), tensor(np.eye(4, 3, dtype=np.float32)),
                       sample_weight=tensor(np.ones(4, np.float32)))

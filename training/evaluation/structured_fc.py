@@ -4,9 +4,11 @@
 :func:`fine_tune_structured_fc` runs on every Keras backend: on TensorFlow through :func:`fine_tune_nodes` (pure
 TensorFlow, so one ``tf.function`` serves every episode of an evaluation), on JAX and PyTorch through Keras' own
 ``fit`` of the layer (SGD with momentum, the same updates on mini-batches drawn by NumPy's generator, so the draws,
-not the procedure, differ from TensorFlow's). :func:`class_mean_nodes` and :func:`fine_tune_nodes` are TensorFlow's.
+not the procedure, differ from TensorFlow's). :func:`class_mean_nodes` and :func:`fine_tune_nodes` are TensorFlow
+code; :func:`fine_tune_nodes` takes a head on the TensorFlow backend only.
 """
 import inspect
+import weakref
 
 import keras
 import numpy as np
@@ -25,7 +27,6 @@ MOMENTUM = 0.9
 def class_mean_nodes(support_features, support_label, ways):
     """The initial node sets: each class's mean support feature map, ``(ways, n, d)`` (TensorFlow tensors; on every
     backend ``StructuredFC.initialize_from_support`` sets them)."""
-    _require_tensorflow_backend("class_mean_nodes")
     return tf.stack([tf.reduce_mean(tf.boolean_mask(support_features, tf.equal(support_label, k)), axis=0)
                      for k in range(ways)])
 
@@ -93,18 +94,37 @@ def fine_tune_structured_fc(layer, support_features, support_label, **kwargs):
     return layer
 
 
+# Per structured FC layer: the compiled model that fine-tunes a twin of it (same config), with the settings it was
+# compiled for. A twin keeps the user's layer out of the fine-tuning graph (no new inbound node, its ``input`` stays
+# its model's), and the cache keeps JAX from compiling the training step again for every episode.
+_FINE_TUNING = weakref.WeakKeyDictionary()
+
+
 def _fit_nodes(layer, support_features, support_label, steps, batch_size, learning_rate, momentum, seed):
     """:func:`fine_tune_nodes`' updates through Keras' ``fit`` (any backend): ``steps`` mini-batches of
     ``batch_size`` support samples drawn uniformly with replacement (``numpy.random.default_rng(seed)``), SGD with
-    ``momentum`` on the layer's nodes (Keras' ``m <- momentum m - lr g``, ``w <- w + m`` is the velocity form
-    ``v <- momentum v + g``, ``w <- w - lr v``). The layer's other weights (none) and the features stay fixed."""
+    ``momentum`` on the nodes (Keras' ``m <- momentum m - lr g``, ``w <- w + m`` is the velocity form
+    ``v <- momentum v + g``, ``w <- w - lr v``), the velocity starting at zero; the features stay fixed. Runs on a
+    twin of ``layer`` and assigns the fine-tuned nodes to ``layer``."""
     features = np.asarray(keras.ops.convert_to_numpy(support_features), np.float32)
     features = features.reshape(len(support_label), layer.num_nodes, -1)
+    settings = (features.shape[1:], float(learning_rate), float(momentum))
+    cached = _FINE_TUNING.get(layer)
+    if cached is None or cached[0] != settings:
+        twin = type(layer).from_config(layer.get_config())
+        inputs = keras.Input(features.shape[1:])
+        model = keras.Model(inputs, twin(inputs))
+        model.compile(keras.optimizers.SGD(learning_rate, momentum=momentum),
+                      keras.losses.SparseCategoricalCrossentropy(from_logits=True))
+        cached = _FINE_TUNING[layer] = (settings, model, twin)
+    _, model, twin = cached
+    twin.nodes.assign(layer.nodes)
+    for variable in model.optimizer.variables:  # a fresh velocity (and step count) for every support set
+        if variable is not model.optimizer.iterations and not variable.name.endswith("_momentum"):
+            continue  # the learning rate (a variable too)
+        variable.assign(np.zeros(variable.shape, keras.backend.standardize_dtype(variable.dtype)))
     chosen = np.random.default_rng(seed).integers(0, len(features), size=steps * batch_size)
-    inputs = keras.Input(features.shape[1:])
-    model = keras.Model(inputs, layer(inputs))
-    model.compile(keras.optimizers.SGD(learning_rate, momentum=momentum),
-                  keras.losses.SparseCategoricalCrossentropy(from_logits=True))
     model.fit(features[chosen], support_label[chosen].astype(np.int32), batch_size=batch_size, epochs=1,
               shuffle=False, verbose=0)
+    layer.nodes.assign(twin.nodes)
     return layer
