@@ -478,10 +478,13 @@ def prepare_problem(cost, a=None, b=None):
         raise ValueError(f"`cost` must have shape (..., n, m) with rank >= 2, got shape {tuple(cost.shape)}.")
     if 0 in tuple(cost.shape[-2:]):
         raise ValueError(f"`cost` must have n >= 1 rows and m >= 1 columns, got shape {tuple(cost.shape)}.")
-    given = [_real_tensor(name, x) for name, x in (("a", a), ("b", b)) if x is not None]
-    low_precision = sorted({keras.backend.standardize_dtype(x.dtype) for x in given} & set(LOW_PRECISION_EPSILON))
-    a = _uniform(cost, -2) if a is None else ops.cast(_real_tensor("a", a), dtype)
-    b = _uniform(cost, -1) if b is None else ops.cast(_real_tensor("b", b), dtype)
+    a = None if a is None else _real_tensor("a", a)
+    b = None if b is None else _real_tensor("b", b)
+    # the marginals' own dtypes, for the hint of a failed mass check below
+    low_precision = sorted({keras.backend.standardize_dtype(x.dtype) for x in (a, b) if x is not None}
+                           & set(LOW_PRECISION_EPSILON))
+    a = _uniform(cost, -2) if a is None else ops.cast(a, dtype)
+    b = _uniform(cost, -1) if b is None else ops.cast(b, dtype)
     _validate_marginal("a", a, cost.shape[-2], cost.shape[:-2])
     _validate_marginal("b", b, cost.shape[-1], cost.shape[:-2])
     if values_known(a) and values_known(b):

@@ -31,13 +31,6 @@ def class_mean_nodes(support_features, support_label, ways):
                      for k in range(ways)])
 
 
-def _require_tensorflow_backend(name):
-    backend = keras.backend.backend()
-    if backend != "tensorflow":
-        raise ValueError(f"{name} is written in TensorFlow and runs on Keras' TensorFlow backend, not {backend}; "
-                         "training.evaluation.structured_fc.fine_tune_structured_fc fine-tunes on every backend.")
-
-
 def _check_settings(steps, batch_size, learning_rate, momentum):
     """The fine-tuning settings, checked eagerly (inside tf.function an error comes as a long "in user code" trace)."""
     check_positive_int("steps", steps)
@@ -54,7 +47,11 @@ def fine_tune_nodes(head, support_features, support_label, nodes, steps=STEPS, b
     Pure TensorFlow (wrap it in a ``tf.function`` to fine-tune many episodes without retracing), for a ``head`` on
     the TensorFlow backend; on JAX and PyTorch use :func:`fine_tune_structured_fc`. Returns the nodes.
     """
-    _require_tensorflow_backend("fine_tune_nodes")
+    backend = keras.backend.backend()
+    if backend != "tensorflow":
+        raise ValueError(f"fine_tune_nodes is written in TensorFlow and runs on Keras' TensorFlow backend, not "
+                         f"{backend}; training.evaluation.structured_fc.fine_tune_structured_fc fine-tunes on every "
+                         "backend.")
     _check_settings(steps, batch_size, learning_rate, momentum)
     support_features = tf.convert_to_tensor(support_features, tf.float32)
     support_label = tf.convert_to_tensor(support_label, tf.int32)
