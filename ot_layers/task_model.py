@@ -11,6 +11,10 @@ needs no edit in ``export/``; a preset's card also names the task (``metadata.js
 A ``TaskModel`` is an ordinary Keras functional model (same layers, weights, ``fit``/``predict``/``save``); only
 its config gains ``"task"``. A model that is not a ``TaskModel`` states no task (:func:`model_task` gives
 ``None``).
+
+``keras.models.clone_model`` keeps the task too. Keras clones a functional subclass by calling its class with
+``(inputs, outputs, name=...)`` only, so the task must be in the class: ``TaskModel(..., task=t)`` makes an instance
+of a subclass per task (each still a ``TaskModel``, serialized under the same name, ``ot_layers>TaskModel``).
 """
 import keras
 
@@ -29,10 +33,20 @@ class TaskModel(keras.Model):
     """``TaskModel(inputs, outputs, name=None, task=...)``: a functional model whose config carries its ``task``
     (one of :data:`TASKS`; see the module docstring for why)."""
 
+    _class_task = "generic"
+
+    def __new__(cls, *args, **kwargs):
+        if cls is TaskModel:
+            cls = _TASK_MODELS[check_task(kwargs.get("task", "generic"))]
+        return super().__new__(cls, *args, **kwargs)
+
     def __init__(self, inputs, outputs, name=None, **kwargs):
         # `task` is a keyword in **kwargs, not a named argument: Keras revives a functional subclass from its config
         # only when the constructor's named arguments are exactly Functional's (inputs, outputs, name).
-        task = check_task(kwargs.pop("task", "generic"))
+        task = check_task(kwargs.pop("task", self._class_task))
+        if type(self) in _TASK_MODELS.values() and task != self._class_task:
+            raise ValueError(f"`task`: this TaskModel class states task {self._class_task!r}, not {task!r}; "
+                             f"make the model with TaskModel(..., task={task!r}).")
         super().__init__(inputs, outputs, name=name, **kwargs)
         self.task = task
 
@@ -40,6 +54,16 @@ class TaskModel(keras.Model):
         config = super().get_config()
         config["task"] = self.task
         return config
+
+
+# One subclass per task, each named and registered as TaskModel; registering TaskModel itself again afterwards
+# keeps `ot_layers>TaskModel` naming the base class when a config is read back (its "task" then picks the subclass).
+_TASK_MODELS = {}
+for _task in TASKS:
+    _TASK_MODELS[_task] = keras.saving.register_keras_serializable(package="ot_layers", name="TaskModel")(
+        type("TaskModel", (TaskModel,), {"_class_task": _task, "__module__": __name__, "__qualname__": "TaskModel",
+                                         "__doc__": f"A :class:`TaskModel` stating task {_task!r}."}))
+keras.saving.register_keras_serializable(package="ot_layers")(TaskModel)
 
 
 def model_task(model):

@@ -4,6 +4,7 @@ A flag given as a string (``return_cost="no"`` read as true), a NaN or ``None`` 
 fractional seed (NumPy's error, or for CCP a crash at its first re-initialization, mid-training), an empty meta-class
 list, an empty side of a partial-transport problem (NaN weights) and an unknown EMD domain with the exact method.
 """
+import keras
 import numpy as np
 import pytest
 
@@ -39,6 +40,11 @@ IMAGES = np.zeros((4, 8, 8, 1), np.float32)
     (lambda: layers.ClassProxies(3, initializer=None), "initializer"),
     (lambda: layers.StructuredFC(2, 3, initializer="nope"), "initializer"),
     (lambda: layers.HypersphericalPrototypes(3, 1), "dim"),  # two unit vectors in 1-d: classes shared prototypes
+    # a TypeError from a comparison, EMDHead's "multiple values for keyword argument", NumPy's conversion error
+    (lambda: layers.PatchExtractor(mode="sampling", crop_fraction=("a", 0.5)), "crop_fraction"),
+    (lambda: layers.StructuredFC(3, 4, head={"dtype": "float64"}), "head"),
+    (lambda: layers.StructuredFC(3, 4, head={"name": "x"}), "head"),
+    (lambda: layers.HypersphericalPrototypes(3, 4, prototypes="abc"), "prototypes"),
 ])
 def test_a_bad_argument_is_one_value_error_naming_it(build, name):
     with pytest.raises(ValueError, match=f"`{name}`"):
@@ -58,6 +64,8 @@ def test_random_walk_similarity_of_an_empty_point_set_names_points():
 
 @pytest.mark.parametrize("call, name", [
     (lambda: layers.ClassProxies(3)(np.zeros((2, 4, 4, 8), np.float32)), "inputs"),
+    # an unknown width was accepted at build, then failed inside call with int(None)
+    (lambda: layers.ClassProxies(3, dim=5, output="packed")(keras.Input((None,))), "inputs"),
     (lambda: layers.PatchExtractor()(np.zeros((28, 28, 1), np.float32)), "images"),
     (lambda: layers.PatchExtractor(crop_fraction=0.5), "crop_fraction"),
     (lambda: layers.StructuredFC(3, 4, head="sinkhorn"), "head"),

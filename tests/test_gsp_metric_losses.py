@@ -290,3 +290,17 @@ def test_proxy_nca_names_y_pred_without_two_classes(shape, expected):
     with pytest.raises(ValueError, match=f"^`y_pred` of ProxyNCAPlusPlusLoss .*{expected}"):
         ProxyNCAPlusPlusLoss()(np.zeros(6, np.int32), np.zeros(shape, np.float32))
     assert float(ProxyAnchorLoss()(np.zeros(6, np.int32), np.zeros((6, 1, 2), np.float32))) > 0  # one class: fine
+
+
+@pytest.mark.parametrize("loss_class", ["ContrastiveLoss", "TripletLoss", "MultiSimilarityLoss", "ProxyAnchorLoss",
+                                        "ProxyNCAPlusPlusLoss", "ZeroShotPredictionLoss", "HypersphericalPullLoss",
+                                        "ManifoldProxyLoss"])
+def test_a_float64_loss_reads_back_as_float64(loss_class):
+    """Keras' ``Loss.get_config`` keeps only name and reduction: the loss read back computed in float32."""
+    from ot_layers import losses
+    loss = getattr(losses, loss_class)(dtype="float64")
+    assert loss.dtype == "float64"
+    assert type(loss).from_config(loss.get_config()).dtype == "float64"
+    restored = keras.saving.deserialize_keras_object(keras.saving.serialize_keras_object(loss))
+    assert type(restored) is type(loss) and restored.dtype == "float64"
+    assert getattr(losses, loss_class)().dtype == "float32"

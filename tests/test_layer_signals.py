@@ -115,6 +115,31 @@ def test_a_layer_inside_a_nested_model_is_read_through_the_outer_graph():
     assert history.history["gsp_transport_iterations"] == [max(counts)]
 
 
+@pytest.mark.parametrize("method", ["sinkhorn", "exact"])
+def test_a_structured_fc_reports_its_heads_signals(method):
+    """``StructuredFC`` calls its ``EMDHead`` itself (no graph node): the callback reports the head's transport
+    between the feature maps the layer receives and its class nodes, under the layer's name (this crashed at the
+    first epoch's end: "The layer emd has never been called"). Each query solved alone gives the same count."""
+    from ot_layers import StructuredFC
+    rng = np.random.default_rng(3)
+    x = rng.uniform(0, 1, (8, 4, 4, 1)).astype("float32")
+    inputs = keras.Input((4, 4, 1))
+    layer = StructuredFC(2, 16, head={"method": method}, name="sfc")
+    model = keras.Model(inputs, layer(keras.layers.Conv2D(3, 1)(inputs)))
+    model.compile("sgd", keras.losses.SparseCategoricalCrossentropy(from_logits=True))
+    history = model.fit(x, np.array([0, 1] * 4), epochs=1, verbose=0, callbacks=[LayerSignals(x[:4])])
+    features = flatten_feature_map(layer_input_model(model, layer, model.inputs[0])(x[:4], training=False))
+    nodes = flatten_feature_map(keras.ops.convert_to_tensor(layer.nodes))
+    alone = [layer.head.transport(features[i:i + 1], nodes)[3] for i in range(4)]
+    converged = np.mean([np.asarray(result.converged, np.float32) for result in alone])
+    assert history.history["sfc_converged"] == [pytest.approx(converged)]
+    if method == "sinkhorn":
+        assert history.history["sfc_sinkhorn_iterations"] == [max(int(np.max(r.iterations)) for r in alone)]
+    else:
+        assert converged == 1.0 and history.history["sfc_marginal_error"][0] < 1e-6
+    assert not any(key.startswith("emd_") for key in history.history)
+
+
 def test_probe_images_must_be_a_batch():
     with pytest.raises(ValueError, match="probe_images"):
         LayerSignals(np.zeros((0, 28, 28, 1)))

@@ -6,7 +6,7 @@ import tensorflow as tf
 
 from ot_layers import ClassProxies
 from ot_layers.callbacks import CCPReinitialization
-from ot_layers.callbacks.ccp import k_center_proxies
+from ot_layers.callbacks.ccp import k_center_proxies, remove_ccp_state
 from ot_layers.losses import ProxyAnchorLoss
 from training.evaluation.retrieval import retrieval_metrics
 
@@ -84,6 +84,28 @@ def test_reinitializes_on_plateau_and_pulls_towards_anchor():
     # the final model holds the best weights (epoch 4's)
     np.testing.assert_allclose(_weights(model)[kernel_index], snapshots[3][1][kernel_index])
     assert float(model.ccp_state.reinitializations.numpy()) == 2.0
+
+
+def test_removing_the_state_gives_the_architectures_weights_back():
+    """The state's variables ride in ``model.weights`` (for checkpoints); once removed, the trained weights go into a
+    model of the same architecture by ``set_weights`` and predict the same, and a new CCP run starts at round 0."""
+    x, y = _data()
+    model, _ = _model()
+    own = len(model.weights)
+    scores = iter([0.5, 0.4, 0.3, 0.2])
+    ccp = CCPReinitialization(x, y, validation_score=lambda: next(scores), patience=1, pool_size=5)
+    model.fit(x, y, epochs=3, batch_size=20, verbose=0, callbacks=[ccp])
+    assert len(model.weights) > own and ccp.reinitializations > 0
+    trained = _weights(model)
+    state = remove_ccp_state(model)
+    assert state is not None and not hasattr(model, "ccp_state") and remove_ccp_state(model) is None
+    assert len(model.weights) == own and all(np.array_equal(a, b) for a, b in zip(model.get_weights(), trained))
+    twin, _ = _model()
+    twin.set_weights(model.get_weights())
+    np.testing.assert_array_equal(twin.predict(x, verbose=0), model.predict(x, verbose=0))
+    again = CCPReinitialization(x, y, validation_score=lambda: 0.1, patience=5, pool_size=5)
+    model.fit(x, y, epochs=1, batch_size=20, verbose=0, callbacks=[again])
+    assert again.reinitializations == 0 and model.ccp_state is not state
 
 
 def test_proximal_penalty_is_the_regularized_loss_gradient_through_the_optimizer():

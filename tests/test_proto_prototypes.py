@@ -316,6 +316,17 @@ def test_reassignment_logs_and_survives_checkpoint_resume(tmp_path):
     np.testing.assert_array_equal(fresh.get_layer("protos").assignment, model.get_layer("protos").assignment)
 
 
+def test_a_first_fit_may_start_at_a_later_epoch():
+    """``initial_epoch > 0`` on a model that has seen no labels is not a resume: nothing to redo at its start, and
+    the epoch's own re-assignment runs at its end."""
+    x, y = _data(64)
+    model = build_training_model()
+    model.compile(optimizer=keras.optimizers.Adam(1e-2), loss=HypersphericalPullLoss())
+    reassign = PrototypeReassignment()
+    model.fit([x, y], y, epochs=3, initial_epoch=1, batch_size=16, verbose=0, callbacks=[reassign])
+    assert len(reassign.changes) == 2 and np.any(np.asarray(model.get_layer("protos").representatives))
+
+
 def test_callback_finds_layer_by_name_or_refuses():
     x, y = _data()
     model = build_training_model()

@@ -78,6 +78,17 @@ class CCPState(keras.layers.Layer):
         return inputs
 
 
+def remove_ccp_state(model):
+    """Take ``model.ccp_state`` (:class:`CCPReinitialization`'s state) off ``model`` and return it (``None`` when
+    the model has none): ``model.weights``, ``get_weights()`` and ``count_params()`` are then the architecture's
+    own again. A later ``fit`` with a ``CCPReinitialization`` starts CCP over (round 0, no ``theta*``)."""
+    state = getattr(model, STATE_ATTRIBUTE, None)
+    if state is not None:
+        model._tracker.untrack(state)  # Keras' `del` keeps a sub-layer in the model's tracked layers
+        delattr(model, STATE_ATTRIBUTE)
+    return state
+
+
 def _strategy_scope(model):
     strategy = getattr(model, "distribute_strategy", None)
     return strategy.scope() if strategy is not None else contextlib.nullcontext()
@@ -112,7 +123,11 @@ class CCPReinitialization(keras.callbacks.Callback):
     Every decision lives in the Keras variables of a ``CCPState`` that the callback attaches to the model as
     ``model.ccp_state`` (scores, patience counter, round counter, ``theta*``, the problem's and the overall best
     weights), so a run interrupted after any epoch and resumed with ``keras.callbacks.BackupAndRestore`` continues
-    exactly. Place this callback before ``BackupAndRestore`` / ``ModelCheckpoint``.
+    exactly. Place this callback before ``BackupAndRestore`` / ``ModelCheckpoint``. The state is part of the model
+    (its variables are in ``model.weights``, ``get_weights()`` and ``count_params()``, about three copies of the
+    weights), so ``other.set_weights(model.get_weights())`` for a model of the same architecture needs it gone
+    first: :func:`remove_ccp_state` takes it off (CCP then starts over in a later ``fit``). ``save_weights`` /
+    ``load_weights`` into a fresh model and ``.keras`` files work with it on.
 
     Args:
       train_images, train_labels: the training set the pools are drawn from; labels ``0..num_classes-1``.

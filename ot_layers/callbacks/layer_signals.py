@@ -7,7 +7,8 @@
   row-marginal error (the solver stops at ``threshold`` or ``max_iter``);
 - for each ``EMDHead`` (a few-shot model, probed with one episode's inputs): ``<layer>_marginal_error`` and
   ``<layer>_converged`` (the share of its query-class problems that met their threshold, or whose network simplex
-  reported an optimal flow), and with ``method="sinkhorn"`` ``<layer>_sinkhorn_iterations``;
+  reported an optimal flow), and with ``method="sinkhorn"`` ``<layer>_sinkhorn_iterations``; a ``StructuredFC``
+  reports its head's signals under its own name (the query feature maps it receives against its class nodes);
 - ``ccp_reinitializations``: the CCP re-initialization rounds so far (``model.ccp_state``,
   ``ot_layers.callbacks.CCPReinitialization``);
 - for each ``GeneralizedSumPooling`` layer: ``<layer>_transport_iterations`` and ``<layer>_marginal_error``, the
@@ -28,6 +29,7 @@ from keras import ops
 from ot_layers.layers.emd_head import EMDHead
 from ot_layers.layers.generalized_sum_pooling import GeneralizedSumPooling
 from ot_layers.layers.multi_proxy_wasserstein import MultiProxyWasserstein
+from ot_layers.layers.structured_fc import StructuredFC
 from ot_layers.tensor_ops import flatten_feature_map, layer_input_model, walk_layers
 from ot_layers.validation import check_fits_model_inputs
 
@@ -66,21 +68,20 @@ class LayerSignals(keras.callbacks.Callback):
         """``{name: float}`` for the model's layers now."""
         self._check_against_model()
         found = {}
-        for layer in walk_layers(self.model):
+        layers = list(walk_layers(self.model))
+        held = {id(layer.head) for layer in layers if isinstance(layer, StructuredFC)}  # called by it, not the graph
+        for layer in layers:
             if isinstance(layer, MultiProxyWasserstein):
                 features = self._layer_inputs(layer)
                 _, _, result = layer.matcher.match(flatten_feature_map(ops.convert_to_tensor(features)),
                                                    layer.proxies)
                 found[f"{layer.name}_sinkhorn_iterations"] = _largest(result.iterations)
                 found[f"{layer.name}_marginal_error"] = _mean(result.error)
-            elif isinstance(layer, EMDHead):
+            elif isinstance(layer, EMDHead) and id(layer) not in held:
                 query, support = self._layer_inputs(layer)
-                result = layer.transport(flatten_feature_map(ops.convert_to_tensor(query)),
-                                         flatten_feature_map(ops.convert_to_tensor(support)))[3]
-                if layer.method == "sinkhorn":
-                    found[f"{layer.name}_sinkhorn_iterations"] = _largest(result.iterations)
-                found[f"{layer.name}_marginal_error"] = _mean(result.error)
-                found[f"{layer.name}_converged"] = _mean(ops.cast(result.converged, "float32"))
+                found.update(_emd_signals(layer.name, layer, query, support))
+            elif isinstance(layer, StructuredFC):
+                found.update(_emd_signals(layer.name, layer.head, self._layer_inputs(layer), layer.nodes))
             elif isinstance(layer, GeneralizedSumPooling):
                 result = layer.transport(layer.flat_features(self._layer_inputs(layer)))
                 found[f"{layer.name}_transport_iterations"] = _largest(result.iterations)
@@ -94,6 +95,18 @@ class LayerSignals(keras.callbacks.Callback):
     def on_epoch_end(self, epoch, logs=None):
         if logs is not None:
             logs.update(self.signals())
+
+
+def _emd_signals(name, head, query, support):
+    """The signals of ``head``'s transport between ``query`` and ``support`` feature maps, named after ``name``."""
+    result = head.transport(flatten_feature_map(ops.convert_to_tensor(query)),
+                            flatten_feature_map(ops.convert_to_tensor(support)))[3]
+    found = {}
+    if head.method == "sinkhorn":
+        found[f"{name}_sinkhorn_iterations"] = _largest(result.iterations)
+    found[f"{name}_marginal_error"] = _mean(result.error)
+    found[f"{name}_converged"] = _mean(ops.cast(result.converged, "float32"))
+    return found
 
 
 def _largest(values):

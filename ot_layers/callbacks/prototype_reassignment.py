@@ -65,10 +65,12 @@ class PrototypeReassignment(keras.callbacks.Callback):
     def on_epoch_begin(self, epoch, logs=None):
         if self._first_epoch:
             self._first_epoch = False
-            if epoch > 0 and epoch % self.frequency == 0:
+            layer = self._layer()
+            if epoch > 0 and epoch % self.frequency == 0 and np.any(np.asarray(layer.representatives)):
                 # resuming after a re-assignment epoch: redo it from the restored variables (idempotent), in case
-                # the backup was written before this callback's on_epoch_end ran
-                self.reassign(self._layer())
+                # the backup was written before this callback's on_epoch_end ran. A layer that has seen no labels
+                # yet (a first fit started at initial_epoch > 0) has nothing to redo.
+                self.reassign(layer)
 
     def on_train_batch_end(self, batch, logs=None):
         if self.batch_frequency is not None and (batch + 1) % self.batch_frequency == 0:

@@ -47,6 +47,9 @@ class ClassProxies(ExportableLayer):
         dim = self.dim if self.dim is not None else input_shape[-1]
         if dim is None:
             raise ValueError("`dim`: ClassProxies needs `dim` or an input with a known last axis.")
+        if self.output_mode == "packed" and input_shape[-1] is None:
+            raise ValueError("`inputs`: output='packed' needs the embeddings' last axis known (it sets the packed "
+                             "width), got an input of shape " + str(tuple(input_shape)) + ".")
         if self.output_mode == "similarities" and input_shape[-1] is not None and int(input_shape[-1]) != int(dim):
             raise ValueError(f"`dim` ({dim}) must equal the input's last axis ({input_shape[-1]}) for "
                              "output='similarities'; use output='packed' for vectors of another space.")

@@ -69,7 +69,11 @@ class HypersphericalPrototypes(ExportableLayer):
         self.seed = check_seed("seed", seed)
         self._given_prototypes = None
         if prototypes is not None:
-            p = np.asarray(prototypes, dtype=np.float64)
+            try:
+                p = np.asarray(prototypes, dtype=np.float64)
+            except (TypeError, ValueError):
+                raise ValueError(f"`prototypes` must be a (num_classes, dim) array of numbers, got "
+                                 f"{type(prototypes).__name__} {prototypes!r:.80}.") from None
             if p.shape != (self.num_classes, self.dim):
                 raise ValueError(f"`prototypes` must have shape (num_classes, dim) = {(self.num_classes, self.dim)}, "
                                  f"got {p.shape}.")

@@ -79,11 +79,12 @@ class PatchExtractor(ExportableLayer):
         self.grid = check_positive_int("grid", grid)
         self.num_patches = check_positive_int("num_patches", num_patches)
         self.patch_size = check_positive_int("patch_size", patch_size)
-        if not isinstance(crop_fraction, (tuple, list)) or len(crop_fraction) != 2 \
-                or crop_fraction[0] > crop_fraction[1]:
+        if not isinstance(crop_fraction, (tuple, list)) or len(crop_fraction) != 2:
             raise ValueError(f"`crop_fraction` must be (low, high) with low <= high, got {crop_fraction!r}.")
-        self.crop_fraction = (float(check_in_range("crop_fraction", crop_fraction[0], 0, 1, low_open=True)),
-                              float(check_in_range("crop_fraction", crop_fraction[1], 0, 1, low_open=True)))
+        low, high = (float(check_in_range("crop_fraction", side, 0, 1, low_open=True)) for side in crop_fraction)
+        if low > high:
+            raise ValueError(f"`crop_fraction` must be (low, high) with low <= high, got {crop_fraction!r}.")
+        self.crop_fraction = (low, high)
         self.seed = seed
         self.seed_generator = keras.random.SeedGenerator(seed)
 

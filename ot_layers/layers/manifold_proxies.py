@@ -60,7 +60,7 @@ class ManifoldProxies(ExportableLayer):
         x = ops.cast(inputs, "float32")
         valid = ops.all(ops.isfinite(x), axis=-1)
         x = ops.where(valid[:, None], x, ops.zeros_like(x))  # a bad sample gets a NaN row and a zero gradient
-        proxies = ops.convert_to_tensor(self.proxies)
+        proxies = ops.cast(self.proxies, "float32")  # float64 under a float64 policy: torch will not mix the two
         if self.mode == "direct":
             out = ops.einsum("bd,kd->bk", normalize_rows(x), normalize_rows(proxies))
         else:

@@ -30,6 +30,10 @@ class StructuredFC(ExportableLayer):
             raise ValueError(f"`head` must be a dict of EMDHead arguments (e.g. {{'method': 'sinkhorn'}}), got "
                              f"{head!r}.")
         self.head_config = dict(head or {})
+        owned = sorted(set(self.head_config) & {"dtype", "name"})
+        if owned:
+            raise ValueError(f"`head` must not set {owned}: the head takes StructuredFC's dtype policy and is "
+                             "named 'emd'; pass dtype to StructuredFC itself.")
         self.initializer = resolve_initializer("initializer", initializer)
         self.head = EMDHead(**self.head_config, dtype=self.dtype_policy, name="emd")
         self.supports_jit = self.head.supports_jit

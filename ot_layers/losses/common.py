@@ -54,6 +54,17 @@ def per_replica(batch_loss):
     return batch_loss if replicas == 1 else batch_loss / float(replicas)
 
 
+class KeepsDType:
+    """Mixin (before ``keras.losses.Loss``) whose config keeps the dtype the loss computes in: Keras' own
+    ``Loss.get_config`` keeps only ``name`` and ``reduction``, so a ``dtype="float64"`` loss read back from a config
+    or a ``.keras`` file computed in float32."""
+
+    def get_config(self):
+        config = super().get_config()
+        config["dtype"] = self.dtype
+        return config
+
+
 class BatchLevelLoss:
     """Mixin (before ``keras.losses.Loss``) for a loss that is one value for the whole batch (its pairs, proxies or
     ridge maps mix the samples): it refuses ``sample_weight``, and so ``fit``'s ``class_weight``, which Keras would

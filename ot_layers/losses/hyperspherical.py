@@ -2,12 +2,12 @@
 import keras
 from keras import ops
 
-from ot_layers.losses.common import check_prediction_shape, class_labels, is_empty_batch, zero_loss
+from ot_layers.losses.common import KeepsDType, check_prediction_shape, class_labels, is_empty_batch, zero_loss
 from ot_layers.tensor_ops import label_columns
 
 
 @keras.saving.register_keras_serializable(package="ot_layers")
-class HypersphericalPullLoss(keras.losses.Loss):
+class HypersphericalPullLoss(KeepsDType, keras.losses.Loss):
     """``L = (1 - cos(z, p_{sigma(y)}))^2`` (Saadabadi et al. 2024, Sec. 3.2.2, Eq. 6), computed from the
     logits ``s_k = cos(z, p_{sigma(k)})`` of ``layers.HypersphericalPrototypes`` as ``(1 - s_y)^2``: a pull towards the
     assigned prototype only, no push from the others. ``y_true``: integer labels ``(B,)`` or ``(B, 1)``; a sample whose

@@ -2,13 +2,13 @@
 import keras
 from keras import ops
 
-from ot_layers.losses.common import check_prediction_shape, class_labels, is_empty_batch, zero_loss
+from ot_layers.losses.common import KeepsDType, check_prediction_shape, class_labels, is_empty_batch, zero_loss
 from ot_layers.tensor_ops import label_columns
 from ot_layers.validation import check_non_negative
 
 
 @keras.saving.register_keras_serializable(package="ot_layers")
-class ManifoldProxyLoss(keras.losses.Loss):
+class ManifoldProxyLoss(KeepsDType, keras.losses.Loss):
     """``L = log(1 + sum_{j != k} exp(s_j - s_k + m))`` for a sample of meta-class ``k`` with proxy similarities
     ``s`` ``(B, K)`` from ``layers.ManifoldProxies``: ``L_cxt`` (eq. 12) for ``mode="contextual"``, ``L_int``
     (eq. 11) for ``"intrinsic"``, ``L_P*`` (eq. 4) for ``"direct"``. Margin ``m = 5e-4`` (Aziere and Todorovic 2019,

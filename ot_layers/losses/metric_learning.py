@@ -19,8 +19,8 @@ has loss 0. Non-finite embeddings give a non-finite loss (a diverged run does no
 import keras
 from keras import ops
 
-from ot_layers.losses.common import (BatchLevelLoss, check_prediction_shape, class_labels, is_empty_batch,
-                                     per_replica, zero_loss)
+from ot_layers.losses.common import (BatchLevelLoss, KeepsDType, check_prediction_shape, class_labels,
+                                     is_empty_batch, per_replica, zero_loss)
 from ot_layers.tensor_ops import as_compute_dtype, at_least, label_columns, normalize_rows
 from ot_layers.validation import check_finite, check_flag, check_non_negative, check_positive
 
@@ -77,7 +77,7 @@ def sparse_cross_entropy(labels, logits):
     return ops.sparse_categorical_crossentropy(labels, logits, from_logits=True)
 
 
-class _MetricLoss(BatchLevelLoss, keras.losses.Loss):
+class _MetricLoss(BatchLevelLoss, KeepsDType, keras.losses.Loss):
     def __init__(self, name, normalize=True, reduction="sum_over_batch_size", **kwargs):
         super().__init__(name=name, reduction=reduction, **kwargs)
         self.normalize = check_flag("normalize", normalize)
@@ -179,7 +179,7 @@ class MultiSimilarityLoss(_MetricLoss):
                 "mining_margin": self.mining_margin}
 
 
-class ProxyLoss(BatchLevelLoss, keras.losses.Loss):
+class ProxyLoss(BatchLevelLoss, KeepsDType, keras.losses.Loss):
     """Base of losses on the output of a ``ClassProxies`` layer (``output="similarities"``): ``y_pred`` holds the
     cosine similarities ``(B, num_classes, num_proxies)`` of the normalized embeddings to the normalized proxies,
     ``y_true`` the integer labels ``(B,)`` or ``(B, 1)``. The loss holds no reference to the layer: it is a plain

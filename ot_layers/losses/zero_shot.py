@@ -23,8 +23,8 @@ and PyTorch count one replica). Computes in float32; in float64 for a loss built
 import keras
 from keras import ops
 
-from ot_layers.losses.common import (BatchLevelLoss, check_prediction_shape, class_labels, is_empty_batch,
-                                     per_replica, zero_loss)
+from ot_layers.losses.common import (BatchLevelLoss, KeepsDType, check_prediction_shape, class_labels,
+                                     is_empty_batch, per_replica, zero_loss)
 from ot_layers.losses.metric_learning import sparse_cross_entropy
 from ot_layers.tensor_ops import as_compute_dtype, at_least, label_columns
 from ot_layers.validation import check_positive
@@ -63,7 +63,7 @@ def _ridge_map(z, targets, mask, ridge):
 
 
 @keras.saving.register_keras_serializable(package="ot_layers")
-class ZeroShotPredictionLoss(BatchLevelLoss, keras.losses.Loss):
+class ZeroShotPredictionLoss(BatchLevelLoss, KeepsDType, keras.losses.Loss):
     """``L_ZS`` of Eq. 5.2.4 with integer labels ``y_true`` ``(B,)`` and ``y_pred`` the packed output of a
     ``ClassProxies(num_classes, dim=dv, output="packed")`` layer applied to the pseudo-attributes ``z``:
     ``(B, 1 + num_classes, D)``, row 0 ``z_i`` and rows ``1..num_classes`` the class embeddings ``Upsilon`` (the

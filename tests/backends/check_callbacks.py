@@ -13,7 +13,8 @@ import numpy as np
 import zoo
 from backend_tools import Report
 from ot_layers import ClassProxies, GeneralizedSumPooling, ManifoldProxies
-from ot_layers.callbacks import CCPReinitialization, GSPPrototypeInit, HardProxyUpdate, PrototypeReassignment
+from ot_layers.callbacks import (CCPReinitialization, GSPPrototypeInit, HardProxyUpdate, PrototypeReassignment,
+                                 remove_ccp_state)
 from ot_layers.losses import HypersphericalPullLoss, ManifoldProxyLoss, ProxyNCAPlusPlusLoss
 from ot_layers.tensor_ops import find_layer, layer_input_model
 from ot_layers.layers import HypersphericalPrototypes
@@ -99,6 +100,12 @@ report.expect("ccp_losses_finite", np.isfinite(history.history["loss"]).all(), s
 restored = [np.array(keras.ops.convert_to_numpy(w)) for w in inner.weights]
 report.measure("ccp_restores_best_weights", max(np.abs(a - b).max() for a, b in zip(restored, epoch_weights[0])),
                0.0)
+# without its state the model's weights are the architecture's own again (set_weights into a twin works)
+remove_ccp_state(model)
+twin = keras.models.clone_model(model)
+twin.set_weights(model.get_weights())
+report.measure("ccp_state_removed_twin_predicts_alike",
+               float(np.abs(twin.predict(vectors, verbose=0) - model.predict(vectors, verbose=0)).max()), 0.0)
 
 # GSP initialization in a nested embedding model (its features read through the outer model's graph; this
 # failed with "Output ... is not connected to inputs" on every backend)

@@ -361,6 +361,14 @@ def check_manifold(mode):
     elif not np.all(np.isfinite(got)):
         raise AssertionError(f"ManifoldProxies[{mode}]: non-finite output")
     check_gradients(f"ManifoldProxies[{mode}]", lambda t: layer(t), [x], [])
+    # a float64 layer computes in float32 too (its float64 proxies cast; PyTorch refused to mix the two)
+    wide = ManifoldProxies(k, dim, mode=mode, dtype="float64")
+    wide_out = ops.convert_to_numpy(wide(x.astype(np.float64)))
+    if mode == "direct":
+        assert_close("ManifoldProxies[direct, float64]", wide_out,
+                     np_normalize(x) @ np_normalize(ops.convert_to_numpy(wide.proxies).astype(np.float32)).T)
+    elif not np.all(np.isfinite(wide_out)):
+        raise AssertionError(f"ManifoldProxies[{mode}, float64]: non-finite output")
 
     loss = ManifoldProxyLoss(margin=0.1)
     s = rand(6, k)
