@@ -7,10 +7,10 @@
   child process that cannot import otzoo (:mod:`export.isolation`);
 - the served interface by task (:mod:`export.signatures`) and ``otzoo export`` (:mod:`otzoo.export_command`).
 """
-from export.onnx import to_onnx
+from export.onnx import OnnxConversionError, to_onnx
 from export.saved_model import to_saved_model
 from export.signatures import TASKS, infer_task, serving_spec
 from export.verification import ParityReport, VerificationError, verify
 
-__all__ = ["to_saved_model", "to_onnx", "verify", "ParityReport", "VerificationError", "TASKS", "infer_task",
-           "serving_spec"]
+__all__ = ["to_saved_model", "to_onnx", "OnnxConversionError", "verify", "ParityReport", "VerificationError", "TASKS",
+           "infer_task", "serving_spec"]

@@ -2,8 +2,9 @@
 
 TF Serving watches ``base_dir`` for integer-named version directories and loads the newest; a version directory
 must appear complete. The export is written into a hidden temporary directory inside ``base_dir`` (a name TF
-Serving ignores) and renamed to ``<version>`` only once complete; any failure removes the temporary directory, so
-an existing version is never replaced and no half-written one is left. Before the rename the version directory and
+Serving ignores) and renamed to ``<version>`` only once complete; any failure removes the temporary directory (and
+``base_dir`` and the parents the export created for it, where still empty), so an existing version is never
+replaced and no half-written one or stray directory is left. Before the rename the version directory and
 everything in it get the modes any new directory and file get under the process's umask (the temporary is created
 0700), so a TF Serving process under another user can read it (:mod:`export.permissions`).
 """
@@ -78,6 +79,29 @@ def _warn_if_config_differs(path, text):
                       "edited by hand); its earlier content is not kept.", stacklevel=3)
 
 
+def missing_directories(path):
+    """The directories ``os.makedirs(path)`` would create, deepest first."""
+    missing = []
+    while not os.path.isdir(path):
+        missing.append(path)
+        parent = os.path.dirname(path)
+        if parent == path:
+            break
+        path = parent
+    return missing
+
+
+def remove_if_empty(directories):
+    """Remove each of ``directories`` (deepest first) that is empty, stopping at the first that is not: a directory
+    something else has written into since is kept with its parents."""
+    for directory in directories:
+        try:
+            os.rmdir(directory)
+        except OSError:  # not empty (another writer), or already gone
+            if os.path.exists(directory):
+                return
+
+
 def _write_signatures(model, spec, directory):
     archive = keras.export.ExportArchive()
     archive.track(model)
@@ -101,7 +125,9 @@ def to_saved_model(model, base_dir, version=None, task=None, warmup=None, name=N
     ``models.config`` and the warm-up requests (default: ``base_dir``'s name). ``<base_dir>/models.config`` gets
     the entry that serves ``base_dir`` under ``name``, replacing one there (with a ``UserWarning`` when the earlier
     file says something else: another name, or an edit by hand). The version directory and its files get
-    the modes the process's umask gives new ones (0755 / 0644 under umask 022).
+    the modes the process's umask gives new ones (0755 / 0644 under umask 022). A failed export removes what it
+    wrote, and the directories it created for ``base_dir`` (``base_dir`` and any missing parents) where they are
+    still empty.
 
     Raises ``ValueError`` naming the exportable alternative for a model with an unexportable layer (e.g.
     ``EMDHead(method="exact")``), before writing anything.
@@ -126,9 +152,13 @@ def to_saved_model(model, base_dir, version=None, task=None, warmup=None, name=N
         if os.path.exists(os.path.join(base_dir, str(version))):
             raise ValueError(f"`version` {version} already exists in {base_dir}; versions are never replaced "
                              "(pass another version, or None for one above the highest).")
-    created_base = not os.path.isdir(base_dir)
+    created = missing_directories(base_dir)  # removed again, when still empty, if the export fails
     os.makedirs(base_dir, exist_ok=True)
-    temp_dir = tempfile.mkdtemp(prefix=_TEMP_PREFIX, dir=base_dir)
+    try:
+        temp_dir = tempfile.mkdtemp(prefix=_TEMP_PREFIX, dir=base_dir)
+    except BaseException:
+        remove_if_empty(created)
+        raise
     config_temp = temp_dir + ".config"
     try:
         _write_signatures(model, spec, temp_dir)
@@ -151,8 +181,7 @@ def to_saved_model(model, base_dir, version=None, task=None, warmup=None, name=N
         shutil.rmtree(temp_dir, ignore_errors=True)
         if os.path.exists(config_temp):
             os.remove(config_temp)
-        if created_base and not os.listdir(base_dir):
-            os.rmdir(base_dir)
+        remove_if_empty(created)
         raise
     return final
 

@@ -13,6 +13,12 @@ Tasks and their signatures (``TASKS``):
 
 Pixel inputs (``images``, ``query_images``, ``support_images``) are float32 in the default signature and uint8 in
 a second one (:data:`UINT8_SIGNATURE`); both carry raw 0-255 values, as zoo models normalize pixels themselves.
+Outputs the model computes in half precision (``mixed_float16``, ``mixed_bfloat16``) are served as float32 (an exact
+widening), and a classifier's ``probabilities`` and ``top_k`` are computed from those float32 logits.
+
+The model's inputs and outputs must each be one tensor or a flat list of tensors (a functional or Sequential
+model); a model with dict or nested inputs or outputs is refused (:func:`serving_spec`), as is a subclassed model,
+which has no symbolic inputs in Keras 3 (wrap either in a functional model first).
 
 How the task is found when ``task=None``: the task the model states (:func:`infer_task`). The zoo's builders and
 ``zoo.load`` return an ``ot_layers.TaskModel``, whose config carries its task (``config.json``, ``.keras``); a
@@ -45,6 +51,18 @@ _OUTPUTS = {
     "retrieval": ("embeddings",),
     "few_shot": ("logits",),
 }
+
+
+def _half_to_float32(tensor):
+    """``tensor`` as float32 when it is float16 or bfloat16 (exact), else as it is: served outputs are at least
+    float32 (bfloat16 has no NumPy dtype, and a softmax in float16 misses float32 tolerances)."""
+    if tensor.dtype in (tf.float16, tf.bfloat16):
+        return tf.cast(tensor, tf.float32)
+    return tensor
+
+
+def _as_list(outputs):
+    return list(outputs) if isinstance(outputs, (list, tuple)) else [outputs]
 
 
 def refuse_unexportable(model):
@@ -133,16 +151,17 @@ class ServingSpec:
 
         def serve(*inputs):
             cast = [tf.cast(x, dtype) for x, dtype in zip(inputs, dtypes)]
-            outputs = model(cast if len(cast) > 1 else cast[0], training=False)
+            outputs = [_half_to_float32(o) for o in _as_list(model(cast if len(cast) > 1 else cast[0],
+                                                                   training=False))]
             if self.task == "generic":
-                outputs = outputs if isinstance(outputs, (list, tuple)) else [outputs]
                 return {name: out for name, out in zip(self.output_names, outputs)}
             if self.task == "retrieval":
-                return {"embeddings": outputs}
+                return {"embeddings": outputs[0]}
             if self.task == "few_shot":
-                return {"logits": outputs}
-            top = tf.math.top_k(outputs, k=self.top_k)
-            return {"logits": outputs, "probabilities": tf.nn.softmax(outputs, axis=-1),
+                return {"logits": outputs[0]}
+            logits = outputs[0]
+            top = tf.math.top_k(logits, k=self.top_k)
+            return {"logits": logits, "probabilities": tf.nn.softmax(logits, axis=-1),
                     "top_k_classes": top.indices, "top_k_scores": top.values}
 
         return serve
@@ -166,10 +185,10 @@ class ServingSpec:
 
     def reference(self, call, named):
         """The Keras outputs by name for ``{input name: array}``: ``call`` (from :meth:`keras_call`) on the model
-        inputs, post-processed in NumPy (float64 softmax, a stable descending sort for top-k), independently of
-        the exported graph."""
-        outputs = call(self.as_model_inputs(named))
-        outputs = [np.asarray(o) for o in (outputs if isinstance(outputs, (list, tuple)) else [outputs])]
+        inputs (half-precision outputs widened to float32, as served), post-processed in NumPy (float64 softmax, a
+        stable descending sort for top-k), independently of the exported graph."""
+        outputs = [np.asarray(_half_to_float32(tf.convert_to_tensor(o))) for o in _as_list(call(
+            self.as_model_inputs(named)))]
         if self.task != "classification":
             return dict(zip(self.output_names, outputs))
         logits = outputs[0]
@@ -188,19 +207,44 @@ class ServingSpec:
         return f"{ins} -> {outs}"
 
 
+def _structure(model, which):
+    """``model.input`` or ``model.output`` as the model was built (a tensor, list, dict, ...), or ``None`` where
+    Keras keeps none (a Sequential model is always flat)."""
+    try:
+        return getattr(model, which)
+    except (AttributeError, ValueError):
+        return None
+
+
+def _check_flat_structure(model):
+    """Refuse a model whose inputs or outputs are a dict or nested: the signatures are built positionally."""
+    for which in ("input", "output"):
+        structure = _structure(model, which)
+        nested = isinstance(structure, dict) or (isinstance(structure, (list, tuple))
+                                                 and any(keras.tree.is_nested(x) for x in structure))
+        if nested:
+            kind = "a dict" if isinstance(structure, dict) else "a nested structure"
+            raise ValueError(f"`model` has {kind} of {which}s; export serves one tensor or a flat list of them: "
+                             f"wrap it, e.g. keras.Model(inputs=[...], outputs=[...]) listing its {which} tensors in "
+                             "the order the signature should have.")
+
+
 def serving_spec(model, task=None):
     """The :class:`ServingSpec` of ``model`` for ``task`` (one of ``TASKS``; ``None``: the task the model states,
     :func:`infer_task`).
 
-    Raises ``ValueError`` naming the layer and the exportable alternative when a layer has an ``export_blocker``,
-    and naming ``task`` when the model does not fit it.
+    Raises ``ValueError`` naming ``model`` when it is not a built functional or Sequential model or has dict or
+    nested inputs or outputs, naming the layer and the exportable alternative when a layer has an
+    ``export_blocker``, and naming ``task`` when the model does not fit it.
     """
     if task is not None and task not in TASKS:
         raise ValueError(f"`task` must be one of {list(TASKS)} or None, got {task!r}.")
     if not isinstance(model, keras.Model) or not getattr(model, "inputs", None) \
             or not getattr(model, "outputs", None):
-        raise ValueError("`model` must be a built keras.Model with known inputs and outputs (a functional model, "
-                         f"or a subclassed one called once), got {model!r}.")
+        raise ValueError("`model` must be a built keras.Model with known inputs and outputs (a functional or "
+                         "Sequential model; a subclassed model has none: wrap it, "
+                         f"inputs = keras.Input(shape); keras.Model(inputs, model(inputs))), got {model!r}.")
+    _check_flat_structure(model)
     refuse_unexportable(model)
     task = task or infer_task(model)
     _check_task_fits(model, task)

@@ -4,7 +4,9 @@
 process (:mod:`export.isolation`): the SavedModel through ``tf.saved_model.load`` and its signatures -- after
 checking that no node of its graph or of any function in its library is a Python op (``PyFunc``,
 ``PyFuncStateless``, ``EagerPyFunc``, ``NumpyFunction``), which TF Serving cannot run --, the ONNX file through
-onnxruntime. It reports the maximum absolute difference per artifact, per output and per batch size.
+onnxruntime. It reports the maximum absolute difference per artifact, per output and per batch size, computed in
+float64 (a bfloat16 output, which NumPy has no dtype for, is widened to float32 in the child, exactly; the exporters
+serve half-precision outputs as float32 anyway, :mod:`export.signatures`).
 
 A NaN anywhere in an output, from Keras or from the artifact (or both), fails the check: a served NaN is never
 right, and a NaN compared as a number would vanish (``max(0.0, nan)`` is 0.0). That output's difference is
@@ -83,6 +85,8 @@ if not found:
         function = loaded.signatures[run["signature"]]
         got = function(**{name: tf.constant(feeds[f"{run['id']}__{name}"]) for name in run["inputs"]})
         for name, value in got.items():
+            if value.dtype == tf.bfloat16:  # no NumPy dtype: np.savez would write raw 2-byte records (|V2)
+                value = tf.cast(value, tf.float32)  # exact
             outputs[f"{run['id']}__{name}"] = value.numpy()
 np.savez(outputs_path, **outputs)
 json.dump(result, open(result_path, "w"))

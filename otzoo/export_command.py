@@ -7,7 +7,8 @@ load): the SavedModel goes to ``DIR/<name>/<version>/`` (with ``DIR/<name>/model
 one a ``.keras`` model states (``ot_layers.TaskModel``); a model stating none is exported as ``generic``. Unless
 ``--no-verify``, both are checked against Keras on real test images of the preset's data set (Fashion-MNIST for
 a ``.keras`` file) given as raw uint8 pixels (``--images``, default 64), at batch sizes 1 and 64 (at most the
-image count), in a process that cannot import otzoo; a difference above ``--atol`` is an error. Prints the
+image count), in a process that cannot import otzoo; a difference above ``--atol`` is an error, as is a model
+whose ONNX conversion is invalid or that onnxruntime cannot load (nothing is written for it). Prints the
 signatures, their shapes, the sizes on disk and the parity table.
 """
 import os
@@ -68,8 +69,9 @@ def _load(target):
             raise CommandError(f"NAME_OR_PATH: {target!r} is not a .keras archive (a zip file); is it damaged or cut "
                                "short?")
         name = os.path.splitext(os.path.basename(target))[0]
-        try:
-            model = keras.saving.load_model(target)
+        try:  # compile=False: export needs no optimizer, and one saved on another backend (e.g. PyTorch's) would
+            # import that backend's code into this TensorFlow process
+            model = keras.saving.load_model(target, compile=False)
         except Exception as error:  # a file Keras cannot read: one line, not a traceback
             message = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
             raise CommandError(f"NAME_OR_PATH: cannot load {target!r}: {message}") from None
@@ -149,8 +151,7 @@ def run(args):
             inputs = sample_inputs(spec, args.images, classes=classes, dataset=dataset, image_size=image_size)
         except ValueError as error:
             raise CommandError(f"NAME_OR_PATH: {error} (--no-verify exports without the check)") from None
-    os.makedirs(args.out, exist_ok=True)
-    saved = onnx_path = None
+    saved = onnx_path = None  # the exporters create --out (and remove what they created when they fail)
     print(f"{name}: task {spec.task}")
     if args.format in ("saved_model", "both"):
         saved = export.to_saved_model(model, os.path.join(args.out, name), version=args.version, task=task)
@@ -161,7 +162,12 @@ def run(args):
             print(f"  {signature}: {spec.describe(uint8=signature == UINT8_SIGNATURE)}")
     if args.format in ("onnx", "both"):
         replaced = os.path.exists(os.path.join(args.out, f"{name}.onnx"))
-        onnx_path = export.to_onnx(model, os.path.join(args.out, f"{name}.onnx"), task=task)
+        try:  # a model tf2onnx converts into one that is invalid or that onnxruntime cannot load
+            onnx_path = export.to_onnx(model, os.path.join(args.out, f"{name}.onnx"), task=task)
+        except export.OnnxConversionError as error:
+            kept = f" (the SavedModel {saved} is written and stays)" if saved else ""
+            raise CommandError(f"NAME_OR_PATH: {str(error).splitlines()[0]}{kept}; --format saved_model exports "
+                               "it without ONNX.") from None
         print(f"ONNX {onnx_path} ({_size(onnx_path)}{', replacing the earlier file' if replaced else ''}); "
               "axis 0 dynamic")
         print(f"  {spec.describe()}")

@@ -92,3 +92,49 @@ def test_export_verifies_on_fashion_mnist_and_prints_the_summary(keras_files, tm
     assert cli.main(["export", paths["classifier"], "--out", out, "--format", "saved_model", "--no-verify"]) == 0
     assert "parity: not checked" in capsys.readouterr().out
     assert sorted(os.listdir(os.path.join(out, "tiny_classifier"))) == ["1", "2", "models.config"]
+
+
+def _with_compile_config(source, target, compile_config):
+    """A copy of the ``.keras`` archive ``source`` at ``target`` whose config says ``compile_config``."""
+    import json
+
+    with zipfile.ZipFile(source) as archive:
+        files = {name: archive.read(name) for name in archive.namelist()}
+    config = json.loads(files["config.json"])
+    config["compile_config"] = compile_config
+    files["config.json"] = json.dumps(config).encode()
+    with zipfile.ZipFile(target, "w") as archive:
+        for name, data in files.items():
+            archive.writestr(name, data)
+
+
+def test_a_file_compiled_on_another_backend_exports_without_its_optimizer(tmp_path, capsys):
+    """A ``.keras`` file compiled and saved on PyTorch names a PyTorch optimizer: loading it compiled imported
+    PyTorch's code into the TensorFlow process (a segfault), and an optimizer from a module not installed here made
+    the file unloadable. Export needs no compile state: the file loads without it."""
+    inputs = keras.Input((4,), name="features")
+    model = keras.Model(inputs, keras.layers.Dense(3)(inputs))
+    model.compile(optimizer="adam", loss="mse")
+    model.save(str(tmp_path / "saved.keras"))
+    path = str(tmp_path / "torch_trained.keras")
+    _with_compile_config(str(tmp_path / "saved.keras"), path, {
+        "optimizer": {"module": "not_installed_backend.optimizers", "class_name": "Adam", "config": {},
+                      "registered_name": None}, "loss": "mse"})
+    out = str(tmp_path / "out")
+    assert cli.main(["export", path, "--out", out, "--format", "saved_model", "--no-verify"]) == 0, \
+        capsys.readouterr().err
+    assert os.path.isfile(os.path.join(out, "torch_trained", "1", "saved_model.pb"))
+
+
+def test_a_model_that_converts_to_an_unloadable_onnx_file_is_one_line(tmp_path, capsys):
+    """tf2onnx converts a float64 Softplus that onnxruntime has no kernel for: one line naming NAME_OR_PATH, and no
+    ONNX file (it was written without a word)."""
+    pytest.importorskip("onnxruntime")
+    inputs = keras.Input((4,), name="features", dtype="float64")
+    model = keras.Model(inputs, keras.layers.Dense(3, activation="softplus", dtype="float64")(inputs))
+    path = str(tmp_path / "softplus64.keras")
+    model.save(path)
+    out = tmp_path / "out"
+    _fails_with(["export", path, "--out", str(out), "--format", "onnx", "--no-verify"],
+                "NAME_OR_PATH: `model` converts to an ONNX model onnxruntime cannot load", capsys)
+    assert not out.exists()

@@ -132,3 +132,46 @@ def test_artifacts_get_the_permissions_the_umask_gives_new_files(tmp_path, umask
     assert stat.S_IMODE(os.stat(tmp_path / "served" / "models.config").st_mode) == 0o666 & ~umask
     assert sorted(os.listdir(tmp_path)) == ["model.onnx", "served"]
     assert sorted(os.listdir(tmp_path / "served")) == ["1", "models.config"]
+
+
+def _mixed_precision_classifier(policy):
+    """A three-feature, five-class classifier under ``policy`` with logits of a few units (float16 rounds them at
+    ~1e-3, enough for a float16 softmax to miss 1e-5)."""
+    keras.mixed_precision.set_dtype_policy(policy)
+    inputs = keras.Input((3,), name="images")
+    model = keras.Model(inputs, keras.layers.Dense(5, name="dense_head")(inputs))
+    keras.mixed_precision.set_dtype_policy("float32")
+    rng = np.random.default_rng(1)
+    model.get_layer("dense_head").set_weights([rng.normal(size=(3, 5)).astype(np.float32) * 3,
+                                               rng.normal(size=5).astype(np.float32)])
+    return model
+
+
+@pytest.mark.parametrize("policy", ["mixed_float16", "mixed_bfloat16"])
+def test_mixed_precision_classifiers_verify_within_tolerance_with_float32_outputs(tmp_path, policy):
+    """Half-precision logits are served as float32 and the softmax and top-k run on those: ``probabilities`` were a
+    float16 softmax (3.6e-4 off), and a bfloat16 output crashed ``verify`` (NumPy has no bfloat16: ``|V2``)."""
+    model = _mixed_precision_classifier(policy)
+    x = np.random.default_rng(2).normal(size=(6, 3)).astype(np.float32)
+    version_dir = export.to_saved_model(model, str(tmp_path / "served"), task="classification", warmup=False)
+    report = export.verify(model, x, saved_model_dir=version_dir, task="classification", batch_sizes=(1, 6))
+    assert report["saved_model"] <= 1e-5, report.table()
+    outputs = report.signatures["saved_model"]["serving_default"]["outputs"]
+    assert {name: dtype for name, (dtype, _) in outputs.items()} == {
+        "logits": "float32", "probabilities": "float32", "top_k_classes": "int32", "top_k_scores": "float32"}
+
+
+def test_verify_reads_a_saved_model_with_bfloat16_outputs(tmp_path):
+    """A SavedModel that serves bfloat16 (written without :func:`export.to_saved_model`, which serves float32) is
+    compared as float32, exactly, rather than failing in NumPy."""
+    import tensorflow as tf
+
+    model = _mixed_precision_classifier("mixed_bfloat16")
+    archive = keras.export.ExportArchive()
+    archive.track(model)
+    archive.add_endpoint("serving_default", lambda images: {"output_0": model(images, training=False)},
+                         input_signature=[tf.TensorSpec((None, 3), tf.float32, name="images")])
+    archive.write_out(str(tmp_path / "bfloat16"), verbose=False)
+    report = export.verify(model, X, saved_model_dir=str(tmp_path / "bfloat16"), task="generic")
+    assert report.signatures["saved_model"]["serving_default"]["outputs"]["output_0"][0] == "bfloat16"
+    assert report["saved_model"] == 0.0, report.table()

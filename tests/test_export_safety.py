@@ -232,3 +232,104 @@ def test_models_config_is_replaced_with_a_warning_only_when_it_differs(tmp_path)
     with pytest.warns(UserWarning, match="which differs"):
         export.to_saved_model(model, base, warmup=False, name="renamed")
     assert sorted(os.listdir(base)) == ["1", "2", "3", "4", "models.config"]
+
+
+def _python_op_model():
+    """A model whose graph calls back into Python (``tf.numpy_function`` -> ``PyFunc``): no ONNX op exists for it."""
+    inputs = keras.Input((3,), name="features")
+    doubled = keras.layers.Lambda(
+        lambda x: tf.ensure_shape(tf.numpy_function(lambda t: 2.0 * t, [x], tf.float32), [None, 3]),
+        output_shape=(3,))(inputs)
+    return keras.Model(inputs, doubled)
+
+
+def test_an_onnx_conversion_that_no_runtime_loads_is_refused_and_keeps_the_earlier_file(tmp_path):
+    """tf2onnx only logs what it cannot convert and returns a model no runtime loads: such a model is refused with
+    one line (naming the unconverted op where there is one) before anything is written; a good file already at the
+    path keeps its bytes and a missing parent directory is not created. Three ways: an unconverted TensorFlow op, a
+    model ``onnx.checker`` rejects (bfloat16 weights beside float32 inputs) and one it accepts but onnxruntime has no
+    kernel for (float64 Softplus)."""
+    path = str(tmp_path / "model.onnx")
+    export.to_onnx(_dense_classifier(), path)
+    with open(path, "rb") as handle:
+        before = handle.read()
+    keras.mixed_precision.set_dtype_policy("mixed_bfloat16")
+    inputs = keras.Input((3,), name="features")
+    bfloat16 = keras.Model(inputs, keras.layers.Dense(2)(inputs))
+    keras.mixed_precision.set_dtype_policy("float64")
+    inputs = keras.Input((3,), name="features")
+    float64_softplus = keras.Model(inputs, keras.layers.Activation("softplus")(inputs))
+    keras.mixed_precision.set_dtype_policy("float32")
+    cases = [(_python_op_model(), r"^`model` cannot be converted to ONNX: tf2onnx could not convert the TensorFlow "
+                                  r"op\(s\) PyFunc;"),
+             (bfloat16, r"^`model` converts to an invalid ONNX model: .*MatMul")]
+    pytest.importorskip("onnxruntime")
+    cases.append((float64_softplus, r"^`model` converts to an ONNX model onnxruntime cannot load: .*Softplus"))
+    for model, match in cases:
+        for target in (path, str(tmp_path / "new" / "model.onnx")):
+            with pytest.raises(export.OnnxConversionError, match=match) as raised:
+                export.to_onnx(model, target)
+            assert isinstance(raised.value, ValueError) and len(str(raised.value).splitlines()) == 1
+        with open(path, "rb") as handle:
+            assert handle.read() == before
+        assert os.listdir(tmp_path) == ["model.onnx"]
+
+
+def test_a_failed_export_removes_the_parent_directories_it_created(tmp_path, monkeypatch):
+    """``base_dir`` (or the ONNX file's folder) several levels below what exists: a failure removes every directory
+    the export created, and keeps a directory that existed before (with what it holds)."""
+    model = _dense_classifier()
+    (tmp_path / "kept").mkdir()
+    (tmp_path / "kept" / "notes.txt").write_text("mine")
+
+    def fail(*args):
+        raise OSError("disk full (simulated)")
+
+    monkeypatch.setattr(saved_model_module, "_write_signatures", fail)
+    for base in (tmp_path / "a" / "b" / "served", tmp_path / "kept" / "c" / "served"):
+        with pytest.raises(OSError, match="simulated"):
+            export.to_saved_model(model, str(base), warmup=False)
+    import onnx
+
+    monkeypatch.setattr(onnx, "save", fail)
+    with pytest.raises(OSError, match="simulated"):
+        export.to_onnx(model, str(tmp_path / "d" / "e" / "model.onnx"))
+    assert sorted(os.listdir(tmp_path)) == ["kept"]
+    assert os.listdir(tmp_path / "kept") == ["notes.txt"]
+
+
+def test_dict_or_nested_inputs_and_outputs_and_subclassed_models_are_refused_naming_model():
+    """Export builds its signatures positionally: a functional model with dict or nested inputs or outputs is refused
+    in one line naming ``model`` (it crashed deep in TensorFlow). A subclassed model has no symbolic inputs in Keras
+    3, called or not: the message says how to wrap it, and the wrapped model is accepted."""
+    features, extra = keras.Input((4,), name="features"), keras.Input((2,), name="extra")
+    joined = keras.layers.Concatenate()([features, extra])
+    models = {
+        "a dict of outputs": keras.Model(features, {"b": keras.layers.Dense(2)(features),
+                                                    "a": keras.layers.Dense(3)(features)}),
+        "a dict of inputs": keras.Model({"extra": extra, "features": features}, joined),
+        "a nested structure of inputs": keras.Model([features, [extra]], joined),
+        "a nested structure of outputs": keras.Model(features, [[keras.layers.Dense(2)(features)], features]),
+    }
+    for kind, model in models.items():
+        for call in (lambda: export.serving_spec(model), lambda: export.to_onnx(model, "unused.onnx")):
+            with pytest.raises(ValueError, match=f"^`model` has {kind}; export serves one tensor or a flat list") \
+                    as raised:
+                call()
+            assert len(str(raised.value).splitlines()) == 1
+
+    class Subclassed(keras.Model):
+        def __init__(self):
+            super().__init__()
+            self.dense = keras.layers.Dense(3)
+
+        def call(self, x):
+            return self.dense(x)
+
+    subclassed = Subclassed()
+    subclassed(np.ones((2, 4), np.float32))
+    with pytest.raises(ValueError, match=r"^`model` must be a built keras.Model .*a subclassed model has none: wrap "
+                                         r"it, inputs = keras.Input\(shape\); keras.Model\(inputs, model\(inputs\)\)"):
+        export.serving_spec(subclassed)
+    inputs = keras.Input((4,), name="features")
+    assert export.serving_spec(keras.Model(inputs, subclassed(inputs))).input_names == ("features",)

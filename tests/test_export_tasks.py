@@ -85,6 +85,23 @@ def test_other_models_are_generic_and_task_must_fit():
         export.serving_spec(plain, task="detection")
 
 
+def test_clone_and_reload_keep_the_task(tmp_path):
+    """``keras.models.clone_model`` calls a functional subclass with (inputs, outputs, name) only; the clone of a
+    retrieval model must still export retrieval signatures, as must the model read back from JSON or ``.keras``."""
+    from ot_layers import TaskModel
+    keras.utils.set_random_seed(2)
+    model = _embedding()
+    clone = keras.models.clone_model(model)
+    assert isinstance(clone, TaskModel) and clone.task == "retrieval"
+    assert export.serving_spec(clone).output_names == ("embeddings",)
+    assert keras.models.model_from_json(clone.to_json()).task == "retrieval"
+    clone.save(str(tmp_path / "clone.keras"))
+    assert keras.saving.load_model(str(tmp_path / "clone.keras")).task == "retrieval"
+    assert keras.models.clone_model(_two_outputs()).__class__ is not TaskModel  # a plain model stays plain
+    with pytest.raises(ValueError, match="`task`"):
+        type(clone)(clone.inputs, clone.outputs, task="few_shot")  # a task subclass keeps its own task
+
+
 def test_every_artifact_matches_keras_at_batch_1_and_4(exported):
     """The SavedModel (both signatures, raw uint8 bytes into ``serving_uint8``) and ONNX, run in a process that
     cannot import otzoo, give Keras' outputs within 1e-5 at both batch sizes."""
@@ -174,3 +191,38 @@ def test_models_config_parses_as_a_model_server_config(exported):
     assert entry.model_platform == "tensorflow"
     assert exported["version_dir"] == os.path.join(exported["base"], "1")
     assert sorted(os.listdir(exported["base"])) == ["1", "models.config"]
+
+
+class _TargetSets(keras.layers.Layer):
+    """Two learned target sets of five 4-vectors, whatever the input (``SinkhornMatch``'s per-class targets)."""
+
+    def build(self, input_shape):
+        self.sets = self.add_weight(shape=(2, 5, 4), initializer="random_normal")
+
+    def call(self, inputs):
+        return self.sets
+
+    def compute_output_shape(self, input_shape):
+        return (2, 5, 4)
+
+
+def test_sqeuclidean_sinkhorn_match_exports_to_onnx_with_the_default_domain(tmp_path):
+    """``domain="auto"`` with the unbounded squared Euclidean cost chose its domain per batch (a ``tf.cond`` that
+    tf2onnx cannot convert: an ONNX file no runtime loads); it now resolves to the log domain statically, which
+    gives the kernel domain's plans to round-off, and the model converts and matches Keras. The cosine cost (the
+    MPW head's, the trained presets') keeps its static choice."""
+    from ot_layers import SinkhornMatch
+
+    assert SinkhornMatch(cost="sqeuclidean")._solver_domain() == "log"
+    assert SinkhornMatch(cost="cosine")._solver_domain() == "kernel"  # 2 / 0.1 below the float32 limit
+    assert SinkhornMatch(cost="cosine", epsilon=0.01)._solver_domain() == "log"
+    features = np.random.default_rng(3).normal(size=(4, 3, 3, 4)).astype(np.float32)
+    inputs = keras.Input((3, 3, 4), name="features")
+    target_sets = _TargetSets()
+    model = keras.Model(inputs, SinkhornMatch(cost="sqeuclidean", epsilon=1.0)([inputs, target_sets(inputs)]))
+    targets = np.asarray(target_sets.sets)
+    kernel = SinkhornMatch(cost="sqeuclidean", epsilon=1.0, domain="kernel")([features, targets])
+    np.testing.assert_allclose(np.asarray(model(features)), np.asarray(kernel), atol=1e-6)
+    path = export.to_onnx(model, str(tmp_path / "match.onnx"))
+    report = export.verify(model, features, onnx_path=path, batch_sizes=(1, 4))
+    assert report["onnx"] <= 1e-5, report.table()

@@ -82,8 +82,12 @@ class SinkhornMatch(ExportableLayer):
       epsilon, max_iter, threshold, domain, gradient: as in :func:`ot_layers.solvers.sinkhorn`, except for the
         default ``threshold=0.1`` (the MPW head's, Liu et al. 2021; the solver's is 1e-3): a row-marginal error of
         up to 10 % (L1), which the head's logits tolerate (docs/results/sinkhorn_mpw.md); pass ``threshold=1e-3`` or
-        lower for plans that meet their marginals closely. With the cosine cost the domain is
-        chosen once from the cost's bound ``2^p`` (an export-friendly graph with no branch).
+        lower for plans that meet their marginals closely. ``domain="auto"`` is resolved once, statically, so the
+        graph has no data-dependent branch (which tf2onnx cannot convert to ONNX): with the cosine cost from the
+        cost's bound ``2^p`` (the kernel domain while ``2^p / epsilon`` is below the solver's kernel limit, else the
+        log domain); with the squared Euclidean cost, which has no bound, the log domain (always safe; the kernel
+        domain would give the same plans to round-off where it is safe). Pass ``domain="kernel"`` for the kernel
+        domain's speed on costs known to be small.
     """
 
     INPUT_NAMES = ("features", "targets")
@@ -102,9 +106,14 @@ class SinkhornMatch(ExportableLayer):
         self.return_cost = check_flag("return_cost", return_cost)
 
     def _solver_domain(self):
-        if self.domain == "auto" and self.cost == "cosine":
+        """The solver's domain: ``domain``, with ``"auto"`` resolved statically (see the class docstring)."""
+        if self.domain != "auto":
+            return self.domain
+        if self.cost == "cosine":
             return "kernel" if 2.0 ** self.p / self.epsilon < KERNEL_DOMAIN_LIMIT["float32"] else "log"
-        return self.domain
+        # sqeuclidean: unbounded, so only a per-batch branch could pick the kernel domain safely, and that branch
+        # (a tf.cond around two loops) does not convert to ONNX.
+        return "log"
 
     def check_shapes(self, features_shape, targets_shape):
         check_rank("features", features_shape, (3, 4))
