@@ -21,8 +21,10 @@ check raises). The checks below run the same edge case over every row:
   ``epsilon * log(n m)`` plus the stopping tolerance;
 
 and, where they apply: zero-mass marginals (``sinkhorn`` and ``emd``, both methods, against POT on the reduced
-problem) and cost exponents ``p`` in {0.5, 1, 2} (``SinkhornMatch``, ``MultiProxyWasserstein``: finite at a zero
-cost, autodiff against central finite differences away from it, float64).
+problem); batches of marginals (``sinkhorn`` and ``emd``: the equal-sum check per problem beside all-zero and NaN
+problems, batch shapes that broadcast in both directions against POT per problem, marginals closed over by a
+compiled function); and cost exponents ``p`` in {0.5, 1, 2} (``SinkhornMatch``, ``MultiProxyWasserstein``: finite
+at a zero cost, autodiff against central finite differences away from it, float64).
 
 Each ``check_*`` function raises ``AssertionError`` when its case fails. ``tests/test_edge_cases.py`` runs them under
 pytest on TensorFlow; ``tests/backends/check_edge_cases.py`` runs all of them on JAX and PyTorch (the backend matrix).
@@ -32,6 +34,7 @@ import dataclasses
 import itertools
 import math
 import re
+import warnings
 from typing import Callable, Optional
 
 import keras
@@ -46,7 +49,7 @@ from ot_layers.layers.task_layers import L2Normalization, PrototypeLogits
 from ot_layers.layers.sinkhorn_match import pairwise_cost
 from ot_layers.solvers.emd import SINKHORN_EPSILON
 from ot_layers.tensor_ops import flatten_feature_map, normalize_rows
-from tests.backends.backend_tools import BACKEND, gradients, numpy, tensor
+from tests.backends.backend_tools import BACKEND, gradients, numpy, tensor, value_and_grad
 from tests.gradient_checks import assert_directional_derivatives
 
 B, D, K = 3, 4, 3  # batch, feature dimension, classes
@@ -527,19 +530,31 @@ def check_solver_at_small_epsilon(case):
 
 ZERO_A = [[1], [0, 4]]  # zero-mass entries of a, per problem
 ZERO_B = [[2], []]      # zero-mass entries of b, per problem
-ZERO_MASS_SOLVERS = {
-    "sinkhorn-implicit": lambda c, a, b: (lambda r: (r.plan, r.value, r.transport_cost))(
-        solvers.sinkhorn(c, a, b, epsilon=0.25, max_iter=5000, threshold=1e-12, gradient="implicit")),
-    "sinkhorn-unrolled": lambda c, a, b: (lambda r: (r.plan, r.value, r.transport_cost))(
-        solvers.sinkhorn(c, a, b, epsilon=0.25, max_iter=5000, threshold=1e-12, gradient="unrolled")),
-    "emd-exact": lambda c, a, b: tuple(solvers.emd(c, a, b, method="exact")[:2]),
-    "emd-sinkhorn": lambda c, a, b: tuple(solvers.emd(c, a, b, method="sinkhorn", max_iter=5000,
-                                                      threshold=1e-12)[:2]),
+# The solvers checked against POT on problems given by their marginals (results in full).
+SOLVES = {
+    "sinkhorn-implicit": lambda c, a, b: solvers.sinkhorn(c, a, b, epsilon=0.25, max_iter=5000, threshold=1e-12,
+                                                          gradient="implicit"),
+    "sinkhorn-unrolled": lambda c, a, b: solvers.sinkhorn(c, a, b, epsilon=0.25, max_iter=5000, threshold=1e-12,
+                                                          gradient="unrolled"),
+    "emd-exact": lambda c, a, b: solvers.emd(c, a, b, method="exact"),
+    "emd-sinkhorn": lambda c, a, b: solvers.emd(c, a, b, method="sinkhorn", max_iter=5000, threshold=1e-12),
 }
 
 
+def _compared(name, result):
+    """The outputs of ``name``'s ``result`` that :func:`_pot_reduced` gives after the plan: ``(plan, value,
+    transport_cost)`` of a Sinkhorn result, ``(plan, cost)`` of an EMD result."""
+    if name.startswith("sinkhorn"):
+        return result.plan, result.value, result.transport_cost
+    return tuple(result[:2])
+
+
+ZERO_MASS_SOLVERS = {name: (lambda c, a, b, name=name: _compared(name, SOLVES[name](c, a, b))) for name in SOLVES}
+
+
 def _pot_reduced(name, cost, a, b):
-    """POT on the problem without its zero-mass rows and columns: the values our solver returns there."""
+    """POT on the problem without its zero-mass rows and columns (the whole problem when it has none): the values
+    our solver returns there after the plan."""
     if name == "emd-exact":
         return [ot.emd2(a, b, cost)]
     epsilon = 0.25 if name.startswith("sinkhorn") else SINKHORN_EPSILON
@@ -578,6 +593,114 @@ def check_zero_mass_marginals(name):
         expected = _pot_reduced(name, cost[p][np.ix_(rows, cols)], a[p, rows], b[p, cols])
         for value, reference in zip(outputs[1:], expected):
             np.testing.assert_allclose(value[p], reference, atol=1e-9)
+
+
+# --- batches of marginals -------------------------------------------------------------------------------------
+
+MARGINAL_SOLVERS = ("sinkhorn-implicit", "emd-exact", "emd-sinkhorn")
+
+
+def _no_runtime_warnings(fn, *args):
+    """``fn(*args)``, failing on a ``RuntimeWarning`` (0/0 in the host solver, an infeasible problem)."""
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        result = fn(*args)
+    raised = [str(w.message) for w in caught if issubclass(w.category, RuntimeWarning)]
+    assert not raised, raised
+    return result
+
+
+def check_mass_check_per_problem(name):
+    """The equal-sum check of ``a`` and ``b`` runs per problem: beside a problem whose sums differ, an all-zero
+    problem (allowed) or a NaN marginal (confined to its problem) leaves the error that problem raises alone (their
+    NaN gap disabled the check for the whole batch, and the exact EMD then solved a rescaled ``b``). An all-zero
+    problem beside a valid one solves without warnings: a zero plan, value and potentials, the other problem
+    POT's."""
+    rng = np.random.default_rng(11)
+    cost = rng.uniform(size=(2, 3, 4))
+    a, b = np.stack([np.zeros(3), np.full(3, 1 / 3)]), np.stack([np.zeros(4), np.full(4, 0.5)])
+    solve = SOLVES[name]
+    message = r"`a` and `b` must have equal sums per problem \(relative gap 0.5\)\.$"
+    _assert_raises(ValueError, message, solve, tensor(cost[1]), tensor(a[1]), tensor(b[1]))
+    _assert_raises(ValueError, message, solve, tensor(cost), tensor(a), tensor(b))
+    with_nan = a.copy()
+    with_nan[0] = [np.nan, 0.5, 0.5]
+    b_nan = np.stack([np.full(4, 0.25), b[1]])
+    _assert_raises(ValueError, message, solve, tensor(cost), tensor(with_nan), tensor(b_nan))
+
+    b[1] = 0.25
+    result = _no_runtime_warnings(solve, tensor(cost), tensor(a), tensor(b))
+    outputs = _numpy(_compared(name, result))
+    _assert_finite(outputs, "output")
+    for output in outputs + _numpy((result.f, result.g)):
+        assert np.all(output[0] == 0.0), output[0]
+    for value, reference in zip(outputs[1:], _pot_reduced(name, cost[1], a[1], b[1])):
+        np.testing.assert_allclose(value[1], reference, atol=1e-9)
+
+
+# (cost, a, b) batch shapes that broadcast to (2, 3) problems in both directions (None: a uniform marginal).
+BROADCAST_BATCHES = [((), (2, 1), (1, 3)), ((), (2, 1), (3,)), ((2, 1), None, (3,))]
+
+
+def _marginals(rng, batch, size):
+    weights = rng.uniform(0.2, 1.0, (*batch, size))
+    return weights / weights.sum(-1, keepdims=True)
+
+
+def check_broadcast_batches(name):
+    """``cost``, ``a`` and ``b`` whose batch shapes broadcast in both directions ((2, 1) with (3,), say) are
+    broadcast to their common batch shape, every problem POT's (sinkhorn failed in the backend naming no argument;
+    the exact EMD solved (2, 1) problems, with a wrongly shaped cost and uninitialised potentials); batch shapes
+    that clash are refused naming the marginal."""
+    rng = np.random.default_rng(12)
+    n, m = 3, 4
+    for cost_batch, a_batch, b_batch in BROADCAST_BATCHES:
+        batch = np.broadcast_shapes(cost_batch, *(x for x in (a_batch, b_batch) if x is not None))
+        cost = rng.uniform(size=(*cost_batch, n, m))
+        a, b = (None if x is None else _marginals(rng, x, size) for x, size in ((a_batch, n), (b_batch, m)))
+        result = SOLVES[name](tensor(cost), *(None if x is None else tensor(x) for x in (a, b)))
+        what = f"cost {cost_batch}, a {a_batch}, b {b_batch}"
+        outputs = _numpy(_compared(name, result))
+        f, g = _numpy((result.f, result.g))
+        assert outputs[0].shape == (*batch, n, m) and f.shape == (*batch, n) and g.shape == (*batch, m), what
+        assert all(output.shape == batch for output in outputs[1:]), what
+        cost, a, b = (np.broadcast_to(x, (*batch, *x.shape[-k:])) for x, k in
+                      ((cost, 2), (np.full(n, 1 / n) if a is None else a, 1), (b, 1)))
+        for index in np.ndindex(*batch):
+            np.testing.assert_allclose(outputs[0][index].sum(-2), b[index], atol=1e-9, err_msg=what)
+            for value, reference in zip(outputs[1:], _pot_reduced(name, cost[index], a[index], b[index])):
+                np.testing.assert_allclose(value[index], reference, atol=1e-9, err_msg=f"{what}, problem {index}")
+    _assert_raises(ValueError, re.escape("`b` has batch shape (3,), which does not broadcast to the batch shape "
+                                         "(2,) of `cost` and `a`."),
+                   SOLVES[name], tensor(rng.uniform(size=(n, m))), tensor(_marginals(rng, (2,), n)),
+                   tensor(_marginals(rng, (3,), m)))
+
+
+def check_closed_over_marginals(name):
+    """Marginals held as backend tensors and closed over by a compiled function of the cost (``jax.jit``,
+    ``tf.function``; PyTorch eagerly): the value, and on JAX its ``jit``-ed gradient, equal the eager call's. On JAX
+    such concrete arrays are checked on the host inside ``jit`` (a traced comparison of them crashed the trace):
+    negative weights are refused naming ``a``."""
+    rng = np.random.default_rng(13)
+    cost = rng.uniform(size=(4, 5))
+    a, b = tensor(_marginals(rng, (), 4)), tensor(_marginals(rng, (), 5))
+
+    def value(c, a=a):
+        return ops.sum(_compared(name, SOLVES[name](c, a, b))[1])
+
+    eager, (eager_gradient,) = value_and_grad(value, cost)
+    compiled, _ = _compiled(value)
+    if compiled is None:  # PyTorch: otzoo runs it eagerly
+        return
+    np.testing.assert_allclose(float(numpy(compiled(tensor(cost)))), eager, rtol=1e-9, atol=1e-12)
+    if BACKEND == "jax":
+        import jax
+
+        jitted_value, jitted_gradient = jax.jit(jax.value_and_grad(value))(tensor(cost))
+        np.testing.assert_allclose(float(jitted_value), eager, rtol=1e-9, atol=1e-12)
+        np.testing.assert_allclose(np.asarray(jitted_gradient), eager_gradient, rtol=1e-7, atol=1e-9)
+        negative = tensor(np.array([0.5, 0.5, 0.25, -0.25]))
+        _assert_raises(ValueError, "`a` must be non-negative", jax.jit(lambda c: value(c, negative)), tensor(cost))
 
 
 # --- cost exponent p -------------------------------------------------------------------------------------------

@@ -2,8 +2,9 @@
 ``tests/edge_cases.py``; ``tests/backends/check_edge_cases.py`` runs the same checks on JAX and PyTorch).
 
 Zero vectors, NaN in one sample (confined, or the documented error eagerly and inside a ``tf.function``), mixed
-precision, unknown spatial size, ``epsilon = 1e-3`` in float32, zero-mass marginals and cost exponents: see
-``tests/edge_cases.py``. ``estimate_prototypes`` takes no tensor input; its smallest sizes are checked here.
+precision, unknown spatial size, ``epsilon = 1e-3`` in float32, zero-mass marginals, batches of marginals and cost
+exponents: see ``tests/edge_cases.py``. ``estimate_prototypes`` takes no tensor input; its smallest sizes are
+checked here.
 """
 import inspect
 
@@ -15,10 +16,11 @@ import zoo
 from ot_layers import EMDHead, ManifoldProxies, solvers
 from ot_layers.solvers.prototypes import max_pairwise_cosine
 from tests.edge_cases import (CASES, COST_EXPONENT_LAYERS, COST_EXPONENTS, EPSILON_LAYERS, EPSILON_SOLVERS,
-                              LAYER_CASES, MIXED_POLICIES, SPATIAL_CASES, ZERO_MASS_SOLVERS, check_cost_exponent,
-                              check_layer_at_small_epsilon, check_mixed_precision, check_nan_input,
-                              check_solver_at_small_epsilon, check_unknown_spatial_size, check_zero_mass_marginals,
-                              check_zero_vectors)
+                              LAYER_CASES, MARGINAL_SOLVERS, MIXED_POLICIES, SPATIAL_CASES, ZERO_MASS_SOLVERS,
+                              check_broadcast_batches, check_closed_over_marginals, check_cost_exponent,
+                              check_layer_at_small_epsilon, check_mass_check_per_problem, check_mixed_precision,
+                              check_nan_input, check_solver_at_small_epsilon, check_unknown_spatial_size,
+                              check_zero_mass_marginals, check_zero_vectors)
 
 
 def _ids(cases):
@@ -78,6 +80,21 @@ def test_solvers_at_epsilon_1e_3_in_float32_against_pot(case):
 @pytest.mark.parametrize("name", list(ZERO_MASS_SOLVERS))
 def test_zero_mass_marginals_solve_the_reduced_problem(name):
     check_zero_mass_marginals(name)
+
+
+@pytest.mark.parametrize("name", MARGINAL_SOLVERS)
+def test_the_mass_check_runs_per_problem(name):
+    check_mass_check_per_problem(name)
+
+
+@pytest.mark.parametrize("name", MARGINAL_SOLVERS)
+def test_batch_shapes_broadcast_in_both_directions(name):
+    check_broadcast_batches(name)
+
+
+@pytest.mark.parametrize("name", MARGINAL_SOLVERS)
+def test_marginals_closed_over_by_a_compiled_function(name):
+    check_closed_over_marginals(name)
 
 
 @pytest.mark.parametrize("p", COST_EXPONENTS)

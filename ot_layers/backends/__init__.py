@@ -3,8 +3,10 @@
 
 Every module gives the same names:
 
-- ``values_known(x)``: whether ``x`` holds concrete values that Python may read (eager TensorFlow, PyTorch, JAX
-  outside ``jit``), so that argument checks on values (non-negative marginals, equal masses) can run;
+- ``values_known(x)``: whether ``x`` holds concrete values that Python may read (eager TensorFlow, PyTorch, a
+  concrete JAX array: outside ``jit``, or closed over by a ``jit``-ed function), so that argument checks on values
+  (non-negative marginals, equal masses) can run. Such checks read the values with ``ops.convert_to_numpy`` and
+  compute in NumPy: inside ``jit`` any backend operation, on a concrete array too, gives a traced value;
 - ``run_solver_loop(fn, *args)``: runs a solver's iteration loop (TensorFlow compiles an eager loop into one graph;
   the other backends call ``fn``);
 - ``fused_small_products(matrix)``: whether batched products of matrices like ``matrix`` ``(..., n, m)`` (Gram

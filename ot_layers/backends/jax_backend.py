@@ -8,6 +8,8 @@ DIFFERENTIABLE_WHILE_LOOP = False
 
 
 def values_known(x):
+    """True for a concrete array, also one closed over by a ``jit``-ed function; read its values on the host
+    (``ops.convert_to_numpy``), since any ``jnp`` operation on it inside ``jit`` is traced."""
     return not isinstance(x, jax.core.Tracer)
 
 

@@ -102,7 +102,8 @@ def _check_finite(cost, a, b):
 def _network_simplex(cost, a, b):
     """NumPy: optimal flows, values, centred duals and optimality flags of ``P`` problems.
 
-    ``cost (P, n, m)``, ``a (P, n)``, ``b (P, m)``, all float64.
+    ``cost (P, n, m)``, ``a (P, n)``, ``b (P, m)``, all float64. A problem whose weights are all zero has a zero
+    flow, value and duals (optimal: there is nothing to move).
     """
     _check_finite(cost, a, b)
     plans = np.empty_like(cost)
@@ -111,8 +112,12 @@ def _network_simplex(cost, a, b):
     g = np.empty_like(b)
     optimal = np.empty(cost.shape[0], dtype=bool)
     for p in range(cost.shape[0]):
+        mass_a, mass_b = a[p].sum(), b[p].sum()
+        if mass_a == 0 and mass_b == 0:  # no mass to move (the simplex would call it infeasible)
+            plans[p], values[p], f[p], g[p], optimal[p] = 0.0, 0.0, 0.0, 0.0, True
+            continue
         # The simplex needs equal masses to round-off; rescale b onto a's sum (they agree within validation).
-        b_p = b[p] * (a[p].sum() / b[p].sum())
+        b_p = b[p] * (mass_a / mass_b) if mass_b > 0 else b[p]
         plan, value, u, v, code = emd_c(a[p], b_p, np.ascontiguousarray(cost[p]), SIMPLEX_MAX_ITER, 1)
         with warnings.catch_warnings():  # POT's own warning would repeat the message without the problem's index
             warnings.simplefilter("ignore")
@@ -201,10 +206,13 @@ def emd(cost, a=None, b=None, *, method="exact", epsilon=SINKHORN_EPSILON, max_i
 
     Args:
       cost: ``(..., n, m)`` cost matrices; leading dimensions are a batch of independent problems.
-      a, b: node weights ``(..., n)``, ``(..., m)`` (broadcast against the batch), non-negative with equal sums per
-        problem; uniform ``1/n``, ``1/m`` when ``None``. With ``method="exact"`` zero weights give valid flows but
-        their dual entries (gradients) are not meaningful; with ``method="sinkhorn"`` they follow
-        :func:`ot_layers.solvers.sinkhorn` (zero plan rows, gradient 0 there).
+      a, b: node weights ``(..., n)``, ``(..., m)``, non-negative with equal sums per problem (checked where the
+        values are known, see :func:`ot_layers.solvers.sinkhorn.prepare_problem`); uniform ``1/n``, ``1/m`` when
+        ``None``. ``cost``, ``a`` and ``b`` are broadcast to their common batch shape (``cost`` ``(n, m)`` with
+        ``a`` ``(2, 1, n)`` and ``b`` ``(3, m)``: ``(2, 3)`` problems). With ``method="exact"`` zero weights give
+        valid flows but their dual entries (gradients) are not meaningful, and a problem whose weights are all zero
+        has a zero plan, cost and duals; with ``method="sinkhorn"`` they follow :func:`ot_layers.solvers.sinkhorn`
+        (zero plan rows, gradient 0 there).
       method: ``"exact"`` (network simplex on the host, Danskin gradients, not exportable) or ``"sinkhorn"``
         (entropic, ``keras.ops``; exportable).
       epsilon, max_iter, threshold, domain: the Sinkhorn settings (``method="sinkhorn"`` only; ``method="exact"``

@@ -423,21 +423,92 @@ def _danskin_value(cost, a, b, f, g, epsilon):
 LOW_PRECISION_EPSILON = {"float16": 2.0 ** -10, "bfloat16": 2.0 ** -7}
 
 
-def _validate_marginal(name, marginal, expected_shape, batch_shape=()):
+def _broadcast_batch(first, second):
+    """The batch shape two statically known batch shapes broadcast to (``None``: a size known only at run time),
+    or ``None`` when two known sizes clash."""
+    rank = max(len(first), len(second))
+    first, second = (1,) * (rank - len(first)) + tuple(first), (1,) * (rank - len(second)) + tuple(second)
+    shape = []
+    for x, y in zip(first, second):
+        if x == 1 or x == y:
+            shape.append(y)
+        elif y == 1:
+            shape.append(x)
+        elif x is None or y is None:  # the known size (or a clash the backend reports at run time)
+            shape.append(y if x is None else x)
+        else:
+            return None
+    return tuple(shape)
+
+
+def _validate_marginal(name, marginal, expected_shape, batch_shape, owners):
+    """Checks the static shape of marginal ``name`` against the ``expected_shape`` entries and the ``batch_shape``
+    of ``owners`` (the arguments it must broadcast with, in words); returns the batch shape they broadcast to."""
     if len(marginal.shape) < 1:
         raise ValueError(f"`{name}` must have at least one dimension, got shape {tuple(marginal.shape)}.")
     lead, batch = tuple(marginal.shape[:-1]), tuple(batch_shape)
-    clash = any(x is not None and y is not None and x not in (1, y) and y != 1
-                for x, y in zip(reversed(lead), reversed(batch)))
-    if clash:  # statically known dims only; the backend's own error would name no argument
+    common = _broadcast_batch(lead, batch)
+    if common is None:  # statically known dims only; the backend's own error would name no argument
         raise ValueError(f"`{name}` has batch shape {lead}, which does not broadcast to the batch shape {batch} of "
-                         "`cost`.")
+                         f"{owners}.")
     if expected_shape is not None and marginal.shape[-1] is not None and marginal.shape[-1] != expected_shape:
         raise ValueError(
             f"`{name}` has {marginal.shape[-1]} entries per problem but `cost` has {expected_shape} on that side."
         )
-    if values_known(marginal) and bool(ops.convert_to_numpy(ops.any(marginal < 0))):
-        raise ValueError(f"`{name}` must be non-negative.")
+    return common
+
+
+def _host_marginal(marginal, size, dtype):
+    """The values of a marginal (``None``: the uniform one of ``size`` entries) as a NumPy array in ``dtype``, or
+    ``None`` when Python may not read them (:func:`ot_layers.backends.values_known`: while tracing). Value checks
+    run on these host copies, never on backend operations: on JAX a concrete array closed over by a ``jit``-ed
+    function can be read, but any operation on it there is traced."""
+    if marginal is None:
+        return None if size is None else np.full(size, 1.0 / size, dtype)
+    if not values_known(marginal):
+        return None
+    return np.asarray(ops.convert_to_numpy(marginal)).astype(dtype)
+
+
+def _check_masses(a, b, low_precision):
+    """Host marginals ``a`` ``(..., n)`` and ``b`` ``(..., m)``: raises unless their sums are equal per problem.
+
+    A problem whose marginals are all zero has equal (zero) masses; a problem whose sums are not finite (NaN or Inf
+    weights) is not compared, so that it stays in its own problem without disabling the check of the others."""
+    sums_a, sums_b = a.sum(axis=-1), b.sum(axis=-1)
+    scale = np.maximum(sums_a, sums_b)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        gaps = np.where(scale == 0, 0.0, np.abs(sums_a - sums_b) / scale)
+    gaps = gaps[np.isfinite(gaps)]
+    gap = float(gaps.max()) if gaps.size else 0.0  # an empty batch has no problem to compare
+    if gap > 1e-5:
+        rounding = max((LOW_PRECISION_EPSILON[name] for name in low_precision), default=0.0)
+        hint = (f"; {' and '.join(low_precision)} marginals round most weights (1/3, say), so their sums "
+                "differ: pass them in float32" if gap <= rounding else "")
+        raise ValueError(f"`a` and `b` must have equal sums per problem (relative gap {gap:.3g}){hint}.")
+
+
+def _fits(shape, batch):
+    """Whether a tensor of batch shape ``shape`` broadcasts to the batch shape ``batch`` without growing it (a size
+    known only at run time is taken to match one at the same place)."""
+    shape, batch = tuple(shape), tuple(batch)
+    return len(shape) <= len(batch) and all(x == 1 or x == y for x, y in zip(reversed(shape), reversed(batch)))
+
+
+def _broadcast_problems(cost, a, b):
+    """``cost`` ``(..., n, m)``, ``a`` ``(..., n)`` and ``b`` ``(..., m)`` broadcast to their common batch shape, by
+    adding zeros (which works for sizes known only at run time too): the cost where a marginal's batch shape is not
+    within its own, a marginal unless its batch shape is statically that of the cost."""
+    if not _fits(a.shape[:-1], cost.shape[:-2]):
+        cost = cost + ops.zeros_like(a[..., :, None])
+    if not _fits(b.shape[:-1], cost.shape[:-2]):
+        cost = cost + ops.zeros_like(b[..., None, :])
+    batch = tuple(cost.shape[:-2])
+    if None in batch or tuple(a.shape[:-1]) != batch:
+        a = a + ops.zeros_like(cost[..., :, 0])
+    if None in batch or tuple(b.shape[:-1]) != batch:
+        b = b + ops.zeros_like(cost[..., 0, :])
+    return cost, a, b
 
 
 def _real_tensor(name, value):
@@ -466,10 +537,13 @@ def prepare_problem(cost, a=None, b=None):
     """Validates a batch of transport problems and returns ``(cost, a, b)`` in the compute dtype.
 
     ``cost`` ``(..., n, m)``; marginals default to uniform, must be non-negative with equal sums per problem
-    (checked when the values are known: eagerly, not while tracing; a NaN or Inf stays in its own problem, see the
-    module docstring); cost and marginals must hold real numbers (not strings or complex numbers); the cost and the
-    marginals are broadcast to their common batch shape (one cost shared by a batch of marginals is solved once per
-    pair of marginals).
+    (checked on host copies of the values where Python may read them, :func:`ot_layers.backends.values_known`:
+    eagerly, and on JAX for concrete arrays closed over by a ``jit``-ed function; not for traced values). A problem
+    whose marginals are all zero has equal (zero) sums; one whose sums are NaN or Inf is not compared (the NaN or
+    Inf stays in its own problem, see the module docstring), and neither disables the check of the other problems.
+    Cost and marginals must hold real numbers (not strings or complex numbers); the cost and the marginals are
+    broadcast to their common batch shape (one cost shared by a batch of marginals is solved once per pair of
+    marginals; batch shapes ``(2, 1)`` and ``(3,)`` give ``(2, 3)`` problems).
     """
     cost = _real_tensor("cost", cost)
     dtype = compute_dtype(cost.dtype)
@@ -483,27 +557,22 @@ def prepare_problem(cost, a=None, b=None):
     # the marginals' own dtypes, for the hint of a failed mass check below
     low_precision = sorted({keras.backend.standardize_dtype(x.dtype) for x in (a, b) if x is not None}
                            & set(LOW_PRECISION_EPSILON))
+    n, m = cost.shape[-2], cost.shape[-1]
+    batch = tuple(cost.shape[:-2])
+    if a is not None:
+        batch = _validate_marginal("a", a, n, batch, "`cost`")
+    if b is not None:
+        batch = _validate_marginal("b", b, m, batch, "`cost`" if a is None else "`cost` and `a`")
+    host_a = _host_marginal(a, n, dtype)
+    host_b = _host_marginal(b, m, dtype)
+    for name, host in (("a", host_a), ("b", host_b)):
+        if host is not None and bool(np.any(host < 0)):
+            raise ValueError(f"`{name}` must be non-negative.")
+    if host_a is not None and host_b is not None:
+        _check_masses(host_a, host_b, low_precision)
     a = _uniform(cost, -2) if a is None else ops.cast(a, dtype)
     b = _uniform(cost, -1) if b is None else ops.cast(b, dtype)
-    _validate_marginal("a", a, cost.shape[-2], cost.shape[:-2])
-    _validate_marginal("b", b, cost.shape[-1], cost.shape[:-2])
-    if values_known(a) and values_known(b):
-        sums_a, sums_b = ops.sum(a, axis=-1), ops.sum(b, axis=-1)
-        gaps = ops.convert_to_numpy(ops.abs(sums_a - sums_b) / at_least(sums_a, sums_b))
-        gap = float(gaps.max()) if gaps.size else 0.0  # an empty batch has no problem to compare
-        if gap > 1e-5:
-            rounding = max((LOW_PRECISION_EPSILON[name] for name in low_precision), default=0.0)
-            hint = (f"; {' and '.join(low_precision)} marginals round most weights (1/3, say), so their sums "
-                    "differ: pass them in float32" if gap <= rounding else "")
-            raise ValueError(f"`a` and `b` must have equal sums per problem (relative gap {gap:.3g}){hint}.")
-    # Marginals with more batch dimensions than ``cost`` share it: the cost takes their batch shape first.
-    if len(a.shape) - 1 > len(cost.shape) - 2:
-        cost = cost + ops.zeros_like(a[..., :, None])
-    if len(b.shape) - 1 > len(cost.shape) - 2:
-        cost = cost + ops.zeros_like(b[..., None, :])
-    a = a + ops.zeros_like(cost[..., :, 0])
-    b = b + ops.zeros_like(cost[..., 0, :])
-    return cost, a, b
+    return _broadcast_problems(cost, a, b)
 
 
 def sinkhorn(
@@ -521,9 +590,10 @@ def sinkhorn(
 
     Args:
       cost: ``(..., n, m)`` cost matrices; any leading dimensions are a batch.
-      a, b: marginals ``(..., n)`` and ``(..., m)`` (broadcast against the batch); uniform ``1/n``, ``1/m`` when
-        ``None``. Non-negative, with equal sums per problem; zero entries are allowed (their plan rows / columns
-        are zero, see the module docstring).
+      a, b: marginals ``(..., n)`` and ``(..., m)``; uniform ``1/n``, ``1/m`` when ``None``. Non-negative, with
+        equal sums per problem; zero entries are allowed (their plan rows / columns are zero, see the module
+        docstring). ``cost``, ``a`` and ``b`` are broadcast to their common batch shape (``cost`` ``(n, m)`` with
+        ``a`` ``(2, 1, n)`` and ``b`` ``(3, m)``: ``(2, 3)`` problems).
       epsilon: entropic regularization ``> 0``.
       max_iter: hard bound on the scaling updates (also the ``maximum_iterations`` XLA needs).
       threshold: stop once every problem's row-marginal error ``sum |T 1 - a| / sum a`` is at most this; ``0`` or

@@ -1,8 +1,9 @@
 """The edge cases of every public layer and solver (``tests/edge_cases.py``) on the active Keras backend: all-zero
 feature vectors, NaN in one sample (confined, or the documented error eagerly and from ``jax.jit``), mixed precision
 (``mixed_float16`` and ``mixed_bfloat16``), unknown spatial size, ``epsilon = 1e-3`` in float32 (against float64 and
-POT), zero-mass marginals (against POT) and cost exponents (against central differences). ``tests/test_edge_cases.py``
-runs the same checks under pytest on TensorFlow.
+POT), zero-mass marginals (against POT), batches of marginals (the mass check per problem, batch shapes that
+broadcast both ways against POT, marginals closed over by ``jax.jit``) and cost exponents (against central
+differences). ``tests/test_edge_cases.py`` runs the same checks under pytest on TensorFlow.
 
 Prints one JSON line (every case's result by ``check[case]``) and exits non-zero when one fails; a failure's
 traceback goes to stderr.
@@ -29,6 +30,9 @@ CHECKS = [
     (edge_cases.check_layer_at_small_epsilon, [(case.name, case) for case in edge_cases.EPSILON_LAYERS]),
     (edge_cases.check_solver_at_small_epsilon, [(case.name, case) for case in edge_cases.EPSILON_SOLVERS]),
     (edge_cases.check_zero_mass_marginals, [(name, name) for name in edge_cases.ZERO_MASS_SOLVERS]),
+    (edge_cases.check_mass_check_per_problem, [(name, name) for name in edge_cases.MARGINAL_SOLVERS]),
+    (edge_cases.check_broadcast_batches, [(name, name) for name in edge_cases.MARGINAL_SOLVERS]),
+    (edge_cases.check_closed_over_marginals, [(name, name) for name in edge_cases.MARGINAL_SOLVERS]),
     (edge_cases.check_cost_exponent, [(f"{name}-p{p:g}", (name, p)) for name in edge_cases.COST_EXPONENT_LAYERS
                                       for p in edge_cases.COST_EXPONENTS]),
 ]
