@@ -79,6 +79,29 @@ def _warn_if_config_differs(path, text):
                       "edited by hand); its earlier content is not kept.", stacklevel=3)
 
 
+def write_model_config(base_dir, name):
+    """Write ``<base_dir>/models.config`` (an existing ``base_dir``) with the entry that serves ``base_dir`` under
+    ``name``: written beside it and renamed onto it when complete, replacing an earlier file (with a
+    ``UserWarning`` when that one says something else), as :func:`to_saved_model` writes it. For a version
+    published by a rename of its own (``otzoo export`` renames a verified version into ``base_dir``)."""
+    base_dir = os.path.abspath(base_dir)
+    name = _model_name(name, base_dir)
+    text = model_config_text(name, base_dir)
+    path = os.path.join(base_dir, MODEL_CONFIG_FILE)
+    handle, temp = tempfile.mkstemp(prefix=_TEMP_PREFIX, suffix=".config", dir=base_dir)
+    try:
+        with os.fdopen(handle, "w") as stream:
+            stream.write(text)
+        publishable(temp)  # mkstemp's 0600 -> the umask's modes, as the config to_saved_model writes
+        _warn_if_config_differs(path, text)
+        os.replace(temp, path)
+    except BaseException:
+        if os.path.exists(temp):
+            os.remove(temp)
+        raise
+    return path
+
+
 def missing_directories(path):
     """The directories ``os.makedirs(path)`` would create, deepest first."""
     missing = []

@@ -5,6 +5,7 @@ accepted values, so bad input fails at the boundary instead of producing NaN lat
 """
 import numbers
 import os
+import tempfile
 
 import numpy as np
 
@@ -267,7 +268,11 @@ def check_labels(labels, name="labels"):
 
 def output_path_problem(path, directory):
     """Why ``path`` cannot be written, or ``None``: a directory to write into (``directory=True``: an existing
-    directory or none yet) or a file (a new one, or one to replace; not a directory), never below a file."""
+    directory or none yet) or a file (a new one, or one to replace; not a directory), never below a file, and
+    where this process can create what it writes: the nearest existing directory on the way (the directory itself
+    when it exists; a file's folder) must be writable and searchable, and a directory made in it (at once removed)
+    must come into being, which a read-only mount or a virtual file system such as ``/proc`` refuses even to root,
+    whom the permission bits do not stop."""
     kind = "directory" if directory else "file"
     if not isinstance(path, (str, os.PathLike)):
         return f"must be a {kind} path, got {path!r}"
@@ -283,6 +288,26 @@ def output_path_problem(path, directory):
         return f"{os.fspath(path)!r} is a file; give a directory"
     if not directory and os.path.isdir(full):
         return f"{os.fspath(path)!r} is a directory; give a file path"
+    folder = existing if os.path.isdir(existing) else os.path.dirname(existing)  # an existing file: its folder
+    problem = _creation_problem(folder)
+    if problem:
+        return f"{os.fspath(path)!r} cannot be written: {problem}; give a {kind} in a writable place"
+    return None
+
+
+def _creation_problem(folder):
+    """Why nothing can be created in the existing directory ``folder``, or ``None``: it must be writable and
+    searchable (``os.access``), and a probe directory must be made in it (and is removed again)."""
+    if not os.access(folder, os.W_OK | os.X_OK):
+        return f"{folder!r} is not writable by this user"
+    try:
+        probe = tempfile.mkdtemp(prefix=".otzoo-write-check-", dir=folder)
+    except OSError as error:  # a read-only file system, /proc, a full disk
+        return f"nothing can be created in {folder!r} ({error.strerror or type(error).__name__})"
+    try:
+        os.rmdir(probe)
+    except OSError:  # removed by another process already
+        pass
     return None
 
 

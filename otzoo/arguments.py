@@ -89,6 +89,16 @@ def new_preset_directory(text):
     return _checked_directory(text, new_preset=True)
 
 
+def default_output_directory(path):
+    """``path``, a command's default output directory (``otzoo_runs/PRESET``, ``otzoo_tune/PRESET``), checked as
+    :func:`output_directory` checks a given ``--out`` (``argparse`` checks only what is given); else a
+    :class:`CommandError` naming ``--out``."""
+    problem = output_directory_problem(path)
+    if problem:
+        raise CommandError(f"--out (default {path}): {problem}; or give --out.")
+    return path
+
+
 def _checked_directory(text, new_preset):
     problem = output_directory_problem(text, new_preset)
     if problem:

@@ -20,10 +20,10 @@ import export
 import zoo
 from otzoo import BACKENDS, explain_command, export_command, tune_command
 from ot_layers.optional import MissingExtraError
-from ot_layers.validation import output_path_problem
 from otzoo.arguments import (
     ArgumentParser,
     CommandError,
+    default_output_directory,
     new_preset_directory,
     output_directory,
     positive_int,
@@ -49,7 +49,7 @@ from training.recipes.fine_tune import (BATCH_SIZE as FINE_TUNE_BATCH, FINE_TUNE
 from training.recipes.run_directory import TRAINING_STATE, ResumeMismatchError, held_state
 from training.recipes.tuned_config import check_tuned_head, load_tuned_config
 from zoo.preset_format import (CARD_FILE, MissingWeightsError, PresetFormatError, WeightsDownloadError,
-                               WeightsIntegrityError, read_card)
+                               WeightsIntegrityError, output_directory_problem, read_card)
 from zoo.registry import PRESETS
 
 
@@ -99,7 +99,7 @@ def train(args):
     """
 
     task = PRESETS[args.preset].task
-    out = args.out or os.path.join("otzoo_runs", args.preset)
+    out = args.out or default_output_directory(os.path.join("otzoo_runs", args.preset))
     overrides = _recipe_overrides(args.recipe)
     try:  # every recipe field and name checked before anything is read or built
         preset_spec(args.preset, dataset=args.dataset, image_size=args.image_size, **overrides)
@@ -248,7 +248,10 @@ def _without_options(argv, options):
 def evaluate(args):
     """Recompute a preset's card metrics on the real test split (the unseen or novel classes' test images for
     retrieval and few-shot presets) and compare them with the card. PRESET: a preset name, or a preset directory
-    (evaluated by the recipe of the preset its card names, with its own weights checked against its card)."""
+    (evaluated by the recipe of the preset its card names, with its own weights checked against its card). With
+    --weights, the card compared with is the one that comes with those weights (their preset directory's
+    metadata.json); weights without one (a lone weights file, a URL) are compared with nothing, since the packaged
+    card describes the packaged weights."""
 
     name, weights = args.preset, args.weights
     card = None if name in PRESETS else (read_card(name) or {})  # a preset directory's, read once
@@ -278,6 +281,8 @@ def evaluate(args):
     for key, value in result["metrics"].items():
         stated = f" (card: {_format_metric(card_metrics[key])})" if key in card_metrics else ""
         print(f"{args.preset}: {key} {_format_metric(value)}{stated} on {result['examples']:,} test images")
+    if weights is not None and not card_metrics:  # the packaged card describes other weights
+        print(f"{args.preset}: no card with metrics comes with --weights {weights}; nothing to compare with")
     return 0
 
 
@@ -336,15 +341,18 @@ def fine_tune(args):
 
 def demo(args):
     """Load the pretrained resnet20_mpw_fashion_mnist, evaluate it, fine-tune it for one epoch, export it as a TF
-    Serving SavedModel and check the export in a fresh process. On JAX and PyTorch the fine-tuned model is saved as
-    a preset directory instead, with the command that exports it on TensorFlow (the SavedModel and ONNX converters
-    are TensorFlow's)."""
+    Serving SavedModel and check the export in a fresh process (a new version in OUT/saved_model beside any earlier
+    one). On JAX and PyTorch the fine-tuned model is saved as a preset directory OUT/fine_tuned instead, with the
+    command that exports it on TensorFlow (the SavedModel and ONNX converters are TensorFlow's); an OUT/fine_tuned
+    that holds a preset already is refused before any work, as otzoo fine-tune refuses one."""
     if args.limit < FINE_TUNE_BATCH:  # one batch of training images at least (an incomplete one is dropped)
         raise CommandError(f"--limit {args.limit}: fewer than one batch of {FINE_TUNE_BATCH} training images to "
                            f"fine-tune on (an incomplete batch is dropped); give {FINE_TUNE_BATCH} or more")
     output = "saved_model" if keras.backend.backend() == "tensorflow" else "fine_tuned"
-    problem = output_path_problem(os.path.join(args.out, output), directory=True)
-    if problem:  # before the work whose result it would hold
+    # Before the work whose result it would hold. A SavedModel goes to a new version beside any earlier one; the
+    # fine-tuned preset of JAX and PyTorch must not replace an earlier one (as otzoo fine-tune refuses to).
+    problem = output_directory_problem(os.path.join(args.out, output), new_preset=output == "fine_tuned")
+    if problem:
         raise CommandError(f"--out: {problem}.")
     name = "resnet20_mpw_fashion_mnist"
     keras.utils.set_random_seed(args.seed)
@@ -367,12 +375,13 @@ def demo(args):
                         verbose=0, shuffle=False)
     fit_time = time.time() - fit_start
     _, after = model.evaluate(array_batches(x_test, y_test, 256), verbose=0)
-    print(f"3. model.fit, 1 epoch on {len(x_train):,} training images (loss {history.history['loss'][-1]:.4f}): "
+    fitted = len(x_train) // FINE_TUNE_BATCH * FINE_TUNE_BATCH  # the incomplete last batch is dropped
+    print(f"3. model.fit, 1 epoch on {fitted:,} training images (loss {history.history['loss'][-1]:.4f}): "
           f"test accuracy {after:.4f}")
     if keras.backend.backend() != "tensorflow":
         path = os.path.join(args.out, "fine_tuned")
         command = (f"otzoo --backend {keras.backend.backend()} demo --limit {args.limit} --test-limit "
-                   f"{args.test_limit} --learning-rate {args.learning_rate} --seed {args.seed}")
+                   f"{args.test_limit} --learning-rate {args.learning_rate} --seed {args.seed} --out {args.out}")
         zoo.save_preset(model, path, card=fine_tuned_card(name, 1, len(x_train), args.learning_rate, args.seed,
                                                           history.history["loss"], fit_time, command=command))
         print(f"4. zoo.save_preset -> {path}. Export runs on the TensorFlow backend (the SavedModel and ONNX "
@@ -482,7 +491,8 @@ def main(argv=None):
     sub.add_argument("preset", metavar="PRESET", type=preset_or_directory,
                      help="a preset name or a preset directory (a copy, a fine-tuned run)")
     sub.add_argument("--weights", type=weights_location, default=None,
-                     help="a weights file or directory instead of the packaged one")
+                     help="a weights file or directory instead of the packaged one (compared with the card of its "
+                          "preset directory, not the packaged card)")
     sub.add_argument("--limit", type=positive_int, default=None,
                      help="evaluate on the first N test images (retrieval and few-shot: those of the evaluated "
                           "classes among them)")
@@ -509,7 +519,8 @@ def main(argv=None):
     sub.add_argument("--learning-rate", type=positive_number, default=0.01)
     sub.add_argument("--seed", type=seed_value, default=0)
     sub.add_argument("--out", default="otzoo_demo", type=output_directory,
-                     help="where the SavedModel (on JAX and PyTorch: the fine-tuned preset) is written")
+                     help="where the SavedModel (on JAX and PyTorch: the fine-tuned preset, OUT/fine_tuned, which "
+                          "must not hold one already) is written")
     sub.set_defaults(run=demo)
 
     for command in (explain_command, export_command, tune_command):

@@ -7,19 +7,28 @@ load): the SavedModel goes to ``DIR/<name>/<version>/`` (with ``DIR/<name>/model
 one a ``.keras`` model states (``ot_layers.TaskModel``); a model stating none is exported as ``generic``. Unless
 ``--no-verify``, both are checked against Keras on real test images of the preset's data set (Fashion-MNIST for
 a ``.keras`` file) given as raw uint8 pixels (``--images``, default 64), at batch sizes 1 and 64 (at most the
-image count), in a process that cannot import otzoo; a difference above ``--atol`` is an error, as is a model
-whose ONNX conversion is invalid or that onnxruntime cannot load (nothing is written for it). Prints the
-signatures, their shapes, the sizes on disk and the parity table.
+image count), in a process that cannot import otzoo; a difference above ``--atol`` (or a NaN output, or an
+artifact that fails to run) is an error, as is a model whose ONNX conversion is invalid or that onnxruntime cannot
+load. The artifacts are written to hidden temporary names first (a hidden directory inside ``DIR/<name>``, which
+TF Serving does not load, and a hidden file beside ``DIR/<name>.onnx``) and put in place only once every one asked
+for is written and has passed the check: a failed export removes them and leaves ``DIR`` as it was (no new version,
+``models.config`` and an earlier ONNX file untouched). The name is that of the preset, the ``.keras`` file (less
+``.keras``) or the preset directory (of its absolute path: ``otzoo export .`` takes the current directory's name); a
+name that begins with no letter or digit is refused. Prints the signatures, their shapes, the sizes on disk and the
+parity table.
 """
 import os
 import re
+import shutil
+import tempfile
 import zipfile
 
 import keras
 
 import export
 import zoo
-from export.saved_model import directory_size
+from export.saved_model import (directory_size, existing_versions, missing_directories, remove_if_empty,
+                                write_model_config)
 from export.signatures import TASKS, UINT8_SIGNATURE, serving_spec
 from export.warmup import WARMUP_DIR, WARMUP_FILE
 from ot_layers.optional import check_installed
@@ -53,6 +62,29 @@ def register(commands, parser_class):
     sub.set_defaults(run=run)
 
 
+# What keras.saving.load_model raises for a damaged or foreign .keras file: a config that is no JSON (ValueError) or
+# names a class Keras does not know (ValueError) or rejects its arguments (TypeError; Keras turns a TypeError of
+# from_config into one), weights that do not fit (ValueError), an archive entry missing (zipfile's KeyError "There
+# is no item named ... in the archive"), a damaged archive (zipfile.BadZipFile) or weights file (h5py's OSError).
+# Anything else (an AttributeError in a layer's code, a MemoryError) is a bug or a fault, and keeps its traceback.
+_UNREADABLE_FILE = (ValueError, TypeError, KeyError, zipfile.BadZipFile, OSError)
+
+
+def _model_name(target):
+    """The served name of the model at path ``target``: the last part of its absolute path (``.`` and ``..``
+    name the directories they stand for), less ``.keras`` for a file, with any character but letters, digits,
+    ``_``, ``.`` and ``-`` replaced by ``_``; a :class:`CommandError` when it begins with no letter or digit (an
+    empty name, ``..``, a hidden file), which would put the artifacts at a hidden or another path."""
+    name = os.path.basename(os.path.abspath(target))
+    if name.endswith(".keras") and os.path.isfile(target):
+        name = name[:-len(".keras")]
+    name = re.sub(r"[^A-Za-z0-9_.\-]", "_", name)
+    if not re.match(r"[A-Za-z0-9]", name):
+        raise CommandError(f"NAME_OR_PATH: {target!r} gives the model name {name!r}, which must begin with a letter "
+                           "or digit (it names DIR/<name>/ and DIR/<name>.onnx); export a copy under another name.")
+    return name
+
+
 def _load(target):
     """``(model, name, task, preset spec or None)`` for a preset name, a ``.keras`` file or a preset directory; the
     task: the preset's card's (a name or a directory) or the one a ``.keras`` model states (``None``: generic); the
@@ -68,17 +100,20 @@ def _load(target):
         if not zipfile.is_zipfile(target):  # Keras would report such a file as not found
             raise CommandError(f"NAME_OR_PATH: {target!r} is not a .keras archive (a zip file); is it damaged or cut "
                                "short?")
-        name = os.path.splitext(os.path.basename(target))[0]
+        name = _model_name(target)
         try:  # compile=False: export needs no optimizer, and one saved on another backend (e.g. PyTorch's) would
             # import that backend's code into this TensorFlow process
             model = keras.saving.load_model(target, compile=False)
-        except Exception as error:  # a file Keras cannot read: one line, not a traceback
+        except _UNREADABLE_FILE as error:  # a file Keras cannot read: one line, not a traceback
+            if isinstance(error, KeyError) and "in the archive" not in str(error):
+                raise  # a KeyError of the loading code itself, not an entry missing from the archive
             message = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
             raise CommandError(f"NAME_OR_PATH: cannot load {target!r}: {message}") from None
         return model, name, model_task(model), None
     if os.path.isdir(target):
         if not os.path.isfile(os.path.join(target, CARD_FILE)):
             raise CommandError(f"NAME_OR_PATH: the directory {target!r} holds no preset ({CARD_FILE} missing).")
+        name = _model_name(target)  # before the model loads
         card = read_card(target) or {}
         model = zoo.load(target)  # checks the weights against the card's sha256 before loading
         spec = None  # a directory zoo.save_preset wrote for a model of one's own: checked like a .keras file
@@ -87,7 +122,7 @@ def _load(target):
                 spec = card_spec(card)
             except ValueError as error:
                 raise CommandError(f"NAME_OR_PATH: {target!r}: {error}") from None
-        return model, os.path.basename(os.path.normpath(target)), card.get("task"), spec
+        return model, name, card.get("task"), spec
     raise CommandError(f"NAME_OR_PATH: {target!r} is neither a preset ({', '.join(sorted(PRESETS))}) nor a .keras "
                        "file nor a preset directory.")
 
@@ -126,7 +161,6 @@ def run(args):
         raise CommandError("--version applies to the SavedModel; --format onnx writes no version.")
     _check_extra(args)
     model, name, task, preset = _load(args.model)
-    name = re.sub(r"[^A-Za-z0-9_.\-]", "_", name)
     task = args.task or task  # --task overrides the card's
     try:  # a model that cannot be served (a layer with no exportable form, outputs the task does not fit)
         spec = serving_spec(model, task)
@@ -151,29 +185,26 @@ def run(args):
             inputs = sample_inputs(spec, args.images, classes=classes, dataset=dataset, image_size=image_size)
         except ValueError as error:
             raise CommandError(f"NAME_OR_PATH: {error} (--no-verify exports without the check)") from None
-    saved = onnx_path = None  # the exporters create --out (and remove what they created when they fail)
     print(f"{name}: task {spec.task}")
-    if args.format in ("saved_model", "both"):
-        saved = export.to_saved_model(model, os.path.join(args.out, name), version=args.version, task=task)
-        warmup = os.path.join(saved, WARMUP_DIR, WARMUP_FILE)
-        print(f"SavedModel {saved} ({_size(saved)}); {os.path.join(os.path.dirname(saved), 'models.config')}"
-              f"{'; warm-up requests in ' + WARMUP_DIR + '/' + WARMUP_FILE if os.path.isfile(warmup) else ''}")
-        for signature in spec.signature_names:
-            print(f"  {signature}: {spec.describe(uint8=signature == UINT8_SIGNATURE)}")
-    if args.format in ("onnx", "both"):
-        replaced = os.path.exists(os.path.join(args.out, f"{name}.onnx"))
-        try:  # a model tf2onnx converts into one that is invalid or that onnxruntime cannot load
-            onnx_path = export.to_onnx(model, os.path.join(args.out, f"{name}.onnx"), task=task)
-        except export.OnnxConversionError as error:
-            kept = f" (the SavedModel {saved} is written and stays)" if saved else ""
-            raise CommandError(f"NAME_OR_PATH: {str(error).splitlines()[0]}{kept}; --format saved_model exports "
-                               "it without ONNX.") from None
-        print(f"ONNX {onnx_path} ({_size(onnx_path)}{', replacing the earlier file' if replaced else ''}); "
-              "axis 0 dynamic")
-        print(f"  {spec.describe()}")
+    staging = _Staging(args.out, name, args.format)
+    try:
+        saved, onnx_path = staging.write(model, task, args.version, spec)
+        if inputs is not None:
+            _check_parity(model, inputs, spec, task, saved, onnx_path, dataset, args.atol)
+        staging.publish()
+    except CommandError as error:  # the artifacts failed: none of them is put in place
+        raise CommandError(f"{error}{staging.discard()}") from None
+    except BaseException:
+        staging.discard()
+        raise
     if inputs is None:
         print("parity: not checked (--no-verify)")
-        return 0
+    return 0
+
+
+def _check_parity(model, inputs, spec, task, saved, onnx_path, dataset, atol):
+    """Verify the written artifacts against ``model`` and print the parity table; a :class:`CommandError` when an
+    artifact fails to run without otzoo, gives NaN, or differs from Keras by more than ``atol``."""
     count = len(inputs[spec.batched_inputs[0]])
     sizes = tuple(sorted({min(b, count) for b in BATCH_SIZES}))
     try:
@@ -190,7 +221,84 @@ def run(args):
         raise CommandError(f"--atol: {artifact} gives NaN in {', '.join(names)} (the model's or the artifact's "
                            "outputs); a NaN output is never within tolerance.")
     worst = max(report, key=report.get)
-    if not report[worst] <= args.atol:
-        raise CommandError(f"--atol: {worst} differs from Keras by {report[worst]:.3g} > {args.atol:g}.")
-    print(f"parity holds: every output within --atol {args.atol:g}")
-    return 0
+    if not report[worst] <= atol:
+        raise CommandError(f"--atol: {worst} differs from Keras by {report[worst]:.3g} > {atol:g}.")
+    print(f"parity holds: every output within --atol {atol:g}")
+
+
+class _Staging:
+    """The artifacts of one ``otzoo export`` under hidden temporary names until they are published: the SavedModel
+    version in a hidden directory inside ``DIR/<name>`` (TF Serving loads integer-named directories only), the ONNX
+    file as a hidden file beside ``DIR/<name>.onnx``. :meth:`publish` renames them into place (and writes
+    ``models.config``); :meth:`discard` removes them and the directories this export created, still empty."""
+
+    def __init__(self, out, name, format):
+        self.name, self.format = name, format
+        self.base = os.path.abspath(os.path.join(out, name))  # the SavedModel's base directory
+        self.onnx_final = os.path.abspath(os.path.join(out, f"{name}.onnx"))
+        self.created = missing_directories(self.base if format in ("saved_model", "both") else os.path.abspath(out))
+        self.staged_base = self.staged_onnx = self.version = None
+        self.onnx_existed = False
+
+    def write(self, model, task, version, spec):
+        """Write the artifacts asked for under their temporary names and print them (by the paths they get once
+        published); returns ``(version directory or None, ONNX file or None)`` as written."""
+        saved = onnx_path = None
+        if self.format in ("saved_model", "both"):
+            os.makedirs(self.base, exist_ok=True)
+            self.version = version or (existing_versions(self.base) or [0])[-1] + 1
+            self.staged_base = tempfile.mkdtemp(prefix=".tmp-export-", dir=self.base)
+            saved = export.to_saved_model(model, self.staged_base, version=self.version, task=task, name=self.name)
+            warmup = os.path.join(saved, WARMUP_DIR, WARMUP_FILE)
+            print(f"SavedModel {os.path.join(self.base, str(self.version))} ({_size(saved)}); "
+                  f"{os.path.join(self.base, 'models.config')}"
+                  f"{'; warm-up requests in ' + WARMUP_DIR + '/' + WARMUP_FILE if os.path.isfile(warmup) else ''}")
+            for signature in spec.signature_names:
+                print(f"  {signature}: {spec.describe(uint8=signature == UINT8_SIGNATURE)}")
+        if self.format in ("onnx", "both"):
+            folder = os.path.dirname(self.onnx_final)
+            os.makedirs(folder, exist_ok=True)
+            handle, self.staged_onnx = tempfile.mkstemp(prefix=".tmp-export-", suffix=".onnx", dir=folder)
+            os.close(handle)
+            try:  # a model tf2onnx converts into one that is invalid or that onnxruntime cannot load
+                onnx_path = export.to_onnx(model, self.staged_onnx, task=task)
+            except export.OnnxConversionError as error:
+                raise CommandError(f"NAME_OR_PATH: {str(error).splitlines()[0]}; --format saved_model exports it "
+                                   "without ONNX.") from None
+            self.onnx_existed = os.path.exists(self.onnx_final)
+            replacing = ", replacing the earlier file" if self.onnx_existed else ""
+            print(f"ONNX {self.onnx_final} ({_size(onnx_path)}{replacing}); axis 0 dynamic")
+            print(f"  {spec.describe()}")
+        return saved, onnx_path
+
+    def publish(self):
+        """Rename the written artifacts into place: the ONNX file onto ``DIR/<name>.onnx``, the version directory to
+        ``DIR/<name>/<version>`` (never onto an existing one) after ``models.config``."""
+        if self.staged_base is not None:
+            final = os.path.join(self.base, str(self.version))
+            if os.path.exists(final):
+                raise CommandError(f"--version: {self.version} appeared in {self.base} during the export; not "
+                                   "replaced.")
+        if self.staged_onnx is not None:
+            os.replace(self.staged_onnx, self.onnx_final)
+            self.staged_onnx = None
+        if self.staged_base is not None:
+            write_model_config(self.base, self.name)
+            os.rename(os.path.join(self.staged_base, str(self.version)), final)
+            shutil.rmtree(self.staged_base, ignore_errors=True)
+            self.staged_base = None
+
+    def discard(self):
+        """Remove what was not published and the directories this export created (where still empty); returns the
+        sentence that says so, for the error line."""
+        removed = []
+        if self.staged_base is not None:
+            shutil.rmtree(self.staged_base, ignore_errors=True)
+            removed.append(f"no version {self.version} in {self.base}")
+        if self.staged_onnx is not None:
+            if os.path.exists(self.staged_onnx):
+                os.remove(self.staged_onnx)
+            removed.append(f"the earlier {self.onnx_final} is kept" if self.onnx_existed
+                           else f"no {self.onnx_final}")
+        remove_if_empty(self.created)
+        return f" Nothing is exported: {', '.join(removed)}." if removed else ""

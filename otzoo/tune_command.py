@@ -4,8 +4,10 @@
 A preset whose trials cannot run (a few-shot preset, a data set other than Fashion-MNIST) and a ``--limit`` too
 small to carve a validation part and one batch from are one-line errors (exit status 2)."""
 import argparse
+import os
 
-from otzoo.arguments import CommandError, open_fraction, output_directory, positive_int, preset_name, seed_value
+from otzoo.arguments import (CommandError, default_output_directory, open_fraction, output_directory, positive_int,
+                              preset_name, seed_value)
 from training.tuning.search import TUNING_DATASET, tunable_tasks, tune, tuning_objective
 from zoo.backbones import BACKBONES
 from zoo.registry import PRESETS
@@ -23,7 +25,7 @@ def run(args):
                            f"{' and '.join(tunable_tasks())} presets only.")
     if spec.data.dataset != TUNING_DATASET:
         raise CommandError(f"preset: {args.preset} trains on {spec.data.dataset}; tuning reads Fashion-MNIST only.")
-    out = args.out or f"otzoo_tune/{args.preset}"
+    out = args.out or default_output_directory(os.path.join("otzoo_tune", args.preset))
     tune(args.preset, args.trials, out, epochs=args.epochs, limit=args.limit, batch_size=args.batch_size,
          backbone=args.backbone, validation_fraction=args.validation_fraction, seed=args.seed, resume=args.resume,
          verbose=1)

@@ -7,6 +7,7 @@ import os
 import shutil
 import subprocess
 import sys
+import zipfile
 
 import pytest
 
@@ -609,3 +610,137 @@ def test_a_resolution_beyond_print_quality_is_refused_before_any_work(tmp_path, 
     _fails_with(["explain", "resnet20_gap_fashion_mnist", "--dpi", "601", "--out", str(tmp_path / "out")],
                 "argument --dpi: must be an integer <= 600, got '601'", capsys)
     assert not (tmp_path / "out").exists()
+
+
+def test_an_output_that_cannot_be_written_is_one_line_before_the_work(tmp_path, capsys, monkeypatch):
+    """/proc takes no new directory, not even root's (whom the permission bits do not stop): each command failed on
+    it with a traceback, fine-tune and demo only after fitting, so the output path must be created in, not only
+    shaped like a directory."""
+    from ot_layers.validation import check_output_path, output_path_problem
+
+    monkeypatch.setattr(cli.zoo, "load", lambda *a, **k: pytest.fail("the command started its work"))
+    monkeypatch.setattr(cli, "train_preset", lambda *a, **k: pytest.fail("the command started its work"))
+    for args in (["train", "resnet20_gap_fashion_mnist", "--limit", "256"], ["tune", "resnet20_gap_fashion_mnist"],
+                 ["explain", "resnet20_mpw_fashion_mnist", "--kinds", "mpw"], ["export", "resnet20_gap_fashion_mnist"],
+                 ["demo"], ["fine-tune", "resnet20_gap_fashion_mnist"]):
+        _fails_with(args + ["--out", "/proc/otzoo_x"], "argument --out: '/proc/otzoo_x' cannot be written: nothing "
+                    "can be created in '/proc'", capsys)
+    assert "cannot be written" in output_path_problem("/proc/otzoo_x/model.onnx", directory=False)
+    with pytest.raises(ValueError, match="^`out_dir` '/proc/otzoo_x' cannot be written"):
+        check_output_path("out_dir", "/proc/otzoo_x", directory=True)
+    # a writable place passes, and the probe leaves nothing behind
+    assert output_path_problem(str(tmp_path / "new" / "dir"), directory=True) is None
+    assert output_path_problem(str(tmp_path), directory=True) is None
+    assert os.listdir(tmp_path) == []
+
+
+@pytest.mark.parametrize("command, default", [("train", "otzoo_runs"), ("tune", "otzoo_tune")])
+def test_a_default_output_directory_that_cannot_be_written_names_out(command, default, tmp_path, capsys,
+                                                                     monkeypatch):
+    """The default --out (otzoo_runs/PRESET, otzoo_tune/PRESET) was never checked: a file otzoo_runs here ended in
+    a ValueError traceback naming `out_dir`."""
+    from otzoo import tune_command
+
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / default).write_text("")
+    monkeypatch.setattr(cli, "train_preset", lambda *a, **k: pytest.fail("the run started"))
+    monkeypatch.setattr(tune_command, "tune", lambda *a, **k: pytest.fail("the search started"))
+    _fails_with([command, "resnet20_gap_fashion_mnist", "--limit", "256", "--epochs", "1"],
+                f"error: --out (default {os.path.join(default, 'resnet20_gap_fashion_mnist')}): "
+                f"'{os.path.join(default, 'resnet20_gap_fashion_mnist')}' is below the file", capsys)
+
+
+def test_export_names_the_model_after_the_absolute_path(tmp_path, capsys, monkeypatch):
+    """`otzoo export .` took the name ".": the SavedModel went to OUT/1 and the ONNX file to a hidden OUT/..onnx;
+    with `..` the SavedModel and models.config went outside --out. The name comes from the absolute path, and one
+    that begins with no letter or digit is refused before the model loads."""
+    model = zoo.image_classifier("small_convnet", "gap_fc", 10, input_shape=(28, 28, 1),
+                                 backbone_kwargs={"width": 4, "feature_dim": 8})
+    zoo.save_preset(model, str(tmp_path / "own"))
+    (tmp_path / "own" / "sub").mkdir()
+    monkeypatch.chdir(tmp_path / "own")
+    assert cli.main(["export", ".", "--out", str(tmp_path / "dot"), "--format", "saved_model", "--no-verify"]) == 0
+    assert sorted(os.listdir(tmp_path / "dot")) == ["own"]
+    assert sorted(os.listdir(tmp_path / "dot" / "own")) == ["1", "models.config"]
+    monkeypatch.chdir(tmp_path / "own" / "sub")
+    assert cli.main(["export", "..", "--out", str(tmp_path / "dots"), "--format", "saved_model", "--no-verify"]) == 0
+    assert sorted(os.listdir(tmp_path / "dots" / "own")) == ["1", "models.config"]
+    assert sorted(os.listdir(tmp_path)) == ["dot", "dots", "own"]  # nothing written beside --out
+    capsys.readouterr()
+    shutil.copytree(tmp_path / "own", tmp_path / ".hidden")
+    monkeypatch.setattr(cli.zoo, "load", lambda *a, **k: pytest.fail("the model was loaded"))
+    _fails_with(["export", str(tmp_path / ".hidden"), "--out", str(tmp_path / "h")],
+                "NAME_OR_PATH: '" + str(tmp_path / ".hidden") + "' gives the model name '.hidden', which must begin "
+                "with a letter or digit", capsys)
+    assert not (tmp_path / "h").exists()
+
+
+@pytest.mark.parametrize("error", [AttributeError("'NoneType' object has no attribute 'units'"), MemoryError(),
+                                   KeyError("loss")])
+def test_an_internal_error_while_a_keras_file_loads_keeps_its_traceback(error, tmp_path, monkeypatch):
+    """Every exception of keras.saving.load_model became a one-line "cannot load" user error; only what a damaged
+    or foreign file raises does (tests/test_export_command.py: a zip without a model, not a zip)."""
+    from otzoo import export_command
+
+    path = tmp_path / "m.keras"
+    with zipfile.ZipFile(path, "w") as archive:
+        archive.writestr("config.json", "{}")
+    def load_model(path, **kwargs):
+        raise error
+
+    monkeypatch.setattr(export_command.keras.saving, "load_model", load_model)
+    with pytest.raises(type(error)):
+        cli.main(["export", str(path), "--out", str(tmp_path / "out")])
+    for readable in (ValueError("Could not deserialize 'keras.layers.Dinse'"), TypeError("could not be deserialized"),
+                     KeyError("There is no item named 'config.json' in the archive"), OSError("file signature")):
+        monkeypatch.setattr(export_command.keras.saving, "load_model", lambda path, error=readable, **kwargs: (
+            _raising(error)(path)))
+        with pytest.raises(SystemExit) as exit_info:
+            raise SystemExit(cli.main(["export", str(path), "--out", str(tmp_path / "out")]))
+        assert exit_info.value.code == 2
+
+
+def test_demo_on_jax_or_torch_does_not_replace_an_earlier_fine_tuned_preset(tmp_path, capsys, monkeypatch):
+    """On JAX and PyTorch the demo saves OUT/fine_tuned, and a second run replaced the first without a word; it is
+    refused before the work, as otzoo fine-tune refuses a directory holding a preset."""
+    (tmp_path / "fine_tuned").mkdir()
+    (tmp_path / "fine_tuned" / "metadata.json").write_text("{}")
+    monkeypatch.setattr(cli.keras.backend, "backend", lambda: "jax")
+    monkeypatch.setattr(cli.zoo, "load", lambda *a, **k: pytest.fail("the demo started its work"))
+    _fails_with(["demo", "--limit", "128", "--test-limit", "100", "--out", str(tmp_path)],
+                "--out: '" + str(tmp_path / "fine_tuned") + "' holds a preset already (metadata.json)", capsys)
+    assert os.listdir(tmp_path / "fine_tuned") == ["metadata.json"]
+
+
+def test_evaluate_with_weights_compares_with_their_own_card(tmp_path, capsys, monkeypatch):
+    """`otzoo evaluate P --weights W` printed the packaged card's metrics beside W's: compared with W's own card
+    (its preset directory's), and with none for weights that come without one."""
+    from training.recipes.common import evaluation_target
+
+    run = tmp_path / "run"
+    shutil.copytree(preset_dir("resnet20_gap_fashion_mnist"), run)
+    card = json.loads((run / "metadata.json").read_text())
+    card["metrics"] = {"accuracy": 0.1263}
+    (run / "metadata.json").write_text(json.dumps(card))
+    _, _, target_card = evaluation_target("resnet20_gap_fashion_mnist", weights=str(run))
+    assert target_card["metrics"] == {"accuracy": 0.1263}
+    lone = tmp_path / "lone.weights.h5"
+    shutil.copy(run / "model.weights.h5", lone)
+    with pytest.warns(UserWarning, match="without a card"):
+        assert evaluation_target("resnet20_gap_fashion_mnist", weights=str(lone))[2] == {}
+    # what the command prints from it (the recipe's evaluation itself stubbed: tests/test_evaluation_arguments.py)
+    given = {}
+
+    def evaluated(preset, weights=None, limit=None, **options):
+        given["weights"] = weights
+        card_metrics = evaluation_target(preset, weights=weights)[2].get("metrics")
+        return dict(metrics={"accuracy": 0.5}, card_metrics=card_metrics, examples=300)
+
+    monkeypatch.setattr(cli, "evaluate_preset", evaluated)
+    assert cli.main(["evaluate", "resnet20_gap_fashion_mnist", "--weights", str(run), "--limit", "300"]) == 0
+    out = capsys.readouterr().out
+    assert "accuracy 0.5000 (card: 0.1263) on 300 test images" in out, out
+    with pytest.warns(UserWarning, match="without a card"):
+        assert cli.main(["evaluate", "resnet20_gap_fashion_mnist", "--weights", str(lone), "--limit", "300"]) == 0
+    out = capsys.readouterr().out
+    assert "(card:" not in out and "nothing to compare with" in out, out

@@ -21,6 +21,7 @@ def _fails_with(args, message, capsys):
     err = capsys.readouterr().err.strip()
     assert message in err, err
     assert len(err.splitlines()) == 1 and "Traceback" not in err
+    return err
 
 
 @pytest.fixture(scope="module")
@@ -138,3 +139,46 @@ def test_a_model_that_converts_to_an_unloadable_onnx_file_is_one_line(tmp_path, 
     _fails_with(["export", path, "--out", str(out), "--format", "onnx", "--no-verify"],
                 "NAME_OR_PATH: `model` converts to an ONNX model onnxruntime cannot load", capsys)
     assert not out.exists()
+
+
+@pytest.mark.fashion_mnist
+@pytest.mark.parametrize("failure", ["atol", "nan", "verification_error"])
+def test_a_failed_parity_check_publishes_nothing_and_keeps_the_earlier_onnx_file(failure, keras_files, tmp_path,
+                                                                                 capsys, monkeypatch):
+    """A failed check (above --atol, NaN, an artifact that fails to run) left the rejected SavedModel version
+    (which TF Serving would load) and ONNX file in place, replacing an earlier verified ONNX file. The artifacts are
+    checked under hidden names and published only when they pass."""
+    from export.verification import ParityReport
+    from otzoo import export_command
+
+    paths, _ = keras_files
+    out = tmp_path / "out"
+    (out / "tiny_classifier").mkdir(parents=True)
+    (out / "tiny_classifier.onnx").write_bytes(b"the earlier, verified file")
+    seen = {}
+
+    def failing_verify(model, inputs, saved_model_dir=None, onnx_path=None, **kwargs):
+        # what is checked is not where TF Serving or an ONNX client would find it
+        seen.update(saved=saved_model_dir, onnx=onnx_path)
+        assert os.path.isfile(os.path.join(saved_model_dir, "saved_model.pb"))
+        assert not os.path.exists(out / "tiny_classifier" / "1")
+        assert os.path.basename(os.path.dirname(saved_model_dir)).startswith(".")
+        assert os.path.isfile(onnx_path) and os.path.basename(onnx_path).startswith(".")
+        if failure == "verification_error":
+            raise export_command.export.VerificationError("saved_model failed to run without otzoo")
+        per_batch = {"saved_model": {1: {"logits": 1e-3}}, "onnx": {1: {"logits": 1e-3}}}
+        return ParityReport(per_batch, {}, {}, nan_outputs={"onnx": {"logits"}} if failure == "nan" else None)
+
+    monkeypatch.setattr(export_command.export, "verify", failing_verify)
+    err = _fails_with(["export", paths["classifier"], "--out", str(out), "--images", "8"], "Nothing is exported: "
+                      f"no version 1 in {out / 'tiny_classifier'}, the earlier {out / 'tiny_classifier.onnx'} is "
+                      "kept.", capsys)
+    assert {"atol": "--atol: ", "nan": "gives NaN", "verification_error": "verification: "}[failure] in err
+    assert os.listdir(out / "tiny_classifier") == []  # no version, no models.config, no hidden leftovers
+    assert sorted(os.listdir(out)) == ["tiny_classifier", "tiny_classifier.onnx"]
+    assert (out / "tiny_classifier.onnx").read_bytes() == b"the earlier, verified file"
+    assert not os.path.exists(seen["saved"]) and not os.path.exists(seen["onnx"])
+    # into a new --out: nothing at all is left
+    _fails_with(["export", paths["classifier"], "--out", str(tmp_path / "new" / "out"), "--images", "8"],
+                "Nothing is exported", capsys)
+    assert not (tmp_path / "new").exists()

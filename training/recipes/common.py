@@ -32,6 +32,7 @@ from training.recipes.epoch_log import EpochLog
 from training.recipes.tuned_config import load_tuned_config
 from zoo.loading import CARD_FILE, WEIGHTS_FILE, load, model_card, sha256_of
 from zoo.preset_format import preset_card as read_card, write_config  # a preset directory's card, or an error
+from zoo.preset_format import read_card as card_if_any, weights_directory
 from zoo.registry import PRESETS
 from zoo.spec import PresetSpec, published_recipe, recipe_from_dict
 
@@ -119,11 +120,17 @@ def preset_recipe(name, **overrides):
 
 
 def evaluation_target(preset, weights=None):
-    """``(model, spec, card)`` of what ``otzoo evaluate`` evaluates: a built-in preset's name (its packaged weights,
-    or ``weights``) or a preset directory (``zoo.load(directory)``; the spec of its card: the preset's architecture
-    re-targeted at the card's data set and input shape, the card's recipe)."""
+    """``(model, spec, card)`` of what ``otzoo evaluate`` evaluates: a built-in preset's name (its packaged weights
+    and card, or ``weights`` and the card that comes with them: that of their preset directory,
+    ``zoo.preset_format.weights_directory``; ``{}`` when they have none, as a lone weights file or a URL: the
+    packaged card describes other weights) or a preset directory (``zoo.load(directory)``; the spec of its card: the
+    preset's architecture re-targeted at the card's data set and input shape, the card's recipe)."""
     if preset in PRESETS:
-        return load(preset, weights=weights), PRESETS[preset], model_card(preset)
+        if weights is None:
+            return load(preset), PRESETS[preset], model_card(preset)
+        folder = weights_directory(weights)
+        card = (card_if_any(folder) if folder is not None else None) or {}
+        return load(preset, weights=weights), PRESETS[preset], card
     if not os.path.isdir(str(preset)):
         raise ValueError(f"Unknown preset {preset!r}: give a preset name ({', '.join(sorted(PRESETS))}) or a preset "
                          "directory.")
