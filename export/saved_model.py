@@ -182,13 +182,10 @@ def to_saved_model(model, base_dir, version=None, task=None, warmup=None, name=N
     except BaseException:
         remove_if_empty(created)
         raise
-    config_temp = temp_dir + ".config"
     try:
         _write_signatures(model, spec, temp_dir)
         if warmup:
             write_warmup_requests(temp_dir, spec, name)
-        with open(config_temp, "w") as handle:
-            handle.write(model_config_text(name, base_dir))
         if version is None:
             version = (existing_versions(base_dir) or [0])[-1] + 1
         final = os.path.join(base_dir, str(version))
@@ -197,13 +194,10 @@ def to_saved_model(model, base_dir, version=None, task=None, warmup=None, name=N
         publishable(temp_dir)  # mkdtemp gives 0700: readable by others as the umask allows, before it is published
         # The config names the model and base_dir only (the same for every version): it goes first, so the
         # rename that publishes the version is the last step.
-        _warn_if_config_differs(os.path.join(base_dir, MODEL_CONFIG_FILE), model_config_text(name, base_dir))
-        os.replace(config_temp, os.path.join(base_dir, MODEL_CONFIG_FILE))
+        write_model_config(base_dir, name)
         os.rename(temp_dir, final)
     except BaseException:
         shutil.rmtree(temp_dir, ignore_errors=True)
-        if os.path.exists(config_temp):
-            os.remove(config_temp)
         remove_if_empty(created)
         raise
     return final

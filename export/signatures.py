@@ -108,11 +108,16 @@ def _clean(name, fallback):
 
 
 def _dedupe(names):
-    seen, result = {}, []
-    for name in names:
-        count = seen.get(name, 0)
-        seen[name] = count + 1
-        result.append(name if count == 0 else f"{name}_{count}")
+    """``names`` with each repeat made unique by the first free suffix ``_1``, ``_2``, ...: free among the names
+    given so far and those still to come, so a repeat never takes another input's name (``x``, ``x``, ``x_1`` give
+    ``x``, ``x_2``, ``x_1``; TensorFlow renamed the clash itself, and the signature then had a name no one knew)."""
+    names, result = list(names), []
+    for i, name in enumerate(names):
+        unique, count = name, 0
+        while unique in result or (unique != name and unique in names[i + 1:]):
+            count += 1
+            unique = f"{name}_{count}"
+        result.append(unique)
     return tuple(result)
 
 

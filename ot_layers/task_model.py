@@ -58,10 +58,13 @@ class TaskModel(keras.Model):
 
 # One subclass per task, each named and registered as TaskModel; registering TaskModel itself again afterwards
 # keeps `ot_layers>TaskModel` naming the base class when a config is read back (its "task" then picks the subclass).
+# Each is also a module attribute under a qualified name of its own (_TaskModel_retrieval, ...), where pickle finds it.
 _TASK_MODELS = {}
 for _task in TASKS:
-    _TASK_MODELS[_task] = keras.saving.register_keras_serializable(package="ot_layers", name="TaskModel")(
-        type("TaskModel", (TaskModel,), {"_class_task": _task, "__module__": __name__, "__qualname__": "TaskModel",
+    _qualname = f"_TaskModel_{_task}"
+    _TASK_MODELS[_task] = globals()[_qualname] = keras.saving.register_keras_serializable(
+        package="ot_layers", name="TaskModel")(
+        type("TaskModel", (TaskModel,), {"_class_task": _task, "__module__": __name__, "__qualname__": _qualname,
                                          "__doc__": f"A :class:`TaskModel` stating task {_task!r}."}))
 keras.saving.register_keras_serializable(package="ot_layers")(TaskModel)
 

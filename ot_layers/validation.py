@@ -306,7 +306,7 @@ def _creation_problem(folder):
         return f"nothing can be created in {folder!r} ({error.strerror or type(error).__name__})"
     try:
         os.rmdir(probe)
-    except OSError:  # removed by another process already
+    except FileNotFoundError:  # removed by another process already
         pass
     return None
 

@@ -258,6 +258,7 @@ class _Staging:
         if self.format in ("onnx", "both"):
             folder = os.path.dirname(self.onnx_final)
             os.makedirs(folder, exist_ok=True)
+            self.onnx_existed = os.path.exists(self.onnx_final)  # before the conversion, which may fail
             handle, self.staged_onnx = tempfile.mkstemp(prefix=".tmp-export-", suffix=".onnx", dir=folder)
             os.close(handle)
             try:  # a model tf2onnx converts into one that is invalid or that onnxruntime cannot load
@@ -265,7 +266,6 @@ class _Staging:
             except export.OnnxConversionError as error:
                 raise CommandError(f"NAME_OR_PATH: {str(error).splitlines()[0]}; --format saved_model exports it "
                                    "without ONNX.") from None
-            self.onnx_existed = os.path.exists(self.onnx_final)
             replacing = ", replacing the earlier file" if self.onnx_existed else ""
             print(f"ONNX {self.onnx_final} ({_size(onnx_path)}{replacing}); axis 0 dynamic")
             print(f"  {spec.describe()}")
@@ -279,11 +279,11 @@ class _Staging:
             if os.path.exists(final):
                 raise CommandError(f"--version: {self.version} appeared in {self.base} during the export; not "
                                    "replaced.")
+            write_model_config(self.base, self.name)  # before any rename: it names the model and base only
         if self.staged_onnx is not None:
             os.replace(self.staged_onnx, self.onnx_final)
             self.staged_onnx = None
         if self.staged_base is not None:
-            write_model_config(self.base, self.name)
             os.rename(os.path.join(self.staged_base, str(self.version)), final)
             shutil.rmtree(self.staged_base, ignore_errors=True)
             self.staged_base = None

@@ -139,6 +139,11 @@ def test_a_model_that_converts_to_an_unloadable_onnx_file_is_one_line(tmp_path, 
     _fails_with(["export", path, "--out", str(out), "--format", "onnx", "--no-verify"],
                 "NAME_OR_PATH: `model` converts to an ONNX model onnxruntime cannot load", capsys)
     assert not out.exists()
+    out.mkdir()  # an earlier file there is kept, and the error line says so (it said there was none)
+    (out / "softplus64.onnx").write_bytes(b"the earlier file")
+    _fails_with(["export", path, "--out", str(out), "--format", "onnx", "--no-verify"],
+                "is kept", capsys)
+    assert (out / "softplus64.onnx").read_bytes() == b"the earlier file" and os.listdir(out) == ["softplus64.onnx"]
 
 
 @pytest.mark.fashion_mnist

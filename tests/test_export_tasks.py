@@ -97,6 +97,8 @@ def test_clone_and_reload_keep_the_task(tmp_path):
     assert keras.models.model_from_json(clone.to_json()).task == "retrieval"
     clone.save(str(tmp_path / "clone.keras"))
     assert keras.saving.load_model(str(tmp_path / "clone.keras")).task == "retrieval"
+    import pickle  # Keras pickles a model with its class: each task's class must be found by its qualified name
+    assert pickle.loads(pickle.dumps(clone)).task == "retrieval"
     assert keras.models.clone_model(_two_outputs()).__class__ is not TaskModel  # a plain model stays plain
     with pytest.raises(ValueError, match="`task`"):
         type(clone)(clone.inputs, clone.outputs, task="few_shot")  # a task subclass keeps its own task
@@ -226,3 +228,15 @@ def test_sqeuclidean_sinkhorn_match_exports_to_onnx_with_the_default_domain(tmp_
     path = export.to_onnx(model, str(tmp_path / "match.onnx"))
     report = export.verify(model, features, onnx_path=path, batch_sizes=(1, 4))
     assert report["onnx"] <= 1e-5, report.table()
+
+
+def test_input_names_made_unique_never_take_another_inputs_name(tmp_path):
+    """Keras names ``x`` and ``x.`` both clean to ``x``; the repeat took ``x_1``, the third input's own name, and
+    TensorFlow renamed that clash itself (``x_1_1``), so clients sent inputs under a name the signature lacked."""
+    inputs = [keras.Input((2,), name=name) for name in ("x", "x.", "x_1")]
+    model = keras.Model(inputs, keras.layers.Dense(1)(keras.layers.Concatenate()(inputs)))
+    spec = export.serving_spec(model)
+    assert spec.input_names == ("x", "x_2", "x_1")
+    version_dir = export.to_saved_model(model, str(tmp_path / "served"), warmup=False)
+    served = tf.saved_model.load(version_dir).signatures["serving_default"]
+    assert sorted(served.structured_input_signature[1]) == ["x", "x_1", "x_2"]

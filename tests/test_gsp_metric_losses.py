@@ -304,3 +304,4 @@ def test_a_float64_loss_reads_back_as_float64(loss_class):
     restored = keras.saving.deserialize_keras_object(keras.saving.serialize_keras_object(loss))
     assert type(restored) is type(loss) and restored.dtype == "float64"
     assert getattr(losses, loss_class)().dtype == "float32"
+    assert "dtype" not in getattr(losses, loss_class)().get_config()  # the default: the reader's floatx

@@ -57,7 +57,7 @@ def test_a_copied_builtin_preset_loads_like_the_builtin_one(copied):
     assert model_task(builtin) == model_task(copy) == "classification"
     np.testing.assert_array_equal(np.asarray(copy(X)), np.asarray(builtin(X)))
     # one path: the built-in name is its package directory, read by the same reader
-    assert type(builtin) is type(copy) is TaskModel
+    assert type(builtin) is type(copy) and isinstance(copy, TaskModel)  # the classification TaskModel
     np.testing.assert_array_equal(np.asarray(preset_format.load_preset(loading.preset_dir(NAME))(X)),
                                   np.asarray(builtin(X)))
 

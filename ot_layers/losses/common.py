@@ -2,6 +2,7 @@
 of an empty batch, the scaling of a scalar batch loss by the number of replicas, and the refusal of per-sample
 weights by the losses that are one value for the whole batch. (The labels' columns, a label
 outside the classes in none, are ``ot_layers.tensor_ops.label_columns``, which the layers use too.)"""
+import keras
 from keras import ops
 
 from ot_layers.backends import replicas_in_sync
@@ -61,7 +62,8 @@ class KeepsDType:
 
     def get_config(self):
         config = super().get_config()
-        config["dtype"] = self.dtype
+        if self.dtype != keras.backend.floatx():  # the default stays the reader's floatx
+            config["dtype"] = self.dtype
         return config
 
 

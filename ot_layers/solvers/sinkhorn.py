@@ -568,7 +568,7 @@ def prepare_problem(cost, a=None, b=None):
     for name, host in (("a", host_a), ("b", host_b)):
         if host is not None and bool(np.any(host < 0)):
             raise ValueError(f"`{name}` must be non-negative.")
-    if host_a is not None and host_b is not None:
+    if host_a is not None and host_b is not None and (a is not None or b is not None):
         _check_masses(host_a, host_b, low_precision)
     a = _uniform(cost, -2) if a is None else ops.cast(a, dtype)
     b = _uniform(cost, -1) if b is None else ops.cast(b, dtype)
