@@ -58,7 +58,8 @@ def _unconverted_ops(onnx, graph):
     return found
 
 
-def _first_line(error):
+def first_line(error):
+    """The first non-blank line of ``error``'s message (its type's name when it has none): for one-line errors."""
     lines = [line.strip() for line in str(error).strip().splitlines() if line.strip()]
     return lines[0] if lines else type(error).__name__
 
@@ -77,7 +78,7 @@ def _check_converted(onnx, model_proto):
     try:
         onnx.checker.check_model(model_proto, full_check=True)
     except (onnx.checker.ValidationError, onnx.shape_inference.InferenceError) as error:
-        raise OnnxConversionError(f"`model` converts to an invalid ONNX model: {_first_line(error)}") from None
+        raise OnnxConversionError(f"`model` converts to an invalid ONNX model: {first_line(error)}") from None
     try:
         import onnxruntime
         from onnxruntime.capi import onnxruntime_pybind11_state as states
@@ -90,7 +91,7 @@ def _check_converted(onnx, model_proto):
         onnxruntime.InferenceSession(model_proto.SerializeToString(), providers=["CPUExecutionProvider"])
     except refusals as error:
         raise OnnxConversionError(f"`model` converts to an ONNX model onnxruntime cannot load: "
-                                  f"{_first_line(error)}") from None
+                                  f"{first_line(error)}") from None
 
 
 def to_onnx(model, path, opset=None, task=None):

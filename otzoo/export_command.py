@@ -27,6 +27,7 @@ import keras
 
 import export
 import zoo
+from export.onnx import first_line
 from export.saved_model import (directory_size, existing_versions, missing_directories, remove_if_empty,
                                 write_model_config)
 from export.signatures import TASKS, UINT8_SIGNATURE, serving_spec
@@ -107,8 +108,7 @@ def _load(target):
         except _UNREADABLE_FILE as error:  # a file Keras cannot read: one line, not a traceback
             if isinstance(error, KeyError) and "in the archive" not in str(error):
                 raise  # a KeyError of the loading code itself, not an entry missing from the archive
-            message = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
-            raise CommandError(f"NAME_OR_PATH: cannot load {target!r}: {message}") from None
+            raise CommandError(f"NAME_OR_PATH: cannot load {target!r}: {first_line(error)}") from None
         return model, name, model_task(model), None
     if os.path.isdir(target):
         if not os.path.isfile(os.path.join(target, CARD_FILE)):
@@ -264,7 +264,7 @@ class _Staging:
             try:  # a model tf2onnx converts into one that is invalid or that onnxruntime cannot load
                 onnx_path = export.to_onnx(model, self.staged_onnx, task=task)
             except export.OnnxConversionError as error:
-                raise CommandError(f"NAME_OR_PATH: {str(error).splitlines()[0]}; --format saved_model exports it "
+                raise CommandError(f"NAME_OR_PATH: {first_line(error)}; --format saved_model exports it "
                                    "without ONNX.") from None
             replacing = ", replacing the earlier file" if self.onnx_existed else ""
             print(f"ONNX {self.onnx_final} ({_size(onnx_path)}{replacing}); axis 0 dynamic")
