@@ -164,6 +164,37 @@ def test_nan_cost_stays_in_its_problem(gradient, domain, bad_value):
     assert not np.all(np.isfinite(result.plan.numpy()[2]))
 
 
+@pytest.mark.parametrize("gradient", ["implicit", "unrolled"])
+@pytest.mark.parametrize("domain", ["log", "kernel"])
+def test_forbidden_pairs_cost_nothing(gradient, domain):
+    # +inf marks a forbidden pair: its plan entry is exactly 0, and it adds 0 (not 0 * inf = NaN) to the transport
+    # cost. A finite cost large enough for exp(-C / eps) to be exactly 0 is the same problem: every output and
+    # gradient must equal that problem's, and the plan must equal POT's.
+    cost, a, b, rng = _zero_mass_problem(seed=4)
+    a, b = np.abs(a) + 0.1, np.abs(b) + 0.1
+    a, b = a / a.sum(-1, keepdims=True), b / b.sum(-1, keepdims=True)
+    forbidden = np.zeros(cost.shape, bool)
+    forbidden[0, 0, 1] = forbidden[0, 3, 4] = forbidden[1, 2, 0] = True
+    infinite, large = np.where(forbidden, np.inf, cost), np.where(forbidden, 1e4, cost)
+    weights = rng.normal(size=cost.shape)
+    result, loss, grads = _solve_with_gradients(infinite, a, b, weights, gradient=gradient, domain=domain, **TIGHT)
+    same, same_loss, same_grads = _solve_with_gradients(large, a, b, weights, gradient=gradient, domain=domain,
+                                                        **TIGHT)
+    assert np.all(result.plan.numpy()[forbidden] == 0.0)
+    for name in ("plan", "value", "transport_cost", "error"):
+        np.testing.assert_allclose(getattr(result, name), getattr(same, name), atol=1e-12, err_msg=name)
+    np.testing.assert_allclose(float(loss), float(same_loss), atol=1e-12)
+    for grad, expected in zip(grads, same_grads):
+        assert np.all(np.isfinite(grad))
+        np.testing.assert_allclose(grad, expected, atol=1e-9)
+    assert np.all(grads[0][forbidden] == 0.0)
+    for p in range(2):
+        pot_plan = ot.sinkhorn(a[p], b[p], infinite[p], EPSILON, method="sinkhorn_log", numItermax=100_000,
+                               stopThr=1e-13)
+        np.testing.assert_allclose(result.plan[p], pot_plan, atol=1e-10)
+        np.testing.assert_allclose(result.transport_cost[p], np.sum(pot_plan * large[p]), atol=1e-10)
+
+
 # --- cost exponent p ---------------------------------------------------------------------------------------------
 
 @pytest.mark.parametrize("p", [0.5, 1.0, 2.0])

@@ -32,6 +32,10 @@ potential reported there is the soft c-transform ``f_i = -eps LSE_j((g_j - C_ij)
 would have with unit mass), so every output is finite. A problem whose marginals are all zero has a zero plan, value
 and potentials.
 
+A ``+inf`` cost forbids its pair: the plan entry is exactly 0, it adds 0 to ``transport_cost`` (not ``0 * inf``), and
+its gradients are 0 (the problem equals one whose cost there is finite but large enough for ``exp(-C / eps)`` to be
+0).
+
 Each problem stops at its own threshold (its variables freeze while the others iterate), so a batch's results equal
 each problem's solved alone. NaN or Inf in one problem stays in that problem: the stopping test ignores problems whose
 error is not finite, the ``"auto"`` domain choice ignores NaN costs, and the implicit gradient's linear solve is
@@ -253,6 +257,13 @@ def _plan(cost, f, g, epsilon, support):
     exponent = ops.where(support, (f[..., :, None] + g[..., None, :] - cost) / epsilon,
                          _constant_like(cost, LOG_ZERO))
     return ops.where(support, ops.exp(exponent), ops.zeros_like(cost))
+
+
+def plan_weighted_cost(plan, cost):
+    """``<C, T>`` per problem, where ``+inf`` costs (forbidden pairs, whose plan entries are exactly 0) count 0 rather
+    than ``0 * inf = NaN``; the gradient there is 0 for ``cost`` and for ``plan``."""
+    finite_cost = ops.where(ops.logical_and(ops.isinf(cost), cost > 0), ops.zeros_like(cost), cost)
+    return ops.sum(plan * finite_cost, axis=(-2, -1))
 
 
 def _count_like(x, axis):
@@ -633,6 +644,6 @@ def sinkhorn(
         f, g = _fill_zero_mass(cost, f, g, a, b, epsilon, empty)
         plan = _plan(cost, f, g, epsilon, _support(a, b))
         value = _entropic_value(plan, f, g, epsilon)
-    transport_cost = ops.sum(plan * cost, axis=(-2, -1))
+    transport_cost = plan_weighted_cost(plan, cost)
     error = marginal_error(ops.sum(plan, axis=-1), a)
     return SinkhornResult(plan, f, g, value, transport_cost, iterations, error, has_converged(error, threshold))
