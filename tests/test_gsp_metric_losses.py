@@ -54,6 +54,24 @@ def test_batch_level_losses_refuse_per_sample_weights(loss):
         model.fit(x, labels, epochs=1, verbose=0, class_weight={k: 1.0 + k for k in range(4)})
 
 
+@pytest.mark.parametrize("loss_class", [ContrastiveLoss, TripletLoss, MultiSimilarityLoss, ProxyAnchorLoss,
+                                        ProxyNCAPlusPlusLoss, ZeroShotPredictionLoss], ids=lambda c: c.__name__)
+def test_batch_level_losses_refuse_per_sample_reduction(loss_class):
+    """``reduction="none"`` asks for per-sample values, which these losses do not have: they returned their one batch
+    value instead, silently. ``"sum"`` of one value is that value."""
+    for reduction in ("none", None):
+        with pytest.raises(ValueError, match=rf"^`reduction`: {loss_class.__name__} is one value for the whole batch"):
+            loss_class(reduction=reduction)
+    x, labels = _batch()
+    if loss_class in (ContrastiveLoss, TripletLoss, MultiSimilarityLoss):
+        predictions = x
+    else:
+        predictions = ClassProxies(4, dim=8 if loss_class is not ZeroShotPredictionLoss else 4,
+                                   output="packed" if loss_class is ZeroShotPredictionLoss else "similarities")(x)
+    np.testing.assert_allclose(float(loss_class(reduction="sum")(labels, predictions)),
+                               float(loss_class()(labels, predictions)), rtol=1e-6)
+
+
 def test_contrastive_hand_computed():
     # Two classes on the unit circle: x0=(1,0), x1=(0,1) same class; x2=(-1,0) other class.
     x = np.array([[1, 0], [0, 1], [-1, 0]], np.float32)
@@ -305,3 +323,28 @@ def test_a_float64_loss_reads_back_as_float64(loss_class):
     assert type(restored) is type(loss) and restored.dtype == "float64"
     assert getattr(losses, loss_class)().dtype == "float32"
     assert "dtype" not in getattr(losses, loss_class)().get_config()  # the default: the reader's floatx
+
+
+def _pull_reference(labels, logits):  # (1 - s_y)^2 (Saadabadi et al. 2024, Eq. 6)
+    return (1.0 - logits[np.arange(len(labels)), labels]) ** 2
+
+
+def _manifold_reference(labels, similarities, margin=5e-4):  # log(1 + sum_{j != k} exp(s_j - s_k + m))
+    own = similarities[np.arange(len(labels)), labels][:, None]
+    others = np.exp(similarities - own + margin)
+    others[np.arange(len(labels)), labels] = 0.0
+    return np.log1p(others.sum(1))
+
+
+@pytest.mark.parametrize("loss_class, reference", [("HypersphericalPullLoss", _pull_reference),
+                                                   ("ManifoldProxyLoss", _manifold_reference)])
+def test_a_float64_per_sample_loss_computes_in_float64(loss_class, reference):
+    """A float64 loss keeps float64 precision (it used to compute in float32 and cast back: errors of ~1e-8)."""
+    from ot_layers import losses
+    rng = np.random.default_rng(7)
+    labels, scores = rng.integers(0, 5, 9), rng.uniform(-1.0, 1.0, (9, 5)) + 1e-9 * rng.normal(size=(9, 5))
+    per_sample = getattr(losses, loss_class)(dtype="float64", reduction="none")(labels, scores)
+    assert per_sample.dtype == tf.float64
+    np.testing.assert_allclose(per_sample.numpy(), reference(labels, scores), rtol=1e-13, atol=1e-15)
+    mean = getattr(losses, loss_class)(dtype="float64")(labels, scores)
+    np.testing.assert_allclose(float(mean), reference(labels, scores).mean(), rtol=1e-13)

@@ -257,6 +257,30 @@ def test_fits_with_xla_and_updates_representatives():
     np.testing.assert_allclose(np.linalg.norm(reps, axis=1), 1.0, atol=1e-5)
 
 
+@pytest.mark.parametrize("freeze", ["layer", "model"])
+def test_a_frozen_layer_keeps_its_representatives_in_fit(freeze):
+    # As a frozen BatchNormalization keeps its moving statistics; with only the layer frozen the backbone trains.
+    x, y = _data()
+    model = build_training_model()
+    layer = model.get_layer("protos")
+    reps = np.random.default_rng(5).standard_normal((K, DIM)).astype(np.float32)
+    layer.representatives.assign(reps / np.linalg.norm(reps, axis=1, keepdims=True))
+    before = np.asarray(layer.representatives).copy()
+    if freeze == "layer":
+        layer.trainable = False
+    else:
+        model.trainable = False  # freezes every layer
+    embed_before = np.asarray(model.get_layer("embed").kernel).copy()
+    model.compile(optimizer="adam", loss=HypersphericalPullLoss())
+    model.fit([x, y], y, epochs=1, batch_size=8, verbose=0, callbacks=[PrototypeReassignment()])
+    np.testing.assert_array_equal(layer.representatives, before)
+    assert np.any(np.asarray(model.get_layer("embed").kernel) != embed_before) == (freeze == "layer")
+    model.trainable = layer.trainable = True
+    model.compile(optimizer="adam", loss=HypersphericalPullLoss())
+    model.fit([x, y], y, epochs=1, batch_size=8, verbose=0)
+    assert np.any(np.asarray(layer.representatives) != before)
+
+
 def test_fits_mirrored_and_updates_representatives():
     x, y = _data()
     model = keras_checks.assert_fits_mirrored(build_training_model, [x, y], y, HypersphericalPullLoss())

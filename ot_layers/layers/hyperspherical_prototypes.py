@@ -47,7 +47,9 @@ class HypersphericalPrototypes(ExportableLayer):
       call with ``labels``, ``c_k <- normalize(momentum * c_k + (1 - momentum) * mean_{i: y_i = k} z_i/||z_i||)``
       for every class in the batch. Samples with a non-finite feature, or with a label outside ``0..K-1`` (-1 for an
       unlabelled sample, say), are left out, alike on every backend. Under a distribution strategy the
-      replicas' updates are averaged.
+      replicas' updates are averaged. A frozen layer (``trainable=False``, or inside a frozen model) keeps its
+      representatives, as a frozen ``BatchNormalization`` keeps its moving statistics; ``PrototypeReassignment``
+      then recomputes the same assignment from them (a change only if they moved since its last re-assignment).
 
     Train with ``losses.HypersphericalPullLoss`` (``(1 - s_y)^2``, pull towards the assigned prototype only) on the
     logits, passing the integer labels to the layer in training: ``layer(features, labels=labels)``; at inference
@@ -137,7 +139,8 @@ class HypersphericalPrototypes(ExportableLayer):
         z = normalize_rows(ops.cast(inputs, "float32"))
         if training and labels is not None:
             check_labels_per_row("`labels`", labels, "`inputs`", inputs)
-            self._update_representatives(z, labels)
+            if self.trainable:  # a frozen layer keeps its state, as BatchNormalization keeps its moving statistics
+                self._update_representatives(z, labels)
         logits = ops.einsum("bd,kd->bk", z, self.assigned_prototypes())
         return ops.cast(logits, self.compute_dtype)
 

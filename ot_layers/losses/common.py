@@ -71,7 +71,15 @@ class BatchLevelLoss:
     """Mixin (before ``keras.losses.Loss``) for a loss that is one value for the whole batch (its pairs, proxies or
     ridge maps mix the samples): it refuses ``sample_weight``, and so ``fit``'s ``class_weight``, which Keras would
     otherwise apply by multiplying that value by the weights' mean, silently (weights ``[1, 1, 1, 1, 1, 0]`` gave
-    5/6 of the loss, not the loss without the sixth sample)."""
+    5/6 of the loss, not the loss without the sixth sample). For the same reason it refuses ``reduction="none"``
+    (there are no per-sample values to return); the other reductions of one value are that value."""
+
+    def __init__(self, *args, reduction="sum_over_batch_size", **kwargs):
+        if reduction is None or reduction == "none":
+            raise ValueError(f"`reduction`: {type(self).__name__} is one value for the whole batch (its samples are "
+                             f"compared with one another), so it has no per-sample values for reduction="
+                             f"{reduction!r}; use the default 'sum_over_batch_size'.")
+        super().__init__(*args, reduction=reduction, **kwargs)
 
     def __call__(self, y_true, y_pred, sample_weight=None):
         if sample_weight is not None:

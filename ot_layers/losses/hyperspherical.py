@@ -3,7 +3,7 @@ import keras
 from keras import ops
 
 from ot_layers.losses.common import KeepsDType, check_prediction_shape, class_labels, is_empty_batch, zero_loss
-from ot_layers.tensor_ops import label_columns
+from ot_layers.tensor_ops import as_compute_dtype, label_columns
 
 
 @keras.saving.register_keras_serializable(package="ot_layers")
@@ -18,7 +18,7 @@ class HypersphericalPullLoss(KeepsDType, keras.losses.Loss):
         super().__init__(name=name, reduction=reduction, dtype=dtype)
 
     def call(self, y_true, y_pred):
-        logits = ops.cast(y_pred, "float32")
+        logits = as_compute_dtype(y_pred)
         check_prediction_shape(self, logits, 2, "the (B, num_classes) cosine logits of HypersphericalPrototypes")
         labels = class_labels(self, y_true, logits)
         if is_empty_batch(logits) and self.reduction not in (None, "none"):

@@ -3,7 +3,7 @@ import keras
 from keras import ops
 
 from ot_layers.losses.common import KeepsDType, check_prediction_shape, class_labels, is_empty_batch, zero_loss
-from ot_layers.tensor_ops import label_columns
+from ot_layers.tensor_ops import as_compute_dtype, label_columns
 from ot_layers.validation import check_non_negative
 
 
@@ -19,7 +19,7 @@ class ManifoldProxyLoss(KeepsDType, keras.losses.Loss):
         self.margin = float(check_non_negative("margin", margin))
 
     def call(self, y_true, y_pred):
-        s = ops.cast(y_pred, "float32")
+        s = as_compute_dtype(y_pred)
         check_prediction_shape(self, s, 2, "the (B, num_classes) proxy similarities of ManifoldProxies")
         labels = class_labels(self, y_true, s)
         if is_empty_batch(s) and self.reduction not in (None, "none"):
