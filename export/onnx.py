@@ -1,8 +1,10 @@
 """ONNX export through tf2onnx, with the SavedModel's input and output names and a dynamic batch axis.
 
 The graph is the default signature of :mod:`export.signatures` (float32 pixels; onnxruntime clients cast uint8
-pixels to float32, which is exact for 0-255). Axis 0 of every input and output is a symbolic dimension: ``batch``
-for the batched inputs and all outputs, ``support`` for a few-shot model's support set.
+pixels to float32, which is exact for 0-255). Axis 0 of every input and output is a symbolic dimension
+(:func:`axis_names`): ``batch`` for the batched input and all outputs of a one-input model and for a few-shot model's
+queries and logits, ``support`` for its support set (images and labels: one size); each input and output of a
+generic model with several inputs has a size of its own, ``<name>_batch``, as nothing says they are tied.
 """
 import numbers
 import os
@@ -11,7 +13,7 @@ import warnings
 
 from export.permissions import publishable
 from export.saved_model import missing_directories, remove_if_empty
-from export.signatures import serving_spec
+from export.signatures import unique_names, serving_spec
 from ot_layers.optional import require, tensorflow_if_installed
 from ot_layers.validation import check_output_path
 
@@ -26,13 +28,27 @@ def _check_opset(opset):
     return int(opset)
 
 
+def axis_names(spec):
+    """``{input or output name: the symbolic name of its axis 0}`` for the ONNX graph of ``spec``.
+
+    One name stands for one size: inputs that share a name must share a batch size in onnxruntime clients' eyes.
+    A task model ties its sizes (the few-shot queries and logits, ``batch``; the support images and labels,
+    ``support``), as does a model with one input (its input and outputs, ``batch``). A generic model with several
+    inputs states no tie (inputs combined by a reduction, a support set and queries): each input and output gets a
+    name of its own, ``<name>_batch`` (made unique)."""
+    if spec.task == "generic" and len(spec.input_names) > 1:
+        values = tuple(spec.input_names) + tuple(spec.output_names)
+        return dict(zip(values, unique_names([f"{name}_batch" for name in values])))
+    names = {name: "batch" if name in spec.batched_inputs else "support" for name in spec.input_names}
+    names.update({name: "batch" for name in spec.output_names})
+    return names
+
+
 def _name_dynamic_axes(model_proto, spec):
-    """Give axis 0 of every graph input and output a named symbolic size (tf2onnx leaves ``unk__N``)."""
-    for value in model_proto.graph.input:
-        axis = "batch" if value.name in spec.batched_inputs else "support"
-        value.type.tensor_type.shape.dim[0].dim_param = axis
-    for value in model_proto.graph.output:
-        value.type.tensor_type.shape.dim[0].dim_param = "batch"
+    """Give axis 0 of every graph input and output its named symbolic size (tf2onnx leaves ``unk__N``)."""
+    names = axis_names(spec)
+    for value in list(model_proto.graph.input) + list(model_proto.graph.output):
+        value.type.tensor_type.shape.dim[0].dim_param = names[value.name]
 
 
 class OnnxConversionError(ValueError):

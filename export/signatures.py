@@ -107,7 +107,7 @@ def _clean(name, fallback):
     return name if name and name[0].isalpha() else fallback
 
 
-def _dedupe(names):
+def unique_names(names):
     """``names`` with each repeat made unique by the first free suffix ``_1``, ``_2``, ...: free among the names
     given so far and those still to come, so a repeat never takes another input's name (``x``, ``x``, ``x_1`` give
     ``x``, ``x_2``, ``x_1``; TensorFlow renamed the clash itself, and the signature then had a name no one knew)."""
@@ -260,7 +260,7 @@ def serving_spec(model, task=None):
     elif task in ("classification", "retrieval"):
         names, pixels, batched = ("images",), ("images",), ("images",)
     else:
-        names = _dedupe([_clean(n, f"input_{i}") for i, n in enumerate(_input_names(model))])
+        names = unique_names([_clean(n, f"input_{i}") for i, n in enumerate(_input_names(model))])
         pixels, batched = (), names
     specs = tuple(tf.TensorSpec((None,) + tuple(t.shape[1:]), dtype, name=name)
                   for t, dtype, name in zip(model.inputs, dtypes, names))

@@ -76,10 +76,13 @@ for name, function in loaded.signatures.items():
         "inputs": {k: [v.dtype.name, [d for d in v.shape.as_list()]] for k, v in sorted(inputs.items())},
         "outputs": {k: [v.dtype.name, [d for d in v.shape.as_list()]]
                     for k, v in sorted(function.structured_outputs.items())}}
+# An export of another task (or model) takes other inputs: the parent names `task` in one line, not a traceback.
+fits = all(run["signature"] in signatures and sorted(signatures[run["signature"]]["inputs"]) == sorted(run["inputs"])
+           for run in manifest["runs"])
 result = {"python_ops": sorted(found), "nodes_checked": counts[0], "functions_checked": counts[1],
           "signatures": signatures, "modules": sorted(m for m in sys.modules if m.split(".")[0] in manifest["blocked"])}
 outputs = {}
-if not found:
+if not found and fits:
     feeds = np.load(feeds_path)
     for run in manifest["runs"]:
         function = loaded.signatures[run["signature"]]
@@ -107,7 +110,9 @@ result = {"signatures": {"onnx": {
     "python_ops": [], "modules": sorted(m for m in sys.modules if m.split(".")[0] in manifest["blocked"])}
 feeds = np.load(feeds_path)
 outputs = {}
-for run in manifest["runs"]:
+# An export of another task (or model) takes other inputs: the parent names `task` in one line, not a traceback.
+fits = all(sorted(result["signatures"]["onnx"]["inputs"]) == sorted(run["inputs"]) for run in manifest["runs"])
+for run in manifest["runs"] if fits else ():
     got = session.run(names, {name: feeds[f"{run['id']}__{name}"] for name in run["inputs"]})
     for name, value in zip(names, got):
         outputs[f"{run['id']}__{name}"] = value
@@ -199,6 +204,11 @@ def _chunks(spec, named, batch_size):
     total = len(named[spec.batched_inputs[0]])
     if total == 0:
         raise ValueError("`inputs` must hold at least one example.")
+    lengths = {name: len(named[name]) for name in spec.batched_inputs}
+    if batch_size is not None and len(set(lengths.values())) > 1:  # e.g. a generic model's support set and queries
+        described = ", ".join(f"{name}: {length}" for name, length in lengths.items())
+        raise ValueError(f"`batch_sizes`: the inputs differ in length ({described}), so there is no common batch to "
+                         "split them into; verify them in one batch (batch_sizes=None).")
     if batch_size is not None and batch_size > total:
         raise ValueError(f"`batch_sizes`: {batch_size} is more than the {total} example(s) of `inputs`, so no batch "
                          "of that size would run.")
@@ -298,6 +308,23 @@ def _run_artifact(kind, artifact, runs, feeds):
     return result, outputs
 
 
+def _check_served_names(spec, task, kind, artifact, signatures, signature):
+    """Raise ``ValueError`` naming ``task`` when the artifact's ``signature`` (``None``: the ONNX graph) lacks or has
+    other input or output names than ``spec``: an export made for another task (or of another model), which the
+    child did not run (a traceback from TensorFlow or onnxruntime before)."""
+    served = signatures.get(signature or "onnx")
+    expected = (sorted(spec.input_names), sorted(spec.output_names))
+    if served is not None and (sorted(served["inputs"]), sorted(served["outputs"])) == expected:
+        return
+    given = f"`task`={task!r}" if task is not None else f"`task`=None (the task `model` states, {spec.task!r})"
+    if served is None:
+        found = f"has no signature {signature!r} (only {sorted(signatures)})"
+    else:
+        found = f"takes {sorted(served['inputs'])} and gives {sorted(served['outputs'])}"
+    raise ValueError(f"{given} serves {expected[0]} -> {expected[1]}, but the {kind} artifact {artifact} {found}: "
+                     "verify with the `task` it was exported with.")
+
+
 def _check_artifacts(saved_model_dir, onnx_path):
     """At least one artifact, each where it is said to be: a version directory holding ``saved_model.pb`` (not the
     base directory above it) and an ONNX file; else one ``ValueError`` naming the argument, before any run."""
@@ -336,8 +363,10 @@ def verify(model, inputs, saved_model_dir=None, onnx_path=None, task=None, batch
     Raises ``ValueError`` naming the argument, before anything runs, for inputs that do not fit the signature
     (another shape, dtype, count, or an unknown name in the dict), a batch size above the number of examples, no
     artifact, a ``saved_model_dir`` without ``saved_model.pb`` (e.g. the base directory above the version) or an
-    ``onnx_path`` that is no file; :class:`VerificationError` when an artifact fails to run without otzoo, holds
-    Python ops, or lacks a named output or its shape.
+    ``onnx_path`` that is no file; ``ValueError`` naming ``task``, once the artifact's names are read (before its
+    inputs run), when its inputs or outputs are not the names ``task`` serves (an export made for another task);
+    :class:`VerificationError` when an artifact fails to run without otzoo, holds Python ops, or lacks a named
+    output or its shape.
     """
     spec = serving_spec(model, task)
     named = _named_inputs(spec, inputs)
@@ -375,6 +404,8 @@ def verify(model, inputs, saved_model_dir=None, onnx_path=None, task=None, batch
                 for name, array in _feed(spec, chunk, as_uint8).items():
                     feeds[f"{key}__{name}"] = array
         result, outputs = _run_artifact(kind, jobs[0][2], runs, feeds)
+        for _, _, artifact, signature, _ in jobs:
+            _check_served_names(spec, task, kind, artifact, result["signatures"], signature)
         for label, *_ in jobs:
             signatures[label] = result["signatures"]
             checked[label] = {"nodes": result.get("nodes_checked", 0), "functions": result.get("functions_checked", 0)}

@@ -67,8 +67,36 @@ def register(commands, parser_class):
 # names a class Keras does not know (ValueError) or rejects its arguments (TypeError; Keras turns a TypeError of
 # from_config into one), weights that do not fit (ValueError), an archive entry missing (zipfile's KeyError "There
 # is no item named ... in the archive"), a damaged archive (zipfile.BadZipFile) or weights file (h5py's OSError).
-# Anything else (an AttributeError in a layer's code, a MemoryError) is a bug or a fault, and keeps its traceback.
+# Anything else (an AttributeError in a layer's code, a MemoryError) is a bug or a fault, and keeps its traceback,
+# also where Keras wraps it in a TypeError (_raised_by_layer_code).
 _UNREADABLE_FILE = (ValueError, TypeError, KeyError, zipfile.BadZipFile, OSError)
+
+
+def _chain(error):
+    """``error`` and the errors it was raised from or while handling (``__cause__``, ``__context__``), outermost
+    first."""
+    seen = set()
+    while error is not None and id(error) not in seen:
+        seen.add(id(error))
+        yield error
+        error = error.__cause__ or (None if error.__suppress_context__ else error.__context__)
+
+
+def _raised_by_layer_code(error):
+    """Whether a ``TypeError`` of ``keras.saving.load_model`` wraps an error a layer's own code raised: Keras turns
+    any error of a layer's ``__init__`` (when it builds the layer from its config) and any ``TypeError`` of a
+    ``from_config`` into a ``TypeError`` of its own. An error raised in Keras' code (an argument the constructor does
+    not take, ``Unrecognized keyword arguments``, an unknown class) is the file's; so is a ``ValueError`` anywhere
+    (a value the layer's checks refuse); any other error raised outside Keras (a ``TypeError`` in a ``from_config``,
+    an ``AttributeError`` in an ``__init__``) is a bug, whose traceback must not be lost."""
+    for link in _chain(error):
+        frame = link.__traceback__
+        while frame is not None and frame.tb_next is not None:
+            frame = frame.tb_next
+        module = frame.tb_frame.f_globals.get("__name__", "") if frame is not None else ""
+        if not isinstance(link, ValueError) and module.partition(".")[0] != "keras":
+            return True
+    return False
 
 
 def _model_name(target):
@@ -108,7 +136,10 @@ def _load(target):
         except _UNREADABLE_FILE as error:  # a file Keras cannot read: one line, not a traceback
             if isinstance(error, KeyError) and "in the archive" not in str(error):
                 raise  # a KeyError of the loading code itself, not an entry missing from the archive
-            raise CommandError(f"NAME_OR_PATH: cannot load {target!r}: {first_line(error)}") from None
+            if isinstance(error, TypeError) and _raised_by_layer_code(error):
+                raise  # a bug in a layer's deserialization: its traceback, chained under Keras' TypeError
+            cause = list(_chain(error))[-1] if isinstance(error, TypeError) else error  # not Keras' wrapping text
+            raise CommandError(f"NAME_OR_PATH: cannot load {target!r}: {first_line(cause)}") from None
         return model, name, model_task(model), None
     if os.path.isdir(target):
         if not os.path.isfile(os.path.join(target, CARD_FILE)):

@@ -1,6 +1,7 @@
 """``otzoo export``: bad input as one line naming the option (exit status 2), and a verified export of a .keras
 model on real Fashion-MNIST images."""
 import os
+import traceback
 import zipfile
 
 import keras
@@ -187,3 +188,62 @@ def test_a_failed_parity_check_publishes_nothing_and_keeps_the_earlier_onnx_file
     _fails_with(["export", paths["classifier"], "--out", str(tmp_path / "new" / "out"), "--images", "8"],
                 "Nothing is exported", capsys)
     assert not (tmp_path / "new").exists()
+
+
+@keras.saving.register_keras_serializable(package="test_export_command")
+class _FaultyFromConfig(keras.layers.Layer):
+    """A layer whose ``from_config`` has a bug that raises a ``TypeError``."""
+
+    def call(self, inputs):
+        return inputs
+
+    @classmethod
+    def from_config(cls, config):
+        return cls(**config, scale=None + 1)  # the bug
+
+
+def _with_layer_config(source, target, edit):
+    """A copy of the ``.keras`` archive ``source`` at ``target`` with ``edit(layer config)`` applied to the config
+    of each of its Dense layers."""
+    import json
+
+    with zipfile.ZipFile(source) as archive:
+        files = {name: archive.read(name) for name in archive.namelist()}
+    config = json.loads(files["config.json"])
+    for layer in config["config"]["layers"]:
+        if layer["class_name"] == "Dense":
+            edit(layer["config"])
+    files["config.json"] = json.dumps(config).encode()
+    with zipfile.ZipFile(target, "w") as archive:
+        for name, data in files.items():
+            archive.writestr(name, data)
+
+
+def test_a_type_error_inside_a_layers_from_config_keeps_its_traceback(tmp_path, capsys):
+    """Keras wraps a ``TypeError`` of a layer's ``from_config`` in a ``TypeError`` of its own, which otzoo export
+    reported as an unreadable file in one line: the bug's traceback was lost. It now propagates, with the layer's
+    error in its chain; a file Keras itself refuses (arguments its layers do not take or lack) stays one line, which
+    names the refusal rather than Keras' wrapping text."""
+    inputs = keras.Input((4,), name="features")
+    path = str(tmp_path / "faulty.keras")
+    keras.Model(inputs, _FaultyFromConfig()(inputs)).save(path)
+    with pytest.raises(TypeError) as error:
+        cli.main(["export", path, "--out", str(tmp_path / "out"), "--no-verify"])
+    chain, link = [], error.value
+    while link is not None:
+        chain.append(link)
+        link = link.__cause__ or link.__context__
+    assert "unsupported operand type(s) for +: 'NoneType' and 'int'" in str(chain[-1])
+    assert any(frame.name == "from_config" for frame in traceback.extract_tb(chain[-1].__traceback__))
+    assert not os.path.exists(tmp_path / "out")
+
+    source = str(tmp_path / "dense.keras")
+    keras.Model(inputs, keras.layers.Dense(3)(inputs)).save(source)
+    foreign, damaged = str(tmp_path / "foreign.keras"), str(tmp_path / "damaged.keras")
+    _with_layer_config(source, foreign, lambda config: config.update(newer_argument=1))
+    _with_layer_config(source, damaged, lambda config: config.pop("units"))
+    _fails_with(["export", foreign, "--out", str(tmp_path / "out")],
+                "NAME_OR_PATH: cannot load " + repr(foreign) + ": Unrecognized keyword arguments passed to Dense: "
+                "{'newer_argument': 1}", capsys)
+    _fails_with(["export", damaged, "--out", str(tmp_path / "out")],
+                "missing 1 required positional argument: 'units'", capsys)

@@ -333,3 +333,29 @@ def test_dict_or_nested_inputs_and_outputs_and_subclassed_models_are_refused_nam
         export.serving_spec(subclassed)
     inputs = keras.Input((4,), name="features")
     assert export.serving_spec(keras.Model(inputs, subclassed(inputs))).input_names == ("features",)
+
+
+def test_verify_with_another_task_than_the_export_is_one_line_naming_task(tmp_path):
+    """An export made for another task takes other inputs: the child process failed inside TensorFlow or onnxruntime
+    and its long traceback was the error. The child now reads the artifact's names before running it, and verify
+    raises one line naming `task`; an artifact that fails for another reason still gives the child's traceback."""
+    inputs = keras.Input((3,), name="features")
+    model = keras.Model(inputs, keras.layers.Dense(4)(inputs))
+    x = np.zeros((2, 3), np.float32)
+    served = export.to_saved_model(model, str(tmp_path / "served"), task="classification", warmup=False)
+    onnx_path = export.to_onnx(model, str(tmp_path / "model.onnx"), task="classification")
+    for artifact in (dict(saved_model_dir=served), dict(onnx_path=onnx_path)):
+        with pytest.raises(ValueError, match=r"^`task`=None \(the task `model` states, 'generic'\) serves "
+                                             r"\['features'\].* takes \['images'\]") as error:
+            export.verify(model, x, **artifact)
+        assert len(str(error.value).splitlines()) == 1 and "Traceback" not in str(error.value)
+    assert export.verify(model, x, saved_model_dir=served, task="classification")["saved_model"] <= 1e-5
+    generic = export.to_saved_model(model, str(tmp_path / "generic"), warmup=False)
+    pixels = np.zeros((2, 3), np.uint8)  # runs serving_uint8 too, which a generic export lacks
+    with pytest.raises(ValueError, match=r"^`task`='classification' serves \['images'\]") as error:
+        export.verify(model, pixels, saved_model_dir=generic, task="classification")
+    assert len(str(error.value).splitlines()) == 1
+    (tmp_path / "damaged.onnx").write_bytes(b"not an onnx file")
+    with pytest.raises(export.VerificationError, match="failed:\nTraceback") as error:
+        export.verify(model, x, onnx_path=str(tmp_path / "damaged.onnx"))
+    assert "onnxruntime" in str(error.value)

@@ -240,3 +240,37 @@ def test_input_names_made_unique_never_take_another_inputs_name(tmp_path):
     version_dir = export.to_saved_model(model, str(tmp_path / "served"), warmup=False)
     served = tf.saved_model.load(version_dir).signatures["serving_default"]
     assert sorted(served.structured_input_signature[1]) == ["x", "x_1", "x_2"]
+
+
+def test_a_generic_model_with_two_inputs_gives_each_input_its_own_onnx_batch_size(tmp_path):
+    """Axis 0 of every input was ``batch``, one symbolic size: onnxruntime clients were told that a support set and
+    the queries it scores (a reduction over the support set) come in equal numbers. Each input and output of a
+    generic model with several inputs now has a size of its own, and the file runs with 5 and 2 examples; the
+    one-input and task models keep ``batch`` (and ``support``), as the presets' files have them."""
+    import onnxruntime
+
+    support = keras.Input((3,), name="support_set")
+    queries = keras.Input((3,), name="queries")
+    centre = keras.layers.Lambda(lambda t: keras.ops.mean(t, axis=0, keepdims=True), output_shape=(3,))(support)
+    model = keras.Model([support, queries], keras.layers.Subtract()([queries, centre]))
+    path = export.to_onnx(model, str(tmp_path / "two_inputs.onnx"))
+    graph = onnx.load(path).graph
+    first = {v.name: v.type.tensor_type.shape.dim[0].dim_param for v in list(graph.input) + list(graph.output)}
+    assert first == {"support_set": "support_set_batch", "queries": "queries_batch", "output_0": "output_0_batch"}
+    session = onnxruntime.InferenceSession(path, providers=["CPUExecutionProvider"])
+    feeds = {"support_set": RNG.normal(size=(5, 3)).astype(np.float32),
+             "queries": RNG.normal(size=(2, 3)).astype(np.float32)}
+    (got,) = session.run(None, feeds)
+    np.testing.assert_allclose(got, np.asarray(model([feeds["support_set"], feeds["queries"]])), atol=1e-6)
+    from export.onnx import axis_names
+
+    assert axis_names(export.serving_spec(_two_outputs())) == {"features": "batch", "output_0": "batch",
+                                                               "output_1": "batch"}
+    assert axis_names(export.serving_spec(_few_shot())) == {"query_images": "batch", "support_images": "support",
+                                                           "support_labels": "support", "logits": "batch"}
+    assert set(axis_names(export.serving_spec(_classifier())).values()) == {"batch"}
+    # verify runs such inputs in one batch; split into batches, the support set was cut by the queries' count
+    report = export.verify(model, feeds, onnx_path=path)
+    assert report["onnx"] <= 1e-5
+    with pytest.raises(ValueError, match=r"^`batch_sizes`: the inputs differ in length \(support_set: 5, queries: 2\)"):
+        export.verify(model, feeds, onnx_path=path, batch_sizes=(1,))
