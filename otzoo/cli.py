@@ -41,7 +41,7 @@ from training.data.pipelines import array_batches
 from training.distributed.launch import SCRATCH_ENV, run_cluster
 from training.distributed.strategies import tf_config
 from training.recipes import RECIPES, evaluate_preset, recipe_for, train_preset
-from training.recipes.common import card_spec, preset_spec
+from training.recipes.common import card_spec, preset_spec, reproducing_command
 from training.recipes.components import RecipeError, compiled_step
 from training.recipes.few_shot import META_CHECKPOINTS, check_checkpoint_format, pretrained_backbone_path
 from training.recipes.fine_tune import (BATCH_SIZE as FINE_TUNE_BATCH, FINE_TUNE_DATASET, fine_tune_preset,
@@ -51,6 +51,12 @@ from training.recipes.tuned_config import check_tuned_head, load_tuned_config
 from zoo.preset_format import (CARD_FILE, MissingWeightsError, PresetFormatError, WeightsDownloadError,
                                WeightsIntegrityError, output_directory_problem, read_card)
 from zoo.registry import PRESETS
+
+
+# The command `otzoo train --workers N` ran as, given to its workers: the chief records it on the card (theirs is
+# the launcher's relaunch, --strategy multi_worker --resume), and none of them says there is nothing to resume (the
+# launcher's --resume, not the user's: the launcher said so if the user's).
+COMMAND_ENV = "OTZOO_TRAIN_COMMAND"
 
 
 def _format_metric(value):
@@ -94,8 +100,12 @@ def train(args):
     device, and the card records the backend.
     A run killed before it finished resumes from its training state in --out with --resume (backup/; a few-shot
     run's pre-trained backbone and meta-training checkpoints too), given the options it was started with (--out's
-    run.json records them; other options stop with an error naming the fields that differ). The --out of a finished
-    run (its card there, metadata.json) is refused, --resume or not: choose another, or delete it to train again.
+    run.json records them; other options stop with an error naming the fields that differ). With --resume and no
+    training state in --out, one line on stderr says so and the run starts from scratch: the same command starts a
+    run and restarts it after a kill (a job script, a preemptible machine), and the line names the directory, so a
+    mistyped --out shows at once. The --out of a finished run (its card there, metadata.json) is refused, --resume
+    or not: choose another, or delete it to train again. The card records the command that repeats the run: the
+    preset and the options given (--out, the default one too; --workers, --strategy; not --resume).
     """
 
     task = PRESETS[args.preset].task
@@ -146,13 +156,30 @@ def train(args):
             check_checkpoint_format(os.path.join(out, META_CHECKPOINTS))
         except ValueError as error:
             raise CommandError(f"--out: {error}") from None
+    launched = os.environ.get(COMMAND_ENV)  # a worker of `otzoo train --workers N`: its launcher's command
+    if args.resume and not state and not launched:  # the launcher has said so; its workers' --resume is its own
+        print(f"otzoo {args.command}: --resume: no training state in {out} to resume from; training from scratch",
+              file=sys.stderr, flush=True)
+    command = launched or _train_command(args, out, overrides)
     if args.workers > 1:
-        return _train_on_local_workers(args, out)
+        return _train_on_local_workers(args, out, command)
 
-    card = train_preset(args.preset, out, **options)
+    card = train_preset(args.preset, out, command=command, **options)
     print(f"{args.preset}: {_headline(card['metrics'])}; {card['train_time_s']:.0f} s of training; weights and card "
           f"in {out}")
     return 0
+
+
+def _train_command(args, out, overrides):
+    """The ``otzoo train`` command that repeats the run of ``args`` into ``out``, for its card: the preset, ``--out``
+    (the one in effect, the default too), the options given (``--workers`` and ``--strategy`` when not their
+    defaults) and ``--recipe`` for each of ``overrides``; ``--resume`` left out (a repeat starts afresh)."""
+    return reproducing_command(
+        args.preset, overrides, out=out, dataset=args.dataset, image_size=args.image_size, epochs=args.epochs,
+        batch_size=args.batch_size, limit=args.limit, seed=args.seed, episodes=args.episodes,
+        pretrained=args.pretrained, config=args.config, workers=args.workers if args.workers > 1 else None,
+        strategy=None if args.strategy == "auto" else args.strategy, tensorboard=args.tensorboard,
+        data_dir=args.data_dir)
 
 
 def _task_words(task):
@@ -187,9 +214,10 @@ def _recipe_overrides(items):
     return overrides
 
 
-def _train_on_local_workers(args, out):
+def _train_on_local_workers(args, out, command):
     """This command again in ``args.workers`` local processes with ``--strategy multi_worker`` (this process does
-    not start TensorFlow).
+    not start TensorFlow), each given ``command``, the one the card records, as ``$OTZOO_TRAIN_COMMAND``
+    (:data:`COMMAND_ENV`).
 
     The chief (worker 0) writes the preset into ``out`` and its output is shown here as it trains; the other
     workers, which must save too, write into a temporary folder (``$OTZOO_WORKER_SCRATCH``) removed at the end, so
@@ -197,15 +225,15 @@ def _train_on_local_workers(args, out):
     failed on bad input (exit status 2) end in their one-line error; any other failure in exit status 1 naming
     the logs."""
 
-    command = [sys.executable, "-m", "otzoo"] + _without_options(args.argv, {"--workers": 1, "--strategy": 1})
-    command += ["--strategy", "multi_worker", "--out", out, "--resume"]
+    workers = [sys.executable, "-m", "otzoo"] + _without_options(args.argv, {"--workers": 1, "--strategy": 1})
+    workers += ["--strategy", "multi_worker", "--out", out, "--resume"]
     logs = os.path.join(out, "workers")
     scratch = tempfile.mkdtemp(prefix="otzoo-workers-")
     print(f"{args.preset}: training on {args.workers} local workers; the chief's output follows (every worker's log "
           f"in {logs})", flush=True)
     try:
-        attempts = run_cluster(command, args.workers, logs, max_restarts=1, final_codes=(2,),  # 2: refused input
-                               env={SCRATCH_ENV: scratch}, echo=0)
+        attempts = run_cluster(workers, args.workers, logs, max_restarts=1, final_codes=(2,),  # 2: refused input
+                               env={SCRATCH_ENV: scratch, COMMAND_ENV: command}, echo=0)
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
     # An attempt whose chief finished wrote the card: a relaunch after it (another worker failed) refuses the
@@ -333,9 +361,10 @@ def fine_tune(args):
     tuned = card["fine_tuned"]
     losses = ", ".join(f"{value:.4f}" for value in tuned["loss"])
     before, after = tuned["loss_on_slice_before_after"]
-    print(f"{args.preset}: fine-tuned {args.epochs} epoch(s) on the first {args.limit:,} training images with the "
-          f"{tuned['backend']} backend (loss per epoch: {losses}; on the slice {before:.4f} before, {after:.4f} "
-          f"after); saved to {args.out}")
+    # what an epoch fitted: the images of full batches (an incomplete last one is dropped), not --limit's count
+    print(f"{args.preset}: fine-tuned {args.epochs} epoch(s) on {tuned['fitted']} with the {tuned['backend']} "
+          f"backend (loss per epoch: {losses}; on the slice {before:.4f} before, {after:.4f} after); saved to "
+          f"{args.out}")
     return 0
 
 
@@ -472,7 +501,8 @@ def main(argv=None):
     sub.add_argument("--workers", type=positive_int, default=1,
                      help="start N local worker processes on 127.0.0.1 (multi-worker training)")
     sub.add_argument("--resume", action="store_true",
-                     help="continue the unfinished run in --out from its training state")
+                     help="continue the unfinished run in --out from its training state; with none there, say so "
+                          "(one line on stderr) and train from scratch, so the same command also restarts a run")
     sub.add_argument("--tensorboard", type=output_directory, default=None,
                      help="write TensorBoard logs into this directory")
     sub.add_argument("--config", default=None,
@@ -507,7 +537,10 @@ def main(argv=None):
     sub.add_argument("--out", required=True, type=new_preset_directory,
                      help="the preset directory to write (a new one: an existing preset is not replaced)")
     sub.add_argument("--epochs", type=positive_int, default=1)
-    sub.add_argument("--limit", type=positive_int, default=4096, help="fit on the first N training images")
+    sub.add_argument("--limit", type=positive_int, default=4096,
+                     help=f"fit on the first N training images (in full batches of {FINE_TUNE_BATCH}: an incomplete "
+                          "last batch is dropped; retrieval: the seen classes' among them; few-shot: episodes of the "
+                          "base classes')")
     sub.add_argument("--learning-rate", type=positive_number, default=0.01, help="SGD (momentum 0.9) step size")
     sub.add_argument("--seed", type=seed_value, default=0)
     sub.set_defaults(run=fine_tune)

@@ -5,9 +5,11 @@ A preset whose trials cannot run (a few-shot preset, a data set other than Fashi
 small to carve a validation part and one batch from are one-line errors (exit status 2)."""
 import argparse
 import os
+import sys
 
 from otzoo.arguments import (CommandError, default_output_directory, open_fraction, output_directory, positive_int,
                               preset_name, seed_value)
+from training.recipes.run_directory import held_state
 from training.tuning.search import TUNING_DATASET, tunable_tasks, tune, tuning_objective
 from zoo.backbones import BACKBONES
 from zoo.registry import PRESETS
@@ -17,7 +19,10 @@ def run(args):
     """Search the head's parameters and the learning rate on a validation part of the training split (for a
     retrieval preset: held-out seen classes, scored by MAP@R); print the trials and write OUT/best.json (read by
     ``otzoo train --config`` through ``training.recipes.tuned_config.load_tuned_config``). Each trial trains by the
-    preset's recipe on one device of the active backend (TensorFlow, JAX or PyTorch)."""
+    preset's recipe on one device of the active backend (TensorFlow, JAX or PyTorch). An --out that holds an earlier
+    search (tuner/, best.json) is refused unless --resume continues it or --overwrite replaces it (keras-tuner's own
+    default resumes; a search of many trials is not thrown away by a command run twice). --resume with no search
+    there says so in one line on stderr and starts one."""
 
     spec = PRESETS[args.preset]
     if tuning_objective(spec.task) is None:
@@ -26,6 +31,13 @@ def run(args):
     if spec.data.dataset != TUNING_DATASET:
         raise CommandError(f"preset: {args.preset} trains on {spec.data.dataset}; tuning reads Fashion-MNIST only.")
     out = args.out or default_output_directory(os.path.join("otzoo_tune", args.preset))
+    earlier = held_state(out, ["tuner", "best.json"])
+    if earlier and not (args.resume or args.overwrite):  # keras-tuner's own default (overwrite=False) resumes
+        raise CommandError(f"--out {out} holds an earlier search ({', '.join(earlier)}); pass --resume to continue "
+                           "it, or --overwrite to start a new search in its place.")
+    if args.resume and not held_state(out, ["tuner"]):
+        print(f"otzoo {args.command}: --resume: no search in {out} to resume; starting a new one", file=sys.stderr,
+              flush=True)
     tune(args.preset, args.trials, out, epochs=args.epochs, limit=args.limit, batch_size=args.batch_size,
          backbone=args.backbone, validation_fraction=args.validation_fraction, seed=args.seed, resume=args.resume,
          verbose=1)
@@ -56,8 +68,11 @@ def register(commands, parser_class):
                      help="part of the training images (retrieval: of the seen classes, at least two) held out to "
                           "score trials (default 0.2)")
     sub.add_argument("--seed", type=seed_value, default=0)
-    sub.add_argument("--resume", action="store_true",
-                     help="continue the search in --out, by its settings (--trials may be raised), instead of "
-                          "restarting")
+    again = sub.add_mutually_exclusive_group()
+    again.add_argument("--resume", action="store_true",
+                       help="continue the search in --out, by its settings (--trials may be raised)")
+    again.add_argument("--overwrite", action="store_true",
+                       help="start a new search in --out, replacing an earlier one there (without --resume or "
+                            "--overwrite, an --out holding a search is refused)")
     sub.add_argument("--out", default=None, type=output_directory, help="output directory (default otzoo_tune/PRESET)")
     sub.set_defaults(run=run)

@@ -1,7 +1,9 @@
 """The ``otzoo`` command line: every command listed, bad input as one line naming the option, exit status 2."""
+import os
 import re
 import subprocess
 import sys
+from unittest import mock
 
 import pytest
 
@@ -70,17 +72,22 @@ def test_fine_tune_writes_a_preset_directory_that_loads_and_exports(tmp_path, ca
     today = datetime.date.today().isoformat()  # the card's date: this day, or the next one after midnight
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
-        assert cli.main(["fine-tune", "resnet20_gap_fashion_mnist", "--limit", "256", "--learning-rate", "0.05",
+        assert cli.main(["fine-tune", "resnet20_gap_fashion_mnist", "--limit", "300", "--learning-rate", "0.05",
                          "--out", out]) == 0, capsys.readouterr().err
     assert not [w for w in caught if "shuffle" in str(w.message)]
-    assert "saved to" in capsys.readouterr().out
+    printed = capsys.readouterr().out
+    # the images fitted, not --limit's: the incomplete last batch is dropped (it said "the first 300")
+    assert ("fine-tuned 1 epoch(s) on 256 of the first 300 training images (the last 44, an incomplete batch of 128, "
+            "dropped) with the tensorflow backend") in printed and "saved to" in printed
     with open(os.path.join(out, "metadata.json")) as handle:
         card = json.load(handle)
     assert card["fine_tuned"]["base"] == "resnet20_gap_fashion_mnist" and card["metrics"] is None
     # The card's run fields are this run's (the command repeats it); the base preset's are kept beside them.
     base = zoo.model_card("resnet20_gap_fashion_mnist")
-    assert card["command"] == (f"otzoo fine-tune resnet20_gap_fashion_mnist --out {out} --epochs 1 --limit 256 "
+    assert card["command"] == (f"otzoo fine-tune resnet20_gap_fashion_mnist --out {out} --epochs 1 --limit 300 "
                                "--learning-rate 0.05 --seed 0")
+    assert card["fine_tuned"]["fitted"] == "256 of the first 300 training images (the last 44, an incomplete batch " \
+                                           "of 128, dropped)"
     assert card["backend"] == "tensorflow" and card["date"] in (today, datetime.date.today().isoformat())
     assert card["fine_tuned"]["base_run"]["command"] == base["command"] != card["command"]
     assert card["fine_tuned"]["base_run"]["metrics"] == base["metrics"]
@@ -110,6 +117,102 @@ def test_train_refuses_an_unfinished_run_without_resume(tmp_path, capsys):
     (few_shot / "metadata.json").write_text("{}")
     assert cli.main(["train", "resnet20_emd_fewshot_fashion_mnist", "--out", str(few_shot), "--resume"]) == 2
     assert "holds a finished run (metadata.json, and its pretrained_backbone" in capsys.readouterr().err
+
+
+def _card_of_a_run(calls):
+    """A stand-in for ``train_preset`` that records its calls and returns a card without training."""
+    def train_preset(name, out, **options):
+        calls.append(dict(options, name=name, out=out))
+        return {"metrics": {"accuracy": 0.5}, "train_time_s": 1.0}
+    return train_preset
+
+
+def test_train_resume_with_nothing_to_resume_says_so_and_trains_from_scratch(tmp_path, capsys, monkeypatch):
+    """``--resume`` into a directory with no training state (a first run, a mistyped --out) trained from scratch
+    without a word. It still trains (the same command starts a run and restarts it after a kill), after one line on
+    stderr naming the directory; with state there, or without --resume, no such line."""
+    calls = []
+    monkeypatch.setattr(cli, "train_preset", _card_of_a_run(calls))
+    out = tmp_path / "run"
+    assert cli.main(["train", "resnet20_gap_fashion_mnist", "--out", str(out), "--resume"]) == 0
+    err = capsys.readouterr().err.strip()
+    assert err == (f"otzoo train: --resume: no training state in {out} to resume from; training from scratch"), err
+    assert len(calls) == 1
+    (out / "backup").mkdir(parents=True)  # an empty backup folder holds nothing to resume either
+    assert cli.main(["train", "resnet20_gap_fashion_mnist", "--out", str(out), "--resume"]) == 0
+    assert "no training state" in capsys.readouterr().err
+    (out / "backup" / "checkpoint").write_text("")
+    assert cli.main(["train", "resnet20_gap_fashion_mnist", "--out", str(out), "--resume"]) == 0
+    assert capsys.readouterr().err == ""
+    assert cli.main(["train", "resnet20_gap_fashion_mnist", "--out", str(tmp_path / "new")]) == 0
+    assert capsys.readouterr().err == ""
+    assert len(calls) == 4
+
+
+def test_local_workers_say_once_that_there_is_nothing_to_resume(tmp_path, capsys, monkeypatch):
+    """``--workers N --resume``: the launcher says it, once; its workers, which always resume (a relaunch after a
+    failure continues from the backup), say nothing, with --resume of theirs or not."""
+    from training.distributed.launch import WorkerResult
+
+    log = tmp_path / "worker.log"
+    log.write_text("trained\n")
+    launched = []
+    monkeypatch.setattr(cli, "run_cluster", lambda command, *args, **kwargs: launched.append((command, kwargs))
+                        or [[WorkerResult(0, 0, False, str(log)), WorkerResult(1, 0, False, str(log))]])
+    out = tmp_path / "run"
+    assert cli.main(["train", "resnet20_gap_fashion_mnist", "--workers", "2", "--out", str(out), "--resume"]) == 0
+    assert capsys.readouterr().err.count("--resume: no training state") == 1
+    (command, kwargs), = launched
+    calls = []
+    monkeypatch.setattr(cli, "train_preset", _card_of_a_run(calls))
+    monkeypatch.setenv(cli.COMMAND_ENV, kwargs["env"][cli.COMMAND_ENV])  # as a worker sees it
+    assert cli.main(["train", "resnet20_gap_fashion_mnist", "--out", str(out), "--resume"]) == 0
+    assert capsys.readouterr().err == "" and len(calls) == 1
+
+
+def test_the_card_records_the_command_that_repeats_the_run(tmp_path, capsys, monkeypatch):
+    """The card's ``command`` left out --out and --workers: it now holds the options given, --out always (the
+    default one too), --workers and --strategy when not their defaults, never --resume; the workers of ``--workers
+    N`` record the launcher's command, not their own relaunch (--strategy multi_worker --resume)."""
+    from training.distributed.launch import WorkerResult
+    from training.recipes import classification
+
+    calls = []
+    monkeypatch.setattr(cli, "train_preset", _card_of_a_run(calls))
+    out = tmp_path / "my run"
+    assert cli.main(["train", "resnet20_gap_fashion_mnist", "--epochs", "2", "--limit", "256", "--out", str(out),
+                     "--strategy", "one_device", "--resume", "--recipe", "optimizer=adam"]) == 0
+    assert calls[-1]["command"] == ("otzoo train resnet20_gap_fashion_mnist --out " + f"'{out}'" + " --epochs 2 "
+                                    "--limit 256 --strategy one_device --recipe 'optimizer=\"adam\"'")
+    monkeypatch.chdir(tmp_path)
+    assert cli.main(["train", "resnet20_gap_fashion_mnist", "--seed", "3"]) == 0
+    assert calls[-1]["command"] == ("otzoo train resnet20_gap_fashion_mnist --out "
+                                    f"{os.path.join('otzoo_runs', 'resnet20_gap_fashion_mnist')} --seed 3")
+
+    launched = []
+    monkeypatch.setattr(cli, "run_cluster", lambda command, *args, **kwargs: launched.append((command, kwargs))
+                        or [[WorkerResult(0, 0, False, os.devnull), WorkerResult(1, 0, False, os.devnull)]])
+    assert cli.main(["train", "resnet20_gap_fashion_mnist", "--limit", "256", "--workers", "2", "--out", "w"]) == 0
+    (command, kwargs), = launched
+    recorded = "otzoo train resnet20_gap_fashion_mnist --out w --limit 256 --workers 2"
+    assert kwargs["env"][cli.COMMAND_ENV] == recorded and command[-5:] == ["--strategy", "multi_worker", "--out",
+                                                                           "w", "--resume"]
+    monkeypatch.setenv(cli.COMMAND_ENV, recorded)  # the chief, started with the relaunch's options
+    assert cli.main(["train", "resnet20_gap_fashion_mnist", "--limit", "256", "--out", "w", "--resume"]) == 0
+    assert calls[-1]["command"] == recorded
+    monkeypatch.delenv(cli.COMMAND_ENV)
+
+    # The recipe writes the command it is given on the card; called from Python, the one of its arguments.
+    written = []
+    monkeypatch.setattr(classification, "training_setup", lambda *args, **kwargs: mock.MagicMock())
+    monkeypatch.setattr(classification, "claim_run_directory", lambda *args, **kwargs: None)
+    monkeypatch.setattr(classification, "fit", lambda *args, **kwargs: None)
+    monkeypatch.setattr(classification, "standard_callbacks", lambda *args, **kwargs: [])
+    monkeypatch.setattr(classification, "classification_accuracy", lambda *args, **kwargs: 0.5)
+    monkeypatch.setattr(classification, "write_preset", lambda *args, **kwargs: written.append(args[7]))
+    classification.train("resnet20_gap_fashion_mnist", "run", epochs=2, command="otzoo train given")
+    classification.train("resnet20_gap_fashion_mnist", "run", epochs=2)
+    assert written == ["otzoo train given", "otzoo train resnet20_gap_fashion_mnist --out run --epochs 2"]
 
 
 def test_a_preset_name_that_is_also_a_directory_here_is_refused_as_ambiguous(tmp_path, capsys, monkeypatch):

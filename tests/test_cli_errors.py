@@ -744,3 +744,38 @@ def test_evaluate_with_weights_compares_with_their_own_card(tmp_path, capsys, mo
         assert cli.main(["evaluate", "resnet20_gap_fashion_mnist", "--weights", str(lone), "--limit", "300"]) == 0
     out = capsys.readouterr().out
     assert "(card:" not in out and "nothing to compare with" in out, out
+
+
+def test_tune_refuses_an_earlier_search_without_resume_or_overwrite(tmp_path, capsys, monkeypatch):
+    """``otzoo tune`` without --resume replaced the search in --out without a word (keras-tuner's own default,
+    ``overwrite=False``, resumes it): an --out holding a search (tuner/, best.json) is refused in one line naming
+    --resume and --overwrite, before anything is read; --resume continues it, --overwrite replaces it, and --resume
+    with no search there says so and starts one."""
+    from otzoo import tune_command
+
+    searches = []
+    monkeypatch.setattr(tune_command, "tune", lambda *args, **kwargs: searches.append(kwargs["resume"]))
+    out = tmp_path / "tune"
+    command = ["tune", "resnet20_mpw_fashion_mnist", "--trials", "2", "--out", str(out)]
+    assert cli.main(command) == 0 and searches == [False]  # a new directory: a new search
+    assert capsys.readouterr().err == ""
+    assert cli.main(command + ["--resume"]) == 0 and searches == [False, True]
+    assert capsys.readouterr().err.strip() == (f"otzoo tune: --resume: no search in {out} to resume; starting a new "
+                                               "one")
+    for earlier in ("tuner", "best.json"):
+        path = out / earlier
+        if earlier == "tuner":
+            path.mkdir(parents=True)
+            (path / "oracle.json").write_text("{}")
+        else:
+            path.write_text("{}")
+        _fails_with(command, f"error: --out {out} holds an earlier search ({earlier}); pass --resume to continue it, "
+                    "or --overwrite to start a new search in its place.", capsys)
+        assert searches == [False, True]
+        shutil.rmtree(out / "tuner") if earlier == "tuner" else os.remove(path)
+    (out / "tuner").mkdir()
+    (out / "tuner" / "oracle.json").write_text("{}")
+    assert cli.main(command + ["--resume"]) == 0 and cli.main(command + ["--overwrite"]) == 0
+    assert searches == [False, True, True, False] and capsys.readouterr().err == ""
+    _fails_with(command + ["--resume", "--overwrite"], "argument --overwrite: not allowed with argument --resume",
+                capsys)

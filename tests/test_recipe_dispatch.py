@@ -117,16 +117,34 @@ def test_evaluate_preset_names_a_limit_too_small_before_loading(monkeypatch, tmp
 
 @pytest.mark.fashion_mnist
 def test_fine_tune_setup_of_each_task():
+    """Each task's fine-tuning set-up, with what an epoch fits in words: the images of full batches (the incomplete
+    last batch dropped, and said so), which ``otzoo fine-tune`` prints and the card records."""
     gap = zoo.build(GAP, backbone="small_convnet")
-    trained, loss, data = classification.fine_tune_setup(GAP, gap, 256, 0, 128, 15)
+    trained, loss, data, fitted = classification.fine_tune_setup(GAP, gap, 300, 0, 128, 15)
     x, y = next(iter(data))
     assert trained is gap and x.shape == (128, 28, 28, 1) and type(loss).__name__ == "SparseCategoricalCrossentropy"
+    assert sum(int(np.shape(y)[0]) for _, y in data) == 256
+    assert fitted == "256 of the first 300 training images (the last 44, an incomplete batch of 128, dropped)"
+    assert classification.fine_tune_setup(GAP, gap, 256, 0, 128, 15)[3] == "the first 256 training images"
     gsp = zoo.build(GSP, backbone="small_convnet")
-    trained, loss, data = retrieval.fine_tune_setup(GSP, gsp, 512, 0, 128, 15)
+    trained, loss, data, fitted = retrieval.fine_tune_setup(GSP, gsp, 512, 0, 128, 15)
     x, y = next(iter(data))
     assert int(np.max(y)) < 5  # the seen classes 0-4, relabelled
     assert trained.get_layer("proxies").num_classes == len(PRESETS[GSP].data.train_classes) == 5  # one per seen class
+    seen = sum(int(np.shape(y)[0]) for _, y in data)
+    assert seen % 128 == 0 and fitted.startswith(f"{seen:,} of the ") and "seen classes among the first 512" in fitted
     emd = zoo.build(EMD, backbone="small_convnet")
-    trained, loss, data = few_shot.fine_tune_setup(EMD, emd, 512, 0, 128, 15)
+    trained, loss, data, fitted = few_shot.fine_tune_setup(EMD, emd, 512, 0, 128, 15)
     (query, support, support_labels), query_labels = next(iter(data))
     assert trained is emd and query.shape[0] == 75 and support.shape[0] == 5
+    assert fitted.startswith(f"{len(data)} 5-way 1-shot episodes of 15 queries per class drawn from the ")
+    assert fitted.endswith("base-class training images among the first 512")
+
+
+def test_fine_tune_images_states_the_dropped_remainder():
+    assert common.fine_tune_images(4096, 128, "training images") == "the first 4,096 training images"
+    assert common.fine_tune_images(4100, 128, "training images") == (
+        "4,096 of the first 4,100 training images (the last 4, an incomplete batch of 128, dropped)")
+    assert common.fine_tune_images(2050, 128, "training images of the seen classes", among=4096) == (
+        "2,048 of the 2,050 training images of the seen classes among the first 4,096 (the last 2, an incomplete "
+        "batch of 128, dropped)")

@@ -139,7 +139,7 @@ def test_a_few_shot_run_keeps_its_pretrained_backbone_for_its_own_run_only(tmp_p
 
 def test_otzoo_tune_resumes_the_same_search_only(tmp_path, capsys, monkeypatch, stopped_after_claim):
     """``otzoo tune --resume`` continues a search by its own settings (more --trials allowed); another --epochs is
-    one line naming --out; without --resume the search restarts, whatever its tuner/ held."""
+    one line naming --out; with --overwrite the search restarts, whatever its tuner/ held."""
     monkeypatch.setattr(classification, "tuning_data", _tuning_data(512))  # where the search reads its data
     mpw, out = "resnet20_mpw_fashion_mnist", tmp_path / "tune"
     command = ["tune", mpw, "--limit", "512", "--epochs", "1", "--out", str(out)]
@@ -155,7 +155,7 @@ def test_otzoo_tune_resumes_the_same_search_only(tmp_path, capsys, monkeypatch, 
     assert len(err.splitlines()) == 1 and err.startswith(f"otzoo tune: error: --out {out} holds the training state")
     assert "options.epochs: 1 there, 2 here" in err
     with pytest.raises(_Stop):  # a new search in the same directory
-        cli.main(other)
+        cli.main(other + ["--overwrite"])
     assert _recorded(out)["options"]["epochs"] == 2
 
 
@@ -194,7 +194,7 @@ def test_a_refused_command_leaves_the_run_record_as_it_was(tmp_path, capsys, mon
     _state(out, "tuner")
     before = (out / RUN_FILE).read_bytes()
     monkeypatch.setattr(classification, "tuning_data", _tuning_data(80))
-    assert cli.main(["tune", mpw, "--limit", "100", "--trials", "1", "--out", str(out)]) == 2
+    assert cli.main(["tune", mpw, "--limit", "100", "--trials", "1", "--out", str(out), "--overwrite"]) == 2
     assert "80 training examples left" in capsys.readouterr().err
     assert (out / RUN_FILE).read_bytes() == before
     monkeypatch.setattr(classification, "tuning_data", _tuning_data(512))

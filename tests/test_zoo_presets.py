@@ -64,7 +64,7 @@ def test_train_writes_a_card_that_evaluate_reproduces(tmp_path, capsys):
     with open(os.path.join(out, "metadata.json")) as handle:
         card = json.load(handle)
     assert card["recipe"]["seed"] == 3 and card["recipe"]["epochs"] == 1
-    assert card["command"] == "otzoo train resnet20_gap_fashion_mnist --epochs 1 --limit 512 --seed 3"
+    assert card["command"] == f"otzoo train resnet20_gap_fashion_mnist --out {out} --epochs 1 --limit 512 --seed 3"
     assert card["weights_sha256"] == sha256_of(os.path.join(out, WEIGHTS_FILE))
     result = evaluate_classification_preset("resnet20_gap_fashion_mnist", weights=out)
     assert abs(result["metrics"]["accuracy"] - card["metrics"]["accuracy"]) <= 1e-4

@@ -23,6 +23,7 @@ from training.recipes.common import (
     current_strategy,
     check_fine_tune_batch,
     evaluation_target,
+    fine_tune_images,
     merged_overrides,
     preset_spec,
     reproducing_command,
@@ -98,7 +99,7 @@ def classification_training(spec, model, recipe=None):
 
 def train(name, out_dir, epochs=None, batch_size=None, limit=None, seed=None, verbose=2, strategy="auto",
           config=None, tensorboard=None, dataset=None, image_size=None, data_dir=None, recipe_overrides=None,
-          callbacks=None):
+          callbacks=None, command=None):
     """Train classification preset ``name`` by its recipe; returns the model card (also written, with
     ``config.json`` and ``model.weights.h5``, into ``out_dir``).
 
@@ -107,7 +108,9 @@ def train(name, out_dir, epochs=None, batch_size=None, limit=None, seed=None, ve
     instead of the preset's (``image_size``: the TFDS images' side; ``data_dir``: the TFDS folder); ``strategy``,
     ``config``, ``tensorboard``: see :func:`run_options`. The run trains with ``training.distributed.fit.fit``
     (``model.fit``, or the multi-worker loop) and resumes from ``out_dir/backup``. ``callbacks``: more Keras
-    callbacks for the run, after the recipe's own and the backup's.
+    callbacks for the run, after the recipe's own and the backup's. ``command``: the card's ``command``, by default
+    the ``otzoo train`` command of these arguments (``--out out_dir`` among them); ``otzoo train`` gives the one it
+    ran as.
     """
     callbacks = check_callbacks(callbacks)  # before the data are read and the model built
     strategy, head_overrides, learning_rate, extra_callbacks = run_options(name, strategy, config, tensorboard)
@@ -122,11 +125,11 @@ def train(name, out_dir, epochs=None, batch_size=None, limit=None, seed=None, ve
         + callbacks)
     train_time = time.time() - start
     accuracy = classification_accuracy(setup.model, setup.test.dataset)
+    if command is None:
+        command = reproducing_command(name, recipe_overrides, out=out_dir, dataset=dataset, image_size=image_size,
+                                      epochs=epochs, batch_size=batch_size, limit=limit, seed=seed, config=config)
     return write_preset(setup.model, spec, out_dir, spec.recipe, {"accuracy": round(accuracy, 4)}, train_time,
-                        strategy, reproducing_command(name, recipe_overrides, dataset=dataset, image_size=image_size,
-                                                      epochs=epochs,
-                                                      batch_size=batch_size, limit=limit, seed=seed, config=config),
-                        head_overrides=head_overrides, limit=limit)
+                        strategy, command, head_overrides=head_overrides, limit=limit)
 
 
 def classification_accuracy(model, images, labels=None, batch_size=256):
@@ -160,14 +163,16 @@ def check_evaluation_limit(spec, limit):
 
 def fine_tune_setup(name, model, limit, seed, batch_size, queries):
     """What ``otzoo fine-tune`` fits for classification preset ``name``: ``(the model fit trains, its loss, its
-    training data)`` from the served ``model`` (pretrained), by the recipe's loss (the hyperspherical head by its
-    pull loss, with the labels as a second input; no re-assignment while fine-tuning) on the first ``limit``
-    Fashion-MNIST training images in shuffled batches of ``batch_size`` (``seed``). ``queries``: unused (few-shot
-    episodes only). Raises :class:`EmptySliceError` naming ``limit`` when they cannot fill one batch."""
+    training data, what an epoch fits in words)`` from the served ``model`` (pretrained), by the recipe's loss (the
+    hyperspherical head by its pull loss, with the labels as a second input; no re-assignment while fine-tuning) on
+    the first ``limit`` Fashion-MNIST training images in shuffled batches of ``batch_size`` (``seed``; an incomplete
+    last batch dropped). ``queries``: unused (few-shot episodes only). Raises :class:`EmptySliceError` naming
+    ``limit`` when they cannot fill one batch."""
     images, labels = load_fashion_mnist("train", limit=limit, normalize=False)
     check_fine_tune_batch(images, batch_size, limit, "training images")
     trained, loss, _, feed = classification_training(name, model)
-    return trained, loss, array_batches(images, labels, batch_size, training=True, seed=seed).map(feed)
+    return (trained, loss, array_batches(images, labels, batch_size, training=True, seed=seed).map(feed),
+            fine_tune_images(len(images), batch_size, "training images"))
 
 
 def tuning_data(limit, validation_fraction, seed):

@@ -12,6 +12,7 @@ import dataclasses
 import datetime
 import json
 import os
+import shlex
 
 import keras
 import numpy as np
@@ -168,6 +169,19 @@ def check_fine_tune_batch(images, batch_size, limit, what):
                               "incomplete batch); give more images", parameter="limit", value=limit)
 
 
+def fine_tune_images(images, batch_size, what, among=None):
+    """What one epoch of fine-tuning fits, in words: the ``images`` (a count, of ``what``: "training images", or
+    those of the seen classes ``among`` the first N) in full batches of ``batch_size``, the images left over from
+    the last full batch (an incomplete batch, dropped) stated, e.g. "256 of the first 300 training images (the last
+    44, an incomplete batch of 128, dropped)"."""
+    fitted = images // batch_size * batch_size
+    source = f"the first {images:,} {what}" if among is None else f"the {images:,} {what} among the first {among:,}"
+    if fitted == images:
+        return source
+    return (f"{fitted:,} of {source} (the last {images - fitted:,}, an incomplete batch of {batch_size}, "
+            "dropped)")
+
+
 def evaluation_slice(limit, labels):
     """``(images per evaluation class, a description)`` of ``labels``: the evaluation classes' labels among the
     first ``limit`` test images, for the error of an ``otzoo evaluate --limit`` too small for a metric."""
@@ -189,14 +203,14 @@ def standard_callbacks(out_dir, probe_images=None):
 
 
 def reproducing_command(name, recipe_overrides=None, subcommand="train", **options):
-    """``otzoo train NAME`` (or another ``subcommand``) with the options that were given (``None`` ones left out)
-    and ``--recipe FIELD=VALUE`` for each of ``recipe_overrides``; ``--backend`` when the active one is not
-    TensorFlow."""
-    recipe = [f"--recipe {field}={json.dumps(list(value) if isinstance(value, tuple) else value)}"
+    """``otzoo train NAME`` (or another ``subcommand``) with the options that were given (``None`` ones left out, in
+    the order given) and ``--recipe FIELD=VALUE`` for each of ``recipe_overrides``; ``--backend`` when the active one
+    is not TensorFlow. Values are quoted for a POSIX shell where they need it (a path with a space)."""
+    recipe = [f"--recipe {shlex.quote(f'{field}={json.dumps(list(value) if isinstance(value, tuple) else value)}')}"
               for field, value in (recipe_overrides or {}).items()]
     backend = keras.backend.backend()
     program = f"otzoo {subcommand}" if backend == "tensorflow" else f"otzoo --backend {backend} {subcommand}"
-    return " ".join([f"{program} {name}"] + [f"--{flag.replace('_', '-')} {value}"
+    return " ".join([f"{program} {name}"] + [f"--{flag.replace('_', '-')} {shlex.quote(str(value))}"
                                                for flag, value in options.items() if value is not None] + recipe)
 
 

@@ -161,7 +161,7 @@ def pretrain_backbone(setup, out_dir, verbose=2, extra_callbacks=()):
 
 def train(name, out_dir, epochs=None, batch_size=None, limit=None, seed=None, episodes=None, pretrained=None,
           verbose=2, strategy="auto", tensorboard=None, dataset=None, image_size=None, data_dir=None,
-          recipe_overrides=None):
+          recipe_overrides=None, command=None):
     """Train few-shot preset ``name`` by its recipe; returns the card (also in ``out_dir/metadata.json``, with
     ``config.json`` and ``model.weights.h5``).
 
@@ -170,7 +170,9 @@ def train(name, out_dir, epochs=None, batch_size=None, limit=None, seed=None, ep
     the base classes' source split (before the class filter); ``dataset``: a name of
     ``training.data.datasets.DATASETS`` instead of the preset's, trained on its few-shot class split (``image_size``,
     ``data_dir``: its TFDS images' side and folder); ``pretrained``: skip pre-training and start from the backbone another run of this recipe pre-trained
-    (its run directory or its ``pretrained_backbone.weights.h5``).
+    (its run directory or its ``pretrained_backbone.weights.h5``). ``command``: the card's ``command``, by default
+    the ``otzoo train`` command of these arguments (``--out out_dir`` among them); ``otzoo train`` gives the one it
+    ran as.
     """
     spec = preset_spec(name, dataset=dataset, image_size=image_size, **merged_overrides(
         recipe_overrides, pretrain_epochs=epochs, batch_size=batch_size, seed=seed, meta_episodes=episodes))
@@ -210,11 +212,11 @@ def train(name, out_dir, epochs=None, batch_size=None, limit=None, seed=None, ep
                          verbose=verbose)
     train_time = pretrain_time + time.time() - start
     metrics, _ = few_shot_scores(model, spec, verbose=verbose, data_dir=data_dir)
-    return write_preset(model, spec, out_dir, recipe, metrics, train_time, strategy,
-                        reproducing_command(name, recipe_overrides, dataset=dataset, image_size=image_size,
-                                            epochs=epochs,
-                                            batch_size=batch_size, limit=limit, seed=seed, episodes=episodes,
-                                            pretrained=pretrained),
+    if command is None:
+        command = reproducing_command(name, recipe_overrides, out=out_dir, dataset=dataset, image_size=image_size,
+                                      epochs=epochs, batch_size=batch_size, limit=limit, seed=seed, episodes=episodes,
+                                      pretrained=pretrained)
+    return write_preset(model, spec, out_dir, recipe, metrics, train_time, strategy, command,
                         limit=limit, meta_training=history, **extra,
                         evaluation=f"{recipe.eval_episodes} episodes per setting of the novel classes' images, "
                                    f"{recipe.eval_queries} queries per class, episode seed {recipe.eval_seed}; mean "
@@ -330,10 +332,10 @@ def check_evaluation_limit(spec, limit):
 
 
 def fine_tune_setup(name, model, limit, seed, batch_size, queries):
-    """What ``otzoo fine-tune`` fits for few-shot preset ``name``: ``(model, its loss, its training data)``: the
-    served few-shot ``model`` (pretrained) itself, by cross-entropy on the query labels, on about one pass over the
-    first ``limit`` Fashion-MNIST base-class training images in ``ways``-way 1-shot episodes with ``queries``
-    queries per class (``seed``). ``batch_size``: unused (one episode is one batch). Raises
+    """What ``otzoo fine-tune`` fits for few-shot preset ``name``: ``(model, its loss, its training data, what an
+    epoch fits in words)``: the served few-shot ``model`` (pretrained) itself, by cross-entropy on the query labels,
+    on about one pass over the first ``limit`` Fashion-MNIST base-class training images in ``ways``-way 1-shot
+    episodes with ``queries`` queries per class (``seed``). ``batch_size``: unused (one episode is one batch). Raises
     :class:`EmptySliceError` naming ``limit`` when they cannot supply an episode (``ways`` base classes with
     ``1 + queries`` images each)."""
     spec = preset_spec(name)
@@ -346,5 +348,7 @@ def fine_tune_setup(name, model, limit, seed, batch_size, queries):
             f"{needed} images or more; a {ways}-way episode needs {ways} (per class: {counts.tolist()}); "
             "give more images", parameter="limit", value=limit)
     episodes = max(1, len(images) // (ways * (1 + queries)))  # about one pass over the images
+    fitted = (f"{episodes:,} {ways}-way 1-shot episodes of {queries} queries per class drawn from the "
+              f"{len(images):,} base-class training images among the first {limit:,}")
     return model, keras.losses.SparseCategoricalCrossentropy(from_logits=True), EpisodeBatches(
-        images, labels, episodes, ways=ways, shots=1, queries=queries, seed=seed)
+        images, labels, episodes, ways=ways, shots=1, queries=queries, seed=seed), fitted

@@ -41,9 +41,11 @@ def check_fine_tunable(name):
 
 def fine_tune_preset(name, out_dir, epochs=1, limit=4096, learning_rate=0.01, seed=0, verbose=2):
     """Load preset ``name`` pretrained, fit it ``epochs`` times over the first ``limit`` training images (SGD with
-    momentum 0.9 at ``learning_rate``), and save it into ``out_dir`` with ``zoo.save_preset``; returns the card
-    written (the preset's card with ``fine_tuned`` describing this run: the Keras backend it ran on, the loss per
-    epoch, and the loss on the slice before and after fitting, evaluated the same way).
+    momentum 0.9 at ``learning_rate``; in full batches of :data:`BATCH_SIZE`, an incomplete last one dropped), and
+    save it into ``out_dir`` with ``zoo.save_preset``; returns the card written (the preset's card with
+    ``fine_tuned`` describing this run: the Keras backend it ran on, what an epoch fitted in words (``fitted``: the
+    images actually fitted, the task's recipe's ``fine_tune_setup``), the loss per epoch, and the loss on the slice
+    before and after fitting, evaluated the same way).
 
     A preset of a data set other than Fashion-MNIST raises ``ValueError``; a slice too small to train on (fewer
     than one batch of :data:`BATCH_SIZE`, of the seen classes for retrieval, or for few-shot too few base classes
@@ -55,7 +57,8 @@ def fine_tune_preset(name, out_dir, epochs=1, limit=4096, learning_rate=0.01, se
     check_positive("learning_rate", learning_rate)
     keras.utils.set_random_seed(check_seed("seed", seed))
     model = load(name)
-    trained, loss, data = recipe_for(spec.task).fine_tune_setup(name, model, limit, seed, BATCH_SIZE, QUERIES)
+    trained, loss, data, fitted = recipe_for(spec.task).fine_tune_setup(name, model, limit, seed, BATCH_SIZE,
+                                                                        QUERIES)
     trained.compile(optimizer=keras.optimizers.SGD(learning_rate, momentum=0.9), loss=loss)
     before = float(trained.evaluate(data, verbose=0))
     start = time.time()
@@ -63,7 +66,8 @@ def fine_tune_preset(name, out_dir, epochs=1, limit=4096, learning_rate=0.01, se
     train_time = time.time() - start
     after = float(trained.evaluate(data, verbose=0))
     card = fine_tuned_card(name, epochs, limit, learning_rate, seed, history.history["loss"], train_time,
-                           out_dir=out_dir, loss_on_slice_before_after=[round(before, 4), round(after, 4)])
+                           out_dir=out_dir, fitted=fitted,
+                           loss_on_slice_before_after=[round(before, 4), round(after, 4)])
     save_preset(model, out_dir, card=card)
     return card
 

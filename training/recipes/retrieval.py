@@ -32,6 +32,7 @@ from training.recipes.common import (
     check_fine_tune_batch,
     evaluation_slice,
     evaluation_target,
+    fine_tune_images,
     merged_overrides,
     preset_spec,
     reproducing_command,
@@ -140,7 +141,7 @@ def fit_embedding(name, images, labels, recipe, strategy, overrides=None, callba
 
 def train(name, out_dir, epochs=None, batch_size=None, limit=None, seed=None, verbose=2, strategy="auto",
           config=None, tensorboard=None, dataset=None, image_size=None, data_dir=None, recipe_overrides=None,
-          callbacks=None):
+          callbacks=None, command=None):
     """Train retrieval preset ``name`` by its recipe; returns the card (also in ``out_dir/metadata.json``, with
     ``config.json`` and ``model.weights.h5``).
 
@@ -148,7 +149,9 @@ def train(name, out_dir, epochs=None, batch_size=None, limit=None, seed=None, ve
     images (before keeping the seen classes); ``dataset``: a name of ``training.data.datasets.DATASETS`` instead of the
     preset's, trained and evaluated on its retrieval class split (``image_size``, ``data_dir``: its TFDS images'
     side and folder); ``strategy``, ``config``, ``tensorboard``: see ``training.recipes.common.run_options``;
-    ``callbacks``: more Keras callbacks for the run, after the recipe's own and the backup's.
+    ``callbacks``: more Keras callbacks for the run, after the recipe's own and the backup's. ``command``: the
+    card's ``command``, by default the ``otzoo train`` command of these arguments (``--out out_dir`` among them);
+    ``otzoo train`` gives the one it ran as.
     """
     callbacks = check_callbacks(callbacks)  # before the data are read and the model built
     strategy, pooling_overrides, learning_rate, extra_callbacks = run_options(name, strategy, config, tensorboard)
@@ -163,10 +166,10 @@ def train(name, out_dir, epochs=None, batch_size=None, limit=None, seed=None, ve
     train_time = time.time() - start
     test = _unseen_test_images(spec, None, data_dir)
     metrics = retrieval_scores(setup.model, test.dataset)
-    return write_preset(setup.model, spec, out_dir, spec.recipe, metrics, train_time, strategy,
-                        reproducing_command(name, recipe_overrides, dataset=dataset, image_size=image_size,
-                                            epochs=epochs,
-                                            batch_size=batch_size, limit=limit, seed=seed, config=config),
+    if command is None:
+        command = reproducing_command(name, recipe_overrides, out=out_dir, dataset=dataset, image_size=image_size,
+                                      epochs=epochs, batch_size=batch_size, limit=limit, seed=seed, config=config)
+    return write_preset(setup.model, spec, out_dir, spec.recipe, metrics, train_time, strategy, command,
                         head_overrides=pooling_overrides, limit=limit,
                         evaluation=f"cosine retrieval among the {test.examples:,} test images of the unseen classes, "
                                    "each a query against all others")
@@ -203,15 +206,16 @@ def check_evaluation_limit(spec, limit):
 
 def fine_tune_setup(name, model, limit, seed, batch_size, queries):
     """What ``otzoo fine-tune`` fits for retrieval preset ``name``: ``(the model fit trains, its loss, its training
-    data)``: the served embedding ``model`` (pretrained) with fresh class proxies, by the recipe's proxy loss, on
-    the seen classes among the first ``limit`` Fashion-MNIST training images in shuffled batches of
-    ``batch_size`` (``seed``). ``queries``: unused (few-shot episodes only). Raises :class:`EmptySliceError`
-    naming ``limit`` when they cannot fill one batch."""
+    data, what an epoch fits in words)``: the served embedding ``model`` (pretrained) with fresh class proxies, by
+    the recipe's proxy loss, on the seen classes among the first ``limit`` Fashion-MNIST training images in
+    shuffled batches of ``batch_size`` (``seed``; an incomplete last batch dropped). ``queries``: unused (few-shot
+    episodes only). Raises :class:`EmptySliceError` naming ``limit`` when they cannot fill one batch."""
     spec = preset_spec(name)
     images, labels = fashion_mnist_split("retrieval", "train", limit=limit, normalize=False, relabel=True)
     check_fine_tune_batch(images, batch_size, limit, "training images of the seen classes")
     trained, loss = retrieval_training(spec, model, spec.recipe)
-    return trained, loss, array_batches(images, labels, batch_size, training=True, seed=seed)
+    return (trained, loss, array_batches(images, labels, batch_size, training=True, seed=seed),
+            fine_tune_images(len(images), batch_size, "training images of the seen classes", among=limit))
 
 
 def tuning_data(limit, validation_fraction, seed):

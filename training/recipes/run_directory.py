@@ -68,10 +68,10 @@ def claim_run_directory(out_dir, run, state=("backup",), restarts=()):
     written (by the chief of several workers). Call it once the run's input is checked, right before its work: a
     run refused earlier leaves the directory as it was.
 
-    ``state``: the entries of ``out_dir`` the run resumes from; ``restarts``: those it starts over (``otzoo tune``
-    without ``--resume``: its ``tuner``). When an entry of ``state`` or of :data:`TRAINING_STATE` (but not of
-    ``restarts``) holds anything and ``run.json`` records another run, raise :class:`ResumeMismatchError` and change
-    nothing."""
+    ``state``: the entries of ``out_dir`` the run resumes from; ``restarts``: those it starts over (``otzoo tune
+    --overwrite``: its ``tuner``; the command refuses one without ``--resume`` or ``--overwrite``). When an entry of
+    ``state`` or of :data:`TRAINING_STATE` (but not of ``restarts``) holds anything and ``run.json`` records another
+    run, raise :class:`ResumeMismatchError` and change nothing."""
     record = os.path.join(out_dir, RUN_FILE)
     recorded = read_mark(record)
     own = held_state(out_dir, state)
