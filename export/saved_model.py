@@ -42,6 +42,12 @@ def existing_versions(base_dir):
                   if re.fullmatch(r"[0-9]+", n) and os.path.isdir(os.path.join(base_dir, n)))
 
 
+def next_version(base_dir):
+    """The version a new export into ``base_dir`` gets when none is given: one above the highest there (1 when
+    there is none)."""
+    return (existing_versions(base_dir) or [0])[-1] + 1
+
+
 def model_config_text(name, base_path):
     """A ``models.config`` with one entry (TF Serving's ``ModelServerConfig`` text format, for
     ``tensorflow_model_server --model_config_file=...``), escaped as protobuf's ``text_format`` writes it with
@@ -187,7 +193,7 @@ def to_saved_model(model, base_dir, version=None, task=None, warmup=None, name=N
         if warmup:
             write_warmup_requests(temp_dir, spec, name)
         if version is None:
-            version = (existing_versions(base_dir) or [0])[-1] + 1
+            version = next_version(base_dir)
         final = os.path.join(base_dir, str(version))
         if os.path.exists(final):
             raise ValueError(f"`version` {version} appeared in {base_dir} during the export; not replaced.")

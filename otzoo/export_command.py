@@ -28,7 +28,7 @@ import keras
 import export
 import zoo
 from export.onnx import first_line
-from export.saved_model import (directory_size, existing_versions, missing_directories, remove_if_empty,
+from export.saved_model import (directory_size, missing_directories, next_version, remove_if_empty,
                                 write_model_config)
 from export.signatures import TASKS, UINT8_SIGNATURE, serving_spec
 from export.warmup import WARMUP_DIR, WARMUP_FILE
@@ -277,7 +277,7 @@ class _Staging:
         saved = onnx_path = None
         if self.format in ("saved_model", "both"):
             os.makedirs(self.base, exist_ok=True)
-            self.version = version or (existing_versions(self.base) or [0])[-1] + 1
+            self.version = version or next_version(self.base)
             self.staged_base = tempfile.mkdtemp(prefix=".tmp-export-", dir=self.base)
             saved = export.to_saved_model(model, self.staged_base, version=self.version, task=task, name=self.name)
             warmup = os.path.join(saved, WARMUP_DIR, WARMUP_FILE)

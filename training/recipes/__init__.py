@@ -24,7 +24,7 @@ import os
 
 from ot_layers.validation import check_output_path
 from training.recipes import classification, few_shot, retrieval
-from training.recipes.common import card_spec, read_card
+from training.recipes.common import card_spec, preset_card
 from zoo.registry import PRESETS
 
 RECIPES = {"classification": classification, "retrieval": retrieval, "few_shot": few_shot}
@@ -44,7 +44,7 @@ def task_of(preset):
     if preset in PRESETS:
         return PRESETS[preset].task
     if os.path.isdir(str(preset)):
-        return read_card(preset).get("task")
+        return preset_card(preset).get("task")
     raise ValueError(f"Unknown preset {preset!r}; known presets: {', '.join(sorted(PRESETS))} (or give a preset "
                      "directory).")
 
@@ -63,5 +63,5 @@ def evaluate_preset(preset, weights=None, limit=None, **options):
     :class:`training.data.errors.EmptySliceError` naming it, before the model is loaded (the recipe's
     ``check_evaluation_limit``)."""
     recipe = recipe_for(task_of(preset))
-    recipe.check_evaluation_limit(PRESETS[preset] if preset in PRESETS else card_spec(read_card(preset)), limit)
+    recipe.check_evaluation_limit(PRESETS[preset] if preset in PRESETS else card_spec(preset_card(preset)), limit)
     return recipe.evaluate(preset, weights=weights, limit=limit, **options)

@@ -32,8 +32,7 @@ from training.recipes.components import check_recipe
 from training.recipes.epoch_log import EpochLog
 from training.recipes.tuned_config import load_tuned_config
 from zoo.loading import CARD_FILE, WEIGHTS_FILE, load, model_card, sha256_of
-from zoo.preset_format import preset_card as read_card, write_config  # a preset directory's card, or an error
-from zoo.preset_format import read_card as card_if_any, weights_directory
+from zoo.preset_format import preset_card, read_card, weights_directory, write_config
 from zoo.registry import PRESETS
 from zoo.spec import PresetSpec, published_recipe, recipe_from_dict
 
@@ -130,14 +129,14 @@ def evaluation_target(preset, weights=None):
         if weights is None:
             return load(preset), PRESETS[preset], model_card(preset)
         folder = weights_directory(weights)
-        card = (card_if_any(folder) if folder is not None else None) or {}
+        card = (read_card(folder) if folder is not None else None) or {}  # None: no card there
         return load(preset, weights=weights), PRESETS[preset], card
     if not os.path.isdir(str(preset)):
         raise ValueError(f"Unknown preset {preset!r}: give a preset name ({', '.join(sorted(PRESETS))}) or a preset "
                          "directory.")
     if weights is not None:
         raise ValueError("`weights` applies to preset names; a preset directory holds its own weights.")
-    card = read_card(preset)
+    card = preset_card(preset)  # a directory without a card: an error naming it
     return load(preset), card_spec(card), card
 
 
