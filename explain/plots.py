@@ -56,10 +56,15 @@ def check_label(label, name="label"):
 
 def check_output(path, dpi, class_names=None):
     """The arguments every plot shares, checked before the model runs: ``dpi`` (:func:`check_dpi`), ``path`` (a
-    file path whose folder can be made: not a directory, no file on the way; :func:`check_output_path`) and
+    file path whose folder can be made: not a directory, no file on the way; :func:`check_output_path`; ending in
+    ``.png``, or without an extension) and
     ``class_names`` (``None`` or a sequence of names, not one string)."""
     check_dpi(dpi)
     check_output_path("path", path, directory=False)
+    extension = os.path.splitext(os.fspath(path))[1]
+    if extension and extension.lower() != ".png":  # PNG bytes were written under any extension: a.jpg held a PNG
+        raise ValueError(f"`path` must name a PNG file (the pictures are PNG), got {os.fspath(path)!r}: end it "
+                         "in .png.")
     if class_names is not None and (isinstance(class_names, (str, bytes)) or not hasattr(class_names, "__len__")):
         raise ValueError(f"`class_names` must be a sequence of names, one per class, got {class_names!r}.")
 

@@ -153,3 +153,31 @@ def test_class_balanced_indices_names_a_bad_argument(kwargs, name):
                  "rng": np.random.default_rng(0), **kwargs}
     with pytest.raises(ValueError, match=f"^`{name}`"):
         class_balanced_indices(**arguments)
+
+
+@pytest.mark.parametrize("pipeline", sorted(PIPELINES))
+def test_images_without_a_channel_axis_are_named(pipeline):
+    """``(N, H, W)`` images passed the constructors and failed at the first batch in NumPy's or TensorFlow's words."""
+    with pytest.raises(ValueError, match=r"^`images` must have shape \(N, H, W, C\), got shape \(10, 8, 8\) "
+                                         r"\(add the channel axis"):
+        PIPELINES[pipeline](X[..., 0], Y, 4, training=True)
+
+
+def test_lists_column_labels_and_negative_episodes():
+    """A list ``x`` (indexed by index arrays: TypeError at the first batch), ``(N, 1)`` labels in
+    ``select_classes`` (IndexError; taken everywhere else) and a negative episode index (NumPy's words)."""
+    from training.evaluation import evaluate_episodes
+
+    labels = np.repeat(np.arange(4), 5)
+    batches = ClassBalancedBatches(list(range(20)), labels, 2, 2, 1)
+    x, y = batches[0]
+    np.testing.assert_array_equal(labels[x], y)
+    images, kept = select_classes(np.arange(20), labels[:, None], [2, 1])
+    np.testing.assert_array_equal(images, np.arange(5, 15))
+    np.testing.assert_array_equal(kept, [1] * 5 + [0] * 5)
+    with pytest.raises(ValueError, match=r"^`index` must be an integer >= 0, got -1"):
+        EpisodeSampler(labels, 2, 1, 1).episode(-1)
+    features = [[float(label), 0.0] for label in labels]  # a list of feature rows
+    nearest_mean = {"mean": lambda support, support_label, query: -np.abs(query[:, :1] - support[:, 0][None, :])}
+    report = evaluate_episodes(features, labels, nearest_mean, ways=2, shots=1, queries=2, episodes=3)
+    assert report["mean"]["mean"] == 1.0

@@ -41,9 +41,12 @@ def test_mean_and_ci95():
     values = np.array([0.2, 0.4, 0.6, 0.8])
     mean, ci = mean_and_ci95(values)
     assert mean == pytest.approx(0.5)
-    assert ci == pytest.approx(1.96 * np.std(values) / 2)
+    assert ci == pytest.approx(1.96 * np.std(values, ddof=1) / 2)  # the sample standard deviation
+    assert ci == pytest.approx(1.96 * 0.2581988897 / 2)  # sd of 0.2, 0.4, 0.6, 0.8 with n - 1
     with pytest.raises(ValueError, match="empty"):
         mean_and_ci95([])
+    mean, ci = mean_and_ci95([0.7])  # one episode has no interval (it was 0: certainty)
+    assert mean == 0.7 and np.isnan(ci)
 
 
 def test_evaluate_episodes_scores_oracle_and_constant_classifiers():

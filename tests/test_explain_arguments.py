@@ -51,6 +51,11 @@ def test_a_path_that_cannot_be_written_is_named_before_the_model_runs(mpw_model,
                           (None, "must be a file path"), ("", "is empty")):
         with pytest.raises(ValueError, match=f"^`path` .*{message}"):
             explain.plot_mpw_plans(mpw_model, _images(1)[0], path)
+    for name in ("plans.jpg", "plans.svg"):  # PNG bytes were written under any extension
+        with pytest.raises(ValueError, match=rf"^`path` must name a PNG file .*'{tmp_path / name}'"):
+            explain.plot_mpw_plans(mpw_model, _images(1)[0], str(tmp_path / name))
+        assert not (tmp_path / name).exists()
+    assert explain.plot_mpw_plans(mpw_model, _images(1)[0], str(tmp_path / "plans.PNG")).endswith(".PNG")
 
 
 @pytest.mark.parametrize("labels, message", [

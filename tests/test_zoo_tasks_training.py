@@ -69,7 +69,7 @@ def test_embed_once_evaluation_equals_the_whole_model_on_each_episode(head, head
     assert compiled == [head_kwargs is None]
     assert result["episodes"] == 4
     assert result["mean"] == pytest.approx(np.mean(expected), abs=1e-9)
-    assert result["ci95"] == pytest.approx(1.96 * np.std(expected) / 2.0, abs=1e-9)
+    assert result["ci95"] == pytest.approx(1.96 * np.std(expected, ddof=1) / 2.0, abs=1e-9)
 
 
 def _meta_model():

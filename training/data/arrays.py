@@ -37,13 +37,16 @@ def check_arrays(images, labels):
 def check_batching(images, labels, batch_size, training, pad, seed, drop_remainder):
     """The checked arguments ``(batch_size, training, pad, seed, drop)`` of a pipeline of in-memory arrays
     (:class:`ArrayBatches`, ``training.data.pipelines.image_dataset``); ``drop``: whether the last incomplete batch
-    is dropped (by default when training). A training pipeline that would make no batch (``batch_size`` above the
+    is dropped (by default when training). ``images`` must be ``(N, H, W, C)``. A training pipeline that would make no batch (``batch_size`` above the
     number of samples, the remainder dropped) is a ``ValueError``: ``fit`` would train on nothing without a word."""
     batch_size = check_positive_int("batch_size", batch_size)
     training = check_flag("training", training)
     pad, seed = check_non_negative_int("pad", pad), check_seed("seed", seed)
     drop = training if drop_remainder is None else check_flag("drop_remainder", drop_remainder)
     check_arrays(images, labels)
+    if np.ndim(images) != 4:  # grayscale (N, H, W) failed at the first batch, in NumPy's or TensorFlow's words
+        raise ValueError(f"`images` must have shape (N, H, W, C), got shape {np.shape(images)}"
+                         f"{' (add the channel axis: images[..., None])' if np.ndim(images) == 3 else ''}.")
     if drop and batch_size > len(images):
         raise ValueError(f"`batch_size` ({batch_size}) exceeds the {len(images)} samples and the last incomplete "
                          "batch is dropped: there would be no batch; lower it or pass drop_remainder=False.")

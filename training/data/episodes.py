@@ -4,7 +4,7 @@ import keras
 import numpy as np
 
 from ot_layers.optional import tensorflow_if_installed
-from ot_layers.validation import check_labels, check_positive_int, check_seed
+from ot_layers.validation import check_labels, check_non_negative_int, check_positive_int, check_seed
 from training.data.arrays import check_arrays
 
 tf = tensorflow_if_installed("episode pipelines (tf.data)")
@@ -43,6 +43,7 @@ class EpisodeSampler:
     def episode(self, index):
         """Episode number ``index`` of the seed's fixed sequence: the same episode whatever was drawn before, so a
         resumed meta-training run and an evaluation see the same episodes."""
+        index = check_non_negative_int("index", index)
         return self._draw(np.random.default_rng([int(self.seed), int(index)]))
 
     def _draw(self, rng):

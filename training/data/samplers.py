@@ -65,7 +65,7 @@ class ClassBalancedBatches(keras.utils.PyDataset):
 
     def __init__(self, x, y, classes_per_batch, samples_per_class, steps_per_epoch, seed=0, **kwargs):
         super().__init__(**kwargs)
-        self.x, self.y = x, check_labels(y, "y").reshape(-1)
+        self.x, self.y = np.asarray(x), check_labels(y, "y").reshape(-1)  # a list is indexed by arrays too
         if len(self.x) != len(self.y):
             raise ValueError(f"`x` has {len(self.x)} samples but `y` has {len(self.y)}.")
         self.classes_per_batch = check_positive_int("classes_per_batch", classes_per_batch)

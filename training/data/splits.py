@@ -1,6 +1,8 @@
 """Class splits: which classes train and which evaluate, by data set and protocol (retrieval, few-shot)."""
 import numpy as np
 
+from ot_layers.validation import check_labels
+
 
 def select_classes(images, labels, classes, relabel=True):
     """Keep the examples whose label is in ``classes``; ``relabel`` maps ``classes[i]`` to ``i``. ``classes``: distinct
@@ -14,7 +16,7 @@ def select_classes(images, labels, classes, relabel=True):
         raise ValueError(f"`classes` holds duplicate class ids: {repeated}.")
     if len(images) != len(labels):
         raise ValueError(f"`images` has {len(images)} samples but `labels` has {len(labels)}.")
-    labels = np.asarray(labels)
+    images, labels = np.asarray(images), check_labels(labels).reshape(-1)  # (N,) or (N, 1), as everywhere else
     mask = np.isin(labels, classes)
     kept_labels = labels[mask]
     if relabel:
