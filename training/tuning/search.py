@@ -38,6 +38,7 @@ the few-shot head's space is defined here but its trials need the episodic recip
 import json
 import math
 import os
+import zlib
 
 import keras
 
@@ -123,10 +124,17 @@ class _ValidationScore(keras.callbacks.Callback):
             logs[self.objective] = trial_score(self.spec, self.served, self.validation)
 
 
-def _preset_hypermodel(spec, params, data, backbone):
+def trial_seed(seed, values):
+    """The seed of the initialization of a trial with hyperparameter ``values`` in a search of ``seed``: a function
+    of both only, so that a trial starts alike whatever ran before it in the process (a resumed search scored a
+    trial otherwise than a fresh one: 0.1406 against 0.1797 for the same values)."""
+    return (seed * 1_000_003 + zlib.crc32(json.dumps(values, sort_keys=True).encode())) % 2 ** 32
+
+
+def _preset_hypermodel(spec, params, data, backbone, seed):
     """keras-tuner's hypermodel of a search on preset ``spec`` (its recipe set to the search's ``epochs`` and
     ``batch_size``): each trial is a ``training.tuning.trial`` run with the sampled head arguments and learning
-    rate, trained on ``data[0]`` and scored on ``data[1]``."""
+    rate, initialized from :func:`trial_seed`, trained on ``data[0]`` and scored on ``data[1]``."""
     kt = require("keras_tuner", "tune", "otzoo tune")
     train, validation = data
     objective = tuning_objective(spec.task)
@@ -134,6 +142,7 @@ def _preset_hypermodel(spec, params, data, backbone):
     class PresetHyperModel(kt.HyperModel):
         def build(self, hp):
             values = {p["name"]: _sample(hp, p) for p in params}
+            keras.utils.set_random_seed(trial_seed(seed, values))
             head_kwargs = {p["name"]: values[p["name"]] for p in params if p["target"] == "head"}
             trial_spec = spec.with_recipe(learning_rate=values["learning_rate"])
             self.trial = trial_setup(trial_spec, train, head_kwargs, backbone)
@@ -190,7 +199,8 @@ def tune(preset, trials, out_dir, epochs=1, limit=None, batch_size=None, backbon
     at least two classes) held out to score trials; ``resume``: continue a search in ``out_dir`` instead of
     starting over (the same search only, ``trials`` apart: ``out_dir/run.json`` records it, and other settings
     raise ``training.recipes.run_directory.ResumeMismatchError``); ``verbose``: 1 prints keras-tuner's per-trial
-    progress and the summary, 0 nothing. A GSP retrieval trial pools like GAP during its first epoch (the warm-up of
+    progress and the summary, 0 nothing. Each trial is initialized from :func:`trial_seed` of ``seed`` and its
+    values, so a trial scores the same in a resumed search as in a fresh one. A GSP retrieval trial pools like GAP during its first epoch (the warm-up of
     ``GSPPrototypeInit``): give it ``epochs >= 2``.
     """
     kt = require("keras_tuner", "tune", "otzoo tune")
@@ -227,7 +237,7 @@ def tune(preset, trials, out_dir, epochs=1, limit=None, batch_size=None, backbon
                               *(("limit", limit) if limit is not None else ("batch_size", batch_size)))
     claim_run_directory(out_dir, search, state=("tuner",) if resume else (), restarts=() if resume else ("tuner",))
     trial_spec = spec.with_recipe(epochs=epochs, batch_size=batch_size)
-    hypermodel = _preset_hypermodel(trial_spec, params, (train, val), backbone)
+    hypermodel = _preset_hypermodel(trial_spec, params, (train, val), backbone, seed)
     tuner = kt.RandomSearch(hypermodel, objective=kt.Objective(objective, direction="max"), max_trials=trials,
                             seed=seed, directory=os.path.join(out_dir, "tuner"), project_name=preset,
                             overwrite=not resume)
