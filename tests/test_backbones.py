@@ -96,6 +96,20 @@ def test_resnet12_pooling_rule():
     assert explicit.output_shape == (None, 14, 14, 8)
 
 
+def test_resnet12_names_an_input_its_pooling_cannot_take():
+    """``zoo.resnet12`` took a rank-2 ``input_shape`` and more poolings than the input's side allows, and failed in
+    Keras' words (``min_ndim=4``; MaxPooling2D on an empty map)."""
+    import zoo
+
+    with pytest.raises(ValueError, match=r"^`pool` downsamples 4 times, more than the 8-pixel side of `input_shape` "
+                                         r"\(8, 8, 3\) allows \(3 at most\)"):
+        backbone("resnet12", (8, 8, 3), pool=(True,) * 4, widths=(8, 8, 8, 8))
+    assert backbone("resnet12", (8, 8, 3), pool=(True, True, True, False), widths=(8, 8, 8, 8)).output_shape == (
+        None, 1, 1, 8)
+    with pytest.raises(ValueError, match=r"^`input_shape` must be \(height, width, channels\)"):
+        zoo.resnet12(input_shape=(28, 28))
+
+
 def test_builder_options_pass_through():
     model = backbone("small_convnet", (32, 32, 3), width=8, feature_dim=16, name="tiny")
     assert model.name == "tiny" and model.output_shape == (None, 8, 8, 16)

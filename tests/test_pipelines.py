@@ -133,6 +133,23 @@ def test_fine_grained_training_crops_windows_of_the_resized_image():
         assert found
 
 
+def test_resize_crop_flip_on_cifar_crops_windows_of_the_enlarged_image():
+    """``augment="resize_crop_flip"`` on CIFAR resized to ``image_size`` itself by default, so its crop was the
+    whole image: flips only. The default is ``round(image_size * 256 / 224)`` (37 for 32), as documented."""
+    raw_images, _ = raw_examples("cifar10", "train")
+    images, _ = collect(tfds_dataset("cifar10", "train", 8, training=True, augment="resize_crop_flip",
+                                     shuffle_buffer=1, seed=2))
+    moved = 0
+    for image, raw in zip(images, raw_images):
+        resized = resize_shorter_side(raw, 37).numpy()
+        windows = {(i, j) for i in range(6) for j in range(6) for f in (False, True)
+                   if np.allclose(resized[i:i + 32, j:j + 32][:, ::-1] if f else resized[i:i + 32, j:j + 32], image,
+                                  atol=1e-4)}
+        assert windows, "every training image is a 32x32 window of the image resized to 37"
+        moved += not any(np.allclose(image, r) for r in (raw, raw[:, ::-1]))
+    assert moved == len(images)  # none is the raw image or its mirror
+
+
 @pytest.mark.parametrize("name", ["cifar100", "stanford_online_products"])
 def test_augmentation_is_determined_by_the_seed(name):
     kwargs = dict(training=True, image_size=None if name.startswith("cifar") else 16)

@@ -322,9 +322,27 @@ def test_ensemble_names_learners_that_cannot_be_joined():
     for learners, match in [(learner, "^`learners` must be a non-empty list"),
                             ([learner, "b"], r"^`learners`\[1\] must be a built"),
                             ([feature_map], r"^`learners`\[0\] must output embeddings \(batch, d\)"),
-                            ([learner, other_input], "^`learners` must take the same input")]:
+                            ([learner, other_input], "^`learners` must take the same input"),
+                            ([learner, learner], r"^`learners`\[1\] is an earlier learner again")]:
         with pytest.raises(ValueError, match=match):
             ensemble_embedding_model(learners)
+
+
+def test_ensemble_of_learners_the_zoo_named_alike(tmp_path):
+    """``zoo.embedding_model`` names every model of one kind alike; Keras refused the ensemble ("The name ... is used
+    3 times in the model")."""
+    import zoo
+
+    learners = [zoo.embedding_model("small_convnet", "gap", 8, input_shape=(16, 16, 1)) for _ in range(3)]
+    assert len({learner.name for learner in learners}) == 1
+    ensemble = ensemble_embedding_model(learners)
+    x = np.random.default_rng(0).uniform(0, 255, (4, 16, 16, 1)).astype(np.float32)
+    out = np.asarray(ensemble(x))
+    for i, learner in enumerate(learners):  # each part is its own learner's normalized embedding
+        np.testing.assert_allclose(out[:, 8 * i:8 * (i + 1)] * np.sqrt(3),
+                                   keras.layers.UnitNormalization()(learner(x)), atol=1e-5)
+    ensemble.save(tmp_path / "ensemble.keras")
+    np.testing.assert_allclose(np.asarray(keras.models.load_model(tmp_path / "ensemble.keras")(x)), out, atol=1e-6)
 
 
 # --- vocabulary and numerical contract of the head -----------------------------------------------------------------

@@ -191,6 +191,10 @@ def test_dataset_field_changes_the_loader_and_the_architecture():
         preset_spec(GAP, dataset="cifar10", augment="jitter")
     with pytest.raises(ValueError, match="`augment` must be one of"):
         preset_spec(GAP, augment="resize_crop_flip")  # Fashion-MNIST in memory: pad_crop_flip or none
+    assert preset_spec(GAP, dataset="cifar10", augment="resize_crop_flip").recipe.augment == "resize_crop_flip"
+    # a few-shot run reads its TFDS images into memory: resize_crop_flip was taken, then failed after the read
+    with pytest.raises(ValueError, match=r"`augment` must be one of \['pad_crop_flip', 'none'\] for a few-shot run"):
+        preset_spec(EMD, dataset="cifar100", augment="resize_crop_flip")
 
 
 def _end_to_end(tmp_path, capsys, preset, dataset, *options, shape):

@@ -22,9 +22,20 @@ def meta_class_partitions(num_classes, num_meta_classes, num_learners=1, seed=0)
     return partitions
 
 
+def _uniquely_named(learners, index):
+    """Learner ``index``, or, when an earlier learner has its name (the zoo's builders name every model of one kind
+    alike), a functional model of it (the same layers and weights) named ``<name>_<index>``: Keras refuses a model
+    whose layers share a name."""
+    learner = learners[index]
+    if all(other.name != learner.name for other in learners[:index]):
+        return learner
+    return keras.Model(learner.inputs[0], learner.outputs[0], name=f"{learner.name}_{index}")
+
+
 def ensemble_embedding_model(learners, name="edms_ensemble"):
-    """One model concatenating the L2-normalized embeddings of the ``learners`` (models with the same input),
-    scaled by ``1/sqrt(E)`` so the result is a unit vector (Aziere and Todorovic 2019, Sec. 3, eq. 1)."""
+    """One model concatenating the L2-normalized embeddings of the ``learners`` (models with the same input, each a
+    model of its own; those named alike are wrapped under unique names), scaled by ``1/sqrt(E)`` so the result is a
+    unit vector (Aziere and Todorovic 2019, Sec. 3, eq. 1)."""
     if not isinstance(learners, (list, tuple)) or not learners:
         raise ValueError(f"`learners` must be a non-empty list of embedding models, got {learners!r}.")
     shapes = []
@@ -39,8 +50,12 @@ def ensemble_embedding_model(learners, name="edms_ensemble"):
         shapes.append(tuple(learner.inputs[0].shape[1:]))
     if len(set(shapes)) != 1:
         raise ValueError(f"`learners` must take the same input, got input shapes {shapes}.")
+    repeated = [i for i, learner in enumerate(learners) if any(learner is other for other in learners[:i])]
+    if repeated:
+        raise ValueError(f"`learners`[{repeated[0]}] is an earlier learner again: an ensemble of independent "
+                         "learners needs one model each (build another).")
     inputs = keras.Input(shapes[0], name="images")
-    parts = [keras.layers.UnitNormalization(name=f"normalize_{i}")(learner(inputs))
-             for i, learner in enumerate(learners)]
+    parts = [keras.layers.UnitNormalization(name=f"normalize_{i}")(_uniquely_named(learners, i)(inputs))
+             for i in range(len(learners))]
     joined = parts[0] if len(parts) == 1 else keras.layers.Concatenate(name="concatenate")(parts)
     return keras.Model(inputs, keras.layers.Rescaling(1.0 / np.sqrt(len(learners)), name="scale")(joined), name=name)

@@ -11,6 +11,7 @@ import numpy as np
 from keras import layers
 
 from ot_layers.validation import check_positive_int
+from zoo.inputs import check_input_shape
 
 WIDTHS = (64, 160, 320, 640)
 
@@ -34,6 +35,13 @@ def resnet12(input_shape=(84, 84, 3), widths=WIDTHS, pool=(True, True, True, Tru
             raise ValueError(f"`{argument}` must be a list or tuple of 4 entries (one per block), got {value!r}.")
     for width in widths:
         check_positive_int("widths", width)
+    input_shape = check_input_shape(input_shape)
+    known = [d for d in input_shape[:2] if d is not None]
+    halvings = sum(bool(p) for p in pool)
+    if known and min(known) >> halvings < 1:  # MaxPooling2D failed on an empty map, in Keras' words
+        raise ValueError(f"`pool` downsamples {halvings} times, more than the {min(known)}-pixel side of "
+                         f"`input_shape` {input_shape} allows ({min(known).bit_length() - 1} at most); pass fewer "
+                         "True entries, or zoo.backbones.resnet12_pooling(input_shape).")
     inputs = keras.Input(shape=input_shape, name="images")
     x = inputs
     for i, (width, downsample) in enumerate(zip(widths, pool)):

@@ -99,12 +99,14 @@ def _describe(classes):
     return f"{len(classes)} classes ({', '.join(map(str, classes[:4]))}, ...)"
 
 
-def check_dataset_augmentation(name, augment):
-    """``augment`` if data set ``name``'s loader has it (in-memory arrays: ``pad_crop_flip``, ``none``; TFDS: also
-    ``resize_crop_flip``), else a ``ValueError`` naming the recipe field and the accepted values."""
-    if dataset_info(name).loader == "tfds":
+def check_dataset_augmentation(name, augment, task=None):
+    """``augment`` if data set ``name``'s loader has it for ``task`` (in-memory arrays: ``pad_crop_flip``, ``none``;
+    TFDS: also ``resize_crop_flip``, except for the few-shot task, whose recipe reads its TFDS images into memory),
+    else a ``ValueError`` naming the recipe field and the accepted values."""
+    if dataset_info(name).loader == "tfds" and task != "few_shot":
         return check_augmentation(augment, TFDS_AUGMENTATIONS, f"the TFDS data set {name}")
-    return check_augmentation(augment, where=f"{name} (in memory)")
+    where = f"{name} (in memory)" if task != "few_shot" else f"a few-shot run on {name} (its images in memory)"
+    return check_augmentation(augment, where=where)
 
 
 class Batches:

@@ -133,8 +133,8 @@ def tfds_dataset(name, split, batch_size, training=False, image_size=None, class
     if limit is not None:
         limit = check_positive_int("limit", limit)
     image_size = spec.image_size if image_size is None else check_positive_int("image_size", image_size)
-    if resize_size is None:
-        resize_size = image_size if spec.augmentation == "pad_crop_flip" else int(round(image_size * 256 / 224))
+    if resize_size is None:  # CIFAR's own augmentation and evaluation never resize to it; resize_crop_flip on CIFAR
+        resize_size = int(round(image_size * 256 / 224))  # does (at image_size the crop was the whole image)
     resize_size = check_positive_int("resize_size", resize_size)
     if resize_size < image_size:
         raise ValueError(f"`resize_size` ({resize_size}) must be >= `image_size` ({image_size}).")

@@ -103,7 +103,7 @@ def preset_spec(name, dataset=None, image_size=None, **recipe_overrides):
     if ways is not None and model_ways is not None and ways != model_ways:  # episodes the model has no room for
         raise ValueError(f"recipe field `ways` ({ways}) must be the {model_ways} ways of the preset's model, which "
                          "meta-trains and is evaluated on episodes of that many classes.")
-    check_dataset_augmentation(spec.data.dataset, spec.recipe.augment)
+    check_dataset_augmentation(spec.data.dataset, spec.recipe.augment, spec.task)
     return spec
 
 
