@@ -5,6 +5,7 @@ import csv
 import json
 import os
 import sys
+import warnings
 
 import keras
 import numpy as np
@@ -221,3 +222,56 @@ def test_launcher_bad_input_is_one_line_and_exit_2(args, message, tmp_path, caps
         launch.main(["--log-dir", str(tmp_path / "logs")] + args if "--log-dir" not in args else args)
     err = capsys.readouterr().err.strip().splitlines()
     assert exit_info.value.code == 2 and message in err[-1] and "Traceback" not in "".join(err)
+
+
+@pytest.mark.parametrize("kind", ["repeated", "finite", "unknown_length"])
+def test_loop_reads_a_dataset_across_epochs_as_model_fit_does(kind):
+    """With ``steps_per_epoch`` an epoch continues where the previous one stopped, and a finite dataset starts again
+    once exhausted (an epoch that reaches its end ends there), as ``model.fit`` reads it: the same batches, logs and
+    weights (the loop made a new iterator every epoch, so it trained on the first 3 of the 4 batches only). A dataset
+    of unknown length is compared with ``model.fit`` on the same batches of known length: ``model.fit`` on the
+    unknown length also counts the empty batch it reads last, in its logs and at times in its optimizer's
+    iterations."""
+    images, labels = dm.synthetic_data(64)
+    reference_data = data = dm.dataset(images, labels, 16)  # 4 batches
+    if kind == "repeated":
+        reference_data = data = data.repeat()
+    elif kind == "unknown_length":
+        data = data.filter(lambda x, y: True)
+        assert int(data.cardinality()) == tf.data.UNKNOWN_CARDINALITY
+    strategy = strategies.make_strategy("mirrored")
+    seen = {}
+
+    class Batches(keras.callbacks.Callback):  # the batch indices each epoch ran
+        def on_epoch_begin(self, epoch, logs=None):
+            seen.setdefault(self.loop, []).append([])
+
+        def on_train_batch_end(self, batch, logs=None):
+            seen[self.loop][-1].append(batch)
+
+    def run(loop):
+        with strategy.scope():
+            model = dm.mpw_classifier()
+        batches = Batches()
+        batches.loop = loop
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # both warn that a finite dataset ran out in the middle of an epoch
+            if loop:
+                history = distributed_fit(model, strategy, data, 4, [batches], steps_per_epoch=3, verbose=0)
+            else:
+                history = model.fit(reference_data, epochs=4, steps_per_epoch=3, callbacks=[batches], verbose=0)
+        return model, history.history
+
+    loop_model, loop_history = run(True)
+    fit_model, fit_history = run(False)
+    if kind == "repeated":
+        assert seen[True] == [[0, 1, 2]] * 4
+    else:  # 4 batches read 3 at a time: the second epoch ends after the fourth batch, the third starts again
+        assert seen[True] == [[0, 1, 2], [0], [0, 1, 2], [0]]
+    assert seen[True] == seen[False]
+    assert sorted(loop_history) == sorted(fit_history) == ["accuracy", "loss"]
+    for key in fit_history:
+        np.testing.assert_allclose(loop_history[key], fit_history[key], rtol=1e-5, err_msg=key)
+    expected = dm.weights_by_path(fit_model)
+    for key, value in dm.weights_by_path(loop_model).items():
+        np.testing.assert_allclose(value, expected[key], rtol=0, atol=1e-6, err_msg=key)

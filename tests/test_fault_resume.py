@@ -5,6 +5,7 @@ import os
 import signal
 import subprocess
 import sys
+import warnings
 
 import keras
 import numpy as np
@@ -103,6 +104,92 @@ def test_resume_loop_mid_epoch_equals_uninterrupted(tmp_path):
     assert_close(dm.weights_by_path(resumed), dm.weights_by_path(reference), atol=1e-6)
     assert resumed_stopper.wait == reference_stopper.wait == 2
     assert not (tmp_path / "ckpt").exists()
+
+
+def _mirrored_model(strategy, **kwargs):
+    with strategy.scope():
+        return dm.mpw_classifier(**kwargs)
+
+
+@pytest.mark.parametrize("kind", ["repeated", "finite"])
+def test_resume_loop_with_steps_per_epoch_reads_on_where_it_stopped(tmp_path, kind):
+    """A dataset read ``steps_per_epoch`` batches at a time (one iterator across epochs, as model.fit reads it; the
+    finite one, 4 batches read 3 at a time, ends every second epoch early and starts again) resumed mid-epoch skips
+    to where the uninterrupted run was: weights and the resumed epochs' logs equal an uninterrupted ``model.fit``."""
+    images, labels = dm.synthetic_data(64)
+    data = dm.dataset(images, labels, 16)  # 4 batches
+    if kind == "repeated":
+        data = data.repeat()
+    strategy = make_strategy("mirrored", ["/cpu:0", "/cpu:1"])
+
+    with pytest.raises(RuntimeError, match="interrupted"):  # saves after every batch; stops in epoch 1 (2 for finite)
+        distributed_fit(_mirrored_model(strategy), strategy, data, 4, [Interrupt(5 if kind == "repeated" else 6)],
+                        checkpoint_dir=tmp_path / "ckpt", save_freq=1, steps_per_epoch=3, verbose=0)
+    pointer = read_pointer(str(tmp_path / "ckpt"))
+    resumed_at = (1, 1) if kind == "repeated" else (2, 1)
+    assert (pointer["epoch"], pointer["step"]) == resumed_at
+    resumed = _mirrored_model(strategy)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # the finite dataset runs out in the middle of an epoch: both warn
+        history = distributed_fit(resumed, strategy, data, 4, checkpoint_dir=tmp_path / "ckpt", save_freq=1,
+                                  steps_per_epoch=3, verbose=0).history
+        reference = _mirrored_model(strategy)
+        expected = reference.fit(data, epochs=4, steps_per_epoch=3, verbose=0).history
+    assert_close(dm.weights_by_path(resumed), dm.weights_by_path(reference), atol=1e-6)
+    for key in expected:  # the resumed run logged the epochs from the one it resumed in
+        np.testing.assert_allclose(history[key], expected[key][resumed_at[0]:], rtol=1e-5, err_msg=key)
+
+
+def test_resume_loop_restores_early_stopping_best_weights(tmp_path):
+    """``EarlyStopping(restore_best_weights=True)``'s best weights are saved with the checkpoint: a run stopped after
+    epoch 1 and resumed ends with the same weights as an uninterrupted one (epoch 0's, the best; the resumed run
+    took epoch 2's, the first it saw)."""
+    images, labels = dm.synthetic_data(64)
+    data = dm.dataset(images, labels, 16)
+    strategy = make_strategy("mirrored", ["/cpu:0", "/cpu:1"])
+
+    def stopper():  # epoch 0 is the best (no later epoch improves by 10); stops at epoch 3
+        return keras.callbacks.EarlyStopping("loss", patience=3, min_delta=10.0, restore_best_weights=True)
+
+    reference_stopper = stopper()
+    reference = _mirrored_model(strategy)
+    distributed_fit(reference, strategy, data, 6, [reference_stopper], verbose=0)
+    assert (reference_stopper.best_epoch, reference_stopper.stopped_epoch) == (0, 3)
+    with pytest.raises(RuntimeError, match="interrupted"):
+        distributed_fit(_mirrored_model(strategy), strategy, data, 6, [stopper(), Interrupt(10)],
+                        checkpoint_dir=tmp_path / "ckpt", verbose=0)
+    assert read_pointer(str(tmp_path / "ckpt"))["epoch"] == 2
+    resumed_stopper = stopper()
+    resumed = _mirrored_model(strategy)
+    history = distributed_fit(resumed, strategy, data, 6, [resumed_stopper], checkpoint_dir=tmp_path / "ckpt",
+                              verbose=0).history
+    assert len(history["loss"]) == 2  # epochs 2 and 3
+    assert (resumed_stopper.best_epoch, resumed_stopper.stopped_epoch) == (0, 3)
+    assert_close(dm.weights_by_path(resumed), dm.weights_by_path(reference), atol=1e-6)
+
+
+def test_resume_loop_mid_epoch_logs_the_whole_epoch(tmp_path):
+    """The loss and metric totals are saved with a mid-epoch checkpoint and not reset when the run resumes in that
+    epoch: its logs (what EarlyStopping, ReduceLROnPlateau and CSVLogger see) cover all its batches, not only those
+    run after the restart, and equal an uninterrupted ``model.fit``'s (2 replicas: the metrics' per-replica
+    totals)."""
+    images, labels = dm.synthetic_data(64)
+    data = dm.dataset(images, labels, 16)
+    strategy = make_strategy("mirrored", ["/cpu:0", "/cpu:1"])
+    with pytest.raises(RuntimeError, match="interrupted"):  # the 4th batch of epoch 1, after its step-3 save
+        distributed_fit(_mirrored_model(strategy), strategy, data, 3, [Interrupt(8)],
+                        checkpoint_dir=tmp_path / "ckpt", save_freq=3, verbose=0)
+    pointer = read_pointer(str(tmp_path / "ckpt"))
+    assert (pointer["epoch"], pointer["step"]) == (1, 3)
+    resumed = _mirrored_model(strategy)
+    history = distributed_fit(resumed, strategy, data, 3, checkpoint_dir=tmp_path / "ckpt", save_freq=3,
+                              verbose=0).history
+    reference = _mirrored_model(strategy)
+    expected = reference.fit(data, epochs=3, verbose=0).history
+    assert sorted(history) == ["accuracy", "loss"]
+    for key in expected:
+        np.testing.assert_allclose(history[key], expected[key][1:], rtol=1e-5, err_msg=key)
+    assert_close(dm.weights_by_path(resumed), dm.weights_by_path(reference), atol=1e-6)
 
 
 def _values(model):

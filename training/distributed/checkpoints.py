@@ -10,7 +10,9 @@ if the newest cannot be read).
 - :class:`TrainingCheckpoint`: for ``training.distributed.fit``'s multi-worker loop. A ``tf.train.Checkpoint`` of the
   model (every layer variable: weights, BatchNorm statistics, prototype assignments, proxies, GSP warm-up flags, a
   ``CCPState`` attached to the model), the optimizer (iteration count, slots), the epoch and step counters and the
-  Keras variables the callbacks own, plus the Python state of callbacks that keep one (``EarlyStopping``,
+  Keras variables the callbacks own; a second one of the model's metric variables (the loss and metric totals of the
+  epoch so far, so that an epoch resumed mid-way logs all its batches); the position in the data; and the Python
+  state of callbacks that keep one (``EarlyStopping`` with its ``best_weights``, in ``callbacks.npz``,
   ``ReduceLROnPlateau``, or any callback with ``get_checkpoint_state`` / ``set_checkpoint_state``). Under
   ``MultiWorkerMirroredStrategy`` every worker calls :meth:`save` (saving may read variables through collective
   ops, which need every worker), the chief into the real directory and the other workers into their own temporary
@@ -35,6 +37,7 @@ import tempfile
 import uuid
 
 import keras
+import numpy as np
 
 from ot_layers.optional import tensorflow_if_installed
 from ot_layers.validation import check_positive_int
@@ -180,6 +183,14 @@ _PYTHON_STATE = {  # Keras callbacks whose decisions live in Python attributes r
 }
 
 
+# Keras callbacks' state held in lists of arrays (saved in ``callbacks.npz``): EarlyStopping's best weights, which
+# ``restore_best_weights`` puts back at the end (``None`` until an epoch improved).
+_ARRAY_STATE = {
+    keras.callbacks.EarlyStopping: ("best_weights",),
+}
+ARRAYS_FILE = "callbacks.npz"
+
+
 def _jsonable(value):
     if value is None or isinstance(value, (bool, int, str)):
         return value
@@ -207,6 +218,17 @@ def callback_python_state(callback):
         if isinstance(callback, kind):
             return {name: _jsonable(getattr(callback, name, None)) for name in names}
     return None
+
+
+def callback_array_state(callback):
+    """``{attribute: list of arrays or None}`` for the callbacks of ``_ARRAY_STATE`` (``EarlyStopping``'s
+    ``best_weights``); ``{}`` for the others and for callbacks with ``get_checkpoint_state``."""
+    if hasattr(callback, "get_checkpoint_state"):
+        return {}
+    for kind, names in _ARRAY_STATE.items():
+        if isinstance(callback, kind):
+            return {name: getattr(callback, name, None) for name in names}
+    return {}
 
 
 def set_callback_python_state(callback, state):
@@ -248,14 +270,23 @@ class TrainingCheckpoint:
         if getattr(model, "optimizer", None) is not None:
             objects["optimizer"] = model.optimizer
         self.checkpoint = tf.train.Checkpoint(**objects)
+        # The model's metric variables (loss and metric totals and counts: what ``reset_metrics`` clears), in a
+        # checkpoint of their own ("metrics"): a checkpoint written without them, or for other metrics, still
+        # restores the training state (the resumed epoch's totals then start at zero).
+        metrics = list(getattr(model, "metrics_variables", []))
+        self.metrics_checkpoint = tf.train.Checkpoint(metrics=metrics) if metrics else None
+        self.position = None  # restore(): the saved position in the data, if any
+        self.restored_metrics = False  # restore(): whether the metric variables were restored
         self.chief = is_chief()
 
     def _name(self, epoch, step):
         return f"{PREFIX}{int(epoch):05d}-{int(step):07d}"
 
-    def save(self, epoch, step=0):
+    def save(self, epoch, step=0, position=None):
         """Write the state after ``step`` batches of ``epoch`` (``step=0``: at the start of ``epoch``). Every worker
-        must call it; only the chief's copy is kept. Returns the checkpoint's path (the chief's) or ``None``."""
+        must call it; only the chief's copy is kept. Returns the checkpoint's path (the chief's) or ``None``.
+        ``position``: the loop's position in its data (the batches read from the current pass over a dataset whose
+        iterator lives across epochs), returned by :meth:`restore` as ``self.position``."""
         self.epoch.assign(int(epoch))
         self.step.assign(int(step))
         os.makedirs(self.directory, exist_ok=True)
@@ -264,22 +295,42 @@ class TrainingCheckpoint:
             # Outside ``directory``: the chief removes that directory when training ends, possibly while this
             # worker still writes its copy of the last checkpoint.
             scratch = tempfile.mkdtemp(prefix=f"otzoo-{config['task']['type']}-{config['task']['index']}-")
-            self.checkpoint.write(os.path.join(scratch, "state"))
+            self._write_variables(scratch)
             shutil.rmtree(scratch, ignore_errors=True)
             return None
         name = self._name(epoch, step)
         temp = _temporary_dir(self.directory, name)
-        self.checkpoint.write(os.path.join(temp, "state"))
+        self._write_variables(temp)
         python_state = {key: callback_python_state(cb) for key, cb in zip(self.keys, self.callbacks)}
+        arrays, layout = {}, {}
+        for key, callback in zip(self.keys, self.callbacks):
+            for attribute, value in callback_array_state(callback).items():
+                layout.setdefault(key, {})[attribute] = None if value is None else len(value)
+                for index, array in enumerate(value or ()):
+                    arrays[f"{key}.{attribute}.{index}"] = np.asarray(array)
+        if arrays:
+            with open(os.path.join(temp, ARRAYS_FILE), "wb") as handle:
+                np.savez(handle, **arrays)
+        progress = dict(epoch=int(epoch), step=int(step), callbacks=python_state, callback_arrays=layout)
+        if position is not None:
+            progress["position"] = int(position)
         with open(os.path.join(temp, "progress.json"), "w") as handle:
-            json.dump(dict(epoch=int(epoch), step=int(step), callbacks=python_state), handle)
+            json.dump(progress, handle)
         return commit_directory(temp, self.directory, name, dict(epoch=int(epoch), step=int(step)),
                                 self.max_to_keep)
 
+    def _write_variables(self, directory):
+        self.checkpoint.write(os.path.join(directory, "state"))
+        if self.metrics_checkpoint is not None:
+            self.metrics_checkpoint.write(os.path.join(directory, "metrics"))
+
     def restore(self):
         """Load the newest readable checkpoint; returns ``(epoch, step)`` to continue from (``(0, 0)`` when there
-        is none). The callbacks' Python state is kept for :meth:`restore_callback_state`."""
-        self._python_state = None
+        is none). The callbacks' Python state is kept for :meth:`restore_callback_state`; ``self.position`` is the
+        position saved with it (``None`` if none was) and ``self.restored_metrics`` whether the model's metric
+        variables were restored (a checkpoint of an earlier otzoo holds none)."""
+        self._python_state, self._array_state = None, None
+        self.position, self.restored_metrics = None, False
         pointer = read_pointer(self.directory) if os.path.isdir(self.directory) else None
         if pointer is None:
             return 0, 0
@@ -289,19 +340,53 @@ class TrainingCheckpoint:
             try:
                 with open(os.path.join(path, "progress.json")) as handle:
                     progress = json.load(handle)
+                array_state = self._read_arrays(path, progress.get("callback_arrays") or {})
                 self.checkpoint.read(os.path.join(path, "state")).assert_existing_objects_matched()
+                restored_metrics = self._read_metrics(os.path.join(path, "metrics"))
             except Exception as error:  # noqa: BLE001 - a damaged file raises anything; the next one is tried
                 errors.append(f"{name}: {type(error).__name__}: {error}")
                 continue
-            self._python_state = progress.get("callbacks")
+            self._python_state, self._array_state = progress.get("callbacks"), array_state
+            self.position, self.restored_metrics = progress.get("position"), restored_metrics
             return int(self.epoch.numpy()), int(self.step.numpy())
         raise ValueError(f"`directory` {self.directory!r}: no readable checkpoint ({'; '.join(errors)}).")
 
+    def _read_metrics(self, prefix):
+        """Restore the metric variables from ``prefix``; ``False`` when there are none to restore or they do not
+        match (the loop then resets them)."""
+        if self.metrics_checkpoint is None or not tf.io.gfile.exists(f"{prefix}.index"):
+            return False
+        try:
+            self.metrics_checkpoint.read(prefix).assert_existing_objects_matched()
+        except Exception:  # noqa: BLE001 - other metrics than the run that saved them: not the training state
+            return False
+        return True
+
+    @staticmethod
+    def _read_arrays(path, layout):
+        """``{callback key: {attribute: list of arrays or None}}`` from ``callbacks.npz`` as ``layout`` (the
+        ``callback_arrays`` of ``progress.json``) describes it."""
+        state = {}
+        if any(count for attributes in layout.values() for count in attributes.values()):
+            with np.load(os.path.join(path, ARRAYS_FILE), allow_pickle=False) as stored:
+                for key, attributes in layout.items():
+                    for attribute, count in attributes.items():
+                        state.setdefault(key, {})[attribute] = (
+                            None if count is None else [stored[f"{key}.{attribute}.{i}"] for i in range(count)])
+        else:
+            state = {key: {attribute: None if count is None else [] for attribute, count in attributes.items()}
+                     for key, attributes in layout.items()}
+        return state
+
     def restore_callback_state(self):
-        """Give the callbacks their saved Python state (after ``on_train_begin``, which resets it)."""
+        """Give the callbacks their saved Python state and arrays (``EarlyStopping``'s ``best_weights``) after
+        ``on_train_begin``, which resets them."""
         state = getattr(self, "_python_state", None) or {}
+        arrays = getattr(self, "_array_state", None) or {}
         for key, callback in zip(self.keys, self.callbacks):
             set_callback_python_state(callback, state.get(key))
+            for attribute, value in arrays.get(key, {}).items():
+                setattr(callback, attribute, value)
 
     def delete(self):
         """Remove the directory (chief only), as ``BackupAndRestore`` does when training finishes."""

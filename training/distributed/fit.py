@@ -39,9 +39,18 @@ Fault tolerance: ``checkpoint_dir`` backs up the training state (``training.dist
 writes) every epoch, or every ``save_freq`` batches, restores it when the run starts again and deletes it when
 training finishes (``keras.callbacks.BackupAndRestore`` semantics). A ``keras.callbacks.BackupAndRestore`` in
 ``callbacks`` is replaced by the same mechanism (its ``backup_dir`` and ``save_freq``). The multi-worker loop
-resumes mid-epoch exactly: the batches already done are skipped. Under ``model.fit`` a plain ``BackupAndRestore``
-becomes an ``AtomicBackupAndRestore`` on the same directory.
+resumes mid-epoch exactly: the batches already done are skipped (it saves its position in the data), the epoch's
+loss and metric totals so far are restored (its logs cover all its batches), and so are ``EarlyStopping``'s
+counters and best weights. Under ``model.fit`` a plain ``BackupAndRestore`` becomes an ``AtomicBackupAndRestore``
+on the same directory.
+
+Data: a ``tf.data.Dataset`` is read as ``model.fit`` reads it, through one iterator kept across epochs and started
+again once the dataset is exhausted: with ``steps_per_epoch`` an epoch continues where the previous one stopped (on
+a repeated dataset every epoch gets new batches), and an epoch that reaches the end of a finite dataset ends there.
+A function ``epoch -> Dataset`` gives each epoch a dataset of its own.
 """
+import warnings
+
 import keras
 
 from ot_layers.optional import tensorflow_if_installed
@@ -120,7 +129,8 @@ def fit(model, data, epochs=1, strategy="auto", callbacks=None, validation_data=
     ``training.distributed.make_strategy`` or a strategy. ``validation_data``: a dataset of global batches,
     evaluated after every epoch (``val_`` logs). ``checkpoint_dir``: back up and restore the training state there
     (``save_freq``: ``"epoch"`` or a number of batches). ``steps_per_epoch``: needed when the dataset's length is
-    unknown or infinite. ``verbose``: 0 silent, 1 progress bar, 2 one line per epoch (``"auto"``: 1).
+    unknown or infinite; each epoch continues where the previous one stopped, as in ``model.fit``. ``verbose``: 0
+    silent, 1 progress bar, 2 one line per epoch (``"auto"``: 1).
     """
     epochs = check_positive_int("epochs", epochs)
     if isinstance(initial_epoch, bool) or not isinstance(initial_epoch, int) or not 0 <= initial_epoch < epochs:
@@ -214,6 +224,17 @@ def _epoch_dataset(data, epoch):
     return dataset
 
 
+def _data_position(epoch, step, steps, cardinality):
+    """The batches of the current pass over a dataset that an uninterrupted run, started at epoch 0 with a fresh
+    iterator, has read after ``step`` batches of ``epoch`` (model.fit's order: an epoch of ``steps`` batches
+    continues where the previous one stopped and ends early when the dataset of ``cardinality`` batches is
+    exhausted; the next epoch starts the dataset again). Used for checkpoints that saved no position."""
+    if cardinality < 0:
+        return epoch * steps + step
+    epochs_per_pass = -(-cardinality // steps)
+    return (epoch % epochs_per_pass) * steps + step
+
+
 def _steps(dataset, steps, name):
     cardinality = int(dataset.cardinality())
     if steps is not None:
@@ -270,11 +291,22 @@ def distributed_fit(model, strategy, data, epochs, callbacks=(), validation_data
                                                  add_progbar=bool(verbose) and chief, verbose=verbose,
                                                  epochs=epochs, steps=steps, model=model)
     checkpoint = TrainingCheckpoint(checkpoint_dir, model, callbacks) if checkpoint_dir is not None else None
-    start_epoch, start_step = initial_epoch, 0
+    start_epoch, start_step, position = initial_epoch, 0, 0
     if checkpoint is not None:
         restored_epoch, restored_step = checkpoint.restore()
         if (restored_epoch, restored_step) != (0, 0):
             start_epoch, start_step = restored_epoch, restored_step
+            position = checkpoint.position
+    # A Dataset is read as model.fit reads it: one iterator across epochs, started again once the dataset is
+    # exhausted (with ``steps_per_epoch`` an epoch continues where the previous one stopped). ``position``: the
+    # batches read from the current pass. Data given as a function of the epoch is a new dataset every epoch.
+    per_epoch = not isinstance(data, tf.data.Dataset)
+    # cardinality < 0: infinite, or unknown until the dataset runs out (the number of batches read then)
+    cardinality = tf.data.INFINITE_CARDINALITY if per_epoch else int(first.cardinality())
+    if per_epoch or position is None:  # position None: a checkpoint of an earlier otzoo, which saved none
+        position = start_step if per_epoch else _data_position(start_epoch, start_step, steps, cardinality)
+    iterator = None
+    ran_out = False
 
     # After ``strategy.run`` the function is in cross-replica context, where reading the metrics' (sync-on-read)
     # variables sums them over every replica of every worker: the logs are the global ones, on every worker.
@@ -283,13 +315,31 @@ def distributed_fit(model, strategy, data, epochs, callbacks=(), validation_data
         strategy.run(model.train_step, args=(next(iterator),))
         return model.get_metrics_result()
 
+    # For a dataset of unknown length: a step on a batch only if there is one (every worker agrees). A step on
+    # an exhausted iterator (next() raising OutOfRangeError) can have counted an empty batch in the metrics and the
+    # optimizer's iterations before raising, depending on the order its operations ran in.
+    @tf.function
+    def train_steps_if_any(iterator):
+        batch = iterator.get_next_as_optional()
+        found = batch.has_value()
+        if found:
+            strategy.run(model.train_step, args=(batch.get_value(),))
+        return found, model.get_metrics_result()
+
     @tf.function
     def test_steps(iterator):
         strategy.run(model.test_step, args=(next(iterator),))
         return model.get_metrics_result()
 
+    @tf.function
+    def metrics_result():
+        return model.get_metrics_result()
+
     def python_logs(logs):
         return {key: float(value) for key, value in logs.items()}
+
+    def batches(dataset, skip):
+        return iter(strategy.experimental_distribute_dataset(dataset.skip(skip) if skip else dataset))
 
     model.stop_training = False
     model.train_function = train_steps  # TensorBoard & co. look for it
@@ -300,22 +350,46 @@ def distributed_fit(model, strategy, data, epochs, callbacks=(), validation_data
     epoch_logs = {}
     save_every = None if save_freq == "epoch" else int(save_freq)
     for epoch in range(start_epoch, epochs):
-        model.reset_metrics()
         skip = start_step if epoch == start_epoch else 0
+        # Resumed mid-epoch: the metrics hold the totals of the epoch's first `skip` batches (restored with them).
+        resumed_metrics = bool(skip) and checkpoint.restored_metrics
+        if not resumed_metrics:
+            model.reset_metrics()
         callback_list.on_epoch_begin(epoch)
-        dataset = _epoch_dataset(data, epoch) if epoch != initial_epoch else first
-        if skip:
-            dataset = dataset.skip(skip)
-        iterator = iter(strategy.experimental_distribute_dataset(dataset))
-        logs = {}
+        if per_epoch:
+            iterator, position = batches(_epoch_dataset(data, epoch) if epoch != initial_epoch else first, skip), skip
+        logs = python_logs(metrics_result()) if resumed_metrics else {}
         for step in range(skip, steps):
+            if 0 <= cardinality <= position:  # the dataset is exhausted: model.fit ends the epoch here
+                ran_out = True
+                break
+            if iterator is None:
+                iterator = batches(data, position)
             callback_list.on_train_batch_begin(step)
-            logs = python_logs(train_steps(iterator))
+            if cardinality != tf.data.UNKNOWN_CARDINALITY:
+                results = train_steps(iterator)
+            else:
+                found, results = train_steps_if_any(iterator)
+                if not bool(found):
+                    if position == 0:
+                        raise ValueError("`data` is empty: the dataset holds no batch.")
+                    # The dataset of unknown length ran out: its length is known now. Start the next pass here
+                    # when no batch of this epoch has run yet, else end the epoch (model.fit ends it too).
+                    cardinality, iterator, position = position, None, 0
+                    if step > 0:
+                        ran_out = True
+                        break
+                    iterator = batches(data, 0)
+                    results = train_steps(iterator)
+            position += 1
+            logs = python_logs(results)
             callback_list.on_train_batch_end(step, logs)
             if checkpoint is not None and save_every and (step + 1) % save_every == 0 and step + 1 < steps:
-                checkpoint.save(epoch, step + 1)
+                checkpoint.save(epoch, step + 1, position)
             if model.stop_training:
                 break
+        if 0 <= cardinality <= position:  # start the next pass with the next epoch
+            iterator, position = None, 0
         epoch_logs = dict(logs)
         if validation_data is not None:
             model.reset_metrics()
@@ -325,9 +399,13 @@ def distributed_fit(model, strategy, data, epochs, callbacks=(), validation_data
             epoch_logs.update({f"val_{key}": value for key, value in python_logs(val_logs).items()})
         callback_list.on_epoch_end(epoch, epoch_logs)
         if checkpoint is not None:
-            checkpoint.save(epoch + 1, 0)
+            checkpoint.save(epoch + 1, 0, position)
         if model.stop_training:
             break
+    if ran_out:
+        warnings.warn(f"`data` ran out before some epoch's {steps} steps; that epoch ended early and the next one "
+                      "read the dataset from its start again (as model.fit does). Give `steps_per_epoch` dividing "
+                      "the dataset's length, or repeat the dataset.", stacklevel=2)
     if isinstance(model.optimizer, keras.optimizers.Optimizer):
         model.optimizer.finalize_variable_values(model.trainable_weights)
     callback_list.on_train_end(logs=epoch_logs)
