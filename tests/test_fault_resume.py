@@ -242,6 +242,34 @@ def test_fault_atomic_backup_ignores_unfinished_writes(tmp_path):
     assert_close(dm.weights_by_path(resumed), dm.weights_by_path(reference), atol=1e-6)
 
 
+def test_model_fit_resume_restores_early_stopping_and_plateau_state(tmp_path):
+    """Under ``model.fit`` too (``training.distributed.fit`` on one device), the backups carry ``EarlyStopping``'s
+    counters and best weights and ``ReduceLROnPlateau``'s counters: a run stopped after epoch 1 and resumed stops at
+    the epoch, with the learning rate and the weights, of an uninterrupted run (Keras' own callback keeps none: the
+    resumed run waited its patience again and restored the first epoch it saw)."""
+    images, labels = dm.synthetic_data(64)
+    data = dm.dataset(images, labels, 16)
+
+    def watchers():  # epoch 0 is the best (no later epoch improves by 10); the rate halves after epoch 1, stops at 3
+        return [keras.callbacks.ReduceLROnPlateau("loss", factor=0.5, patience=1, min_delta=10.0),
+                keras.callbacks.EarlyStopping("loss", patience=3, min_delta=10.0, restore_best_weights=True)]
+
+    reference, reference_watchers = dm.mpw_classifier(), watchers()
+    fit(reference, data, epochs=8, callbacks=reference_watchers, verbose=0)
+    assert (reference_watchers[1].best_epoch, reference_watchers[1].stopped_epoch) == (0, 3)
+    with pytest.raises(RuntimeError, match="interrupted"):  # after the epoch-1 backup
+        fit(dm.mpw_classifier(), data, epochs=8, callbacks=watchers() + [Interrupt(9)],
+            checkpoint_dir=str(tmp_path / "backup"), verbose=0)
+    assert read_pointer(str(tmp_path / "backup"))["epoch"] == 2
+    resumed, resumed_watchers = dm.mpw_classifier(), watchers()
+    _, history = fit(resumed, data, epochs=8, callbacks=resumed_watchers, checkpoint_dir=str(tmp_path / "backup"),
+                     verbose=0)
+    assert len(history.history["loss"]) == 2  # epochs 2 and 3
+    assert (resumed_watchers[1].best_epoch, resumed_watchers[1].stopped_epoch) == (0, 3)
+    assert float(resumed.optimizer.learning_rate) == pytest.approx(float(reference.optimizer.learning_rate))
+    assert_close(dm.weights_by_path(resumed), dm.weights_by_path(reference), atol=1e-6)
+
+
 def test_fault_plain_backup_and_restore_is_made_atomic(tmp_path):
     """``training.distributed.fit`` turns a ``keras.callbacks.BackupAndRestore`` into ``AtomicBackupAndRestore`` on
     the same directory (its layout: a ``latest`` pointer to a complete checkpoint directory)."""

@@ -114,23 +114,29 @@ def _temporary_dir(directory, tag):
 
 # --- backups of a model's weights (optimizer included) with a small record of the progress -----------------------
 
-def save_weights_backup(model, directory, name, progress, max_to_keep=2):
+def save_weights_backup(model, directory, name, progress, max_to_keep=2, write_extra=None):
     """Back up ``model``'s weights (``model.save_weights``: with its optimizer's variables once compiled and built)
     and the JSON dict ``progress`` (e.g. the epoch, or the episodes done) as ``directory/name``, written atomically
-    (see the module docstring); the newest ``max_to_keep`` backups are kept. Returns the backup's path."""
+    (see the module docstring); the newest ``max_to_keep`` backups are kept. ``write_extra(folder)``: writes more
+    files into the backup's folder before it is committed and returns a dict added to ``progress``. Returns the
+    backup's path."""
     os.makedirs(directory, exist_ok=True)
     temp = _temporary_dir(directory, name)
     model.save_weights(os.path.join(temp, WEIGHTS_FILE))
+    if write_extra is not None:
+        progress = dict(progress, **write_extra(temp))
     with open(os.path.join(temp, METADATA_FILE), "w") as handle:
         json.dump(progress, handle)
     return commit_directory(temp, directory, name, progress, max_to_keep)
 
 
-def load_weights_backup(model, directory, name="directory", keras_backup=False):
+def load_weights_backup(model, directory, name="directory", keras_backup=False, read_extra=None):
     """Restore the newest readable backup :func:`save_weights_backup` wrote into ``directory`` into ``model`` (its
     optimizer is built first when it is compiled); returns the backup's ``progress`` dict, or ``None`` when the
     directory holds none. ``keras_backup``: also read a backup ``keras.callbacks.BackupAndRestore`` wrote (its files
-    at the directory's top). A directory whose backups all fail to load raises ``ValueError`` naming ``name``."""
+    at the directory's top). ``read_extra(folder, progress)``: reads what ``write_extra`` wrote, before the weights
+    (a backup it cannot read is skipped like a damaged one); its result is ``progress["extra"]``. A directory whose
+    backups all fail to load raises ``ValueError`` naming ``name``."""
     pointer = read_pointer(directory) if os.path.isdir(directory) else None
     if pointer is not None:
         names = list(reversed(pointer.get("history", [pointer["checkpoint"]])))
@@ -146,7 +152,10 @@ def load_weights_backup(model, directory, name="directory", keras_backup=False):
         try:
             with open(os.path.join(path, METADATA_FILE)) as handle:
                 progress = json.load(handle)
+            extra = read_extra(path, progress) if read_extra is not None else None
             model.load_weights(os.path.join(path, WEIGHTS_FILE))
+            if read_extra is not None:
+                progress["extra"] = extra
         except Exception as error:  # noqa: BLE001 - a damaged file raises anything; the next one is tried
             errors.append(f"{backup}: {type(error).__name__}: {error}")
             continue
@@ -242,6 +251,48 @@ def set_callback_python_state(callback, state):
         setattr(callback, name, value)
 
 
+def write_callback_state(directory, keys, callbacks):
+    """Write the arrays of ``callbacks`` (:func:`callback_array_state`) into ``directory/callbacks.npz``; returns
+    ``{"callbacks": Python state by key, "callback_arrays": the arrays' layout}`` for the backup's JSON record, which
+    :func:`read_callback_state` takes back."""
+    arrays, layout = {}, {}
+    for key, callback in zip(keys, callbacks):
+        for attribute, value in callback_array_state(callback).items():
+            layout.setdefault(key, {})[attribute] = None if value is None else len(value)
+            for index, array in enumerate(value or ()):
+                arrays[f"{key}.{attribute}.{index}"] = np.asarray(array)
+    if arrays:
+        with open(os.path.join(directory, ARRAYS_FILE), "wb") as handle:
+            np.savez(handle, **arrays)
+    return dict(callbacks={key: callback_python_state(cb) for key, cb in zip(keys, callbacks)},
+                callback_arrays=layout)
+
+
+def read_callback_state(directory, record):
+    """``(Python state by key, {key: {attribute: list of arrays or None}})`` of the backup in ``directory`` whose
+    JSON ``record`` :func:`write_callback_state` made (a record without them: none)."""
+    layout = record.get("callback_arrays") or {}
+    arrays = {}
+    if any(count for attributes in layout.values() for count in attributes.values()):
+        with np.load(os.path.join(directory, ARRAYS_FILE), allow_pickle=False) as stored:
+            for key, attributes in layout.items():
+                for attribute, count in attributes.items():
+                    arrays.setdefault(key, {})[attribute] = (
+                        None if count is None else [stored[f"{key}.{attribute}.{i}"] for i in range(count)])
+    else:
+        arrays = {key: {attribute: None if count is None else [] for attribute, count in attributes.items()}
+                  for key, attributes in layout.items()}
+    return record.get("callbacks") or {}, arrays
+
+
+def apply_callback_state(keys, callbacks, python_state, array_state):
+    """Give ``callbacks`` the state :func:`read_callback_state` read (after ``on_train_begin``, which resets it)."""
+    for key, callback in zip(keys, callbacks):
+        set_callback_python_state(callback, (python_state or {}).get(key))
+        for attribute, value in (array_state or {}).get(key, {}).items():
+            setattr(callback, attribute, value)
+
+
 # --- the multi-worker loop's checkpoint --------------------------------------------------------------------------
 
 class TrainingCheckpoint:
@@ -301,17 +352,7 @@ class TrainingCheckpoint:
         name = self._name(epoch, step)
         temp = _temporary_dir(self.directory, name)
         self._write_variables(temp)
-        python_state = {key: callback_python_state(cb) for key, cb in zip(self.keys, self.callbacks)}
-        arrays, layout = {}, {}
-        for key, callback in zip(self.keys, self.callbacks):
-            for attribute, value in callback_array_state(callback).items():
-                layout.setdefault(key, {})[attribute] = None if value is None else len(value)
-                for index, array in enumerate(value or ()):
-                    arrays[f"{key}.{attribute}.{index}"] = np.asarray(array)
-        if arrays:
-            with open(os.path.join(temp, ARRAYS_FILE), "wb") as handle:
-                np.savez(handle, **arrays)
-        progress = dict(epoch=int(epoch), step=int(step), callbacks=python_state, callback_arrays=layout)
+        progress = dict(epoch=int(epoch), step=int(step), **write_callback_state(temp, self.keys, self.callbacks))
         if position is not None:
             progress["position"] = int(position)
         with open(os.path.join(temp, "progress.json"), "w") as handle:
@@ -340,13 +381,13 @@ class TrainingCheckpoint:
             try:
                 with open(os.path.join(path, "progress.json")) as handle:
                     progress = json.load(handle)
-                array_state = self._read_arrays(path, progress.get("callback_arrays") or {})
+                python_state, array_state = read_callback_state(path, progress)
                 self.checkpoint.read(os.path.join(path, "state")).assert_existing_objects_matched()
                 restored_metrics = self._read_metrics(os.path.join(path, "metrics"))
             except Exception as error:  # noqa: BLE001 - a damaged file raises anything; the next one is tried
                 errors.append(f"{name}: {type(error).__name__}: {error}")
                 continue
-            self._python_state, self._array_state = progress.get("callbacks"), array_state
+            self._python_state, self._array_state = python_state, array_state
             self.position, self.restored_metrics = progress.get("position"), restored_metrics
             return int(self.epoch.numpy()), int(self.step.numpy())
         raise ValueError(f"`directory` {self.directory!r}: no readable checkpoint ({'; '.join(errors)}).")
@@ -362,31 +403,11 @@ class TrainingCheckpoint:
             return False
         return True
 
-    @staticmethod
-    def _read_arrays(path, layout):
-        """``{callback key: {attribute: list of arrays or None}}`` from ``callbacks.npz`` as ``layout`` (the
-        ``callback_arrays`` of ``progress.json``) describes it."""
-        state = {}
-        if any(count for attributes in layout.values() for count in attributes.values()):
-            with np.load(os.path.join(path, ARRAYS_FILE), allow_pickle=False) as stored:
-                for key, attributes in layout.items():
-                    for attribute, count in attributes.items():
-                        state.setdefault(key, {})[attribute] = (
-                            None if count is None else [stored[f"{key}.{attribute}.{i}"] for i in range(count)])
-        else:
-            state = {key: {attribute: None if count is None else [] for attribute, count in attributes.items()}
-                     for key, attributes in layout.items()}
-        return state
-
     def restore_callback_state(self):
         """Give the callbacks their saved Python state and arrays (``EarlyStopping``'s ``best_weights``) after
         ``on_train_begin``, which resets them."""
-        state = getattr(self, "_python_state", None) or {}
-        arrays = getattr(self, "_array_state", None) or {}
-        for key, callback in zip(self.keys, self.callbacks):
-            set_callback_python_state(callback, state.get(key))
-            for attribute, value in arrays.get(key, {}).items():
-                setattr(callback, attribute, value)
+        apply_callback_state(self.keys, self.callbacks, getattr(self, "_python_state", None),
+                             getattr(self, "_array_state", None))
 
     def delete(self):
         """Remove the directory (chief only), as ``BackupAndRestore`` does when training finishes."""
@@ -407,24 +428,43 @@ class AtomicBackupAndRestore(keras.callbacks.BackupAndRestore):
     complete backups are kept (the Keras callback's ``double_checkpoint`` is ``max_to_keep=2``). A directory
     holding only a backup of the stock callback (``latest.weights.h5`` and ``training_metadata.json`` at its top)
     is resumed from as Keras would.
+
+    ``callbacks``: the run's other callbacks whose Python state rides in the backups, as in the multi-worker loop's
+    checkpoints: ``EarlyStopping``'s counters and best weights, ``ReduceLROnPlateau``'s counters, and the state of
+    any callback with ``get_checkpoint_state`` / ``set_checkpoint_state`` (Keras' own callback keeps none: a
+    resumed run waited its patience again and restored other best weights). Their state is put back at the first
+    epoch's start, after every callback's ``on_train_begin`` (which resets it). Place this callback after them
+    (``training.distributed.fit`` does), so that an epoch's backup holds their decisions of that epoch.
     """
 
-    def __init__(self, backup_dir, save_freq="epoch", delete_checkpoint=True, max_to_keep=2):
+    def __init__(self, backup_dir, save_freq="epoch", delete_checkpoint=True, max_to_keep=2, callbacks=()):
         super().__init__(backup_dir, save_freq=save_freq, delete_checkpoint=delete_checkpoint)
         self.max_to_keep = check_positive_int("max_to_keep", max_to_keep)
+        self.callbacks = [cb for cb in callbacks if cb is not self]
+        self._keys = callback_keys(self.callbacks)
+        self._restored_state = None
 
     def on_train_begin(self, logs=None):
         self._load_model()
 
+    def on_epoch_begin(self, epoch, logs=None):
+        if self._restored_state is not None:  # after every on_train_begin, which reset these counters
+            apply_callback_state(self._keys, self.callbacks, *self._restored_state)
+            self._restored_state = None
+
     def _load_model(self):
         if not self.model.built:
             raise ValueError("`model` must be built before fit() to use AtomicBackupAndRestore (call it on a batch).")
-        metadata = load_weights_backup(self.model, self.backup_dir, name="backup_dir", keras_backup=True)
+        metadata = load_weights_backup(self.model, self.backup_dir, name="backup_dir", keras_backup=True,
+                                       read_extra=read_callback_state)
+        self._restored_state = None
         if metadata is not None:
             self._current_epoch = metadata["epoch"]
             self.model._initial_epoch = metadata["epoch"]  # noqa: SLF001 - how BackupAndRestore tells fit
+            self._restored_state = metadata["extra"]
 
     def _save_model(self):
         progress = {"epoch": self._current_epoch, "batch": self._last_batch_seen}
         name = f"{PREFIX}{self._current_epoch:05d}-{self._last_batch_seen:07d}"
-        save_weights_backup(self.model, self.backup_dir, name, progress, self.max_to_keep)
+        save_weights_backup(self.model, self.backup_dir, name, progress, self.max_to_keep,
+                            write_extra=lambda folder: write_callback_state(folder, self._keys, self.callbacks))

@@ -185,7 +185,8 @@ def _model_fit(model, data, epochs, callbacks, validation_data, checkpoint_dir, 
                                                                        only_plain=True)
     if checkpoint_dir is not None:
         delete = all(cb.delete_checkpoint for cb in plain)
-        callbacks.append(AtomicBackupAndRestore(checkpoint_dir, save_freq=save_freq, delete_checkpoint=delete))
+        callbacks.append(AtomicBackupAndRestore(checkpoint_dir, save_freq=save_freq, delete_checkpoint=delete,
+                                                callbacks=callbacks))
     return model.fit(data, epochs=epochs, callbacks=callbacks, validation_data=validation_data,
                      steps_per_epoch=steps_per_epoch, validation_steps=validation_steps, initial_epoch=initial_epoch,
                      verbose=verbose, shuffle=shuffle)
