@@ -242,6 +242,39 @@ def test_fault_atomic_backup_ignores_unfinished_writes(tmp_path):
     assert_close(dm.weights_by_path(resumed), dm.weights_by_path(reference), atol=1e-6)
 
 
+def test_resume_loop_from_a_checkpoint_without_position_on_data_of_unknown_length(tmp_path):
+    """A checkpoint of an earlier otzoo records no position in the data. For a dataset of unknown length the loop
+    guessed ``epoch * steps + step`` batches, past the data's end, took that for the length and failed
+    (``OutOfRangeError``); it now starts from the epoch's own batches, as the earlier otzoo read them."""
+    images, labels = dm.synthetic_data(64)
+    data = dm.dataset(images, labels, 16).filter(lambda x, y: True)  # 4 batches, length unknown
+    strategy = __import__("tensorflow").distribute.get_strategy()  # the default one the models are built under
+
+    class InterruptInEpoch2(keras.callbacks.Callback):
+        def on_epoch_begin(self, epoch, logs=None):
+            self.epoch = epoch
+
+        def on_train_batch_end(self, batch, logs=None):
+            if self.epoch == 2 and batch == 1:
+                raise RuntimeError("interrupted")
+
+    with pytest.raises(RuntimeError, match="interrupted"), warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        distributed_fit(dm.mpw_classifier(), strategy, data, 8, [InterruptInEpoch2()],
+                        checkpoint_dir=tmp_path / "ckpt", save_freq=1, steps_per_epoch=3, verbose=0)
+    pointer = read_pointer(str(tmp_path / "ckpt"))
+    assert (pointer["epoch"], pointer["step"]) == (2, 1)  # 2 * 3 + 1 batches guessed: past the 4 there are
+    record = tmp_path / "ckpt" / pointer["checkpoint"] / "progress.json"
+    progress = json.loads(record.read_text())
+    progress.pop("position")
+    record.write_text(json.dumps(progress))
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # the data run out within some epochs (4 batches, 3 a step)
+        history = distributed_fit(dm.mpw_classifier(), strategy, data, 8, [], checkpoint_dir=tmp_path / "ckpt",
+                                  save_freq=1, steps_per_epoch=3, verbose=0).history
+    assert len(history["loss"]) == 6 and np.all(np.isfinite(history["loss"]))
+
+
 def test_model_fit_resume_restores_early_stopping_and_plateau_state(tmp_path):
     """Under ``model.fit`` too (``training.distributed.fit`` on one device), the backups carry ``EarlyStopping``'s
     counters and best weights and ``ReduceLROnPlateau``'s counters: a run stopped after epoch 1 and resumed stops at

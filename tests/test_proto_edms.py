@@ -343,6 +343,10 @@ def test_ensemble_of_learners_the_zoo_named_alike(tmp_path):
                                    keras.layers.UnitNormalization()(learner(x)), atol=1e-5)
     ensemble.save(tmp_path / "ensemble.keras")
     np.testing.assert_allclose(np.asarray(keras.models.load_model(tmp_path / "ensemble.keras")(x)), out, atol=1e-6)
+    learners[2] = zoo.embedding_model("small_convnet", "gap", 8, input_shape=(16, 16, 1),
+                                      name="small_convnet_gap_embedding_1")  # the name the second would get
+    parts = [layer.name for layer in ensemble_embedding_model(learners).layers[1:4]]
+    assert len(set(parts)) == 3 and "small_convnet_gap_embedding_1" in parts
 
 
 # --- vocabulary and numerical contract of the head -----------------------------------------------------------------

@@ -22,14 +22,24 @@ def meta_class_partitions(num_classes, num_meta_classes, num_learners=1, seed=0)
     return partitions
 
 
-def _uniquely_named(learners, index):
-    """Learner ``index``, or, when an earlier learner has its name (the zoo's builders name every model of one kind
-    alike), a functional model of it (the same layers and weights) named ``<name>_<index>``: Keras refuses a model
-    whose layers share a name."""
-    learner = learners[index]
-    if all(other.name != learner.name for other in learners[:index]):
-        return learner
-    return keras.Model(learner.inputs[0], learner.outputs[0], name=f"{learner.name}_{index}")
+def _uniquely_named(learners):
+    """The ``learners``, each whose name an earlier one has (the zoo's builders name every model of one kind alike)
+    as a functional model of it (the same layers and weights) under the first free name ``<name>_<k>``, free among
+    all the learners' names: Keras refuses a model whose layers share a name."""
+    taken = {learner.name for learner in learners}
+    used, named = set(), []
+    for learner in learners:
+        if learner.name not in used:
+            used.add(learner.name)
+            named.append(learner)
+            continue
+        count = 1
+        while f"{learner.name}_{count}" in used or f"{learner.name}_{count}" in taken:
+            count += 1
+        name = f"{learner.name}_{count}"
+        used.add(name)
+        named.append(keras.Model(learner.inputs[0], learner.outputs[0], name=name))
+    return named
 
 
 def ensemble_embedding_model(learners, name="edms_ensemble"):
@@ -55,7 +65,7 @@ def ensemble_embedding_model(learners, name="edms_ensemble"):
         raise ValueError(f"`learners`[{repeated[0]}] is an earlier learner again: an ensemble of independent "
                          "learners needs one model each (build another).")
     inputs = keras.Input(shapes[0], name="images")
-    parts = [keras.layers.UnitNormalization(name=f"normalize_{i}")(_uniquely_named(learners, i)(inputs))
-             for i in range(len(learners))]
+    parts = [keras.layers.UnitNormalization(name=f"normalize_{i}")(learner(inputs))
+             for i, learner in enumerate(_uniquely_named(learners))]
     joined = parts[0] if len(parts) == 1 else keras.layers.Concatenate(name="concatenate")(parts)
     return keras.Model(inputs, keras.layers.Rescaling(1.0 / np.sqrt(len(learners)), name="scale")(joined), name=name)

@@ -305,7 +305,11 @@ def distributed_fit(model, strategy, data, epochs, callbacks=(), validation_data
     # cardinality < 0: infinite, or unknown until the dataset runs out (the number of batches read then)
     cardinality = tf.data.INFINITE_CARDINALITY if per_epoch else int(first.cardinality())
     if per_epoch or position is None:  # position None: a checkpoint of an earlier otzoo, which saved none
-        position = start_step if per_epoch else _data_position(start_epoch, start_step, steps, cardinality)
+        # Of a dataset of unknown length, only the epoch's own batches are known to exist (the earlier otzoo read
+        # each epoch from the start): a guess past the end would be taken for the length when the data ran out.
+        unknown = cardinality == tf.data.UNKNOWN_CARDINALITY
+        position = start_step if per_epoch or unknown else _data_position(start_epoch, start_step, steps,
+                                                                           cardinality)
     iterator = None
     ran_out = False
 

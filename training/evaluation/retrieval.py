@@ -22,8 +22,8 @@ def _ranked_hits(embeddings, labels, k, metric, chunk_size=1024):
         x = normalize_rows_np(np.asarray(embeddings, dtype=dtype), axis=1).astype(dtype)
         sq_norms = None
     else:
-        x = np.asarray(embeddings, dtype=np.float64)
-        x = (x - x.mean(axis=0)).astype(dtype)
+        x = np.asarray(embeddings)  # minus the mean taken in float64; no float64 copy of float32 embeddings
+        x = x.astype(dtype, copy=False) - x.mean(axis=0, dtype=np.float64).astype(dtype)
         sq_norms = np.sum(x * x, axis=1)
     n = x.shape[0]
     hits = np.empty((n, k), dtype=bool)
