@@ -13,7 +13,8 @@ import warnings
 
 from export.permissions import publishable
 from export.saved_model import missing_directories, remove_if_empty
-from export.signatures import unique_names, serving_spec
+from export.signatures import serving_spec
+from ot_layers.names import unique_names
 from ot_layers.optional import require, tensorflow_if_installed
 from ot_layers.validation import check_output_path
 

@@ -33,6 +33,7 @@ from dataclasses import dataclass
 import keras
 import numpy as np
 
+from ot_layers.names import unique_names
 from ot_layers.optional import tensorflow_if_installed
 from ot_layers.task_model import TASKS, model_task
 from ot_layers.tensor_ops import walk_layers
@@ -105,20 +106,6 @@ def _check_task_fits(model, task):
 def _clean(name, fallback):
     name = re.sub(r"[^A-Za-z0-9_]", "_", str(name or "")).strip("_")
     return name if name and name[0].isalpha() else fallback
-
-
-def unique_names(names):
-    """``names`` with each repeat made unique by the first free suffix ``_1``, ``_2``, ...: free among the names
-    given so far and those still to come, so a repeat never takes another input's name (``x``, ``x``, ``x_1`` give
-    ``x``, ``x_2``, ``x_1``; TensorFlow renamed the clash itself, and the signature then had a name no one knew)."""
-    names, result = list(names), []
-    for i, name in enumerate(names):
-        unique, count = name, 0
-        while unique in result or (unique != name and unique in names[i + 1:]):
-            count += 1
-            unique = f"{name}_{count}"
-        result.append(unique)
-    return tuple(result)
 
 
 @dataclass(frozen=True)

@@ -3,6 +3,7 @@ embedding."""
 import keras
 import numpy as np
 
+from ot_layers.names import unique_names
 from ot_layers.validation import check_positive_int, check_seed
 
 
@@ -24,22 +25,11 @@ def meta_class_partitions(num_classes, num_meta_classes, num_learners=1, seed=0)
 
 def _uniquely_named(learners):
     """The ``learners``, each whose name an earlier one has (the zoo's builders name every model of one kind alike)
-    as a functional model of it (the same layers and weights) under the first free name ``<name>_<k>``, free among
-    all the learners' names: Keras refuses a model whose layers share a name."""
-    taken = {learner.name for learner in learners}
-    used, named = set(), []
-    for learner in learners:
-        if learner.name not in used:
-            used.add(learner.name)
-            named.append(learner)
-            continue
-        count = 1
-        while f"{learner.name}_{count}" in used or f"{learner.name}_{count}" in taken:
-            count += 1
-        name = f"{learner.name}_{count}"
-        used.add(name)
-        named.append(keras.Model(learner.inputs[0], learner.outputs[0], name=name))
-    return named
+    as a functional model of it (the same layers and weights) under the name :func:`unique_names` gives it: Keras
+    refuses a model whose layers share a name."""
+    names = unique_names([learner.name for learner in learners])
+    return [learner if name == learner.name else keras.Model(learner.inputs[0], learner.outputs[0], name=name)
+            for learner, name in zip(learners, names)]
 
 
 def ensemble_embedding_model(learners, name="edms_ensemble"):
