@@ -40,7 +40,7 @@ def run(args):
               flush=True)
     tune(args.preset, args.trials, out, epochs=args.epochs, limit=args.limit, batch_size=args.batch_size,
          backbone=args.backbone, validation_fraction=args.validation_fraction, seed=args.seed, resume=args.resume,
-         verbose=1)
+         overwrite=args.overwrite, verbose=1)
     return 0
 
 

@@ -264,6 +264,29 @@ def test_tune_from_python_names_what_the_command_line_types_check(tmp_path):
     assert sorted(os.listdir(tmp_path)) == ["afile"]
 
 
+def test_tune_from_python_refuses_an_earlier_search_unless_told(tmp_path, monkeypatch):
+    """tune() called twice with one out_dir replaced the first search (keras-tuner's overwrite=True) without a word;
+    the command line refused it, Python did not. Now either resume=True or overwrite=True is needed."""
+    from training.tuning import search
+    out = tmp_path / "search"
+    (out / "tuner").mkdir(parents=True)
+    (out / "tuner" / "oracle.json").write_text("{}")
+
+    class Started(Exception):
+        pass
+
+    def claim(*args, **kwargs):
+        raise Started
+
+    monkeypatch.setattr(search, "claim_run_directory", claim)
+    with pytest.raises(ValueError, match=r"^`out_dir` .* holds an earlier search \(tuner\); pass resume=True"):
+        search.tune(PRESET, 1, str(out), limit=200)
+    for flag in ("resume", "overwrite"):
+        with pytest.raises(Started):
+            search.tune(PRESET, 1, str(out), limit=200, **{flag: True})
+    assert os.listdir(out / "tuner") == ["oracle.json"]
+
+
 def test_load_tuned_config_rejects_bad_files(tmp_path):
     path = tmp_path / "best.json"
     path.write_text(json.dumps({"preset": PRESET, "head_kwargs": {"epsilon": 0.1}, "learning_rate": 0.05}))

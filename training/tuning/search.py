@@ -48,7 +48,7 @@ from ot_layers.validation import check_output_path, check_positive_int, check_se
 from training.data.errors import EmptySliceError
 from training.recipes import RECIPES, recipe_for
 from training.recipes.common import PROBE_IMAGES
-from training.recipes.run_directory import claim_run_directory, run_identity
+from training.recipes.run_directory import claim_run_directory, held_state, run_identity
 from training.recipes.tuned_config import CONFIG_FORMAT
 from training.recipes.validation import VALIDATION_IMAGES_PER_CLASS, held_out_classes_split, validation_split
 from training.tuning.trial import trial_score, trial_setup, trial_weight_decay
@@ -188,7 +188,7 @@ def format_summary(preset, trials, objective="val_accuracy"):
 
 
 def tune(preset, trials, out_dir, epochs=1, limit=None, batch_size=None, backbone=None, validation_fraction=0.2,
-         seed=0, resume=False, verbose=1):
+         seed=0, resume=False, overwrite=False, verbose=1):
     """Random search over the head's parameters and the learning rate of ``preset``; returns the best
     configuration (also written to ``out_dir/best.json``, format :data:`CONFIG_FORMAT`).
 
@@ -198,7 +198,9 @@ def tune(preset, trials, out_dir, epochs=1, limit=None, batch_size=None, backbon
     ``validation_fraction``: the share of the training images (classification) or of the seen classes (retrieval,
     at least two classes) held out to score trials; ``resume``: continue a search in ``out_dir`` instead of
     starting over (the same search only, ``trials`` apart: ``out_dir/run.json`` records it, and other settings
-    raise ``training.recipes.run_directory.ResumeMismatchError``); ``verbose``: 1 prints keras-tuner's per-trial
+    raise ``training.recipes.run_directory.ResumeMismatchError``); ``overwrite``: start a new search in an
+    ``out_dir`` that holds one (``tuner/`` or ``best.json``), replacing it; without ``resume`` or ``overwrite`` such
+    an ``out_dir`` is refused, so a search of many trials is not thrown away by a call made twice; ``verbose``: 1 prints keras-tuner's per-trial
     progress and the summary, 0 nothing. Each trial is initialized from :func:`trial_seed` of ``seed`` and its
     values, so a trial scores the same in a resumed search as in a fresh one. A GSP retrieval trial pools like GAP during its first epoch (the warm-up of
     ``GSPPrototypeInit``): give it ``epochs >= 2``.
@@ -212,6 +214,10 @@ def tune(preset, trials, out_dir, epochs=1, limit=None, batch_size=None, backbon
         limit = check_positive_int("limit", limit)
     seed = check_seed("seed", seed)
     check_output_path("out_dir", out_dir, directory=True)
+    earlier = held_state(out_dir, ["tuner", "best.json"])
+    if earlier and not (resume or overwrite):  # keras-tuner's own default (overwrite=False) resumes
+        raise ValueError(f"`out_dir` {out_dir!r} holds an earlier search ({', '.join(earlier)}); pass resume=True "
+                         "to continue it, or overwrite=True to start a new search in its place.")
     spec = PRESETS[preset]
     # None takes the recipe's batch size; 0 is refused (``batch_size or ...`` trained with 128 without a word)
     batch_size = check_positive_int("batch_size", spec.recipe.batch_size if batch_size is None else batch_size)
