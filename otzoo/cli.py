@@ -41,7 +41,7 @@ from training.data.pipelines import array_batches
 from training.distributed.launch import SCRATCH_ENV, run_cluster
 from training.distributed.strategies import tf_config
 from training.recipes import RECIPES, evaluate_preset, recipe_for, train_preset
-from training.recipes.common import card_spec, preset_spec, reproducing_command
+from training.recipes.common import card_spec, fine_tune_images, preset_spec, reproducing_command
 from training.recipes.components import RecipeError, compiled_step
 from training.recipes.few_shot import META_CHECKPOINTS, check_checkpoint_format, pretrained_backbone_path
 from training.recipes.fine_tune import (BATCH_SIZE as FINE_TUNE_BATCH, FINE_TUNE_DATASET, fine_tune_preset,
@@ -404,15 +404,15 @@ def demo(args):
                         verbose=0, shuffle=False)
     fit_time = time.time() - fit_start
     _, after = model.evaluate(array_batches(x_test, y_test, 256), verbose=0)
-    fitted = len(x_train) // FINE_TUNE_BATCH * FINE_TUNE_BATCH  # the incomplete last batch is dropped
-    print(f"3. model.fit, 1 epoch on {fitted:,} training images (loss {history.history['loss'][-1]:.4f}): "
-          f"test accuracy {after:.4f}")
+    fitted = fine_tune_images(len(x_train), FINE_TUNE_BATCH, "training images")  # an incomplete batch is dropped
+    print(f"3. model.fit, 1 epoch on {fitted} (loss {history.history['loss'][-1]:.4f}): test accuracy {after:.4f}")
     if keras.backend.backend() != "tensorflow":
         path = os.path.join(args.out, "fine_tuned")
         command = (f"otzoo --backend {keras.backend.backend()} demo --limit {args.limit} --test-limit "
                    f"{args.test_limit} --learning-rate {args.learning_rate} --seed {args.seed} --out {args.out}")
         zoo.save_preset(model, path, card=fine_tuned_card(name, 1, len(x_train), args.learning_rate, args.seed,
-                                                          history.history["loss"], fit_time, command=command))
+                                                          history.history["loss"], fit_time, command=command,
+                                                          fitted=fitted))
         print(f"4. zoo.save_preset -> {path}. Export runs on the TensorFlow backend (the SavedModel and ONNX "
               f"converters); where TensorFlow is installed: otzoo --backend tensorflow export {path} --out "
               f"{os.path.join(args.out, 'export')}")

@@ -126,8 +126,10 @@ def test_demo_on_torch_saves_a_preset_that_exports_from_tensorflow(tmp_path):
     out = str(tmp_path / "demo")
     printed = _run(["-m", "otzoo", "demo", "--limit", "256", "--test-limit", "256", "--out", out], "torch",
                    str(tmp_path))
-    assert re.search(r"^3\. model\.fit, 1 epoch on 256 training images", printed, re.M), printed
+    assert re.search(r"^3\. model\.fit, 1 epoch on the first 256 training images \(loss", printed, re.M), printed
     assert f"otzoo --backend tensorflow export {os.path.join(out, 'fine_tuned')}" in printed, printed
+    with open(os.path.join(out, "fine_tuned", "metadata.json")) as handle:  # as otzoo fine-tune's card says it
+        assert json.load(handle)["fine_tuned"]["fitted"] == "the first 256 training images"
     exported = _run(["-m", "otzoo", "--backend", "tensorflow", "export", os.path.join(out, "fine_tuned"), "--out",
                      str(tmp_path / "export")], "tensorflow", str(tmp_path))
     assert "parity holds" in exported, exported
