@@ -50,6 +50,29 @@ def test_halves_have_disjoint_classes():
     assert a and b and not a & b
 
 
+def test_halves_split_the_distinct_classes_however_the_samples_spread():
+    """A split at the median sample left b1 empty when the lowest class held half the batch ([0, 0, 0, 1, 1]): the
+    loss was log(C) with no gradient. The halves split the distinct classes (lower D // 2 of them in b1)."""
+    rng = np.random.default_rng(3)
+    for labels in ([0, 0, 0, 1, 1], [4, 4, 4, 4, 1], [0, 0, 0, 1, 2], [7, 7], [2, 9, 2, 9, 9, 9, 9]):
+        first = disjoint_class_halves(tf.constant(labels)).numpy()
+        distinct = np.unique(labels)
+        np.testing.assert_array_equal(first, np.isin(labels, distinct[:len(distinct) // 2]))
+        assert first.any() == (len(distinct) >= 2)
+    for _ in range(20):
+        labels = rng.integers(0, rng.integers(1, 8), size=rng.integers(1, 20))
+        known = rng.random(len(labels)) < 0.7
+        first = disjoint_class_halves(tf.constant(labels), tf.constant(known)).numpy()
+        distinct = np.unique(labels[known])
+        np.testing.assert_array_equal(first, known & np.isin(labels, distinct[:len(distinct) // 2]))
+    z = tf.Variable(rng.random((5, 4)).astype(np.float32))
+    upsilon = tf.Variable(rng.standard_normal((3, 4)).astype(np.float32))
+    with tf.GradientTape() as tape:
+        packed = tf.concat([z[:, None, :], tf.broadcast_to(upsilon[None], (5, 3, 4))], axis=1)
+        value = ZeroShotPredictionLoss()(np.array([0, 0, 0, 1, 1]), packed)
+    assert abs(float(value) - np.log(3)) > 1e-3 and float(tf.norm(tape.gradient(value, z))) > 0
+
+
 def test_rejects_bad_arguments():
     with pytest.raises(ValueError, match="ridge"):
         ZeroShotPredictionLoss(ridge=0.0)

@@ -36,21 +36,32 @@ _NO_LABEL = 2 ** 31 - 1  # sorts after every class label
 
 
 def disjoint_class_halves(labels, known=None):
-    """Boolean mask of the first half ``b1``: samples whose label is below the batch's median label.
+    """Boolean mask of the first half ``b1``: the samples of the lower half of the batch's distinct classes (those
+    whose label ranks below ``D // 2`` among the ``D`` distinct labels).
 
-    All samples of a class fall on the same side, so the halves have disjoint classes; with a class-balanced batch
-    (P classes x K samples) each half holds about P/2 classes. XLA-friendly (one sort, no ``unique``). ``known``
-    (boolean ``(B,)``, all true if omitted) marks the samples taken: the median is that of their labels, and the
-    others are in neither half (in ``b1`` never, and to be left out of ``b2`` by the caller).
+    All samples of a class fall on the same side, so the halves have disjoint classes, and both are non-empty
+    whenever the batch holds two classes or more, however unevenly its samples spread over them (a split at the
+    median *sample* left ``b1`` empty when the lowest class held half the batch, and the loss then had no
+    gradient); with a class-balanced batch (P classes x K samples) ``b1`` holds the lower P // 2 classes. XLA-friendly
+    (one sort, no ``unique``). ``known`` (boolean ``(B,)``, all true if omitted) marks the samples taken: the classes
+    counted are theirs, and the others are in neither half (in ``b1`` never, and to be left out of ``b2`` by the
+    caller).
     """
     if known is None:
         keyed, count = labels, ops.shape(labels)[0]
     else:
         keyed = ops.where(known, labels, ops.full_like(labels, _NO_LABEL))
         count = ops.sum(ops.cast(known, "int32"))
-    # padded with one label so that an empty batch (traced with an unknown size) indexes in bounds
-    padded = ops.concatenate([ops.sort(keyed), ops.zeros((1,), "int32")])
-    first = labels < padded[count // 2]
+    ordered = ops.sort(keyed)
+    taken = ops.arange(ops.shape(ordered)[0]) < count
+    previous = ops.concatenate([ordered[:1] - 1, ordered[:-1]])  # the first sorted label starts a class
+    starts = ops.logical_and(ordered != previous, taken)
+    rank = ops.cumsum(ops.cast(starts, "int32")) - 1  # of each sorted sample's class among the distinct ones
+    middle = ops.sum(ops.cast(starts, "int32")) // 2
+    candidates = ops.where(ops.logical_and(rank == middle, taken), ordered, ops.full_like(ordered, _NO_LABEL))
+    # padded with one entry so that an empty batch (traced with an unknown size) takes a minimum of something
+    threshold = ops.min(ops.concatenate([candidates, ops.full((1,), _NO_LABEL, dtype=ordered.dtype)]))
+    first = labels < threshold
     return first if known is None else ops.logical_and(first, known)
 
 
