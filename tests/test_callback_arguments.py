@@ -216,7 +216,7 @@ def test_ccp_on_proxies_of_another_space_than_the_layer_input_asks_for_an_embedd
     """``output="packed"`` proxies of width 4 on 5-wide inputs: without an embedding model the pools are the layer's
     inputs, and the first re-initialization failed in the k-center solver with a shape error naming `initial`."""
     inputs = keras.Input((6,))
-    model = keras.Model(inputs, ClassProxies(3, num_proxies=2, dim=4, output="packed", name="proxies")(
+    model = keras.Model(inputs, ClassProxies(3, num_proxies=1, dim=4, output="packed", name="proxies")(
         keras.layers.Dense(5)(inputs)))
     with pytest.raises(ValueError, match=r"^`embedding_model`: the ClassProxies layer 'proxies' takes vectors of "
                                          r"width 5 and its proxies have width 4; .* give an `embedding_model`"):

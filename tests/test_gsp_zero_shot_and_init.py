@@ -241,3 +241,36 @@ def test_prototype_init_rejects_non_finite_images_and_features():
     with pytest.raises(ValueError, match="images.*NaN or Inf"):
         init.on_epoch_begin(0)
     assert not init.initialized
+
+
+@pytest.mark.parametrize("images, fails", [(1, True), (2, False)])
+def test_prototype_init_refuses_images_with_fewer_local_features_than_prototypes_before_training(images, fails):
+    """One 6x6 feature map gives 36 local features for 40 prototypes: accepted when training began, the callback
+    failed only after the warm-up epochs were trained. Two (72) are enough."""
+    rng = np.random.default_rng(0)
+    inputs = keras.Input((6, 6, 3))
+    model = keras.Model(inputs, GeneralizedSumPooling(num_prototypes=40, name="gsp")(keras.layers.Conv2D(8, 1)(inputs)))
+    model.compile("sgd", loss=lambda y, e: keras.ops.mean(e))
+    x = rng.uniform(size=(32, 6, 6, 3)).astype(np.float32)
+    init = GSPPrototypeInit(x[:images], warmup_epochs=1, num_features=1024)
+    steps = []
+    counter = keras.callbacks.LambdaCallback(on_train_batch_end=lambda batch, logs: steps.append(batch))
+    fit = dict(epochs=2, batch_size=16, verbose=0, callbacks=[init, counter])
+    if fails:
+        with pytest.raises(ValueError, match=r"^`images` give 36 local features \(1 image\(s\) x 36\), fewer than "
+                                             r"the layer's 40 prototypes\.$"):
+            model.fit(x, np.zeros(32), **fit)
+        assert steps == [] and float(model.get_layer("gsp").warmup_epochs_done.numpy()) == 0.0
+    else:
+        model.fit(x, np.zeros(32), **fit)
+        assert init.initialized
+
+
+def test_packed_class_embeddings_are_one_per_class():
+    """``ZeroShotPredictionLoss`` reads rows ``1..`` of the packed output as the classes: with 2 proxies per class
+    it scored 3 classes as 6 (label k against class k // 2's proxy k % 2) without a word."""
+    with pytest.raises(ValueError, match=r"^`num_proxies` must be 1 for output='packed'.*got 2\.$"):
+        ClassProxies(3, num_proxies=2, dim=5, output="packed")
+    layer = ClassProxies(3, num_proxies=1, dim=5, output="packed")
+    assert tuple(layer(np.ones((2, 4), np.float32)).shape) == (2, 4, 5)
+    assert ClassProxies(3, num_proxies=2, dim=4).num_proxies == 2  # the similarities output keeps several

@@ -178,6 +178,38 @@ def test_min_delta_counts_small_gains_as_plateau():
     assert ccp.reinitializations == 1  # epochs 2 and 3 gain less than min_delta
 
 
+def test_min_delta_is_measured_from_a_reference_that_small_gains_do_not_move():
+    """Steady gains of 0.008 against min_delta=0.01 (patience 3): each moved the reference before, so CCP saw a
+    plateau after three epochs of progress; as in keras.callbacks.EarlyStopping the reference (and theta*) now stays
+    until a gain above min_delta, and 0.516 is one (0.016 above 0.5)."""
+    x, y = _data()
+    model, proxies = _model()
+    scores = [0.5, 0.508, 0.516, 0.524]
+    feed = iter(scores)
+    snapshots = []
+    ccp = CCPReinitialization(x, y, validation_score=lambda: next(feed), patience=3, pool_size=4, min_delta=0.01)
+    record = keras.callbacks.LambdaCallback(on_epoch_end=lambda e, logs: snapshots.append(_weights(model)))
+    model.fit(x, y, epochs=4, batch_size=20, verbose=0, shuffle=False, callbacks=[ccp, record])
+    assert ccp.reinitializations == 0
+    stopping = keras.callbacks.EarlyStopping(monitor="s", mode="max", patience=3, min_delta=0.01)
+    stopping.set_model(keras.Sequential())
+    stopping.on_train_begin()
+    for epoch, score in enumerate(scores):
+        stopping.on_epoch_end(epoch, {"s": score})
+    state = model.ccp_state
+    assert float(state.problem_score.numpy()) == pytest.approx(stopping.best)
+    assert float(state.wait.numpy()) == stopping.wait == 1
+    assert float(state.best_score.numpy()) == pytest.approx(0.524)  # the overall best follows every gain
+    for kept, snapshot in zip(_weights_of(state.problem_best), snapshots[2]):  # theta*: the reference's weights
+        np.testing.assert_array_equal(kept, snapshot)
+    for kept, snapshot in zip(_weights_of(state.best), snapshots[3]):
+        np.testing.assert_array_equal(kept, snapshot)
+
+
+def _weights_of(variables):
+    return [np.asarray(v) for v in variables]
+
+
 def test_plateau_is_judged_per_problem():
     x, y = _data()
     model, proxies = _model()

@@ -377,6 +377,24 @@ def test_batch_frequency_reassigns_within_the_epoch():
         PrototypeReassignment(batch_frequency=0)
 
 
+def test_batch_frequency_counts_the_batches_of_every_execution():
+    """Under ``steps_per_execution=2`` Keras reports only batches 1, 3, 5, 7 of 8: ``(batch + 1) % 3 == 0`` met only
+    batch 5, so one of the two in-epoch re-assignments (due after batches 3 and 6) was skipped."""
+    x, y = _data(64)
+    counts = {}
+    for steps in (1, 2, 4):
+        model = build_training_model()
+        model.compile(optimizer=keras.optimizers.Adam(1e-2), loss=HypersphericalPullLoss(), steps_per_execution=steps)
+        calls = []
+        reassign = PrototypeReassignment(frequency=5, batch_frequency=3)
+        original = reassign.reassign
+        reassign.reassign = lambda layer, calls=calls, original=original: calls.append(1) or original(layer)
+        model.fit([x, y], y, epochs=2, batch_size=8, verbose=0, callbacks=[reassign])
+        counts[steps] = len(calls)
+    # 8 batches an epoch: after batches 3 and 6 (or the first execution past them), in each of the 2 epochs
+    assert counts == {1: 4, 2: 4, 4: 4}
+
+
 # --- prototypes computed once, never on load -----------------------------------------------------------------------
 def _forbid_estimation(monkeypatch):
     import ot_layers.solvers.prototypes as solver
@@ -444,6 +462,20 @@ def test_clone_model_estimates_on_first_real_call_only():
     other.set_weights([np.eye(K, DIM, dtype=np.float32), np.arange(K, dtype=np.int32), np.zeros((K, DIM))])
     other(z)  # weights set by hand are kept
     np.testing.assert_array_equal(other.get_layer("protos").prototypes, np.eye(K, DIM))
+
+
+def test_a_layer_from_its_config_estimates_on_its_first_eager_call():
+    """A ``from_config`` layer first called eagerly, before anything built it, gave all-zero logits on that call
+    (the estimate-if-zero check ran only for a built layer) and the estimated ones from the second call on."""
+    z = np.random.default_rng(0).standard_normal((3, DIM)).astype(np.float32)
+    layer = HypersphericalPrototypes(K, DIM, seed=2)
+    expected = np.asarray(layer(z))
+    clone = HypersphericalPrototypes.from_config(layer.get_config())
+    first = np.asarray(clone(z))
+    assert np.any(first)
+    np.testing.assert_allclose(first, expected, atol=1e-6)
+    np.testing.assert_allclose(np.asarray(clone(z)), expected, atol=1e-6)
+    np.testing.assert_array_equal(clone.prototypes, layer.prototypes)
 
 
 def test_a_large_fresh_layer_builds_the_simplex_optimum():

@@ -46,10 +46,11 @@ class ProximalPenalty:
 class CCPState(keras.layers.Layer):
     """Everything ``CCPReinitialization`` decides, as non-trainable Keras variables.
 
-    Scalars: ``best_score`` (over all problems), ``problem_score`` (best of the current problem), ``wait`` (epochs
-    without improvement), ``reinitializations`` (problems solved; also the round of the pool draw's seed) and
-    ``proximal_active``; copies: ``anchors`` (``theta*``, one per pulled weight), ``problem_best`` and ``best``
-    (one per model weight; ``best`` only with ``restore_best_weights``). Attached to the model as
+    Scalars: ``best_score`` (over all problems), ``problem_score`` (the current problem's reference: its best score
+    as far as gains above ``min_delta`` moved it), ``wait`` (epochs without such a gain), ``reinitializations``
+    (problems solved; also the round of the pool draw's seed) and ``proximal_active``; copies: ``anchors``
+    (``theta*``, one per pulled weight), ``problem_best`` (the weights at ``problem_score``) and ``best`` (one per
+    model weight; ``best`` only with ``restore_best_weights``). Attached to the model as
     ``model.ccp_state``, so ``model.save_weights`` / ``BackupAndRestore`` checkpoints carry it.
     """
 
@@ -89,6 +90,20 @@ def remove_ccp_state(model):
     return state
 
 
+def _attach(model, state):
+    """``model.ccp_state = state``; a built subclassed model locks its state (Keras' tracker) against new
+    sub-layers, so it is unlocked for this one, as Keras does to untrack a variable."""
+    tracker = getattr(model, "_tracker", None)
+    locked = bool(getattr(tracker, "locked", False))
+    if locked:
+        tracker.unlock()
+    try:
+        setattr(model, STATE_ATTRIBUTE, state)
+    finally:
+        if locked:
+            tracker.lock()
+
+
 def _strategy_scope(model):
     strategy = getattr(model, "distribute_strategy", None)
     return strategy.scope() if strategy is not None else contextlib.nullcontext()
@@ -106,19 +121,21 @@ class CCPReinitialization(keras.callbacks.Callback):
 
     After every epoch ``validation_score()`` is called (higher is better; the thesis uses validation MAP@R, e.g.
     ``lambda: training.evaluation.retrieval_metrics(embed(x_val), y_val, nmi=False)["map_at_r"]``) and logged as
-    ``val_score``. When it has not improved on the current problem's best by more than ``min_delta`` for
+    ``val_score``. When it has not improved on the current problem's reference score by more than ``min_delta`` for
     ``patience`` epochs (early stopping per problem, thesis Sec. 3.2.4), the problem is solved: the model is reset to
-    the problem's best weights ``theta*``; for every class a pool of ``pool_size`` training images is drawn
-    (seeded by ``(seed, round)``) and embedded, and the class's proxies are replaced by greedy k-center picks from it
-    (``k_center_proxies``, Algorithm 2; ``pool_size == num_proxies`` is random sampling). From then on the
-    proximal penalty ``(lambda/2) ||theta - theta*||^2`` of eq. 3.2.11 (``lambda = proximal``, 2e-4 in the thesis)
-    is part of the training loss, in-graph: it is installed as a weight regularizer (``ProximalPenalty``) on every
-    trainable weight except the proxies, so its gradient ``lambda (theta - theta*)`` goes through the optimizer with
-    the loss gradient (it respects the learning rate and the optimizer, as ``g_theta`` in Algorithm 1; Algorithm 1
-    prints ``lambda (theta* - theta)``, the opposite sign, but the gradient of eq. 3.2.11 is ``lambda (theta -
-    theta*)``, the sign that pulls ``theta`` towards ``theta*`` under descent). It is off
-    before the first re-initialization; ``proximal=0`` turns it off. With ``restore_best_weights`` the best weights
-    over all problems are restored at the end of training.
+    the problem's best weights ``theta*``. As in ``keras.callbacks.EarlyStopping``, the reference score and
+    ``theta*`` move only on a gain above ``min_delta`` (small gains add up against the reference, so steady slow
+    progress is no plateau); the overall best of ``restore_best_weights`` follows every gain. Then for every class
+    a pool of ``pool_size`` training images is drawn (seeded by ``(seed, round)``) and embedded, and the class's
+    proxies are replaced by greedy k-center picks from it (``k_center_proxies``, Algorithm 2; ``pool_size ==
+    num_proxies`` is random sampling). From then on the proximal penalty ``(lambda/2) ||theta - theta*||^2`` of
+    eq. 3.2.11 (``lambda = proximal``, 2e-4 in the thesis) is part of the training loss, in-graph: it is installed
+    as a weight regularizer (``ProximalPenalty``) on every trainable weight except the proxies, so its gradient
+    ``lambda (theta - theta*)`` goes through the optimizer with the loss gradient (it respects the learning rate and
+    the optimizer, as ``g_theta`` in Algorithm 1; Algorithm 1 prints ``lambda (theta* - theta)``, the opposite sign,
+    but the gradient of eq. 3.2.11 is ``lambda (theta - theta*)``, the sign that pulls ``theta`` towards ``theta*``
+    under descent). It is off before the first re-initialization; ``proximal=0`` turns it off. With
+    ``restore_best_weights`` the best weights over all problems are restored at the end of training.
 
     Every decision lives in the Keras variables of a ``CCPState`` that the callback attaches to the model as
     ``model.ccp_state`` (scores, patience counter, round counter, ``theta*``, the problem's and the overall best
@@ -127,14 +144,16 @@ class CCPReinitialization(keras.callbacks.Callback):
     (its variables are in ``model.weights``, ``get_weights()`` and ``count_params()``, about three copies of the
     weights), so ``other.set_weights(model.get_weights())`` for a model of the same architecture needs it gone
     first: :func:`remove_ccp_state` takes it off (CCP then starts over in a later ``fit``). ``save_weights`` /
-    ``load_weights`` into a fresh model and ``.keras`` files work with it on.
+    ``load_weights`` into a fresh model and ``.keras`` files work with it on. A model that Keras builds only at its
+    first training step (a ``Sequential`` without an ``Input``, a subclassed model) gets its state, and the penalty,
+    after that step (the penalty is off until the first re-initialization, so the run is the same).
 
     Args:
       train_images, train_labels: the training set the pools are drawn from; labels ``0..num_classes-1``.
       validation_score: zero-argument callable returning a float.
       layer_name: the ``ClassProxies`` layer's name, or ``None`` for the only one in the model.
       embedding_model: maps ``train_images`` to the vectors the layer receives; ``None`` builds
-        ``keras.Model(model.inputs, layer.input)``.
+        ``keras.Model(model.inputs, layer.input)``, so a subclassed model (which has no such graph) needs one.
       patience, pool_size, proximal, min_delta, restore_best_weights, batch_size, seed: as above (``batch_size`` for
         embedding the pools).
 
@@ -142,7 +161,8 @@ class CCPReinitialization(keras.callbacks.Callback):
     one, of the model (checked in ``set_model``, before any epoch); else a ``ValueError`` names ``train_images``.
     ``embedding_model`` must give vectors of the proxies' width, checked in ``set_model`` (a subclassed model, whose
     outputs are unknown until it runs, on one image when training begins); without one, the layer's inputs must have
-    the proxies' width. Else a ``ValueError`` names ``embedding_model``.
+    the proxies' width and the model a functional graph up to the layer (checked in ``set_model``; for a
+    ``Sequential`` without an ``Input`` once it is built). Else a ``ValueError`` names ``embedding_model``.
 
     ``history`` keeps the validation scores seen by this instance; ``reinitializations`` is read from the state.
     """
@@ -176,6 +196,8 @@ class CCPReinitialization(keras.callbacks.Callback):
         self.seed = check_seed("seed", seed)
         self.history = []
         self._installed = []
+        self._ready = False  # whether model.ccp_state is attached for the current model (see set_model)
+        self._penalty_due = False  # the proximal penalty is to be installed once the model is built (fit only)
 
     # ---- set-up -----------------------------------------------------------------------------------------------
 
@@ -221,7 +243,11 @@ class CCPReinitialization(keras.callbacks.Callback):
     @property
     def state(self):
         """The model's ``CCPState``."""
-        return getattr(self.model, STATE_ATTRIBUTE)
+        state = getattr(self.model, STATE_ATTRIBUTE, None)
+        if state is None:
+            raise ValueError(f"`model`: {self.model.name!r} has no `{STATE_ATTRIBUTE}` yet: CCPReinitialization "
+                             f"attaches it once the model is built (at its first training step at the latest).")
+        return state
 
     @property
     def reinitializations(self):
@@ -233,6 +259,8 @@ class CCPReinitialization(keras.callbacks.Callback):
         if self.embedding_model is None:  # the pools go through keras.Model(model.inputs, layer.input)
             check_fits_model_inputs("train_images", self.train_images, model)
             self._check_layer_input_width(layer)
+            if not self._built() and not isinstance(model, keras.Sequential):
+                self._check_layer_input_model(layer)  # else once the model is built (_set_up_state)
         else:
             self._check_embedding_model()
         num_classes, per_class = layer.num_classes, layer.num_proxies
@@ -245,24 +273,66 @@ class CCPReinitialization(keras.callbacks.Callback):
         if counts.min() < per_class:
             raise ValueError(f"`train_labels`: class {int(counts.argmin())} has {int(counts.min())} training "
                              f"image(s), fewer than its {per_class} proxies to re-initialize from them.")
+        self._ready = False
+        if self._built():  # else (Keras builds the model at its first step) at the first training batch
+            self._set_up_state()
+
+    def _built(self):
+        return bool(self.model.built and self._layer().built)
+
+    def _check_layer_input_model(self, layer):
+        """Without ``embedding_model`` the pools are read through the model's functional graph, which a subclassed
+        model (or a layer inside one) does not have: refused before any epoch, not at the first plateau."""
+        try:
+            layer_input_model(self.model, layer)
+        except (AttributeError, TypeError, ValueError):
+            raise ValueError(f"`embedding_model`: without it CCP embeds `train_images` through the functional graph "
+                             f"of model {self.model.name!r} up to the ClassProxies layer {layer.name!r}, which that "
+                             f"model does not have (a subclassed model); pass an `embedding_model` that maps "
+                             f"`train_images` to the vectors the layer receives.") from None
+
+    def _set_up_state(self):
+        """Attach (or check) ``model.ccp_state``; needs the model's weights, so the model built."""
+        if self.embedding_model is None:
+            self._check_layer_input_model(self._layer())
         pulled, weights = self._pulled_weights(), self._model_weights()
+        model = self.model
         state = getattr(model, STATE_ATTRIBUTE, None)
         if state is None:
             with _strategy_scope(model):
                 state = CCPState(pulled, weights, self.restore_best_weights, name=STATE_ATTRIBUTE)
-            setattr(model, STATE_ATTRIBUTE, state)
+            _attach(model, state)
         elif [tuple(a.shape) for a in state.anchors] != [tuple(w.shape) for w in pulled] \
                 or len(state.problem_best) != len(weights) or bool(state.best) != self.restore_best_weights:
             raise ValueError(
                 f"The model's `{STATE_ATTRIBUTE}` (scores, rounds, theta*) was made for other weights or another "
                 f"`restore_best_weights` (it keeps the best weights: {bool(state.best)}); resume with the "
                 f"settings that made it, or delete `model.{STATE_ATTRIBUTE}` to start CCP over.")
+        self._ready = True
+
+    def _prepare(self):
+        """The state (and, in ``fit``, the proximal penalty) once the model is built; False while it is not (a model
+        Keras builds at its first training step: a ``Sequential`` without an ``Input``, a subclassed model)."""
+        if not self._ready:
+            if not self._built():
+                return False
+            self._set_up_state()
+        if self._penalty_due:
+            self._penalty_due = False
+            self._install_penalty(self._pulled_weights(), self.state)
+        return True
 
     def on_train_begin(self, logs=None):
         if self.embedding_model is not None and not self._check_embedding_model():
             self._embed(self.train_images[:1])  # a subclassed model: its width, before the first step
-        # installed for fit only (set_model also runs for evaluate and predict, whose end would not remove it)
-        self._install_penalty(self._pulled_weights(), self.state)
+        # installed for fit only (set_model also runs for evaluate and predict, whose end would not remove it); on
+        # a model Keras builds at its first step, after that step (the penalty is off until the first re-init)
+        self._penalty_due = True
+        self._prepare()
+
+    def on_train_batch_end(self, batch, logs=None):
+        if not self._ready or self._penalty_due:  # a model Keras has just built at its first step
+            self._prepare()
 
     def remove_penalty(self):
         """Take the proximal penalty off the weights. ``fit`` does so at its end; call this after a ``fit`` that
@@ -330,18 +400,19 @@ class CCPReinitialization(keras.callbacks.Callback):
         self.history.append(score)
         if logs is not None:
             logs["val_score"] = score
+        self._prepare()
         state = self.state
         weights = self._model_weights()
         if self.restore_best_weights and score > float(state.best_score.numpy()):
-            state.best_score.assign(score)
+            state.best_score.assign(score)  # the raw best over all problems
             _copy(weights, state.best)
-        problem_score = float(state.problem_score.numpy())
-        if score > problem_score:
+        # as keras.callbacks.EarlyStopping: the reference (and theta*) moves only on a gain above min_delta, so
+        # small gains add up against it instead of each one resetting it
+        if score > float(state.problem_score.numpy()) + self.min_delta:
             state.problem_score.assign(score)
             _copy(weights, state.problem_best)
-            if score > problem_score + self.min_delta:
-                state.wait.assign(0.0)
-                return
+            state.wait.assign(0.0)
+            return
         state.wait.assign_add(1.0)
         if float(state.wait.numpy()) < self.patience:
             return
@@ -354,6 +425,10 @@ class CCPReinitialization(keras.callbacks.Callback):
         state.wait.assign(0.0)
 
     def on_train_end(self, logs=None):
+        self._penalty_due = False
+        if not self._prepare():  # no training step ran on a model Keras builds at its first step
+            self._uninstall_penalty()
+            return
         state = self.state
         if self.restore_best_weights and np.isfinite(float(state.best_score.numpy())):
             _copy(state.best, self._model_weights())

@@ -30,8 +30,10 @@ class GSPPrototypeInit(keras.callbacks.Callback):
     ``layer_name``: the layer's name, or ``None`` for the only ``GeneralizedSumPooling`` in the model (found through
     nested models by ``ot_layers.tensor_ops.find_layer``). The layer's input is read, so the layer must be called in
     a Functional model. Non-finite images or features raise ``ValueError``, and so do ``images`` that do not fit the
-    model's input (checked when training begins, not after the warm-up). A fit that ends inside the warm-up (as many
-    warm-up epochs left as it runs) warns when its first epoch begins: the layer would pool like GAP to the end.
+    model's input or that give fewer local features than the layer has prototypes (``len(images)`` times the
+    ``H x W``, or ``n``, of the layer's input, where its shape is known): both checked when training begins, not
+    after the warm-up. A fit that ends inside the warm-up (as many warm-up epochs left as it runs) warns when its
+    first epoch begins: the layer would pool like GAP to the end.
     """
 
     def __init__(self, images, layer_name=None, warmup_epochs=1, num_features=1024, seed=0, batch_size=256):
@@ -55,14 +57,20 @@ class GSPPrototypeInit(keras.callbacks.Callback):
         return bool(float(self._layer().prototypes_initialized.numpy()) > 0.5)
 
     def on_train_begin(self, logs=None):
-        # a model without the layer, too few features or images that do not fit the model fail here, before any
-        # training (the features are computed after the warm-up)
+        # a model without the layer, too few features (`num_features`, or `images` whose feature maps give fewer
+        # local features than prototypes, where the layer's input shape is known) or images that do not fit the
+        # model fail here, before any training (the features are computed after the warm-up)
         layer = self._layer()
         if float(layer.prototypes_initialized.numpy()) <= 0.5:
             if self.num_features < layer.num_prototypes:
                 raise ValueError(f"`num_features` ({self.num_features}) must be at least the layer's "
                                  f"{layer.num_prototypes} prototypes.")
             check_fits_model_inputs("images", self.images, self.model)
+            per_image = _local_features_per_image(layer)
+            if per_image is not None and len(self.images) * per_image < layer.num_prototypes:
+                raise ValueError(f"`images` give {len(self.images) * per_image} local features ({len(self.images)} "
+                                 f"image(s) x {per_image}), fewer than the layer's {layer.num_prototypes} "
+                                 f"prototypes.")
         self._first_epoch = True
 
     def _warn_if_the_fit_ends_in_the_warm_up(self, layer, epoch):
@@ -112,3 +120,16 @@ class GSPPrototypeInit(keras.callbacks.Callback):
         layer.prototypes.assign(stored[chosen].astype(layer.prototypes.dtype))
         layer.average_pooling_warmup.assign(0.0)
         layer.prototypes_initialized.assign(1.0)
+
+
+def _local_features_per_image(layer):
+    """The local features one image gives the layer: the product of its input's static spatial axes (``H x W`` of
+    ``(B, H, W, d)``, ``n`` of ``(B, n, d)``); None where the layer's input or one of those axes is unknown."""
+    try:
+        shape = tuple(layer.input.shape)
+    except (AttributeError, ValueError):  # not called in a functional graph
+        return None
+    spatial = shape[1:-1]
+    if not spatial or any(axis is None for axis in spatial):
+        return None
+    return int(np.prod(spatial))

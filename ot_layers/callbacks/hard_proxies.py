@@ -1,4 +1,6 @@
 """HardProxyUpdate: per-epoch (hard) meta-class proxies for EDMS (Aziere and Todorovic 2019, Sec. 4)."""
+import contextlib
+
 import keras
 import numpy as np
 
@@ -55,7 +57,9 @@ class HardProxyUpdate(keras.callbacks.Callback):
     Non-finite embeddings raise a ``ValueError`` naming ``embedding_model``. ``images`` must fit ``embedding_model``'s
     input (checked when the callback is made), and its embeddings must be the layer's ``(None, dim)`` vectors
     (checked when training begins, from the model's output shape where it is known, else at the first epoch's
-    start, before any step); else a ``ValueError`` names ``images`` or ``embedding_model``.
+    start, before any step); else a ``ValueError`` names ``images`` or ``embedding_model``. In a model that Keras
+    builds only at its first step (a ``Sequential`` without an ``Input``, a subclassed model), the layer is built
+    from its ``dim`` when training begins, so that the first epoch's proxies are set before that step.
     """
 
     def __init__(self, embedding_model, images, meta_labels, layer_name=None, harden=True, max_iter=100,
@@ -124,7 +128,14 @@ class HardProxyUpdate(keras.callbacks.Callback):
         return layer
 
     def on_train_begin(self, logs=None):
-        self._layer()  # a model without the layer, or embeddings of another size, fail before any epoch
+        layer = self._layer()  # a model without the layer, or embeddings of another size, fail before any epoch
+        if not layer.built:
+            # a model Keras builds only at its first step (a Sequential without an Input, a subclassed model): the
+            # proxies are set before that step, so the layer is built here from its `dim` (its proxies' shape does
+            # not depend on anything else; an input of another width then fails the layer's input spec)
+            strategy = getattr(self.model, "distribute_strategy", None)
+            with strategy.scope() if strategy is not None else contextlib.nullcontext():
+                layer.build((None, layer.dim))
 
     def on_epoch_begin(self, epoch, logs=None):
         layer = self._layer()

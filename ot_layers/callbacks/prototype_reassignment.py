@@ -25,7 +25,9 @@ class PrototypeReassignment(keras.callbacks.Callback):
     in that epoch) to the epoch logs; ``changes`` keeps them for the epochs this object saw (a log, not state).
     ``batch_frequency``: also re-assign every that many training batches within an epoch (the paper re-assigns
     once per epoch; on short runs an early re-assignment, before the features commit to the initial map, is what
-    lets the assignment matter).
+    lets the assignment matter). Counted in batches of the epoch: with ``compile(steps_per_execution=n)`` Keras
+    reports only the last batch of each execution, and a re-assignment is made after the first execution that
+    reaches each multiple of ``batch_frequency`` (one, if an execution passes several).
     """
 
     def __init__(self, layer_name=None, frequency=1, batch_frequency=None, verbose=0):
@@ -38,6 +40,7 @@ class PrototypeReassignment(keras.callbacks.Callback):
         self.changes = []
         self._pending = 0
         self._first_epoch = True
+        self._batch_reassignments = 0  # in-epoch re-assignments made this epoch
 
     def reassign(self, layer):
         """Recompute ``sigma`` for ``layer`` and store it; returns how many classes changed prototype."""
@@ -63,6 +66,7 @@ class PrototypeReassignment(keras.callbacks.Callback):
         self._pending = 0
 
     def on_epoch_begin(self, epoch, logs=None):
+        self._batch_reassignments = 0
         if self._first_epoch:
             self._first_epoch = False
             layer = self._layer()
@@ -73,7 +77,10 @@ class PrototypeReassignment(keras.callbacks.Callback):
                 self.reassign(layer)
 
     def on_train_batch_end(self, batch, logs=None):
-        if self.batch_frequency is not None and (batch + 1) % self.batch_frequency == 0:
+        # `batch` is the last batch of the execution: with steps_per_execution > 1 a multiple of batch_frequency
+        # may fall inside it, so compare counts rather than test (batch + 1) % batch_frequency
+        if self.batch_frequency is not None and (batch + 1) // self.batch_frequency > self._batch_reassignments:
+            self._batch_reassignments = (batch + 1) // self.batch_frequency
             self._pending += self.reassign(self._layer())
 
     def on_epoch_end(self, epoch, logs=None):

@@ -23,10 +23,11 @@ class ClassProxies(ExportableLayer):
       num_proxies)`` of the L2-normalized inputs to the L2-normalized proxies, for ``ProxyAnchorLoss`` and
       ``ProxyNCAPlusPlusLoss``. The embedding for retrieval is the layer's input: use
       ``keras.Model(model.inputs, layer.input)``.
-    - ``output="packed"``: ``(B, 1 + num_classes * num_proxies, D)`` with ``D = max(input dim, dim)``: row 0 the
-      input vector, rows ``1 + k * num_proxies + m`` the proxies ``p_km`` (the same for every sample), zero-padded
-      to width ``D`` (padding changes no inner product). For ``ZeroShotPredictionLoss``, whose class embeddings
-      ``Upsilon`` (``num_proxies=1``, ``dim = dv``) live in another space than the pseudo-attributes ``z``.
+    - ``output="packed"``: ``(B, 1 + num_classes, D)`` with ``D = max(input dim, dim)``: row 0 the input vector,
+      rows ``1 + k`` the class embeddings ``p_k0`` (the same for every sample), zero-padded to width ``D`` (padding
+      changes no inner product). For ``ZeroShotPredictionLoss``, whose class embeddings ``Upsilon`` (``dim = dv``)
+      live in another space than the pseudo-attributes ``z``. One embedding per class: ``num_proxies`` other than 1
+      is refused (the loss would read every proxy row as a class of its own).
 
     Both outputs are computed and returned in float32 (the variable dtype), like a final softmax under mixed
     precision. Callbacks reach the proxies through the layer (``ot_layers.tensor_ops.find_layer``) and re-assign
@@ -41,6 +42,9 @@ class ClassProxies(ExportableLayer):
         self.dim = None if dim is None else check_positive_int("dim", dim)
         self.initializer = resolve_initializer("initializer", initializer)
         self.output_mode = check_choice("output", output, OUTPUTS)
+        if self.output_mode == "packed" and self.num_proxies != 1:
+            raise ValueError(f"`num_proxies` must be 1 for output='packed' (one class embedding per class, as "
+                             f"ZeroShotPredictionLoss reads rows 1..num_classes), got {self.num_proxies}.")
 
     def build(self, input_shape):
         check_rank("inputs", input_shape, (2,))  # (batch, dim) embeddings

@@ -35,8 +35,9 @@ class HypersphericalPrototypes(ExportableLayer):
       ETF in closed form when ``dim >= K - 1``, else an annealed max-cosine optimizer that replaces the uniformity
       loss of Saadabadi et al. 2024, Sec. 3.2.1). A layer made from a config (``keras.models.load_model``,
       ``from_config``) does not estimate: its weight is a zero placeholder that the loaded weights fill. Only if it
-      is then called for real with the placeholder still all zero (``clone_model`` without copying weights) are the
-      prototypes estimated, once. On JAX, whose ``fit`` and ``predict`` call layers only while tracing (where a
+      is then called for real with the placeholder still all zero (``clone_model`` without copying weights), or
+      first called for real before anything built it (then it is built with the estimate), are the prototypes
+      estimated, once. On JAX, whose ``fit`` and ``predict`` call layers only while tracing (where a
       variable's value cannot be read), such a layer estimates when it is built, before weights that may follow
       replace the estimate: ``load_model`` then pays for one estimate (memoized in the process; instant in closed
       form, ``dim >= K - 1``, seconds otherwise, about 10 s for ``K = 500, dim = 64``). Nothing is written to disk.
@@ -119,11 +120,12 @@ class HypersphericalPrototypes(ExportableLayer):
         self._from_config = False
 
     def __call__(self, *args, **kwargs):
-        if self._from_config and self.built and not self._is_symbolic_call(args, kwargs):
-            self._from_config = False
-            with eager_scope():  # eager, also when first called while a tf.function is traced
-                if not np.any(ops.convert_to_numpy(self.prototypes)):
-                    self.prototypes.assign(self._estimate())
+        if self._from_config and not self._is_symbolic_call(args, kwargs):
+            self._from_config = False  # an unbuilt layer is built by this call, with the estimate: no weights loaded
+            if self.built:
+                with eager_scope():  # eager, also when first called while a tf.function is traced
+                    if not np.any(ops.convert_to_numpy(self.prototypes)):
+                        self.prototypes.assign(self._estimate())
         return super().__call__(*args, **kwargs)
 
     @staticmethod

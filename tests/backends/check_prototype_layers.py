@@ -324,7 +324,8 @@ def check_hyperspherical_float64():
 
 
 def check_class_proxies(output):
-    k, m, dim = 3, 2, 4
+    k, dim = 3, 4
+    m = 2 if output == "similarities" else 1  # the packed output holds one embedding per class
     in_dim = 4 if output == "similarities" else 6
     layer = ClassProxies(k, num_proxies=m, dim=dim, output=output)
     x = rand(5, in_dim)
