@@ -74,13 +74,50 @@ def model_task(model):
     return model.task if isinstance(model, TaskModel) else None
 
 
+def graph_problem(model):
+    """Why ``model`` is not a model whose graph :func:`with_task` restates (what a preset holds), or ``None``: a
+    functional model or a ``Sequential`` whose input is known; not another object, a ``Sequential`` without an
+    ``Input`` that was never called, nor a subclassed model (whose ``call`` is Python code, not a config)."""
+    if not isinstance(model, keras.Model):
+        return f"must be a Keras model, got {type(model).__name__}"
+    try:
+        known = bool(model.inputs) and bool(model.outputs)
+    except AttributeError:  # a Sequential never built, a subclassed model (neither has a graph of layers)
+        known = False
+    if known:
+        return None
+    if isinstance(model, keras.Sequential):
+        return (f"is a Sequential model whose input is not known yet ({model.name!r}): give it a keras.Input first "
+                "layer, or build it on data")
+    return (f"must be a functional model (keras.Model(inputs, outputs)) or a Sequential, got the subclassed "
+            f"{type(model).__name__}, whose call() no config describes")
+
+
+def _structures(model):
+    """``(inputs, outputs)`` of the functional or ``Sequential`` ``model`` as its graph was made: a dict of named
+    outputs (or inputs) stays a dict; one tensor in a list is that tensor."""
+    if isinstance(model, keras.Sequential):  # one input, one output
+        return model.inputs[0], model.outputs[0]
+    inputs, outputs = model.input, model.output  # a functional model: the structures it was made with
+
+    def single(structure):
+        return structure[0] if isinstance(structure, (list, tuple)) and len(structure) == 1 else structure
+
+    return single(inputs), single(outputs)
+
+
 def with_task(model, task):
     """``model`` as a :class:`TaskModel` stating ``task``: the model itself when it already states ``task``, else
-    a ``TaskModel`` over the same graph (the same layers and weights, no copy)."""
+    a ``TaskModel`` over the same graph (the same layers and weights, no copy; its inputs and outputs in the same
+    structure, a dict of named outputs included). ``model``: a functional or ``Sequential`` model with a known input
+    (:func:`graph_problem`; else ``ValueError`` naming ``model``)."""
     check_task(task)
     if model_task(model) == task:
         return model
     if model_task(model) is not None:
         raise ValueError(f"`task`: the model states task {model_task(model)!r}, not {task!r}.")
-    return TaskModel(model.inputs if len(model.inputs) > 1 else model.inputs[0],
-                     model.outputs if len(model.outputs) > 1 else model.outputs[0], name=model.name, task=task)
+    problem = graph_problem(model)
+    if problem:
+        raise ValueError(f"`model` {problem}.")
+    inputs, outputs = _structures(model)
+    return TaskModel(inputs, outputs, name=model.name, task=task)

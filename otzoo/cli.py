@@ -284,6 +284,8 @@ def evaluate(args):
     name, weights = args.preset, args.weights
     card = None if name in PRESETS else (read_card(name) or {})  # a preset directory's, read once
     task = PRESETS[name].task if card is None else card.get("task")
+    if task is not None and not isinstance(task, str):  # a card is the user's input (a list is no task's name)
+        raise CommandError(f"PRESET: the card of {name!r}: `task` must be one of {list(RECIPES)}, got {task!r}.")
     options = dict(data_dir=args.data_dir)
     # The options only some tasks' recipes take (each recipe module's EVALUATE_OPTIONS): refused for the others (a
     # directory whose card states no known task accepts none; _preset_of_directory names the card's problem).
@@ -337,7 +339,11 @@ def _check_data_dir(data_dir, dataset):
 def _preset_of_directory(directory, card):
     """The built-in preset the card of a preset directory names (``fine_tuned.base`` or ``name``), whose recipe
     evaluates it; its task must be the card's."""
-    name = (card.get("fine_tuned") or {}).get("base") or card.get("name")
+    fine_tuned = card.get("fine_tuned")
+    if fine_tuned is not None and not isinstance(fine_tuned, dict):
+        raise CommandError(f"PRESET: the card of {directory!r}: `fine_tuned` must be an object describing the "
+                           f"fine-tuning run (its `base`: the preset fine-tuned), got {fine_tuned!r}.")
+    name = (fine_tuned or {}).get("base") or card.get("name")
     if not isinstance(name, str) or name not in PRESETS:
         raise CommandError(f"PRESET: the card of {directory!r} names no built-in preset (name {name!r}); only copies "
                            "and fine-tuned runs of a preset are evaluated by its recipe.")

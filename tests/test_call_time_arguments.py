@@ -72,6 +72,12 @@ def test_support_class_means_labels_must_match_the_support():
     with pytest.raises(ValueError, match=r"`support_labels` must number the episode's classes 0\.\.1, got 5; "
                                          r"renumber them"):
         SupportClassMeans(2)([np.ones((4, 5), np.float32), np.array([5, 6, 5, 6], np.int32)])
+    # a fractional label was cast to int32 without a word: 1.5 joined class 1
+    with pytest.raises(ValueError, match=r"`support_labels` must be integer class labels, got .*1\.5"):
+        SupportClassMeans(2)([np.ones((3, 4), np.float32), np.array([0.0, 1.5, 1.0], np.float32)])
+    whole = SupportClassMeans(2)([np.arange(12, dtype=np.float32).reshape(3, 4), np.array([0.0, 1.0, 1.0],
+                                                                                          np.float32)])
+    np.testing.assert_allclose(np.asarray(whole), [[0, 1, 2, 3], [6, 7, 8, 9]])  # whole numbers as floats: taken
 
 
 def test_structured_fc_support_features_of_another_dim_are_named():
@@ -102,3 +108,13 @@ def test_save_preset_names_a_model_that_is_not_one_and_a_directory_that_is_a_fil
         zoo.save_preset(model, str(a_file))
     with pytest.raises(ValueError, match="`directory` .* is below the file"):
         zoo.save_preset(model, str(a_file / "preset"))
+
+
+@pytest.mark.parametrize("call, argument", [(lambda: zoo.load(["resnet20_gap_fashion_mnist"]), "name"),
+                                            (lambda: zoo.model_card(["resnet20_gap_fashion_mnist"]), "name"),
+                                            (lambda: zoo.build({"name": "x"}), "name"),
+                                            (lambda: zoo.preset_dir(["x"]), "name")])
+def test_a_preset_name_that_is_no_string_is_named(call, argument):
+    """A list reached the registry's dict: TypeError (unhashable type: 'list')."""
+    with pytest.raises(ValueError, match=rf"^`{argument}` must be a preset name or a preset directory, got "):
+        call()

@@ -781,3 +781,54 @@ def test_tune_refuses_an_earlier_search_without_resume_or_overwrite(tmp_path, ca
     assert searches == [False, True, True, False] and capsys.readouterr().err == ""
     _fails_with(command + ["--resume", "--overwrite"], "argument --overwrite: not allowed with argument --resume",
                 capsys)
+
+
+@pytest.mark.parametrize("name, changes, message", [
+    ("resnet20_gap_fashion_mnist", {"task": ["classification"]},
+     "`task` must be one of ['classification', 'retrieval', 'few_shot'], got ['classification']"),
+    ("resnet20_gap_fashion_mnist", {"fine_tuned": "yes"}, "`fine_tuned` must be an object describing the "
+                                                          "fine-tuning run (its `base`: the preset fine-tuned), got"),
+    ("resnet20_gap_fashion_mnist", {"recipe": 5}, "`recipe` must be an object of recipe fields, got 5"),
+    ("resnet20_gap_fashion_mnist", {"recipe.callbacks": 5}, "`recipe.callbacks` must be a list of strings, got 5"),
+    ("resnet20_gap_fashion_mnist", {"recipe.jit_compile": "no"}, "`recipe.jit_compile` must be true or false"),
+    ("resnet20_gap_fashion_mnist", {"recipe.learning_rate": "0.1"}, "`recipe.learning_rate` must be a number"),
+    ("resnet20_protonet_fewshot_fashion_mnist", {"recipe.eval_shots": "15"},
+     "`recipe.eval_shots` must be a list of integers, got '15'"),
+    ("resnet20_protonet_fewshot_fashion_mnist", {"recipe.eval_episodes": "5"},
+     "`recipe.eval_episodes` must be an integer, got '5'"),
+], ids=["task_list", "fine_tuned_string", "recipe_int", "callbacks_int", "jit_compile_string", "learning_rate_string",
+        "eval_shots_string", "eval_episodes_string"])
+def test_evaluate_names_a_card_field_of_the_wrong_type(name, changes, message, tmp_path, capsys):
+    """Each was a traceback: TypeError (a list is no key of the recipes' table; tuple('15') is ('1', '5'); an int
+    is not iterable), AttributeError ('str' object has no attribute 'get'), the episodes' own ValueError."""
+    directory = tmp_path / "copy"
+    shutil.copytree(preset_dir(name), directory)
+    card = json.loads((directory / "metadata.json").read_text())
+    for key, value in changes.items():
+        if key.startswith("recipe."):
+            card["recipe"][key[len("recipe."):]] = value
+        else:
+            card[key] = value
+    (directory / "metadata.json").write_text(json.dumps(card))
+    err = _fails_with(["evaluate", str(directory), "--limit", "300"], message, capsys)
+    assert f"PRESET: the card of {str(directory)!r}" in err, err
+
+
+def test_export_names_a_recipe_field_of_the_wrong_type(tmp_path, capsys):
+    directory = tmp_path / "copy"
+    shutil.copytree(preset_dir("resnet20_gap_fashion_mnist"), directory)
+    card = json.loads((directory / "metadata.json").read_text())
+    card["recipe"]["callbacks"] = 5
+    (directory / "metadata.json").write_text(json.dumps(card))
+    _fails_with(["export", str(directory), "--out", str(tmp_path / "out"), "--no-verify"],
+                "`recipe.callbacks` must be a list of strings, got 5", capsys)
+    assert not (tmp_path / "out").exists()
+
+
+def test_a_config_json_that_is_no_model_is_one_line(tmp_path, capsys):
+    """``{}`` deserialized into a dict: AttributeError ('dict' object has no attribute 'inputs')."""
+    directory = tmp_path / "copy"
+    shutil.copytree(preset_dir("resnet20_gap_fashion_mnist"), directory)
+    (directory / "config.json").write_text("{}")
+    _fails_with(["evaluate", str(directory), "--limit", "300"], "does not describe a model Keras can build: it gives "
+                                                                "a dict, not a model", capsys)

@@ -234,3 +234,145 @@ def test_an_error_while_reading_a_download_is_a_weights_download_error(monkeypat
     with pytest.raises(zoo.WeightsDownloadError, match=r"could not fetch https://example.invalid/m.weights.h5 \(The "
                                                        r"read operation timed out\)"):
         zoo.load(NAME, weights="https://example.invalid/m.weights.h5")
+
+
+@pytest.mark.parametrize("config", [{}, {"module": "keras.layers", "class_name": "Dense", "config": {"units": 3}},
+                                    {"class_name": "TaskModel", "registered_name": "ot_layers>TaskModel"}],
+                         ids=["empty", "a_layer", "no_config"])
+def test_a_config_json_that_is_no_model_is_a_preset_format_error(config, copied):
+    """Valid JSON that Keras deserializes into something other than a model (a dict, a Dense layer) ended in an
+    AttributeError traceback (``'dict' object has no attribute 'inputs'``)."""
+    with open(os.path.join(copied, CONFIG_FILE), "w") as handle:
+        json.dump(config, handle)
+    with pytest.raises(preset_format.PresetFormatError, match=r"^the model config '.*config\.json' does not describe "
+                                                              r"a model Keras can build: it gives a (dict|Dense), not "
+                                                              r"a model$"):
+        zoo.load(copied)
+
+
+def _tiny(head="gap_fc"):
+    return zoo.image_classifier("small_convnet", head, 3, **TINY)
+
+
+def _contents(directory):
+    return {name: open(os.path.join(directory, name), "rb").read() for name in sorted(os.listdir(directory))}
+
+
+def test_save_preset_refuses_to_replace_a_preset_unless_told(tmp_path):
+    """zoo.save_preset replaced any preset without a word (a packaged one too), as the command line does not."""
+    directory = zoo.save_preset(_tiny(), str(tmp_path / "mine"), card={"name": "mine"})
+    before = _contents(directory)
+    with pytest.raises(ValueError, match=r"^`directory` '.*mine' holds a preset already \(metadata.json, "
+                                         r"config.json\); write into another directory, or pass overwrite=True"):
+        zoo.save_preset(_tiny("mpw"), directory, card={"name": "other"})
+    assert _contents(directory) == before
+    packaged = shutil.copytree(loading.preset_dir(NAME), str(tmp_path / "packaged"))  # as the package directory
+    os.remove(os.path.join(packaged, "metadata.json"))  # a config alone is a preset's too
+    with pytest.raises(ValueError, match=r"holds a preset already \(config.json\)"):
+        zoo.save_preset(_tiny(), packaged, card={"name": "other"})
+    with pytest.raises(ValueError, match="^`overwrite` must be True or False"):
+        zoo.save_preset(_tiny(), directory, card={"name": "other"}, overwrite="yes")
+    other = _tiny("mpw")
+    zoo.save_preset(other, directory, card={"name": "other"}, overwrite=True)
+    assert preset_format.read_card(directory)["name"] == "other" and sorted(os.listdir(directory)) == [
+        "config.json", "metadata.json", "model.weights.h5"]
+    pixels = np.random.default_rng(3).uniform(0, 255, (2, 16, 16, 1)).astype(np.float32)
+    np.testing.assert_allclose(np.asarray(zoo.load(directory)(pixels)), np.asarray(other(pixels)), atol=1e-6)
+
+
+def test_a_failed_write_leaves_the_earlier_preset_intact(tmp_path, monkeypatch):
+    """The files were written in place: weights that failed to write (a full disk) left the new config.json beside
+    the old weights, a preset that no longer loaded."""
+    directory = zoo.save_preset(_tiny(), str(tmp_path / "mine"), card={"name": "mine"})
+    before = _contents(directory)
+
+    def disk_full(self, *args, **kwargs):
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(keras.Model, "save_weights", disk_full)
+    with pytest.raises(OSError, match="No space left"):
+        zoo.save_preset(_tiny("mpw"), directory, card={"name": "other"}, overwrite=True)
+    assert _contents(directory) == before  # nor any temporary file left
+    with pytest.raises(OSError, match="No space left"):
+        zoo.save_preset(_tiny(), str(tmp_path / "new"), card={"name": "new"})
+    assert not (tmp_path / "new").exists()
+    monkeypatch.undo()
+    assert preset_format.read_card(directory)["name"] == "mine" and model_task(zoo.load(directory))
+
+
+def test_dict_outputs_keep_their_names_through_a_preset(tmp_path):
+    """with_task rebuilt the model from its flat outputs: a dict of named outputs came back as a list."""
+    inputs = keras.Input((4,), name="x")
+    model = keras.Model(inputs, {"logits": keras.layers.Dense(3, name="logits")(inputs),
+                                 "embedding": keras.layers.Dense(2, name="embedding")(inputs)})
+    x = np.ones((2, 4), np.float32)
+    expected = {key: np.asarray(value) for key, value in model(x).items()}
+    assert sorted(with_task(model, "generic")(x)) == ["embedding", "logits"]
+    restored = zoo.load(zoo.save_preset(model, str(tmp_path / "named"), card={"task": "generic"}))(x)
+    assert isinstance(restored, dict) and sorted(restored) == sorted(expected)
+    for key, value in expected.items():
+        np.testing.assert_allclose(np.asarray(restored[key]), value, atol=1e-6)
+
+
+class _Subclassed(keras.Model):
+    def __init__(self, **kwargs):
+        super().__init__(**kwargs)
+        self.dense = keras.layers.Dense(3)
+
+    def call(self, x):
+        return self.dense(x)
+
+
+def _subclassed():
+    model = _Subclassed()
+    model(np.zeros((1, 4), np.float32))
+    return model
+
+
+def _with_lambda():
+    inputs = keras.Input((4,))
+    return keras.Model(inputs, keras.layers.Lambda(lambda t: t * 2)(inputs))
+
+
+@pytest.mark.parametrize("model, message", [
+    (lambda: keras.Sequential([keras.layers.Dense(3)]), "is a Sequential model whose input is not known yet"),
+    (_subclassed, "must be a functional model .* got the subclassed _Subclassed"),
+    (_with_lambda, "cannot be saved as a preset: its config does not rebuild as zoo.load reads it back: .*Lambda"),
+], ids=["unbuilt_sequential", "subclassed", "lambda"])
+def test_save_preset_refuses_a_model_it_cannot_write_or_read_back(model, message, tmp_path):
+    """An unbuilt Sequential or a subclassed model ended in AttributeError; a Lambda layer was written into a preset
+    that zoo.load (safe mode) then refused."""
+    with pytest.raises(ValueError, match=f"^`model` {message}"):
+        zoo.save_preset(model(), str(tmp_path / "preset"), card={"task": "generic"})
+    assert not (tmp_path / "preset").exists()
+
+
+def test_a_built_sequential_saves_and_loads(tmp_path):
+    model = keras.Sequential([keras.Input((4,)), keras.layers.Dense(3)])
+    x = np.ones((2, 4), np.float32)
+    restored = zoo.load(zoo.save_preset(model, str(tmp_path / "sequential"), card={"task": "generic"}))
+    np.testing.assert_allclose(np.asarray(restored(x)), np.asarray(model(x)), atol=1e-6)
+
+
+def _set_sha256(directory, value):
+    card = preset_format.read_card(directory)
+    card["weights_sha256"] = value
+    with open(os.path.join(directory, "metadata.json"), "w") as handle:
+        json.dump(card, handle)
+
+
+def test_a_card_sha256_in_upper_case_is_the_same_sha256(copied):
+    """Get-FileHash prints upper case: the right digest was reported as corrupted weights."""
+    _set_sha256(copied, " " + zoo.model_card(NAME)["weights_sha256"].upper() + "\n")
+    np.testing.assert_array_equal(np.asarray(zoo.load(copied)(X)), np.asarray(zoo.load(NAME)(X)))
+    zoo.load(NAME, weights=copied)  # the card beside the weights, read by load_weights
+
+
+@pytest.mark.parametrize("value", [123, "abc", ["x"], "g" * 64])
+def test_a_card_sha256_that_is_no_sha256_is_a_format_error_not_corruption(value, copied):
+    _set_sha256(copied, value)
+    message = r"`weights_sha256` must be the weights' sha256 \(64 hex digits\), got "
+    with pytest.raises(preset_format.PresetFormatError, match=rf"^the card of '.*copy': {message}"):
+        zoo.load(copied)
+    with pytest.raises(preset_format.PresetFormatError, match=rf"^the card that goes with the weights .*: {message}"):
+        zoo.load(NAME, weights=copied)

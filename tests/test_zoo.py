@@ -117,6 +117,10 @@ def test_load_with_overrides_that_change_nothing_loads_without_a_warning():
     with warnings.catch_warnings():
         warnings.simplefilter("error")  # the weights' and card's own architecture: nothing to warn about
         zoo.load("resnet20_gap_fashion_mnist", num_classes=10, backbone="ResNet20")
+        # l2 (a training penalty, no architecture key) and the preset's own input shape as an array warned that the
+        # architecture changed
+        assert zoo.load("resnet20_gap_fashion_mnist", l2=5e-4).losses
+        zoo.load("resnet20_gap_fashion_mnist", input_shape=np.array([28, 28, 1]))
     with pytest.raises(loading.PresetFormatError, match=r"\(not loaded: dense_head\)$"):  # no override blamed
         zoo.load("resnet20_gap_fashion_mnist", weights=zoo.preset_dir("resnet20_mpw_fashion_mnist"), num_classes=10)
 

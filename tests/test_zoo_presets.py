@@ -1,5 +1,7 @@
 """Every packaged preset loads offline and reproduces its card on the real Fashion-MNIST test split (the card check
 reads no data: it runs without Fashion-MNIST)."""
+import re
+
 import numpy as np
 import pytest
 
@@ -125,3 +127,24 @@ def test_few_shot_preset_reproduces_its_card_then_fits(name):
     x, y = fashion_mnist_split("few_shot", "base", limit=2000, normalize=False, relabel=True)
     history = model.fit(episode_dataset(x, y, 8, seed=11), epochs=1, verbose=0)
     assert history.history["accuracy"][-1] > 0.5  # chance is 0.2
+
+
+def test_a_card_recipe_is_read_by_its_fields_types():
+    """A card's recipe fields were taken whatever their type: tuple("15") made eval_shots ('1', '5'), an int
+    callbacks failed in tuple(), a string jit_compile read as true."""
+    from zoo.preset_format import PresetFormatError
+    from zoo.spec import recipe_from_dict
+
+    recipe = recipe_from_dict("few_shot", {"learning_rate": 1, "eval_shots": [1, 5], "pretrained_from": "x"})
+    assert recipe.learning_rate == 1 and recipe.eval_shots == (1, 5)  # an integer is a number; unknown: left out
+    assert recipe_from_dict("classification", {"callbacks": ["a"]}).callbacks == ("a",)
+    for task, values, message in [("few_shot", {"eval_shots": "15"}, "`recipe.eval_shots` must be a list of integers"),
+                                  ("few_shot", {"eval_shots": [1.5]}, "`recipe.eval_shots` must be a list of integers"),
+                                  ("classification", {"epochs": True}, "`recipe.epochs` must be an integer, got True"),
+                                  ("classification", {"epochs": 2.0}, "`recipe.epochs` must be an integer, got 2.0"),
+                                  ("classification", {"nesterov": 1}, "`recipe.nesterov` must be true or false"),
+                                  ("classification", {"loss_kwargs": []}, "`recipe.loss_kwargs` must be an object"),
+                                  ("classification", {"optimizer": None}, "`recipe.optimizer` must be a string"),
+                                  ("classification", ["epochs"], "`recipe` must be an object of recipe fields")]:
+        with pytest.raises(PresetFormatError, match=f"^{re.escape(message)}"):  # one line from otzoo (exit 2)
+            recipe_from_dict(task, values)

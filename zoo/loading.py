@@ -12,13 +12,15 @@ import warnings
 from typing import Callable, NamedTuple
 
 import keras
+import numpy as np
 
 from ot_layers.validation import check_flag
 from zoo.backbones import backbone as resolve_backbone
 from zoo.models import CLASSIFICATION_HEAD_LAYERS, image_classifier
 from zoo.preset_format import (CARD_FILE, CONFIG_FILE, WEIGHTS_FILE, MissingWeightsError, PresetFormatError,
-                               WeightsDownloadError, WeightsIntegrityError, check_sha256, is_weights_url, load_preset,
-                               load_weights, preset_card, read_card, sha256_of, weights_with_card, write_preset)
+                               WeightsDownloadError, WeightsIntegrityError, card_sha256, check_sha256, is_weights_url,
+                               load_preset, load_weights, preset_card, read_card, sha256_of, weights_with_card,
+                               write_preset)
 from zoo.registry import PRESETS
 from zoo.resnet import cifar_resnet
 from zoo.spec import TASKS, PresetSpec, published_recipe
@@ -31,7 +33,16 @@ _ARCHITECTURE_KEYS = ("backbone", "head", "num_classes", "input_shape", "pixel_m
                       "embedding_dim", "ways")
 
 
+def _check_name(name, argument="name"):
+    """``name`` if it can name a preset (a string) or a preset directory (a path), else a ``ValueError`` naming
+    ``argument`` (a list, say, which is no key of the registry)."""
+    if not isinstance(name, (str, os.PathLike)):
+        raise ValueError(f"`{argument}` must be a preset name or a preset directory, got {name!r}.")
+    return name
+
+
 def _spec(name):
+    _check_name(name)
     if name not in PRESETS:
         raise ValueError(f"Unknown preset {name!r}; known presets: {', '.join(sorted(PRESETS))}.")
     return PRESETS[name]
@@ -55,6 +66,7 @@ def model_card(name):
     the weights, training time and hardware, the reproducing command, date). A preset whose weights have not been
     trained yet has ``metrics=None`` and ``weights_sha256=None``. ``name`` may also be a preset directory, as for
     :func:`load`: its ``metadata.json``."""
+    _check_name(name)
     if name not in PRESETS and os.path.isdir(str(name)):
         return preset_card(name)
     spec = _spec(name)
@@ -154,6 +166,8 @@ def _architecture_values(spec):
 
 
 def _same_value(given, own):
+    if isinstance(given, np.ndarray):  # input_shape=np.array([28, 28, 1]): its values, as build takes them
+        given = given.tolist()
     if isinstance(given, (list, tuple)) and isinstance(own, (list, tuple)):
         return tuple(given) == tuple(own)
     try:
@@ -164,12 +178,16 @@ def _same_value(given, own):
 
 def _changes(spec, overrides):
     """The overrides of preset ``spec`` that change its architecture or its layer's arguments: those whose value is
-    the preset's own (``num_classes=10`` of a 10-class preset, ``backbone="ResNet20"``) are left out."""
+    the preset's own (``num_classes=10`` of a 10-class preset, ``backbone="ResNet20"``, ``input_shape`` as an array
+    of the preset's values) are left out, and so is ``l2``, a training penalty that changes neither the layers nor
+    what the model computes."""
     own = _architecture_values(spec)  # the registry's backbone names are lower case
     for field in ("head_kwargs", "pooling_kwargs"):
         own.update(getattr(spec.architecture, field))
     changed = {}
     for key, value in overrides.items():
+        if key == "l2":
+            continue
         given = value.lower() if key == "backbone" and isinstance(value, str) else value
         if key not in own or not _same_value(given, own[key]):
             changed[key] = value
@@ -268,6 +286,7 @@ def load(name, pretrained=True, weights=None, **overrides):
     naming the file and both hashes. A weights file no card accompanies loads with a warning that it is unchecked.
     """
     pretrained = check_flag("pretrained", pretrained)
+    _check_name(name)
     if name not in PRESETS:
         if os.path.isdir(str(name)):
             if not pretrained or weights is not None or overrides:
@@ -288,7 +307,7 @@ def load(name, pretrained=True, weights=None, **overrides):
         path, card = _package_weights(name), model_card(name)
     elif is_weights_url(weights):
         card = model_card(name)
-        path = _url_weights(name, str(weights), card.get("weights_sha256"))
+        path = _url_weights(name, str(weights), card_sha256(card, f"the card of preset {name!r}"))
     else:
         path, card = weights_with_card(weights)
     changed = _changes(PRESETS[name], overrides)
@@ -306,9 +325,16 @@ def load(name, pretrained=True, weights=None, **overrides):
     return model
 
 
-def save_preset(model, directory, card=None):
+def save_preset(model, directory, card=None, overwrite=False):
     """Write ``model`` as a preset directory (``config.json``, ``model.weights.h5``, ``metadata.json``) that
-    :func:`load` reads back (:func:`zoo.preset_format.write_preset`). ``card``: the model card's fields; its
-    ``task`` is required unless ``model`` states one (``ot_layers.TaskModel``, as the zoo's builders give); the
-    weights' sha256 and the parameter count are added."""
-    return write_preset(model, directory, card)
+    :func:`load` reads back (:func:`zoo.preset_format.write_preset`). ``model``: a functional or ``Sequential``
+    model with a known input whose config Keras rebuilds in safe mode (a subclassed model, an unbuilt
+    ``Sequential`` or a ``Lambda`` layer of Python code is refused before anything is written). ``card``: the model
+    card's fields; its ``task`` is required unless ``model`` states one (``ot_layers.TaskModel``, as the zoo's
+    builders give); the weights' sha256 and the parameter count are added.
+
+    A ``directory`` that holds a preset already (its ``metadata.json`` or ``config.json``; a packaged preset too) is
+    refused unless ``overwrite=True``, which replaces the preset's three files (other files there stay). The files
+    are written under temporary names and renamed into place, the card last: a write that fails leaves the earlier
+    preset intact."""
+    return write_preset(model, directory, card, overwrite=overwrite)

@@ -13,17 +13,19 @@ Wherever a card names a sha256 the weights file is hashed *before* it is loaded;
 load with a warning that they are unchecked (:func:`load_weights`). Deserializing ``config.json`` needs the
 ``ot_layers`` layers registered, which importing this module (through ``ot_layers``) does.
 """
+import copy
 import hashlib
 import json
 import os
 import re
+import secrets
 import warnings
 
 import keras
 
 import ot_layers  # noqa: F401  (registers the layers and TaskModel that config.json names)
-from ot_layers.task_model import check_task, model_task, with_task
-from ot_layers.validation import check_output_path, output_path_problem
+from ot_layers.task_model import check_task, graph_problem, model_task, with_task
+from ot_layers.validation import check_flag, check_output_path, output_path_problem
 
 WEIGHTS_FILE = "model.weights.h5"
 CARD_FILE = "metadata.json"
@@ -48,15 +50,23 @@ class PresetFormatError(ValueError):
     missing weights file, weights that do not fit the model they are loaded into."""
 
 
+def preset_files(path):
+    """The files of a preset that directory ``path`` holds already (its card, its config), which a preset written
+    into it would replace."""
+    return [name for name in (CARD_FILE, CONFIG_FILE) if os.path.isfile(os.path.join(str(path), name))]
+
+
 def output_directory_problem(path, new_preset=False):
     """Why ``path`` cannot be a directory to write into, or ``None``: it must be an existing directory or none yet
     (then created), not a file nor below one; with ``new_preset``, also not a directory that holds a preset already
-    (its card), which a write would replace."""
+    (its card or its config, :func:`preset_files`), which a write would replace."""
     problem = output_path_problem(path, directory=True)
     if problem:
         return problem
-    if new_preset and os.path.isfile(os.path.join(path, CARD_FILE)):
-        return f"{path!r} holds a preset already ({CARD_FILE}); write into another directory, or remove that one first"
+    held = preset_files(path) if new_preset else []
+    if held:
+        return (f"{path!r} holds a preset already ({', '.join(held)}); write into another directory, or remove that "
+                "one first")
     return None
 
 
@@ -79,11 +89,25 @@ def sha256_of(path):
 
 
 def check_sha256(path, expected):
-    """Raise :class:`WeightsIntegrityError` unless the sha256 of file ``path`` is ``expected``."""
+    """Raise :class:`WeightsIntegrityError` unless the sha256 of file ``path`` is ``expected`` (hex digits, in either
+    case)."""
+    expected = expected.strip().lower() if isinstance(expected, str) else expected
     found = sha256_of(path)
     if found != expected:
         raise WeightsIntegrityError(f"The weights file {path} does not match its card: expected sha256 {expected}, "
                                     f"found {found}. The file is corrupted or belongs to another model.")
+
+
+def card_sha256(card, where):
+    """The ``weights_sha256`` of ``card`` (a dict or ``None``) in lower case, ``None`` where it names none; a value
+    that is not a sha256 (64 hex digits, in either case, as ``sha256sum`` or ``Get-FileHash`` print it) is a
+    :class:`PresetFormatError` naming the field and ``where`` (the card, in words), not a corrupted file."""
+    value = (card or {}).get("weights_sha256")
+    if value is None:
+        return None
+    if isinstance(value, str) and re.fullmatch(r"[0-9a-fA-F]{64}", value.strip()):
+        return value.strip().lower()
+    raise PresetFormatError(f"{where}: `weights_sha256` must be the weights' sha256 (64 hex digits), got {value!r}.")
 
 
 def is_preset_dir(path):
@@ -120,11 +144,29 @@ def read_config(directory):
                                 f"{CONFIG_FILE}, {WEIGHTS_FILE} and {CARD_FILE}).")
     config = _read_json_object(path, "the model config")
     config.pop("compile_config", None)  # not part of a preset (see write_config); an older one may hold it
-    try:  # what keras.models.model_from_json does after parsing
-        return keras.saving.deserialize_keras_object(config)
+    try:
+        return model_from_config(config)
     except (ValueError, TypeError, KeyError) as error:  # a config Keras cannot rebuild: the file, not a bug
         raise PresetFormatError(f"the model config {path!r} does not describe a model Keras can build: "
-                                f"{(str(error).splitlines() or [type(error).__name__])[0]}") from error
+                                f"{_first_line(error)}") from error
+
+
+def _first_line(error):
+    return (str(error).splitlines() or [type(error).__name__])[0] or type(error).__name__
+
+
+def model_from_config(config):
+    """The model the dict ``config`` (a ``config.json``'s contents) describes, as :func:`read_config` rebuilds it:
+    what ``keras.models.model_from_json`` does after parsing, in safe mode (no Python lambda is deserialized); a
+    ``ValueError`` when what it gives is not a model with a graph of layers (:func:`ot_layers.task_model.graph_problem`:
+    ``{}``, a layer's config)."""
+    model = keras.saving.deserialize_keras_object(config)
+    if not isinstance(model, keras.Model):
+        raise ValueError(f"it gives a {type(model).__name__}, not a model")
+    problem = graph_problem(model)
+    if problem:
+        raise ValueError(f"the model it gives {problem}")
+    return model
 
 
 def is_weights_url(weights):
@@ -157,9 +199,10 @@ def weights_with_card(weights):
 
 
 def load_weights(model, path, card):
-    """Load the weights file ``path`` into ``model`` after checking it against ``card``'s ``weights_sha256``;
-    with no card (or a card naming no sha256) the weights load with a warning that they are unchecked."""
-    expected = (card or {}).get("weights_sha256")
+    """Load the weights file ``path`` into ``model`` after checking it against ``card``'s ``weights_sha256``
+    (:func:`card_sha256`); with no card (or a card naming no sha256) the weights load with a warning that they are
+    unchecked."""
+    expected = card_sha256(card, f"the card that goes with the weights {path!r}")
     if expected:
         check_sha256(path, expected)
     else:
@@ -207,7 +250,7 @@ def load_preset(directory):
     path = os.path.join(directory, WEIGHTS_FILE)
     if not os.path.isfile(path):
         raise PresetFormatError(f"the preset directory {directory!r} has no {WEIGHTS_FILE}.")
-    expected = card.get("weights_sha256")
+    expected = card_sha256(card, f"the card of {directory!r}")
     if expected:
         check_sha256(path, expected)  # before anything is deserialized
     model = read_config(directory)
@@ -219,25 +262,44 @@ def load_preset(directory):
     return load_weights(model, path, card)
 
 
-def write_config(model, directory):
-    """Write ``model``'s ``config.json`` into ``directory``: ``model.to_json()`` less how the model was compiled.
+def model_config(model):
+    """``model``'s ``config.json`` contents: ``model.to_json()`` less how the model was compiled.
 
     A preset is the architecture and the weights; the user compiles it, as a built-in preset. On PyTorch Keras'
     optimizer is a class of its torch backend, which another backend cannot import where PyTorch is missing and whose
     import aborts a TensorFlow process beside it."""
     config = json.loads(model.to_json())
     config["compile_config"] = {}
+    return config
+
+
+def write_config(model, directory):
+    """Write ``model``'s ``config.json`` (:func:`model_config`) into ``directory``."""
     with open(os.path.join(directory, CONFIG_FILE), "w") as handle:
-        json.dump(config, handle)
+        json.dump(model_config(model), handle)
 
 
-def write_preset(model, directory, card):
+def write_preset(model, directory, card, overwrite=False):
     """Write ``model`` as preset directory ``directory`` (``config.json``, ``model.weights.h5``, ``metadata.json``);
-    returns ``directory``. ``card``: the model card's fields; its ``task`` (or the task ``model`` states) is
-    required. The card written adds ``task``, ``weights_sha256`` and ``parameters``."""
-    if not isinstance(model, keras.Model):
-        raise ValueError(f"`model` must be a Keras model, got {type(model).__name__}.")
+    returns ``directory``. ``model``: a functional or ``Sequential`` Keras model with a known input, whose config
+    :func:`read_config` can rebuild (no Python lambda, no layer class Keras cannot find): checked before anything
+    is written, else a ``ValueError`` naming ``model``. ``card``: the model card's fields; its ``task`` (or the task
+    ``model`` states) is required. The card written adds ``task``, ``weights_sha256`` and ``parameters``.
+
+    A directory that holds a preset already (:func:`preset_files`: its card or its config) is refused with a
+    ``ValueError`` naming ``directory`` unless ``overwrite=True``, which replaces those three files (any other file
+    there is left as it is). The files are written under temporary names in ``directory`` first and then renamed
+    over the old ones, the card last, so a write that fails (a full disk, an interruption) leaves the earlier
+    preset as it was."""
+    problem = graph_problem(model)
+    if problem:
+        raise ValueError(f"`model` {problem}.")
     directory = check_output_path("directory", directory, True)
+    overwrite = check_flag("overwrite", overwrite)
+    held = preset_files(directory)
+    if held and not overwrite:
+        raise ValueError(f"`directory` {directory!r} holds a preset already ({', '.join(held)}); write into another "
+                         "directory, or pass overwrite=True to replace it.")
     if card is not None and not isinstance(card, dict):
         raise ValueError(f"`card` must be a dict of the model card's fields (or None), got {type(card).__name__}.")
     card = dict(card or {})
@@ -250,11 +312,38 @@ def write_preset(model, directory, card):
         raise ValueError("`card`: a preset states its task: give card={'task': ...} (one of classification, "
                          "retrieval, few_shot, generic) or a model that states one (ot_layers.TaskModel).")
     model = with_task(model, check_task(task))
-    os.makedirs(directory, exist_ok=True)
-    write_config(model, directory)
-    weights = os.path.join(directory, WEIGHTS_FILE)
-    model.save_weights(weights)
-    card.update(task=task, weights_sha256=sha256_of(weights), parameters=int(model.count_params()))
-    with open(os.path.join(directory, CARD_FILE), "w") as handle:
-        json.dump(card, handle, indent=2)
+    config = model_config(model)
+    try:  # a preset that zoo.load could never read back is not written
+        model_from_config(copy.deepcopy(config))  # Keras takes the config apart as it reads it
+    except (ValueError, TypeError, KeyError) as error:
+        raise ValueError(f"`model` cannot be saved as a preset: its config does not rebuild as zoo.load reads it "
+                         f"back: {_first_line(error)}") from error
+    _write_files(directory, config, model, card, task)
     return directory
+
+
+def _write_files(directory, config, model, card, task):
+    """Write the preset's three files into ``directory`` (made if need be) under temporary names, then rename each
+    over its own name, the card last; on any failure the temporary files (and ``directory``, when made here and left
+    empty) are removed, and the files already there stay as they were."""
+    made = not os.path.isdir(directory)
+    os.makedirs(directory, exist_ok=True)
+    token = secrets.token_hex(6)
+    staged = {name: os.path.join(directory, f".{token}-{name}") for name in (CONFIG_FILE, WEIGHTS_FILE, CARD_FILE)}
+    try:
+        with open(staged[CONFIG_FILE], "x") as handle:
+            json.dump(config, handle)
+        model.save_weights(staged[WEIGHTS_FILE])  # its name still ends in .weights.h5, as Keras requires
+        card.update(task=task, weights_sha256=sha256_of(staged[WEIGHTS_FILE]), parameters=int(model.count_params()))
+        with open(staged[CARD_FILE], "x") as handle:
+            json.dump(card, handle, indent=2)
+        for name in (CONFIG_FILE, WEIGHTS_FILE, CARD_FILE):  # the card last: it names the weights it goes with
+            os.replace(staged[name], os.path.join(directory, name))
+            del staged[name]
+    except BaseException:
+        for path in staged.values():
+            if os.path.exists(path):
+                os.remove(path)
+        if made and not os.listdir(directory):
+            os.rmdir(directory)
+        raise

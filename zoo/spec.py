@@ -8,8 +8,11 @@ publishes, and every field of it is read by the code that trains (``training.rec
 (``training.recipes.components``), which reject unknown names with a ``ValueError`` naming the field.
 """
 import dataclasses
+import typing
 from dataclasses import dataclass, field
 from typing import Optional, Tuple, Union
+
+from zoo.preset_format import PresetFormatError
 
 @dataclass(frozen=True)
 class Architecture:
@@ -146,15 +149,45 @@ def replace_fields(instance, overrides, what="recipe"):
 
 
 def recipe_from_dict(task, values):
-    """The recipe of a ``task`` preset from a card's ``recipe`` dict (``dataclasses.asdict`` of one; fields the
-    recipe class does not have, such as a few-shot card's ``pretrained_from``, are left out)."""
+    """The recipe of a ``task`` preset from a card's ``recipe`` dict (``dataclasses.asdict`` of one, as JSON reads
+    it back: tuples as lists; fields the recipe class does not have, such as a few-shot card's ``pretrained_from``,
+    are left out). ``values`` that are not a dict, or a field whose value is not of the field's type (an integer
+    where it is ``int``, a number for ``float``, ``true``/``false`` for ``bool``, a string for ``str``, an object for
+    ``dict``, a list of the items' type for a tuple), raise one :class:`zoo.preset_format.PresetFormatError` (a
+    ``ValueError``) naming the field (``recipe.<field>``): a card is the user's input."""
     cls = RECIPE_CLASSES[task]
-    names = {f.name for f in dataclasses.fields(cls)}
-    kept = {key: value for key, value in dict(values).items() if key in names}
-    for key in ("callbacks", "eval_shots"):
-        if key in kept and kept[key] is not None:
-            kept[key] = tuple(kept[key])
+    if not isinstance(values, dict):
+        raise PresetFormatError(f"`recipe` must be an object of recipe fields, got {values!r}.")
+    fields = {f.name: f.type for f in dataclasses.fields(cls)}
+    kept = {}
+    for key, value in values.items():
+        if key not in fields:
+            continue
+        kind = fields[key]
+        if not _is_of_type(value, kind):
+            raise PresetFormatError(f"`recipe.{key}` must be {_type_words(kind)}, got {value!r}.")
+        kept[key] = tuple(value) if typing.get_origin(kind) is tuple else value
     return cls(**kept)
+
+
+def _is_of_type(value, kind):
+    """Whether the JSON value ``value`` is of the recipe field type ``kind`` (``int``, ``float``, ``bool``, ``str``,
+    ``dict``, ``Tuple[X, ...]``); ``True`` is no integer, an integer is a number."""
+    if typing.get_origin(kind) is tuple:
+        return isinstance(value, (list, tuple)) and all(_is_of_type(item, typing.get_args(kind)[0])
+                                                        for item in value)
+    if kind is float:
+        return isinstance(value, (int, float)) and not isinstance(value, bool)
+    if kind is int:
+        return isinstance(value, int) and not isinstance(value, bool)
+    return isinstance(value, kind) if isinstance(kind, type) else True  # a type of another form: not checked here
+
+
+def _type_words(kind):
+    if typing.get_origin(kind) is tuple:
+        return f"a list of {_type_words(typing.get_args(kind)[0]).split(' ', 1)[1]}s"
+    return {int: "an integer", float: "a number", bool: "true or false", str: "a string",
+            dict: "an object (a dict)"}.get(kind, f"a {getattr(kind, '__name__', kind)}")
 
 
 def published_recipe(recipe):

@@ -7,8 +7,8 @@ from ot_layers.backends import values_known
 from ot_layers.layers.base import ExportableLayer
 from ot_layers.tensor_ops import as_compute_dtype, at_least, label_columns, normalize_rows
 from ot_layers.validation import (
-    check_choice, check_input_pair, check_label_shape, check_labels_per_row, check_positive, check_positive_int,
-    check_rank, check_same_dim,
+    check_choice, check_input_pair, check_label_shape, check_labels, check_labels_per_row, check_positive,
+    check_positive_int, check_rank, check_same_dim,
 )
 
 PROTONET_METRICS = ("euclidean", "cosine")
@@ -46,10 +46,11 @@ class SplitEpisode(ExportableLayer):
 class SupportClassMeans(ExportableLayer):
     """``[support (S, ...), support_labels (S,)] -> (ways, ...)``: the mean of each class's support samples
     (feature maps or vectors), classes ``0..ways-1``; a class without support samples gets zeros. Labels outside
-    that range (an episode's classes kept under their data set's numbers, say 5-9) raise ``ValueError`` where their
-    values are known (eager calls; PyTorch outside ``torch.compile``); in a traced call (``tf.function``,
-    ``jax.jit``, an exported graph) they match no class and are ignored. Computed in float32 as a one-hot product
-    (XLA-compilable, exportable)."""
+    that range (an episode's classes kept under their data set's numbers, say 5-9) or not whole numbers (1.5,
+    which the cast to int32 would make class 1; ``ot_layers.validation.check_labels``) raise ``ValueError`` where
+    their values are known (eager calls; PyTorch outside ``torch.compile``); in a traced call (``tf.function``,
+    ``jax.jit``, an exported graph) a label outside the range matches no class and is ignored. Computed in float32
+    as a one-hot product (XLA-compilable, exportable)."""
 
     INPUT_NAMES = ("support", "support_labels")
 
@@ -66,7 +67,7 @@ class SupportClassMeans(ExportableLayer):
         support, labels = check_input_pair(self, inputs)
         check_labels_per_row("`support_labels`", labels, "`support`", support)
         if values_known(labels):
-            self._check_label_range(ops.convert_to_numpy(labels))
+            self._check_label_range(check_labels(ops.convert_to_numpy(labels), "support_labels"))
         support = as_compute_dtype(support)
         # one-hot by comparison: a label outside 0..ways-1 matches no class on every backend
         one_hot = ops.cast(label_columns(ops.cast(labels, "int32"), self.ways), support.dtype)
