@@ -138,3 +138,27 @@ def test_local_embedding_models_feed_the_emd_head(mode, tmp_path):
     assert EMDHead()([nodes, nodes]).shape == (3, 3)
     if mode == "grid":
         keras_checks.assert_save_load_roundtrip(model, images, tmp_path, atol=1e-6)
+
+
+def test_local_embedding_model_refuses_patch_arguments_in_fcn_mode_and_names_every_mode():
+    """``mode="fcn"`` took ``grid=3, num_patches=99`` without a word; a wrong mode's error left "fcn" out."""
+    backbone = small_convnet((16, 16, 1), width=4, feature_dim=8)
+    with pytest.raises(ValueError, match=r"^`mode` 'fcn' embeds the whole feature map and takes no patch "
+                                         r"arguments, got \['grid', 'num_patches'\]"):
+        local_embedding_model(backbone, (16, 16, 1), mode="fcn", grid=3, num_patches=99)
+    for mode in ("FCN", "patches"):
+        with pytest.raises(ValueError, match=r"^`mode` must be one of \['fcn', 'grid', 'sampling'\], got"):
+            local_embedding_model(backbone, (16, 16, 1), mode=mode, grid=2)
+
+
+@pytest.mark.parametrize("seed", [None, 1.5, -1, "0"])
+def test_structured_fc_fine_tuning_names_a_bad_seed(seed):
+    """A seed of ``None`` or ``1.5`` failed inside the traced function on TensorFlow (a long "in user code" trace),
+    and NumPy's generator on JAX and PyTorch took ``None`` as fresh entropy."""
+    features, labels = _clustered_features(np.random.default_rng(1))
+    layer = StructuredFC(3, 4, head={"method": "sinkhorn"})
+    with pytest.raises(ValueError, match=r"^`seed` must be an integer >= 0, got"):
+        fine_tune_structured_fc(layer, features, labels, steps=2, seed=seed)
+    with pytest.raises(ValueError, match=r"^`seed` must be an integer >= 0, got"):
+        fine_tune_nodes(EMDHead(), features, labels, class_mean_nodes(features, labels, 3), steps=2, seed=seed)
+    fine_tune_structured_fc(layer, features, labels, steps=2, seed=np.int64(3))

@@ -97,3 +97,30 @@ def test_recipe_entry_points_name_their_arguments_before_any_work(tmp_path):
                                          "to 99"):
         classification.classification_accuracy(model, images, np.array([0, 1, 2, 99]))
     assert 0.0 <= classification.classification_accuracy(model, images, np.array([0, 1, 2, 1])) <= 1.0
+
+
+@pytest.mark.filterwarnings("ignore:Loading weights")  # the lone file below: no card to check it against
+def test_weights_of_a_run_are_evaluated_by_the_recipe_of_its_card(tmp_path):
+    """``otzoo evaluate NAME --weights RUN/model.weights.h5`` compared with the run's card but evaluated by the
+    preset's recipe (1000 episodes per setting where the run's card says 3): the card's recipe, as ``otzoo evaluate
+    RUN`` evaluates it."""
+    import json
+    import shutil
+
+    from training.recipes.common import evaluation_target
+
+    name = "resnet20_emd_fewshot_fashion_mnist"
+    run = tmp_path / "run"
+    shutil.copytree(zoo.preset_dir(name), run)
+    card = json.loads((run / "metadata.json").read_text())
+    card["recipe"].update(eval_episodes=3, eval_queries=5, eval_shots=[1])
+    (run / "metadata.json").write_text(json.dumps(card))
+    _, spec, read = evaluation_target(name, weights=str(run / "model.weights.h5"))
+    _, directory_spec, _ = evaluation_target(str(run))
+    assert read["recipe"]["eval_episodes"] == 3
+    assert spec.recipe == directory_spec.recipe
+    assert (spec.recipe.eval_episodes, spec.recipe.eval_queries, spec.recipe.eval_shots) == (3, 5, (1,))
+    assert spec.architecture == zoo.registry.PRESETS[name].architecture
+    lone = tmp_path / "lone.weights.h5"  # no card comes with it: the preset's recipe
+    shutil.copy(run / "model.weights.h5", lone)
+    assert evaluation_target(name, weights=str(lone))[1] == zoo.registry.PRESETS[name]

@@ -15,6 +15,7 @@ from otzoo import cli
 from training.data.errors import EmptySliceError
 from training.recipes import classification, few_shot, retrieval
 from training.recipes.common import preset_spec
+from training.recipes.components import RecipeError
 from zoo.registry import PRESETS
 from zoo.spec import published_recipe
 
@@ -79,6 +80,91 @@ def test_the_command_line_refuses_an_unused_optimizer_field_in_one_line(capsys):
     err = capsys.readouterr().err.strip()
     assert "--recipe: recipe field `momentum` (0.5) applies to `optimizer` ['sgd'] only" in err, err
     assert len(err.splitlines()) == 1
+
+
+@pytest.mark.parametrize("name", [GAP, EMD])
+def test_a_pad_the_augmentation_does_not_use_is_refused(name):
+    """``augment="none"`` pads nothing: a ``pad`` changed with it was taken, ignored and published in the card."""
+    with pytest.raises(ValueError, match=r"^recipe field `pad` \(8\) applies to `augment` \['pad_crop_flip'\] only; "
+                                         "'none' pads nothing: leave it at its default 2"):
+        _spec(name, augment="none", pad=8)
+    assert _spec(name, augment="none").recipe.pad == 2  # the default: nothing asked of it
+    assert _spec(name, pad=0).recipe.pad == 0  # pad_crop_flip reads it (0: flips only)
+    with pytest.raises(ValueError, match="`augment` must be one of"):  # an unknown name first, not the pad
+        _spec(name, augment="jitter", pad=8)
+
+
+def test_the_command_line_refuses_an_unused_pad_in_one_line(capsys):
+    assert cli.main(["train", GAP, "--recipe", 'augment="none"', "--recipe", "pad=8"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "--recipe: recipe field `pad` (8) applies to `augment`" in err, err
+
+
+def test_numpy_scalar_overrides_become_python_values_before_anything_is_read():
+    """``np.int64`` and ``np.float32`` overrides passed the checks, then ``run.json`` (JSON) failed with "not JSON
+    serializable" after the data were read and the model built."""
+    from training.recipes.run_directory import run_identity
+
+    spec = _spec(GAP, seed=np.int64(1), learning_rate=np.float32(0.5), nesterov=np.bool_(False),
+                 loss_kwargs={})
+    assert type(spec.recipe.seed) is int and spec.recipe.seed == 1
+    assert type(spec.recipe.learning_rate) is float and spec.recipe.learning_rate == 0.5
+    assert spec.recipe.nesterov is False
+    assert run_identity(spec, limit=np.int64(256))["options"]["limit"] == 256
+    few = _spec(EMD, eval_shots=[np.int64(1), np.int64(3)], meta_episodes=np.int32(7))
+    assert list(few.recipe.eval_shots) == [1, 3] and all(type(n) is int for n in few.recipe.eval_shots)
+    json.dumps(published_recipe(few.recipe))
+    json.dumps(published_recipe(_spec(GSP, loss_kwargs={"temperature": np.float64(0.2)}).recipe))
+    with pytest.raises(ValueError, match=r"^recipe field `seed` must be an integer"):
+        _spec(GAP, seed=np.float64(1.5))
+
+
+@pytest.mark.parametrize("options, match", [
+    (dict(epochs=50), r"recipe field `pretrain_epochs` \(`epochs`\) \(50\) sets pre-training, which `pretrained` "
+                      r"skips .*: leave it at the preset's 4"),
+    (dict(batch_size=32), r"recipe field `batch_size` \(32\)"),
+    (dict(recipe_overrides={"learning_rate": 0.7, "l2": 0.01}), r"recipe field `learning_rate` \(0.7\)"),
+    (dict(recipe_overrides={"l2": 0.01}), r"recipe field `l2` \(0.01\)"),
+    (dict(recipe_overrides={"augment": "none"}), r"recipe field `augment` \('none'\)"),
+    (dict(recipe_overrides={"schedule": "step", "nesterov": False}), r"recipe field `nesterov` \(False\)"),
+])
+def test_pre_training_fields_are_refused_with_a_pretrained_backbone(tmp_path, options, match):
+    """A run given ``pretrained`` skips pre-training: its pre-training fields were ignored, yet published in the
+    card. Refused before anything is read."""
+    with pytest.raises(RecipeError, match=f"^{match}"):
+        few_shot.train(EMD, str(tmp_path / "run"), pretrained=str(tmp_path / "elsewhere"), **options)
+    assert not (tmp_path / "run").exists()
+
+
+def test_a_pretrained_run_takes_the_presets_pre_training_fields_and_any_other():
+    preset = PRESETS[EMD].recipe
+    few_shot.check_pretraining_fields(_spec(EMD, pretrain_epochs=4, batch_size=128, seed=3, meta_episodes=9,
+                                            eval_episodes=5, meta_learning_rate=0.01).recipe, preset)
+    with pytest.raises(RecipeError, match="`pad`"):
+        few_shot.check_pretraining_fields(_spec(EMD, pad=3).recipe, preset)
+
+
+def test_the_command_line_refuses_pre_training_epochs_with_pretrained_in_one_line(tmp_path, capsys, monkeypatch):
+    def no_set_up(*args, **kwargs):
+        raise AssertionError("the run was set up (its data read, its model built)")
+
+    monkeypatch.setattr(few_shot, "training_setup", no_set_up)
+    (tmp_path / few_shot.PRETRAINED_FILE).write_bytes(b"weights")
+    assert cli.main(["train", EMD, "--pretrained", str(tmp_path), "--epochs", "50", "--out",
+                     str(tmp_path / "run")]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "recipe field `pretrain_epochs` (`epochs`) (50) sets pre-training" in err
+    assert not (tmp_path / "run").exists()
+
+
+@pytest.mark.fashion_mnist
+def test_few_shot_fine_tuning_describes_all_the_images_without_a_limit():
+    """``limit=None`` (every base-class image) failed formatting ``None`` with ``,``."""
+    _, _, episodes, fitted = few_shot.fine_tune_setup(EMD, None, None, 0, 128, 15)
+    assert fitted.endswith("drawn from the 30,000 base-class training images"), fitted
+    assert episodes.episodes == 30_000 // (5 * 16)
+    _, _, _, fitted = few_shot.fine_tune_setup(EMD, None, 600, 0, 128, 15)
+    assert fitted.endswith("base-class training images among the first 600"), fitted
 
 
 @pytest.mark.fashion_mnist

@@ -263,3 +263,54 @@ def test_a_few_shot_run_names_its_own_pretrained_backbone_when_it_does_not_load(
     with pytest.raises(PresetFormatError, match=r"^`out_dir` .*its pretrained_backbone.weights.h5 does not load "
                                                 r"into the backbone: Unable to synchronously open file; delete it"):
         few_shot.train(FEW_SHOT, str(out), epochs=1, episodes=1)
+
+
+class _Killed(Exception):
+    """Raised in place of a process killed right after a meta-training backup."""
+
+
+def _meta_run(checkpoint_dir, episodes=6, **options):
+    """Meta-training of a small EMD few-shot model (fresh weights, seed 0: a new process) on class-banded images."""
+    import keras
+
+    import zoo
+
+    rng = np.random.default_rng(0)
+    labels = np.repeat(np.arange(4), 15)
+    images = rng.uniform(0, 255, (len(labels), 28, 28, 1)).astype(np.float32)
+    images[..., :7, :] += 40.0 * labels[:, None, None, None]
+    keras.utils.set_random_seed(0)
+    model = zoo.few_shot_model("small_convnet", "emd", ways=3, head_kwargs={"method": "sinkhorn"},
+                               input_shape=(28, 28, 1), backbone_kwargs={"width": 8, "feature_dim": 8})
+    return few_shot.meta_train(model, np.clip(images, 0, 255), labels, episodes, keras.optimizers.SGD(0.01, 0.9),
+                               ways=3, shots=1, queries=3, seed=2, checkpoint_dir=str(checkpoint_dir),
+                               jit_compile=False, verbose=0, **options)
+
+
+def _assert_same_history(resumed, whole):
+    assert resumed.keys() == whole.keys() and resumed["episode"] == whole["episode"]
+    for key in whole:
+        np.testing.assert_allclose(resumed[key], whole[key], rtol=1e-5, atol=1e-6, err_msg=key)
+
+
+def test_a_resumed_meta_training_returns_the_whole_runs_history(tmp_path, monkeypatch):
+    """A resumed few-shot run's card holds the meta-training history of an uninterrupted run: meta_train returned
+    this process's episodes only, and a run killed after meta-training (before its card) an empty history."""
+    whole = _meta_run(tmp_path / "whole", checkpoint_every=2, log_every=2)
+    assert whole["episode"] == [2, 4, 6] and "emd_head_marginal_error" in whole
+    # killed after meta-training, before the card: the run resumes with every episode done
+    _assert_same_history(_meta_run(tmp_path / "whole", checkpoint_every=2, log_every=2), whole)
+
+    backup = few_shot.save_weights_backup
+
+    def backup_then_kill(model, directory, name, progress, *args, **kwargs):
+        path = backup(model, directory, name, progress, *args, **kwargs)
+        if progress["episodes"] == 3:
+            raise _Killed
+        return path
+
+    monkeypatch.setattr(few_shot, "save_weights_backup", backup_then_kill)
+    with pytest.raises(_Killed):  # killed after episode 3: within a log window (episodes 3 and 4)
+        _meta_run(tmp_path / "cut", checkpoint_every=3, log_every=2)
+    monkeypatch.setattr(few_shot, "save_weights_backup", backup)
+    _assert_same_history(_meta_run(tmp_path / "cut", checkpoint_every=3, log_every=2), whole)

@@ -152,8 +152,14 @@ class PatchExtractor(ExportableLayer):
 def local_embedding_model(backbone, input_shape, mode="grid", **patch_kwargs):
     """Images -> node sets ``(B, P, d)``: every patch embedded by ``backbone`` (a feature-map model) and averaged.
 
-    ``"fcn"`` mode (DeepEMD's default) needs no patches: it is the backbone's feature map itself.
+    ``mode``: ``"grid"`` or ``"sampling"`` (a :class:`PatchExtractor` of ``patch_kwargs``), or ``"fcn"`` (DeepEMD's
+    default), which needs no patches: it is the backbone's feature map itself, and refuses ``patch_kwargs``, which
+    it would not use.
     """
+    check_choice("mode", mode, ("fcn",) + MODES)
+    if mode == "fcn" and patch_kwargs:
+        raise ValueError(f"`mode` 'fcn' embeds the whole feature map and takes no patch arguments, got "
+                         f"{sorted(patch_kwargs)}; they apply to the modes {list(MODES)}.")
     images = keras.Input(shape=input_shape)
     if mode == "fcn":
         return keras.Model(images, backbone(images), name="fcn_embedding")

@@ -14,7 +14,7 @@ import keras
 import numpy as np
 
 from ot_layers.optional import tensorflow_if_installed
-from ot_layers.validation import check_in_range, check_positive, check_positive_int
+from ot_layers.validation import check_in_range, check_positive, check_positive_int, check_seed
 
 tf = tensorflow_if_installed("the structured FC evaluation")
 
@@ -31,8 +31,11 @@ def class_mean_nodes(support_features, support_label, ways):
                      for k in range(ways)])
 
 
-def _check_settings(steps, batch_size, learning_rate, momentum):
-    """The fine-tuning settings, checked eagerly (inside tf.function an error comes as a long "in user code" trace)."""
+def _check_settings(steps, batch_size, learning_rate, momentum, seed):
+    """The fine-tuning settings, checked eagerly (inside tf.function an error comes as a long "in user code" trace);
+    ``seed`` (the mini-batch draws') an integer >= 0 on every backend (NumPy's generator would take ``None`` as
+    fresh entropy, an unrepeatable fine-tuning)."""
+    check_seed("seed", seed)
     check_positive_int("steps", steps)
     check_positive_int("batch_size", batch_size)
     check_positive("learning_rate", learning_rate)
@@ -52,7 +55,7 @@ def fine_tune_nodes(head, support_features, support_label, nodes, steps=STEPS, b
         raise ValueError(f"fine_tune_nodes is written in TensorFlow and runs on Keras' TensorFlow backend, not "
                          f"{backend}; training.evaluation.structured_fc.fine_tune_structured_fc fine-tunes on every "
                          "backend.")
-    _check_settings(steps, batch_size, learning_rate, momentum)
+    _check_settings(steps, batch_size, learning_rate, momentum, seed)
     support_features = tf.convert_to_tensor(support_features, tf.float32)
     support_label = tf.convert_to_tensor(support_label, tf.int32)
     count = tf.shape(support_features)[0]
@@ -78,7 +81,8 @@ def fine_tune_structured_fc(layer, support_features, support_label, **kwargs):
     if unknown:
         raise ValueError(f"fine_tune_structured_fc takes {', '.join(defaults)}, got {unknown}.")
     settings = {**defaults, **kwargs}
-    _check_settings(settings["steps"], settings["batch_size"], settings["learning_rate"], settings["momentum"])
+    _check_settings(settings["steps"], settings["batch_size"], settings["learning_rate"], settings["momentum"],
+                    settings["seed"])
     support_label = np.asarray(support_label).reshape(-1)
     layer.initialize_from_support(support_features, support_label)  # checks the labels and the features
     if keras.backend.backend() != "tensorflow":

@@ -28,7 +28,7 @@ from training.distributed.keras_distribution import (
     keras_distribution,
 )
 from training.distributed.strategies import is_chief, make_strategy, strategy_name, tf_config
-from training.recipes.components import check_recipe
+from training.recipes.components import check_pad, check_recipe
 from training.recipes.epoch_log import EpochLog
 from training.recipes.tuned_config import load_tuned_config
 from zoo.loading import CARD_FILE, WEIGHTS_FILE, load, model_card, sha256_of
@@ -89,12 +89,14 @@ def preset_spec(name, dataset=None, image_size=None, **recipe_overrides):
     """The :class:`zoo.spec.PresetSpec` a run of preset ``name`` (a name or a spec) follows: on ``dataset`` (default
     the preset's; another one gets its input shape, classes, pixel statistics and class split from
     ``training.data.datasets.data_spec``) at ``image_size`` (TFDS data sets), with the non-``None``
-    ``recipe_overrides`` applied. Unknown names in the recipe raise ``ValueError`` naming the field."""
+    ``recipe_overrides`` applied (NumPy scalars among them made Python numbers). Unknown names in the recipe, values
+    out of range and fields the recipe would ignore (``momentum`` with ``adam``, ``pad`` with ``augment="none"``)
+    raise ``ValueError`` naming the field."""
     spec = name if isinstance(name, PresetSpec) else _registered(name)
     if (dataset is not None and dataset != spec.data.dataset) or image_size is not None:
         spec = spec.with_data(data_spec(dataset or spec.data.dataset, spec.task, image_size))
     spec = spec.with_recipe(**recipe_overrides)
-    check_recipe(spec.recipe, spec.task)
+    spec = dataclasses.replace(spec, recipe=check_recipe(spec.recipe, spec.task))  # NumPy scalars made Python's
     ways, train_classes = getattr(spec.recipe, "ways", None), spec.data.train_classes
     if ways is not None and train_classes is not None and ways > len(train_classes):
         raise ValueError(f"recipe field `ways` must be at most the {len(train_classes)} base classes of "
@@ -104,6 +106,7 @@ def preset_spec(name, dataset=None, image_size=None, **recipe_overrides):
         raise ValueError(f"recipe field `ways` ({ways}) must be the {model_ways} ways of the preset's model, which "
                          "meta-trains and is evaluated on episodes of that many classes.")
     check_dataset_augmentation(spec.data.dataset, spec.recipe.augment, spec.task)
+    check_pad(spec.recipe)
     return spec
 
 
@@ -122,15 +125,20 @@ def preset_recipe(name, **overrides):
 def evaluation_target(preset, weights=None):
     """``(model, spec, card)`` of what ``otzoo evaluate`` evaluates: a built-in preset's name (its packaged weights
     and card, or ``weights`` and the card that comes with them: that of their preset directory,
-    ``zoo.preset_format.weights_directory``; ``{}`` when they have none, as a lone weights file or a URL: the
-    packaged card describes other weights) or a preset directory (``zoo.load(directory)``; the spec of its card: the
+    ``zoo.preset_format.weights_directory``, whose recipe the spec then takes, so that its evaluation settings, e.g.
+    a few-shot card's ``eval_episodes``, are those ``otzoo evaluate`` of the directory uses; ``{}`` and the preset's
+    recipe when they have none, as a lone weights file or a URL: the packaged card describes other weights) or a
+    preset directory (``zoo.load(directory)``; the spec of its card: the
     preset's architecture re-targeted at the card's data set and input shape, the card's recipe)."""
     if preset in PRESETS:
         if weights is None:
             return load(preset), PRESETS[preset], model_card(preset)
         folder = weights_directory(weights)
         card = (read_card(folder) if folder is not None else None) or {}  # None: no card there
-        return load(preset, weights=weights), PRESETS[preset], card
+        spec = PRESETS[preset]
+        if card.get("recipe") and card.get("task") == spec.task:  # evaluated as `otzoo evaluate RUN` evaluates it
+            spec = dataclasses.replace(spec, recipe=recipe_from_dict(spec.task, card["recipe"]))
+        return load(preset, weights=weights), spec, card
     if not os.path.isdir(str(preset)):
         raise ValueError(f"Unknown preset {preset!r}: give a preset name ({', '.join(sorted(PRESETS))}) or a preset "
                          "directory.")

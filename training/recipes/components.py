@@ -4,13 +4,14 @@ callbacks, and the few-shot meta optimizer (the augmentations are the data pipel
 A recipe (``zoo.spec.Recipe`` / ``FewShotRecipe``) names each part; :func:`check_recipe` rejects an unknown name
 with one ``ValueError`` naming the field and the accepted values before anything is built or read, and a recipe
 that sets a field its optimizer does not use (e.g. ``momentum`` with ``adam``), which would otherwise be silently
-ignored.
+ignored; :func:`check_pad` likewise a ``pad`` its augmentation does not use (``augment="none"``).
 """
 import dataclasses
 import math
 import numbers
 
 import keras
+import numpy as np
 
 from ot_layers.callbacks import GSPPrototypeInit, PrototypeReassignment
 from ot_layers.losses import HypersphericalPullLoss, ProxyAnchorLoss, ProxyNCAPlusPlusLoss
@@ -112,7 +113,9 @@ LOSSES = {
 class RecipeError(ValueError):
     """A recipe whose loss, loss arguments or layer-state callbacks do not fit the preset's model (a
     ``hyperspherical_pull`` loss on a model without prototypes, a ``loss_kwargs`` value the loss refuses, a callback
-    driving a layer the model lacks): the user's recipe, found while a run is set up, before it trains or writes."""
+    driving a layer the model lacks), or a pre-training field other than the preset's in a few-shot run given a
+    pre-trained backbone (``training.recipes.few_shot.check_pretraining_fields``): the user's recipe, found while a
+    run is set up, before it trains or writes."""
 
 
 def make_loss(recipe, task, model, num_classes):
@@ -185,6 +188,20 @@ def _check_optimizer_fields(recipe, optimizer_field, fields):
                              f"{optimizer!r} does not use it: leave it at its default {defaults[field]!r}.")
 
 
+# The augmentations that read a recipe's ``pad`` (the pixels added on each side before the random crop).
+PADDED_AUGMENTATIONS = ("pad_crop_flip",)
+
+
+def check_pad(recipe):
+    """Refuse a ``pad`` changed from the recipe class's default while ``augment`` (a name the data set's loader
+    has, checked first) pads nothing (``none``, ``resize_crop_flip``): the value would be silently ignored, yet
+    published in the card."""
+    default = next(f.default for f in dataclasses.fields(recipe) if f.name == "pad")
+    if recipe.augment not in PADDED_AUGMENTATIONS and recipe.pad != default:
+        raise ValueError(f"recipe field `pad` ({recipe.pad!r}) applies to `augment` {list(PADDED_AUGMENTATIONS)} "
+                         f"only; {recipe.augment!r} pads nothing: leave it at its default {default!r}.")
+
+
 def _integer(value):
     return isinstance(value, numbers.Integral) and not isinstance(value, bool)
 
@@ -218,9 +235,25 @@ VALUE_RULES = (
 )
 
 
+def plain_value(value):
+    """``value`` with every NumPy scalar in it (``np.int64(1)``, ``np.float32(0.05)``, also inside a list, tuple or
+    dict) made the Python number, flag or string it holds (``.item()``): a run's ``run.json`` and its card are JSON,
+    which has no NumPy types."""
+    if isinstance(value, np.generic):
+        return value.item()
+    if isinstance(value, (list, tuple)):
+        return type(value)(plain_value(item) for item in value)
+    if isinstance(value, dict):
+        return {plain_value(key): plain_value(item) for key, item in value.items()}
+    return value
+
+
 def check_recipe_values(recipe):
     """Raise one ``ValueError`` naming the first field of ``recipe`` whose value is not what :data:`VALUE_RULES`
-    asks (a count below 1, a learning rate <= 0 or NaN, a momentum outside [0, 1), a string for a list, ...)."""
+    asks (a count below 1, a learning rate <= 0 or NaN, a momentum outside [0, 1), a string for a list, ...).
+    Returns the recipe with its NumPy scalars made Python values (:func:`plain_value`)."""
+    recipe = dataclasses.replace(recipe, **{f.name: plain_value(getattr(recipe, f.name))
+                                            for f in dataclasses.fields(recipe)})
     present = {f.name for f in dataclasses.fields(recipe)}
     for what, test, fields in VALUE_RULES:
         for field in fields:
@@ -231,10 +264,11 @@ def check_recipe_values(recipe):
 
 def check_recipe(recipe, task):
     """Raise one ``ValueError`` naming the field for the first value out of its range (:func:`check_recipe_values`)
-    or unknown name in ``recipe`` (a ``task`` preset's), or for a field its optimizer does not use changed from its
+    or unknown name in ``recipe`` (a ``task`` preset's), for a field its optimizer does not use changed from its
     default (``momentum``, ``nesterov`` with ``adam`` or ``adamw``; ``meta_momentum`` with a few-shot recipe's
-    ``meta_optimizer`` ``adam`` or ``adamw``)."""
-    check_recipe_values(recipe)
+    ``meta_optimizer`` ``adam`` or ``adamw``). Returns the recipe with its NumPy scalars made Python values
+    (``np.int64(1)`` -> ``1``: JSON, which ``run.json`` and the card are, has no NumPy types)."""
+    recipe = check_recipe_values(recipe)
     choose(OPTIMIZERS, "optimizer", recipe.optimizer)
     choose(SCHEDULES, "schedule", recipe.schedule)
     _check_optimizer_fields(recipe, "optimizer", {"momentum": "momentum", "nesterov": "nesterov"})

@@ -7,7 +7,8 @@ Fashion-MNIST: base classes 0-4 of the training images, novel classes 5-9 of the
    "gap_fc")``) trained by cross-entropy on the base images with the recipe's optimizer, schedule, L2 and
    augmentation (``training.distributed.fit``, whose epoch backups make it resumable); the backbone's weights are
    kept in ``pretrained_backbone.weights.h5``, and ``pretrained=`` re-uses them from another run of the same recipe
-   (the EMD preset and its ProtoNet baseline share one pre-training).
+   (the EMD preset and its ProtoNet baseline share one pre-training; a run given ``pretrained`` refuses pre-training
+   fields other than the preset's, which it would not use).
 2. Meta-training of the few-shot model (``zoo.few_shot_model``, the preset's head) on ``ways``-way ``shots``-shot
    episodes of the base classes (``queries`` per class) by the recipe's ``meta_optimizer``, one episode a step
    (:func:`meta_train`, checkpointed; Keras' own training step, so on every backend).
@@ -47,7 +48,7 @@ from training.recipes.common import (
     standard_callbacks,
     write_preset,
 )
-from training.recipes.components import compiled_step, make_meta_optimizer, make_optimizer
+from training.recipes.components import RecipeError, compiled_step, make_meta_optimizer, make_optimizer
 from training.recipes.run_directory import claim_run_directory, run_identity
 from zoo.loading import build
 from zoo.preset_format import PresetFormatError
@@ -81,6 +82,25 @@ def few_shot_scores(model, spec, recipe=None, limit=None, episodes=None, verbose
         metrics[f"{ways}way_{shots}shot"] = {key: round(value, 4) if isinstance(value, float) else value
                                              for key, value in result.items()}
     return metrics, len(labels)
+
+
+# The recipe fields pre-training alone reads (``pretrain_epochs`` is ``--epochs``): a run given ``pretrained`` skips
+# pre-training, so they can only be the preset's (:func:`check_pretraining_fields`).
+PRETRAINING_FIELDS = ("pretrain_epochs", "batch_size", "optimizer", "learning_rate", "momentum", "nesterov",
+                      "schedule", "l2", "augment", "pad")
+
+
+def check_pretraining_fields(recipe, preset_recipe):
+    """A run given ``pretrained`` skips pre-training: raise one :class:`~training.recipes.components.RecipeError` (a
+    ``ValueError``; ``otzoo train`` prints it in one line) naming the first field of
+    :data:`PRETRAINING_FIELDS` where ``recipe`` (the run's, overrides applied) differs from ``preset_recipe`` (the
+    preset's), which the run would ignore yet publish in its card."""
+    for field in PRETRAINING_FIELDS:
+        value, preset_value = getattr(recipe, field), getattr(preset_recipe, field)
+        if value != preset_value:
+            option = " (`epochs`)" if field == "pretrain_epochs" else ""
+            raise RecipeError(f"recipe field `{field}`{option} ({value!r}) sets pre-training, which `pretrained` "
+                             f"skips (the backbone comes pre-trained): leave it at the preset's {preset_value!r}.")
 
 
 def pretrained_backbone_path(pretrained):
@@ -169,14 +189,18 @@ def train(name, out_dir, epochs=None, batch_size=None, limit=None, seed=None, ep
     overrides (``recipe_overrides``: any other recipe fields); ``limit``: read only the first ``limit`` images of
     the base classes' source split (before the class filter); ``dataset``: a name of
     ``training.data.datasets.DATASETS`` instead of the preset's, trained on its few-shot class split (``image_size``,
-    ``data_dir``: its TFDS images' side and folder); ``pretrained``: skip pre-training and start from the backbone another run of this recipe pre-trained
-    (its run directory or its ``pretrained_backbone.weights.h5``). ``command``: the card's ``command``, by default
+    ``data_dir``: its TFDS images' side and folder); ``pretrained``: skip pre-training and start from the backbone
+    another run of this recipe pre-trained (its run directory or its ``pretrained_backbone.weights.h5``); its
+    pre-training fields (:data:`PRETRAINING_FIELDS`: ``epochs``, ``batch_size``, ...) must then be the preset's
+    (``ValueError`` naming the first that is not). ``command``: the card's ``command``, by default
     the ``otzoo train`` command of these arguments (``--out out_dir`` among them); ``otzoo train`` gives the one it
     ran as.
     """
     spec = preset_spec(name, dataset=dataset, image_size=image_size, **merged_overrides(
         recipe_overrides, pretrain_epochs=epochs, batch_size=batch_size, seed=seed, meta_episodes=episodes))
     recipe = spec.recipe
+    if pretrained is not None:
+        check_pretraining_fields(recipe, preset_spec(name, dataset=dataset, image_size=image_size).recipe)
     pretrained_file = pretrained_backbone_path(pretrained) if pretrained is not None else None
     # One replica: meta-training takes one episode a step (TensorFlow: the current strategy, the default one).
     single_replica = ("one_device" if strategy == "one_device" or keras.backend.backend() != "tensorflow"
@@ -259,14 +283,17 @@ def meta_train(model, images, labels, episodes, optimizer, ways=5, shots=1, quer
     TensorFlow and JAX, eager on PyTorch). The backbone's weight penalties are left out (:class:`MetaTrainingModel`).
 
     Episode ``i`` is ``EpisodeBatches(images, labels, episodes, ways, shots, queries, seed)[i]`` (raw pixels, as the
-    model takes them). With ``checkpoint_dir`` the model's weights, the optimizer's state and the episode count are
-    backed up every ``checkpoint_every`` episodes and at the end (``training.distributed.checkpoints.
-    save_weights_backup``: written to a temporary directory, then renamed), and a new call resumes after the last
-    backed-up episode, drawing the episodes an uninterrupted run would. Returns ``{"episode": [...], "loss": [...],
-    "accuracy": [...]}``: means over each ``log_every`` episodes; for a model with an ``EMDHead``, also its solver's
-    signals at each of those episodes (``ot_layers.callbacks.layer_signals.LayerSignals`` on the first episode, in
+    model takes them). With ``checkpoint_dir`` the model's weights, the optimizer's state, the episode count and
+    the history so far (each episode's loss and accuracy, the signals logged) are backed up every
+    ``checkpoint_every`` episodes and at the end (``training.distributed.checkpoints.save_weights_backup``: written
+    to a temporary directory, then renamed), and a new call resumes after the last backed-up episode, drawing the
+    episodes an uninterrupted run would. Returns ``{"episode": [...], "loss": [...], "accuracy": [...]}``: means
+    over each ``log_every`` episodes (and the last ones); for a model with an ``EMDHead``, also its solver's signals
+    at each of those episodes (``ot_layers.callbacks.layer_signals.LayerSignals`` on the first episode, in
     inference mode: ``emd_head_marginal_error``, ``emd_head_converged`` and, with Sinkhorn,
-    ``emd_head_sinkhorn_iterations``).
+    ``emd_head_sinkhorn_iterations``). The history is the whole run's, also when resumed (the backed-up episodes'
+    from the backup), as an uninterrupted run's would be; only a backup of an earlier otzoo, which kept no history,
+    leaves its episodes out.
     """
     batches = EpisodeBatches(images, labels, episodes, ways, shots, queries, seed)
     checkpoint_every = check_positive_int("checkpoint_every", checkpoint_every)
@@ -274,33 +301,75 @@ def meta_train(model, images, labels, episodes, optimizer, ways=5, shots=1, quer
     trained = MetaTrainingModel(model)
     trained.compile(optimizer=optimizer, loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True),
                     metrics=["accuracy"], jit_compile=compiled_step(jit_compile))
-    done = 0
+    done, records, logged = 0, [], {}
     if checkpoint_dir is not None:
         check_checkpoint_format(checkpoint_dir)
         progress = load_weights_backup(trained, checkpoint_dir, name="checkpoint_dir")
         done = progress["episodes"] if progress is not None else 0
+        records, logged = _recorded_episodes(progress)
     signals = LayerSignals(list(batches[0][0]))
     signals.set_model(model)
-    history, window = {"episode": [], "loss": [], "accuracy": []}, []
+    known = done - len(records)  # episodes of a backup written before backups recorded them: not in the history
+    window = records[max(0, _last_log_point(done, log_every, batches.episodes) - known):]
     for index in range(done, batches.episodes):
         inputs, query_labels = batches[index]
         logs = trained.train_on_batch(inputs, query_labels, return_dict=True)
-        window.append((float(logs["loss"]), float(logs["accuracy"])))
-        if checkpoint_dir is not None and ((index + 1) % checkpoint_every == 0 or index + 1 == batches.episodes):
-            save_weights_backup(trained, checkpoint_dir, f"episodes-{index + 1:07d}", {"episodes": index + 1})
+        records.append([float(logs["loss"]), float(logs["accuracy"])])
+        window.append(records[-1])
         if (index + 1) % log_every == 0 or index + 1 == batches.episodes:
             mean_loss, mean_accuracy = np.mean(window, axis=0)
-            history["episode"].append(index + 1)
-            history["loss"].append(float(mean_loss))
-            history["accuracy"].append(float(mean_accuracy))
             found = signals.signals()
-            for name, value in found.items():
-                history.setdefault(name, []).append(value)
+            logged[index + 1] = {name: float(value) for name, value in found.items()}
             window = []
             if verbose:
                 print(f"episode {index + 1}/{batches.episodes}: loss {mean_loss:.4f}, query accuracy "
                       f"{mean_accuracy:.4f}" + "".join(f", {name} {value:.4g}" for name, value in found.items()),
                       flush=True)
+        if checkpoint_dir is not None and ((index + 1) % checkpoint_every == 0 or index + 1 == batches.episodes):
+            save_weights_backup(trained, checkpoint_dir, f"episodes-{index + 1:07d}",
+                                {"episodes": index + 1, "records": records,
+                                 "signals": [[episode, values] for episode, values in sorted(logged.items())]})
+    return _meta_history(records, known, logged, log_every, batches.episodes)
+
+
+def _recorded_episodes(progress):
+    """``(per-episode [loss, accuracy], {logged episode: the layers' signals})`` a meta-training backup's
+    ``progress`` holds (empty for none, or for a backup of an earlier otzoo that recorded only the episode count)."""
+    if progress is None or not isinstance(progress.get("records"), list):
+        return [], {}
+    return ([list(map(float, record)) for record in progress["records"]],
+            {int(episode): dict(values) for episode, values in progress.get("signals", [])})
+
+
+def _log_points(episodes, log_every):
+    """The episodes after which a run of ``episodes`` logs: every ``log_every``-th and the last."""
+    return sorted(set(range(log_every, episodes + 1, log_every)) | ({episodes} if episodes else set()))
+
+
+def _last_log_point(done, log_every, episodes):
+    """The last episode up to ``done`` after which a run of ``episodes`` logs (0: none)."""
+    return max([point for point in _log_points(episodes, log_every) if point <= done], default=0)
+
+
+def _meta_history(records, known, logged, log_every, episodes):
+    """:func:`meta_train`'s history from the per-episode ``records`` of episodes ``known + 1 ..`` and the signals
+    ``logged`` at log points: at each log point of a run of ``episodes`` (those whose window lies before ``known``,
+    the episodes an earlier otzoo's backup did not record, left out) the mean loss and accuracy since the previous
+    one, and the signals recorded there (``None`` where a resumed run logged at other episodes)."""
+    history = {"episode": [], "loss": [], "accuracy": []}
+    names = list(dict.fromkeys(name for _, values in sorted(logged.items()) for name in values))
+    previous = 0
+    for point in _log_points(episodes, log_every):
+        if point > known + len(records):
+            break
+        if point > known:
+            mean_loss, mean_accuracy = np.mean(records[max(previous, known) - known:point - known], axis=0)
+            history["episode"].append(point)
+            history["loss"].append(float(mean_loss))
+            history["accuracy"].append(float(mean_accuracy))
+            for name in names:
+                history.setdefault(name, []).append(logged.get(point, {}).get(name))
+        previous = point
     return history
 
 
@@ -348,7 +417,8 @@ def fine_tune_setup(name, model, limit, seed, batch_size, queries):
             f"{needed} images or more; a {ways}-way episode needs {ways} (per class: {counts.tolist()}); "
             "give more images", parameter="limit", value=limit)
     episodes = max(1, len(images) // (ways * (1 + queries)))  # about one pass over the images
+    among = "" if limit is None else f" among the first {limit:,}"
     fitted = (f"{episodes:,} {ways}-way 1-shot episodes of {queries} queries per class drawn from the "
-              f"{len(images):,} base-class training images among the first {limit:,}")
+              f"{len(images):,} base-class training images{among}")
     return model, keras.losses.SparseCategoricalCrossentropy(from_logits=True), EpisodeBatches(
         images, labels, episodes, ways=ways, shots=1, queries=queries, seed=seed), fitted

@@ -126,8 +126,8 @@ def fit_embedding(name, images, labels, recipe, strategy, overrides=None, callba
     Returns ``(model, seconds of training)``."""
     spec = preset_spec(name)
     if len(images) < recipe.batch_size:
-        raise EmptySliceError(f"{len(images)} training images of the seen classes, fewer than one batch of "
-                              f"{recipe.batch_size}.", "limit", len(images))
+        raise EmptySliceError(f"`images`: {len(images)} training images of the seen classes, fewer than one batch "
+                              f"of {recipe.batch_size}.")
     keras.utils.set_random_seed(recipe.seed)
     steps = len(images) // recipe.batch_size * recipe.epochs
     model, trained, _, _ = compile_embedding(spec, recipe, steps, int(labels.max()) + 1, strategy, overrides)

@@ -17,6 +17,8 @@ import dataclasses
 import json
 import os
 
+import numpy as np
+
 from training.distributed.checkpoints import write_text_atomically
 from training.distributed.strategies import is_chief
 
@@ -57,10 +59,18 @@ class ResumeMismatchError(ValueError):
 def run_identity(spec, **options):
     """What a run of preset spec ``spec`` (a ``zoo.spec.PresetSpec``, every override applied) trains: its name,
     task, architecture, data and recipe, and ``options`` (JSON values that also change the run, e.g. ``limit``).
-    The card's description is left out (words, not training). Returned as read back from ``run.json``."""
+    The card's description is left out (words, not training). Returned as read back from ``run.json`` (a NumPy
+    scalar among the values, e.g. a ``limit`` of ``np.int64(256)``, as the Python number it holds)."""
     identity = dict(name=spec.name, task=spec.task, architecture=dataclasses.asdict(spec.architecture),
                     data=dataclasses.asdict(spec.data), recipe=dataclasses.asdict(spec.recipe), options=options)
-    return json.loads(json.dumps(identity))  # tuples become lists, as in the file
+    return json.loads(json.dumps(identity, default=_numpy_scalar))  # tuples become lists, as in the file
+
+
+def _numpy_scalar(value):
+    """``json.dumps``' fallback: a NumPy scalar as its Python value; anything else stays a ``TypeError``."""
+    if isinstance(value, np.generic):
+        return value.item()
+    raise TypeError(f"Object of type {type(value).__name__} is not JSON serializable")
 
 
 def claim_run_directory(out_dir, run, state=("backup",), restarts=()):
