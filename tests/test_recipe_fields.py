@@ -356,3 +356,16 @@ def test_an_empty_slice_is_one_line_exit_2(tmp_path, capsys):
                            "--out", str(tmp_path / "run")])
     err = capsys.readouterr().err.strip()
     assert status == 2 and len(err.splitlines()) == 1 and "--limit 8" in err, err
+
+
+def test_the_spec_of_a_fine_tuned_card_is_its_base_presets():
+    """A fine-tuned card is named ``<preset>_fine_tuned``: card_spec took the first preset of its task (the GAP
+    classifier's architecture for a fine-tuned MPW or hyperspherical run)."""
+    import zoo
+    from training.recipes.common import card_spec
+
+    for name in ("resnet20_mpw_fashion_mnist", "resnet20_gsp_retrieval_fashion_mnist"):
+        card = dict(zoo.model_card(name), name=f"{name}_fine_tuned", fine_tuned={"base": name})
+        assert card_spec(card).architecture == zoo.registry.PRESETS[name].architecture
+    card = dict(zoo.model_card("resnet20_mpw_fashion_mnist"), name=["not", "a", "name"])
+    assert card_spec(card).task == "classification"  # a name of the wrong type: the first preset of the task

@@ -150,9 +150,13 @@ def evaluation_target(preset, weights=None):
 
 def card_spec(card):
     """The :class:`zoo.spec.PresetSpec` a model card describes (its task, data set, input shape and recipe; the
-    architecture of the preset it names, or of the first preset of its task)."""
+    architecture of the preset it names, its ``fine_tuned.base`` for a fine-tuned run, or else of the first preset
+    of its task)."""
     task = card.get("task")
-    base = PRESETS.get(card.get("name")) or next((s for s in PRESETS.values() if s.task == task), None)
+    tuned = card.get("fine_tuned")
+    name = tuned.get("base") if isinstance(tuned, dict) else card.get("name")
+    base = (PRESETS.get(name) if isinstance(name, str) else None) \
+        or next((s for s in PRESETS.values() if s.task == task), None)
     if base is None:
         raise ValueError(f"the card's task must be one of the presets' tasks, got {task!r}.")
     dataset, shape = card.get("dataset"), card.get("input_shape")
