@@ -84,8 +84,8 @@ def output_directory(text):
 
 
 def new_preset_directory(text):
-    """An ``argparse`` type: :func:`output_directory` that does not hold a preset already (``metadata.json``), so a
-    packaged or earlier preset is never replaced by a write into it."""
+    """An ``argparse`` type: :func:`output_directory` that does not hold a preset already (its ``metadata.json`` or
+    ``config.json``), so a packaged or earlier preset is never replaced by a write into it."""
     return _checked_directory(text, new_preset=True)
 
 

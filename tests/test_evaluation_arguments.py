@@ -124,3 +124,31 @@ def test_weights_of_a_run_are_evaluated_by_the_recipe_of_its_card(tmp_path):
     lone = tmp_path / "lone.weights.h5"  # no card comes with it: the preset's recipe
     shutil.copy(run / "model.weights.h5", lone)
     assert evaluation_target(name, weights=str(lone))[1] == zoo.registry.PRESETS[name]
+
+
+def test_the_limit_of_weights_with_a_card_is_checked_against_that_cards_recipe(tmp_path, capsys):
+    """``--limit`` was checked against the preset's evaluation settings while the card's were evaluated: a card
+    needing more images than the preset (40 queries) ended in a traceback deep in the episode sampler, and one
+    needing fewer was refused a limit its directory is evaluated with."""
+    import json
+    import shutil
+
+    from otzoo import cli
+    from training.data.errors import EmptySliceError
+    from training.recipes import evaluate_preset
+
+    name = "resnet20_emd_fewshot_fashion_mnist"
+    runs = {}
+    for label, changes in (("more", dict(eval_queries=40)), ("fewer", dict(eval_queries=2, eval_shots=[1]))):
+        run = tmp_path / label
+        shutil.copytree(zoo.preset_dir(name), run)
+        card = json.loads((run / "metadata.json").read_text())
+        card["recipe"].update(changes)
+        (run / "metadata.json").write_text(json.dumps(card))
+        runs[label] = str(run / "model.weights.h5")
+    with pytest.raises(EmptySliceError) as error:
+        evaluate_preset(name, weights=runs["more"], limit=300)
+    assert "with 40 queries need 5 classes of 45 images" in str(error.value), str(error.value)
+    assert cli.main(["evaluate", name, "--weights", runs["more"], "--limit", "300"]) == 2
+    assert len(capsys.readouterr().err.strip().splitlines()) == 1
+    evaluate_preset(name, weights=runs["fewer"], limit=100, episodes=1)  # the card's 1-shot, 2-query episodes fit

@@ -376,3 +376,25 @@ def test_a_card_sha256_that_is_no_sha256_is_a_format_error_not_corruption(value,
         zoo.load(copied)
     with pytest.raises(preset_format.PresetFormatError, match=rf"^the card that goes with the weights .*: {message}"):
         zoo.load(NAME, weights=copied)
+
+
+def test_save_preset_leaves_a_seeded_program_as_it_was(tmp_path):
+    """save_preset rebuilds the model from its config to check that it loads back; the rebuilt layers drew their
+    default seeds from Python's random module, so weights and keras.random draws made after saving changed."""
+    import keras
+
+    import zoo
+
+    def program(save):
+        keras.utils.set_random_seed(0)
+        inputs = keras.Input((4,))
+        model = keras.Model(inputs, keras.layers.Dense(3)(inputs))
+        if save:
+            zoo.save_preset(model, str(tmp_path / f"p{len(os.listdir(tmp_path))}"), card={"task": "generic"})
+        layer = keras.layers.Dense(3)
+        layer.build((None, 4))
+        return np.asarray(layer.kernel), np.asarray(keras.random.uniform((3,)))
+
+    without, saved = program(False), program(True)
+    np.testing.assert_array_equal(without[0], saved[0])
+    np.testing.assert_array_equal(without[1], saved[1])

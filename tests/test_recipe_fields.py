@@ -121,7 +121,7 @@ def test_numpy_scalar_overrides_become_python_values_before_anything_is_read():
 
 @pytest.mark.parametrize("options, match", [
     (dict(epochs=50), r"recipe field `pretrain_epochs` \(`epochs`\) \(50\) sets pre-training, which `pretrained` "
-                      r"skips .*: leave it at the preset's 4"),
+                      r"skips \(its backbone was pre-trained with 4\): leave it out"),
     (dict(batch_size=32), r"recipe field `batch_size` \(32\)"),
     (dict(recipe_overrides={"learning_rate": 0.7, "l2": 0.01}), r"recipe field `learning_rate` \(0.7\)"),
     (dict(recipe_overrides={"l2": 0.01}), r"recipe field `l2` \(0.01\)"),
@@ -136,12 +136,25 @@ def test_pre_training_fields_are_refused_with_a_pretrained_backbone(tmp_path, op
     assert not (tmp_path / "run").exists()
 
 
-def test_a_pretrained_run_takes_the_presets_pre_training_fields_and_any_other():
+def test_a_pretrained_run_takes_the_pre_training_fields_of_the_run_that_pre_trained_its_backbone(tmp_path):
+    """The card of a run given ``pretrained`` states the pre-training its backbone had: that run's recorded recipe
+    (run.json), or the preset's where there is no record. A field given as that value passes; another is refused,
+    and so is the preset's value where the backbone was pre-trained otherwise."""
+    from training.recipes.run_directory import RUN_FILE, run_identity
+
     preset = PRESETS[EMD].recipe
-    few_shot.check_pretraining_fields(_spec(EMD, pretrain_epochs=4, batch_size=128, seed=3, meta_episodes=9,
-                                            eval_episodes=5, meta_learning_rate=0.01).recipe, preset)
-    with pytest.raises(RecipeError, match="`pad`"):
-        few_shot.check_pretraining_fields(_spec(EMD, pad=3).recipe, preset)
+    assert few_shot.pretraining_fields(str(tmp_path), preset) == {f: getattr(preset, f)
+                                                                  for f in few_shot.PRETRAINING_FIELDS}
+    other = _spec(EMD, pretrain_epochs=50, batch_size=32, pad=3)
+    (tmp_path / RUN_FILE).write_text(json.dumps(run_identity(other)))
+    reference = few_shot.pretraining_fields(str(tmp_path / few_shot.PRETRAINED_FILE), preset)
+    assert (reference["pretrain_epochs"], reference["batch_size"], reference["pad"]) == (50, 32, 3)
+    given = _spec(EMD, pretrain_epochs=50, seed=3, meta_episodes=9, eval_episodes=5)
+    few_shot.check_pretraining_fields(given.recipe, {"pretrain_epochs", "seed", "meta_episodes", "eval_episodes"},
+                                      reference)
+    assert given.with_recipe(**reference).recipe.batch_size == 32
+    with pytest.raises(RecipeError, match=r"`pretrain_epochs` \(`epochs`\) \(4\) .*pre-trained with 50"):
+        few_shot.check_pretraining_fields(_spec(EMD, pretrain_epochs=4).recipe, {"pretrain_epochs"}, reference)
 
 
 def test_the_command_line_refuses_pre_training_epochs_with_pretrained_in_one_line(tmp_path, capsys, monkeypatch):

@@ -285,6 +285,10 @@ def test_tune_from_python_refuses_an_earlier_search_unless_told(tmp_path, monkey
         with pytest.raises(Started):
             search.tune(PRESET, 1, str(out), limit=200, **{flag: True})
     assert os.listdir(out / "tuner") == ["oracle.json"]
+    for flags, match in (({"resume": True, "overwrite": True}, "^`overwrite`: .* not both"),
+                         ({"overwrite": "yes"}, "^`overwrite` must be True or False")):
+        with pytest.raises(ValueError, match=match):
+            search.tune(PRESET, 1, str(out), limit=200, **flags)
 
 
 def test_load_tuned_config_rejects_bad_files(tmp_path):

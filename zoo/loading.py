@@ -336,5 +336,5 @@ def save_preset(model, directory, card=None, overwrite=False):
     A ``directory`` that holds a preset already (its ``metadata.json`` or ``config.json``; a packaged preset too) is
     refused unless ``overwrite=True``, which replaces the preset's three files (other files there stay). The files
     are written under temporary names and renamed into place, the card last: a write that fails leaves the earlier
-    preset intact."""
+    preset intact (but for a failure between the renames, which ``zoo.load`` then refuses by the card's sha256)."""
     return write_preset(model, directory, card, overwrite=overwrite)

@@ -17,6 +17,7 @@ import copy
 import hashlib
 import json
 import os
+import random
 import re
 import secrets
 import warnings
@@ -289,8 +290,9 @@ def write_preset(model, directory, card, overwrite=False):
     A directory that holds a preset already (:func:`preset_files`: its card or its config) is refused with a
     ``ValueError`` naming ``directory`` unless ``overwrite=True``, which replaces those three files (any other file
     there is left as it is). The files are written under temporary names in ``directory`` first and then renamed
-    over the old ones, the card last, so a write that fails (a full disk, an interruption) leaves the earlier
-    preset as it was."""
+    over the old ones, the card last, so a write that fails (a full disk, an error while saving the weights)
+    leaves the earlier preset as it was; only a failure between the three renames (each atomic) can leave new
+    weights beside the old card, which ``zoo.load`` then refuses by its sha256."""
     problem = graph_problem(model)
     if problem:
         raise ValueError(f"`model` {problem}.")
@@ -313,11 +315,17 @@ def write_preset(model, directory, card, overwrite=False):
                          "retrieval, few_shot, generic) or a model that states one (ot_layers.TaskModel).")
     model = with_task(model, check_task(task))
     config = model_config(model)
-    try:  # a preset that zoo.load could never read back is not written
+    # A preset that zoo.load could never read back is not written. Rebuilding draws the new layers' default seeds
+    # from Python's random module (keras.random.make_default_seed): its state is put back, so that what a seeded
+    # program makes after saving (weights, keras.random draws) is the same as without the check.
+    seeds = random.getstate()
+    try:
         model_from_config(copy.deepcopy(config))  # Keras takes the config apart as it reads it
     except (ValueError, TypeError, KeyError) as error:
         raise ValueError(f"`model` cannot be saved as a preset: its config does not rebuild as zoo.load reads it "
                          f"back: {_first_line(error)}") from error
+    finally:
+        random.setstate(seeds)
     _write_files(directory, config, model, card, task)
     return directory
 

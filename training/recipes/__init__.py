@@ -24,7 +24,7 @@ import os
 
 from ot_layers.validation import check_output_path
 from training.recipes import classification, few_shot, retrieval
-from training.recipes.common import card_spec, preset_card
+from training.recipes.common import evaluation_spec, preset_card
 from zoo.registry import PRESETS
 
 RECIPES = {"classification": classification, "retrieval": retrieval, "few_shot": few_shot}
@@ -63,5 +63,6 @@ def evaluate_preset(preset, weights=None, limit=None, **options):
     :class:`training.data.errors.EmptySliceError` naming it, before the model is loaded (the recipe's
     ``check_evaluation_limit``)."""
     recipe = recipe_for(task_of(preset))
-    recipe.check_evaluation_limit(PRESETS[preset] if preset in PRESETS else card_spec(preset_card(preset)), limit)
+    # the spec evaluated: a run's card's recipe for --weights of that run (its eval_episodes, eval_queries, ...)
+    recipe.check_evaluation_limit(evaluation_spec(preset, weights)[0], limit)
     return recipe.evaluate(preset, weights=weights, limit=limit, **options)

@@ -122,30 +122,38 @@ def preset_recipe(name, **overrides):
     return preset_spec(name, **overrides).recipe
 
 
-def evaluation_target(preset, weights=None):
-    """``(model, spec, card)`` of what ``otzoo evaluate`` evaluates: a built-in preset's name (its packaged weights
-    and card, or ``weights`` and the card that comes with them: that of their preset directory,
-    ``zoo.preset_format.weights_directory``, whose recipe the spec then takes, so that its evaluation settings, e.g.
-    a few-shot card's ``eval_episodes``, are those ``otzoo evaluate`` of the directory uses; ``{}`` and the preset's
-    recipe when they have none, as a lone weights file or a URL: the packaged card describes other weights) or a
-    preset directory (``zoo.load(directory)``; the spec of its card: the
-    preset's architecture re-targeted at the card's data set and input shape, the card's recipe)."""
+def evaluation_spec(preset, weights=None):
+    """``(spec, card)`` of what ``otzoo evaluate`` evaluates, without loading the model: for a built-in preset's
+    name, its spec and packaged card, or with ``weights`` the card that comes with them (that of their preset
+    directory, ``zoo.preset_format.weights_directory``), whose recipe the spec then takes, so that its evaluation
+    settings (a few-shot card's ``eval_episodes``, ``eval_queries``) and the ``limit`` they need are those ``otzoo
+    evaluate`` of the directory uses; ``{}`` and the preset's recipe when they have none, as a lone weights file or
+    a URL (the packaged card describes other weights). For a preset directory, the spec of its card
+    (:func:`card_spec`: the preset's architecture re-targeted at the card's data set and input shape, the card's
+    recipe)."""
     if preset in PRESETS:
+        spec = PRESETS[preset]
         if weights is None:
-            return load(preset), PRESETS[preset], model_card(preset)
+            return spec, model_card(preset)
         folder = weights_directory(weights)
         card = (read_card(folder) if folder is not None else None) or {}  # None: no card there
-        spec = PRESETS[preset]
         if card.get("recipe") and card.get("task") == spec.task:  # evaluated as `otzoo evaluate RUN` evaluates it
             spec = dataclasses.replace(spec, recipe=recipe_from_dict(spec.task, card["recipe"]))
-        return load(preset, weights=weights), spec, card
+        return spec, card
     if not os.path.isdir(str(preset)):
         raise ValueError(f"Unknown preset {preset!r}: give a preset name ({', '.join(sorted(PRESETS))}) or a preset "
                          "directory.")
     if weights is not None:
         raise ValueError("`weights` applies to preset names; a preset directory holds its own weights.")
     card = preset_card(preset)  # a directory without a card: an error naming it
-    return load(preset), card_spec(card), card
+    return card_spec(card), card
+
+
+def evaluation_target(preset, weights=None):
+    """``(model, spec, card)`` of what ``otzoo evaluate`` evaluates (:func:`evaluation_spec`): a built-in preset
+    with its packaged weights or ``weights``, or a preset directory (``zoo.load(directory)``)."""
+    spec, card = evaluation_spec(preset, weights)
+    return (load(preset) if weights is None else load(preset, weights=weights)), spec, card
 
 
 def card_spec(card):

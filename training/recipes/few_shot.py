@@ -49,9 +49,10 @@ from training.recipes.common import (
     write_preset,
 )
 from training.recipes.components import RecipeError, compiled_step, make_meta_optimizer, make_optimizer
-from training.recipes.run_directory import claim_run_directory, run_identity
+from training.recipes.run_directory import RUN_FILE, claim_run_directory, read_mark, run_identity
 from zoo.loading import build
 from zoo.preset_format import PresetFormatError
+from zoo.spec import recipe_from_dict
 from zoo.models import image_classifier
 
 PRETRAINED_FILE = "pretrained_backbone.weights.h5"
@@ -85,22 +86,38 @@ def few_shot_scores(model, spec, recipe=None, limit=None, episodes=None, verbose
 
 
 # The recipe fields pre-training alone reads (``pretrain_epochs`` is ``--epochs``): a run given ``pretrained`` skips
-# pre-training, so they can only be the preset's (:func:`check_pretraining_fields`).
+# pre-training, so they are those the backbone was pre-trained with (:func:`pretraining_fields`).
 PRETRAINING_FIELDS = ("pretrain_epochs", "batch_size", "optimizer", "learning_rate", "momentum", "nesterov",
                       "schedule", "l2", "augment", "pad")
 
 
-def check_pretraining_fields(recipe, preset_recipe):
+def pretraining_fields(pretrained, preset_recipe):
+    """``{field: value}`` of :data:`PRETRAINING_FIELDS` that the backbone in ``pretrained`` (a run directory, or a
+    ``pretrained_backbone.weights.h5`` in one) was pre-trained with: the recipe that run recorded in its
+    ``run.json``, where it is a few-shot run's; else (no record, as for a file moved elsewhere) those of
+    ``preset_recipe``, the preset's."""
+    folder = pretrained if os.path.isdir(pretrained) else os.path.dirname(os.path.abspath(pretrained))
+    record = read_mark(os.path.join(folder, RUN_FILE))
+    source = preset_recipe
+    if isinstance(record, dict) and record.get("task") == "few_shot" and isinstance(record.get("recipe"), dict):
+        try:
+            source = recipe_from_dict("few_shot", record["recipe"])
+        except ValueError:  # a record this otzoo cannot read: the preset's, as without one
+            pass
+    return {field: getattr(source, field) for field in PRETRAINING_FIELDS}
+
+
+def check_pretraining_fields(recipe, given, reference):
     """A run given ``pretrained`` skips pre-training: raise one :class:`~training.recipes.components.RecipeError` (a
-    ``ValueError``; ``otzoo train`` prints it in one line) naming the first field of
-    :data:`PRETRAINING_FIELDS` where ``recipe`` (the run's, overrides applied) differs from ``preset_recipe`` (the
-    preset's), which the run would ignore yet publish in its card."""
+    ``ValueError``; ``otzoo train`` prints it in one line) naming the first field of :data:`PRETRAINING_FIELDS`
+    among ``given`` (the overrides' names) where ``recipe`` (the run's, overrides applied) differs from
+    ``reference`` (:func:`pretraining_fields`), which the run would ignore yet publish in its card."""
     for field in PRETRAINING_FIELDS:
-        value, preset_value = getattr(recipe, field), getattr(preset_recipe, field)
-        if value != preset_value:
+        value = getattr(recipe, field)
+        if field in given and value != reference[field]:
             option = " (`epochs`)" if field == "pretrain_epochs" else ""
             raise RecipeError(f"recipe field `{field}`{option} ({value!r}) sets pre-training, which `pretrained` "
-                             f"skips (the backbone comes pre-trained): leave it at the preset's {preset_value!r}.")
+                             f"skips (its backbone was pre-trained with {reference[field]!r}): leave it out.")
 
 
 def pretrained_backbone_path(pretrained):
@@ -190,17 +207,21 @@ def train(name, out_dir, epochs=None, batch_size=None, limit=None, seed=None, ep
     the base classes' source split (before the class filter); ``dataset``: a name of
     ``training.data.datasets.DATASETS`` instead of the preset's, trained on its few-shot class split (``image_size``,
     ``data_dir``: its TFDS images' side and folder); ``pretrained``: skip pre-training and start from the backbone
-    another run of this recipe pre-trained (its run directory or its ``pretrained_backbone.weights.h5``); its
-    pre-training fields (:data:`PRETRAINING_FIELDS`: ``epochs``, ``batch_size``, ...) must then be the preset's
-    (``ValueError`` naming the first that is not). ``command``: the card's ``command``, by default
+    another run of this recipe pre-trained (its run directory or its ``pretrained_backbone.weights.h5``); the run's
+    pre-training fields (:data:`PRETRAINING_FIELDS`: ``epochs``, ``batch_size``, ...) are then those that run
+    recorded (its ``run.json``; the preset's without one), which the card states, and an override of one to
+    another value is refused (``ValueError`` naming it). ``command``: the card's ``command``, by default
     the ``otzoo train`` command of these arguments (``--out out_dir`` among them); ``otzoo train`` gives the one it
     ran as.
     """
-    spec = preset_spec(name, dataset=dataset, image_size=image_size, **merged_overrides(
-        recipe_overrides, pretrain_epochs=epochs, batch_size=batch_size, seed=seed, meta_episodes=episodes))
+    overrides = merged_overrides(recipe_overrides, pretrain_epochs=epochs, batch_size=batch_size, seed=seed,
+                                 meta_episodes=episodes)
+    spec = preset_spec(name, dataset=dataset, image_size=image_size, **overrides)
+    if pretrained is not None:  # the card states the pre-training the backbone had, not the preset's
+        reference = pretraining_fields(pretrained, preset_spec(name, dataset=dataset, image_size=image_size).recipe)
+        check_pretraining_fields(spec.recipe, overrides, reference)
+        spec = spec.with_recipe(**reference)
     recipe = spec.recipe
-    if pretrained is not None:
-        check_pretraining_fields(recipe, preset_spec(name, dataset=dataset, image_size=image_size).recipe)
     pretrained_file = pretrained_backbone_path(pretrained) if pretrained is not None else None
     # One replica: meta-training takes one episode a step (TensorFlow: the current strategy, the default one).
     single_replica = ("one_device" if strategy == "one_device" or keras.backend.backend() != "tensorflow"

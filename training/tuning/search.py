@@ -44,7 +44,7 @@ import keras
 
 from ot_layers.callbacks.layer_signals import LayerSignals
 from ot_layers.optional import require
-from ot_layers.validation import check_output_path, check_positive_int, check_seed
+from ot_layers.validation import check_flag, check_output_path, check_positive_int, check_seed
 from training.data.errors import EmptySliceError
 from training.recipes import RECIPES, recipe_for
 from training.recipes.common import PROBE_IMAGES
@@ -199,10 +199,11 @@ def tune(preset, trials, out_dir, epochs=1, limit=None, batch_size=None, backbon
     at least two classes) held out to score trials; ``resume``: continue a search in ``out_dir`` instead of
     starting over (the same search only, ``trials`` apart: ``out_dir/run.json`` records it, and other settings
     raise ``training.recipes.run_directory.ResumeMismatchError``); ``overwrite``: start a new search in an
-    ``out_dir`` that holds one (``tuner/`` or ``best.json``), replacing it; without ``resume`` or ``overwrite`` such
-    an ``out_dir`` is refused, so a search of many trials is not thrown away by a call made twice; ``verbose``: 1 prints keras-tuner's per-trial
-    progress and the summary, 0 nothing. Each trial is initialized from :func:`trial_seed` of ``seed`` and its
-    values, so a trial scores the same in a resumed search as in a fresh one. A GSP retrieval trial pools like GAP during its first epoch (the warm-up of
+    ``out_dir`` that holds one (``tuner/`` or ``best.json``), replacing it (its ``best.json`` is removed when the
+    new search begins); without either such an ``out_dir`` is refused, so a search of many trials is not thrown
+    away by a call made twice; ``verbose``: 1 prints keras-tuner's per-trial progress and the summary, 0 nothing.
+    Each trial is initialized from :func:`trial_seed` of ``seed`` and its values, so a trial scores the same in a
+    resumed search as in a fresh one. A GSP retrieval trial pools like GAP during its first epoch (the warm-up of
     ``GSPPrototypeInit``): give it ``epochs >= 2``.
     """
     kt = require("keras_tuner", "tune", "otzoo tune")
@@ -214,6 +215,10 @@ def tune(preset, trials, out_dir, epochs=1, limit=None, batch_size=None, backbon
         limit = check_positive_int("limit", limit)
     seed = check_seed("seed", seed)
     check_output_path("out_dir", out_dir, directory=True)
+    resume, overwrite = check_flag("resume", resume), check_flag("overwrite", overwrite)
+    if resume and overwrite:
+        raise ValueError("`overwrite`: pass resume=True to continue a search or overwrite=True to replace it, not "
+                         "both.")
     earlier = held_state(out_dir, ["tuner", "best.json"])
     if earlier and not (resume or overwrite):  # keras-tuner's own default (overwrite=False) resumes
         raise ValueError(f"`out_dir` {out_dir!r} holds an earlier search ({', '.join(earlier)}); pass resume=True "
@@ -242,6 +247,8 @@ def tune(preset, trials, out_dir, epochs=1, limit=None, batch_size=None, backbon
                               f"batch of {batch_size}; lower `batch_size` or raise `limit`",
                               *(("limit", limit) if limit is not None else ("batch_size", batch_size)))
     claim_run_directory(out_dir, search, state=("tuner",) if resume else (), restarts=() if resume else ("tuner",))
+    if overwrite and os.path.isfile(os.path.join(out_dir, "best.json")):  # the replaced search's, until this one ends
+        os.remove(os.path.join(out_dir, "best.json"))
     trial_spec = spec.with_recipe(epochs=epochs, batch_size=batch_size)
     hypermodel = _preset_hypermodel(trial_spec, params, (train, val), backbone, seed)
     tuner = kt.RandomSearch(hypermodel, objective=kt.Objective(objective, direction="max"), max_trials=trials,
