@@ -18,7 +18,7 @@ import keras
 
 from export.permissions import publishable
 from export.signatures import DEFAULT_SIGNATURE, UINT8_SIGNATURE, serving_spec
-from export.warmup import serving_apis, write_warmup_requests
+from export.warmup import serving_apis, warmup_requests, write_warmup_requests
 from ot_layers.optional import MissingExtraError
 from ot_layers.validation import check_flag, check_output_path, check_positive_int
 
@@ -26,12 +26,18 @@ MODEL_CONFIG_FILE = "models.config"
 _TEMP_PREFIX = ".tmp-export-"
 
 
+MAX_VERSION = 2 ** 63 - 1  # TF Serving's ModelSpec.version is an int64: a client cannot ask for a larger one
+
+
 def _check_version(version):
     try:
-        return check_positive_int("version", version)
+        checked = check_positive_int("version", version)
     except ValueError:
-        raise ValueError("`version` must be an integer >= 1 or None (one above the highest version there), got "
-                         f"{version!r}.") from None
+        checked = None
+    if checked is None or checked > MAX_VERSION:
+        raise ValueError(f"`version` must be an integer in 1 .. {MAX_VERSION} (TF Serving's int64 versions) or None "
+                         f"(one above the highest version there), got {version!r}.") from None
+    return checked
 
 
 def existing_versions(base_dir):
@@ -43,9 +49,10 @@ def existing_versions(base_dir):
 
 
 def next_version(base_dir):
-    """The version a new export into ``base_dir`` gets when none is given: one above the highest there (1 when
-    there is none)."""
-    return (existing_versions(base_dir) or [0])[-1] + 1
+    """The version a new export into ``base_dir`` gets when none is given: one above the highest integer name there,
+    a directory or not (a stray file ``2`` would block the rename that publishes version 2; 1 when there is none)."""
+    names = os.listdir(base_dir) if os.path.isdir(base_dir) else []
+    return max([int(n) for n in names if re.fullmatch(r"[0-9]+", n)] or [0]) + 1
 
 
 def model_config_text(name, base_path):
@@ -150,7 +157,8 @@ def to_saved_model(model, base_dir, version=None, task=None, warmup=None, name=N
     with the task's named inputs and outputs. ``warmup``: also write TF Serving warm-up requests
     (``assets.extra/tf_serving_warmup_requests``, :mod:`export.warmup`); they need tensorflow-serving-api
     (``otzoo[export]``): ``True`` requires it, ``None`` (default) writes them where it is installed and otherwise
-    warns and skips them (TF Serving then starts cold), ``False`` skips them. ``name``: the served model's name in
+    warns and skips them (TF Serving then starts cold), ``False`` skips them. A model with an input of unknown size
+    (images of any side) has no warm-up request to write: ``True`` is then refused, ``None`` warns. ``name``: the served model's name in
     ``models.config`` and the warm-up requests (default: ``base_dir``'s name). ``<base_dir>/models.config`` gets
     the entry that serves ``base_dir`` under ``name``, replacing one there (with a ``UserWarning`` when the earlier
     file says something else: another name, or an edit by hand). The version directory and its files get
@@ -165,6 +173,7 @@ def to_saved_model(model, base_dir, version=None, task=None, warmup=None, name=N
     base_dir = os.path.abspath(check_output_path("base_dir", base_dir, directory=True))
     if warmup is not None:
         warmup = check_flag("warmup", warmup)
+    explicit_warmup = warmup is True
     if warmup is None:
         try:
             serving_apis()
@@ -175,6 +184,15 @@ def to_saved_model(model, base_dir, version=None, task=None, warmup=None, name=N
             warmup = False
     elif warmup:
         serving_apis()  # before writing anything
+    if warmup and not warmup_requests(spec):  # an input of unknown size: no request can be made up for it
+        unknown = ", ".join(f"{s.name} {[d for d in s.shape.as_list()]}" for s in spec.input_specs
+                            if None in s.shape.as_list()[1:])
+        if explicit_warmup:
+            raise ValueError(f"`warmup`: the model's inputs of unknown size ({unknown}) leave no warm-up request to "
+                             "write; pass warmup=None or False (TF Serving then starts cold).")
+        warnings.warn(f"no warm-up requests: the model's inputs of unknown size ({unknown}) leave none to write "
+                      "(TF Serving starts cold).", stacklevel=2)
+        warmup = False
     name = _model_name(name, base_dir)
     if version is not None:
         version = _check_version(version)

@@ -115,7 +115,9 @@ class ServingSpec:
     ``input_names``/``input_specs``: in the Keras model's input order (the default signature's dtypes: float32
     pixels, the model's own dtype otherwise); ``pixel_inputs``: the inputs also served as uint8;
     ``batched_inputs``: the inputs whose axis 0 is the served batch (the queries, for few-shot: the support set is
-    one per request); ``output_names``; ``top_k`` for classification.
+    one per request); ``output_names``; ``top_k`` for classification; ``model_dtypes``: the dtypes the Keras model
+    takes, which the served inputs are cast to (empty: those of ``input_specs``; they differ for a model whose
+    image input is uint8 or float16, served as float32 pixels all the same).
     """
     task: str
     input_names: tuple
@@ -125,6 +127,12 @@ class ServingSpec:
     output_names: tuple
     output_shapes: tuple
     top_k: int = 0
+    model_dtypes: tuple = ()
+
+    @property
+    def keras_dtypes(self):
+        """The dtype of each input the Keras model takes (:attr:`model_dtypes`, else the signature's)."""
+        return self.model_dtypes or tuple(spec.dtype for spec in self.input_specs)
 
     def signature_specs(self, uint8=False):
         """The ``tf.TensorSpec`` of each input (named), with pixel inputs as uint8 when ``uint8``."""
@@ -139,7 +147,7 @@ class ServingSpec:
     def serving_function(self, model):
         """``f(*inputs) -> {output name: tensor}``, the graph both exporters trace: casts the inputs to the
         model's dtypes, calls the model in inference mode and adds the task's post-processing."""
-        dtypes = [spec.dtype for spec in self.input_specs]
+        dtypes = self.keras_dtypes
 
         def serve(*inputs):
             cast = [tf.cast(x, dtype) for x, dtype in zip(inputs, dtypes)]
@@ -159,9 +167,9 @@ class ServingSpec:
         return serve
 
     def as_model_inputs(self, named):
-        """The Keras model's positional inputs from ``{input name: array}`` (cast to the default dtypes)."""
-        arrays = [np.asarray(named[name]).astype(spec.dtype.as_numpy_dtype)
-                  for name, spec in zip(self.input_names, self.input_specs)]
+        """The Keras model's positional inputs from ``{input name: array}`` (cast to the model's dtypes)."""
+        arrays = [np.asarray(named[name]).astype(dtype.as_numpy_dtype)
+                  for name, dtype in zip(self.input_names, self.keras_dtypes)]
         return arrays if len(arrays) > 1 else arrays[0]
 
     def keras_call(self, model, eager=False):
@@ -170,7 +178,7 @@ class ServingSpec:
         ``eager``, run op by op."""
         if eager:
             return lambda inputs: model(inputs, training=False)
-        specs = [tf.TensorSpec(s.shape, s.dtype) for s in self.input_specs]
+        specs = [tf.TensorSpec(s.shape, dtype) for s, dtype in zip(self.input_specs, self.keras_dtypes)]
         graph = tf.function(lambda *xs: model(list(xs) if len(xs) > 1 else xs[0], training=False),
                             input_signature=specs, jit_compile=False)
         return lambda inputs: graph(*(inputs if isinstance(inputs, list) else [inputs]))
@@ -249,11 +257,18 @@ def serving_spec(model, task=None):
     else:
         names = unique_names([_clean(n, f"input_{i}") for i, n in enumerate(_input_names(model))])
         pixels, batched = (), names
+    # pixels are served as float32 (and uint8 by the second signature) whatever dtype the model's input has
+    served = [tf.float32 if name in pixels else dtype for name, dtype in zip(names, dtypes)]
     specs = tuple(tf.TensorSpec((None,) + tuple(t.shape[1:]), dtype, name=name)
-                  for t, dtype, name in zip(model.inputs, dtypes, names))
+                  for t, dtype, name in zip(model.inputs, served, names))
+    scalars = [i for i, o in enumerate(model.outputs) if len(o.shape) == 0]
+    if scalars:
+        raise ValueError(f"`model`: output {scalars[0]} is a scalar (shape ()); a served output has one row per "
+                         "example (axis 0, the batch): give it one, e.g. keras.ops.expand_dims(x, 0) for one value "
+                         "per request.")
     shapes = [(None,) + tuple(o.shape[1:]) for o in model.outputs]
-    if task == "generic":
-        outputs = tuple(f"output_{i}" for i in range(len(shapes)))
+    if task == "generic":  # named apart from the inputs too (a request and its response share one namespace in ONNX)
+        outputs = unique_names(list(names) + [f"output_{i}" for i in range(len(shapes))])[len(names):]
     else:
         outputs = _OUTPUTS[task]
     top_k = 0
@@ -265,4 +280,5 @@ def serving_spec(model, task=None):
         shapes = [shapes[0], shapes[0], (None, top_k), (None, top_k)]
     return ServingSpec(task=task, input_names=tuple(names), input_specs=specs, pixel_inputs=tuple(pixels),
                        batched_inputs=tuple(batched), output_names=tuple(outputs),
-                       output_shapes=tuple(tuple(s) for s in shapes), top_k=top_k)
+                       output_shapes=tuple(tuple(s) for s in shapes), top_k=top_k,
+                       model_dtypes=tuple(dtypes) if served != dtypes else ())

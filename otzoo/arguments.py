@@ -47,6 +47,18 @@ def seed_value(text):
     return value
 
 
+MAX_VERSION = 2 ** 63 - 1  # TF Serving's ModelSpec.version is an int64
+
+
+def serving_version(text):
+    """An ``argparse`` type: a SavedModel version, an integer in ``1 .. 2**63 - 1`` (TF Serving's int64)."""
+    value = _integer_at_least(text, 1)
+    if value > MAX_VERSION:
+        raise argparse.ArgumentTypeError(f"must be an integer <= {MAX_VERSION} (TF Serving's int64 versions), got "
+                                         f"{text!r}")
+    return value
+
+
 def _integer_at_least(text, low):
     try:
         value = int(text)

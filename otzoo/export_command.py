@@ -35,7 +35,8 @@ from export.warmup import WARMUP_DIR, WARMUP_FILE
 from ot_layers.optional import check_installed
 from ot_layers.task_model import model_task
 from ot_layers.validation import output_path_problem
-from otzoo.arguments import CommandError, ambiguous_preset, output_directory, positive_int, positive_number
+from otzoo.arguments import (CommandError, ambiguous_preset, output_directory, positive_int, positive_number,
+                             serving_version)
 from otzoo.samples import sample_inputs
 from training.recipes.common import card_spec
 from zoo.preset_format import CARD_FILE, read_card
@@ -53,7 +54,7 @@ def register(commands, parser_class):
     sub.add_argument("model", metavar="NAME_OR_PATH", help="a preset name, a .keras file or a preset directory")
     sub.add_argument("--format", choices=FORMATS, default="both", help="default: both")
     sub.add_argument("--out", required=True, type=output_directory, help="output directory")
-    sub.add_argument("--version", type=positive_int, default=None,
+    sub.add_argument("--version", type=serving_version, default=None,
                      help="the SavedModel version (default: one above the highest there)")
     sub.add_argument("--task", choices=TASKS, default=None,
                      help="default: the preset card's task, or the one the model states (else generic)")

@@ -50,6 +50,8 @@ def keras_files(tmp_path_factory):
                                                                                      "choice: 'tflite'"),
     (["export", "resnet20_gap_fashion_mnist", "--out", "OUT", "--version", "0"], "argument --version: must be an "
                                                                                  "integer >= 1"),
+    (["export", "resnet20_gap_fashion_mnist", "--out", "OUT", "--version", str(2 ** 63)],
+     "argument --version: must be an integer <= 9223372036854775807 (TF Serving's int64 versions)"),
     (["export", "resnet20_gap_fashion_mnist", "--out", "OUT", "--format", "onnx", "--version", "2"],
      "--version applies to the SavedModel"),
     (["export", "resnet20_gap_fashion_mnist", "--out", "OUT", "--atol", "-1"], "argument --atol: must be a number"),

@@ -154,7 +154,7 @@ def test_python_ops_in_the_saved_model_are_reported(tmp_path):
 def test_bad_arguments_name_the_argument(tmp_path):
     model = _dense_classifier()
     x = np.zeros((2, 3), np.float32)
-    for version in (0, -1, 1.5, "2", True):
+    for version in (0, -1, 1.5, "2", True, 2 ** 63):  # TF Serving's versions are int64
         with pytest.raises(ValueError, match="`version`"):
             export.to_saved_model(model, str(tmp_path / "a"), version=version)
     with pytest.raises(ValueError, match="`task`"):

@@ -13,6 +13,7 @@ import export
 import keras
 import zoo
 from export.warmup import WARMUP_DIR, WARMUP_FILE, read_warmup_requests
+from ot_layers.task_model import TaskModel
 
 TINY = dict(input_shape=(16, 16, 1), backbone_kwargs={"width": 8, "feature_dim": 8})
 RNG = np.random.default_rng(0)
@@ -274,3 +275,76 @@ def test_a_generic_model_with_two_inputs_gives_each_input_its_own_onnx_batch_siz
     assert report["onnx"] <= 1e-5
     with pytest.raises(ValueError, match=r"^`batch_sizes`: the inputs differ in length \(support_set: 5, queries: 2\)"):
         export.verify(model, feeds, onnx_path=path, batch_sizes=(1,))
+
+
+def test_a_model_whose_image_input_is_uint8_is_served_float32_pixels_too(tmp_path):
+    """The default signature and the ONNX input took the model's uint8 dtype (the documented interface is float32
+    pixels, uint8 by serving_uint8), and the warm-up records sent float32 to that uint8 signature: replaying them,
+    as TF Serving does when it loads the model, failed."""
+    import onnxruntime
+
+    images = keras.Input((8, 8, 1), dtype="uint8")
+    scaled = keras.ops.cast(images, "float32") / 255.0
+    model = TaskModel(images, keras.layers.Dense(3)(keras.layers.Flatten()(scaled)), task="classification")
+    spec = export.serving_spec(model)
+    assert [s.dtype for s in spec.signature_specs()] == [tf.float32]
+    assert [s.dtype for s in spec.signature_specs(uint8=True)] == [tf.uint8]
+    version_dir = export.to_saved_model(model, str(tmp_path / "served"), warmup=True)
+    loaded = tf.saved_model.load(version_dir)
+    requests = read_warmup_requests(os.path.join(version_dir, WARMUP_DIR, WARMUP_FILE))
+    assert sorted({r[1] for r in requests}) == ["serving_default", "serving_uint8"]
+    for _, signature, inputs in requests:
+        got = loaded.signatures[signature](**{k: tf.constant(v) for k, v in inputs.items()})
+        want = model(inputs["images"].astype(np.uint8), training=False)
+        np.testing.assert_allclose(got["logits"].numpy(), np.asarray(want), atol=1e-6)
+    session = onnxruntime.InferenceSession(export.to_onnx(model, str(tmp_path / "m.onnx")),
+                                           providers=["CPUExecutionProvider"])
+    assert session.get_inputs()[0].type == "tensor(float)"
+    pixels = np.random.default_rng(0).integers(0, 256, (2, 8, 8, 1)).astype(np.uint8)
+    logits = session.run(["logits"], {"images": pixels.astype(np.float32)})[0]
+    np.testing.assert_allclose(logits, np.asarray(model(pixels, training=False)), atol=1e-5)
+
+
+def test_a_scalar_output_is_refused_naming_the_model():
+    """A rank-0 output ended in an IndexError in the ONNX exporter and a TypeError in verify."""
+    inputs = keras.Input((4,), name="features")
+    hidden = keras.layers.Dense(2)(inputs)
+    model = keras.Model(inputs, [hidden, keras.ops.sum(hidden)])
+    with pytest.raises(ValueError, match=r"^`model`: output 1 is a scalar"):
+        export.serving_spec(model, task="generic")
+
+
+def test_generic_outputs_are_named_apart_from_the_inputs(tmp_path):
+    """An input named output_0 met the first output's name: tf2onnx failed with its own error."""
+    import onnxruntime
+
+    inputs = keras.Input((4,), name="output_0")
+    model = keras.Model(inputs, keras.layers.Dense(2)(inputs))
+    spec = export.serving_spec(model, task="generic")
+    assert spec.input_names == ("output_0",) and spec.output_names == ("output_0_1",)
+    session = onnxruntime.InferenceSession(export.to_onnx(model, str(tmp_path / "m.onnx"), task="generic"),
+                                           providers=["CPUExecutionProvider"])
+    x = np.random.default_rng(0).standard_normal((3, 4)).astype(np.float32)
+    np.testing.assert_allclose(session.run(["output_0_1"], {"output_0": x})[0], np.asarray(model(x)), atol=1e-5)
+
+
+def test_warm_up_requests_for_inputs_of_unknown_size_are_refused_or_warned(tmp_path):
+    """With images of any size no warm-up request can be made up: warmup=True wrote none without a word."""
+    images = keras.Input((None, None, 1))
+    model = TaskModel(images, keras.layers.Dense(3)(keras.layers.GlobalAveragePooling2D()(images)),
+                      task="classification")
+    with pytest.raises(ValueError, match=r"^`warmup`: the model's inputs of unknown size \(images"):
+        export.to_saved_model(model, str(tmp_path / "refused"), warmup=True)
+    assert not os.path.exists(tmp_path / "refused")
+    with pytest.warns(UserWarning, match="no warm-up requests"):
+        version_dir = export.to_saved_model(model, str(tmp_path / "served"))
+    assert not os.path.exists(os.path.join(version_dir, WARMUP_DIR))
+
+
+def test_the_next_version_passes_a_stray_file_named_like_one(tmp_path):
+    """A file named 2 beside version 1 made every default export fail after its work (version 2 'appeared')."""
+    model = _classifier()
+    base = tmp_path / "served"
+    (base / "1").mkdir(parents=True)
+    (base / "2").write_text("not a version")
+    assert export.to_saved_model(model, str(base), warmup=False) == str(base / "3")
