@@ -18,7 +18,7 @@ import keras
 
 from export.permissions import publishable
 from export.signatures import DEFAULT_SIGNATURE, UINT8_SIGNATURE, serving_spec
-from export.warmup import serving_apis, warmup_requests, write_warmup_requests
+from export.warmup import serving_apis, write_warmup_requests
 from ot_layers.optional import MissingExtraError
 from ot_layers.validation import check_flag, check_output_path, check_positive_int
 
@@ -184,9 +184,8 @@ def to_saved_model(model, base_dir, version=None, task=None, warmup=None, name=N
             warmup = False
     elif warmup:
         serving_apis()  # before writing anything
-    if warmup and not warmup_requests(spec):  # an input of unknown size: no request can be made up for it
-        unknown = ", ".join(f"{s.name} {[d for d in s.shape.as_list()]}" for s in spec.input_specs
-                            if None in s.shape.as_list()[1:])
+    unknown = ", ".join(f"{s.name} {s.shape.as_list()}" for s in spec.input_specs if None in s.shape.as_list()[1:])
+    if warmup and unknown:  # an input of unknown size: no request can be made up for it (warmup_requests is empty)
         if explicit_warmup:
             raise ValueError(f"`warmup`: the model's inputs of unknown size ({unknown}) leave no warm-up request to "
                              "write; pass warmup=None or False (TF Serving then starts cold).")

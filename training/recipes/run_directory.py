@@ -17,10 +17,9 @@ import dataclasses
 import json
 import os
 
-import numpy as np
-
 from training.distributed.checkpoints import write_text_atomically
 from training.distributed.strategies import is_chief
+from training.recipes.components import plain_value
 
 RUN_FILE = "run.json"
 # Every entry a run directory's training state can be kept in: a train run's Keras backup, an ``otzoo tune``
@@ -63,14 +62,7 @@ def run_identity(spec, **options):
     scalar among the values, e.g. a ``limit`` of ``np.int64(256)``, as the Python number it holds)."""
     identity = dict(name=spec.name, task=spec.task, architecture=dataclasses.asdict(spec.architecture),
                     data=dataclasses.asdict(spec.data), recipe=dataclasses.asdict(spec.recipe), options=options)
-    return json.loads(json.dumps(identity, default=_numpy_scalar))  # tuples become lists, as in the file
-
-
-def _numpy_scalar(value):
-    """``json.dumps``' fallback: a NumPy scalar as its Python value; anything else stays a ``TypeError``."""
-    if isinstance(value, np.generic):
-        return value.item()
-    raise TypeError(f"Object of type {type(value).__name__} is not JSON serializable")
+    return json.loads(json.dumps(plain_value(identity)))  # tuples become lists, as in the file
 
 
 def claim_run_directory(out_dir, run, state=("backup",), restarts=()):
