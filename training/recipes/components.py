@@ -113,7 +113,7 @@ LOSSES = {
 class RecipeError(ValueError):
     """A recipe whose loss, loss arguments or layer-state callbacks do not fit the preset's model (a
     ``hyperspherical_pull`` loss on a model without prototypes, a ``loss_kwargs`` value the loss refuses, a callback
-    driving a layer the model lacks), or a pre-training field other than the preset's in a few-shot run given a
+    driving a layer the model lacks), or a pre-training field other than the backbone's own in a few-shot run given a
     pre-trained backbone (``training.recipes.few_shot.check_pretraining_fields``): the user's recipe, found while a
     run is set up, before it trains or writes."""
 

@@ -7,8 +7,8 @@ Fashion-MNIST: base classes 0-4 of the training images, novel classes 5-9 of the
    "gap_fc")``) trained by cross-entropy on the base images with the recipe's optimizer, schedule, L2 and
    augmentation (``training.distributed.fit``, whose epoch backups make it resumable); the backbone's weights are
    kept in ``pretrained_backbone.weights.h5``, and ``pretrained=`` re-uses them from another run of the same recipe
-   (the EMD preset and its ProtoNet baseline share one pre-training; a run given ``pretrained`` refuses pre-training
-   fields other than the preset's, which it would not use).
+   (the EMD preset and its ProtoNet baseline share one pre-training; a run given ``pretrained`` takes the
+   pre-training fields that run recorded, and refuses other values, which it would not use).
 2. Meta-training of the few-shot model (``zoo.few_shot_model``, the preset's head) on ``ways``-way ``shots``-shot
    episodes of the base classes (``queries`` per class) by the recipe's ``meta_optimizer``, one episode a step
    (:func:`meta_train`, checkpointed; Keras' own training step, so on every backend).
