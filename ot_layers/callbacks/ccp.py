@@ -104,7 +104,9 @@ def _attach(model, state):
             tracker.lock()
 
 
-def _strategy_scope(model):
+def model_strategy_scope(model):
+    """The scope of ``model``'s distribution strategy (Keras' ``distribute_strategy`` on TensorFlow), for variables
+    a callback makes or builds for it; a no-op context where it has none (JAX, PyTorch)."""
     strategy = getattr(model, "distribute_strategy", None)
     return strategy.scope() if strategy is not None else contextlib.nullcontext()
 
@@ -299,7 +301,7 @@ class CCPReinitialization(keras.callbacks.Callback):
         model = self.model
         state = getattr(model, STATE_ATTRIBUTE, None)
         if state is None:
-            with _strategy_scope(model):
+            with model_strategy_scope(model):
                 state = CCPState(pulled, weights, self.restore_best_weights, name=STATE_ATTRIBUTE)
             _attach(model, state)
         elif [tuple(a.shape) for a in state.anchors] != [tuple(w.shape) for w in pulled] \

@@ -1,9 +1,8 @@
 """HardProxyUpdate: per-epoch (hard) meta-class proxies for EDMS (Aziere and Todorovic 2019, Sec. 4)."""
-import contextlib
-
 import keras
 import numpy as np
 
+from ot_layers.callbacks.ccp import model_strategy_scope
 from ot_layers.layers.manifold_proxies import ManifoldProxies
 from ot_layers.tensor_ops import find_layer, normalize_rows_np
 from ot_layers.validation import (check_embedding_width, check_fits_model_inputs, check_flag, check_image_array,
@@ -133,8 +132,7 @@ class HardProxyUpdate(keras.callbacks.Callback):
             # a model Keras builds only at its first step (a Sequential without an Input, a subclassed model): the
             # proxies are set before that step, so the layer is built here from its `dim` (its proxies' shape does
             # not depend on anything else; an input of another width then fails the layer's input spec)
-            strategy = getattr(self.model, "distribute_strategy", None)
-            with strategy.scope() if strategy is not None else contextlib.nullcontext():
+            with model_strategy_scope(self.model):
                 layer.build((None, layer.dim))
 
     def on_epoch_begin(self, epoch, logs=None):
