@@ -120,6 +120,9 @@ class _TwoTargets(keras.utils.PyDataset):
         x, y = self.batches[index]
         return x, (y, y)
 
+    def on_epoch_begin(self):
+        self.batches.on_epoch_begin()
+
     def on_epoch_end(self):
         self.batches.on_epoch_end()
 

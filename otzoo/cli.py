@@ -3,8 +3,11 @@
 its sub-parser).
 
 :func:`main` returns the exit status. Bad input (an unknown preset, a non-positive count, an empty data slice, a
-missing file) ends in one line naming the option and exit status 2 (:class:`otzoo.arguments.CommandError`); any
-other error is a bug and keeps its traceback (exit status 1).
+missing file) ends in one line naming the option and exit status 2 (:class:`otzoo.arguments.CommandError`). A
+cluster this process cannot join (its ``TF_CONFIG`` address in use:
+``training.distributed.strategies.ClusterStartError``) ends in one line and exit status 1, a failure a relaunch can
+mend (``otzoo train --workers N`` relaunches its workers on new ports). Any other error is a bug and keeps its
+traceback (exit status 1).
 """
 import json
 import os
@@ -38,15 +41,18 @@ from training.data.datasets import DATASETS
 from training.data.errors import DataUnavailableError, EmptySliceError
 from training.data.fashion_mnist import load_fashion_mnist
 from training.data.pipelines import array_batches
+from training.distributed.checkpoints import OtherTrainerError
+from training.distributed.keras_distribution import UnevenSplitError
 from training.distributed.launch import SCRATCH_ENV, run_cluster
-from training.distributed.strategies import tf_config
+from training.distributed.strategies import ClusterStartError, cluster_size, tf_config
 from training.recipes import RECIPES, evaluate_preset, recipe_for, train_preset
 from training.recipes.common import card_spec, fine_tune_images, preset_spec, reproducing_command
 from training.recipes.components import RecipeError, compiled_step
 from training.recipes.few_shot import META_CHECKPOINTS, check_checkpoint_format, pretrained_backbone_path
 from training.recipes.fine_tune import (BATCH_SIZE as FINE_TUNE_BATCH, FINE_TUNE_DATASET, fine_tune_preset,
                                        fine_tuned_card)
-from training.recipes.run_directory import TRAINING_STATE, ResumeMismatchError, held_state
+from training.recipes.run_directory import (MODEL_FIT, MULTI_WORKER_LOOP, RUN_FILE, TRAINING_STATE,
+                                            ResumeMismatchError, held_state, read_mark, trainer_mismatch)
 from training.recipes.tuned_config import check_tuned_head, load_tuned_config
 from zoo.preset_format import (CARD_FILE, MissingWeightsError, PresetFormatError, WeightsDownloadError,
                                WeightsIntegrityError, output_directory_problem, read_card)
@@ -93,14 +99,15 @@ def train(args):
 
     On TensorFlow it runs under a tf.distribute strategy (--strategy; auto: all local GPUs, else the CPU, or the
     workers TF_CONFIG names). --workers N starts N local worker processes on 127.0.0.1 (each with its TF_CONFIG)
-    running this command with --strategy multi_worker; on a real cluster, start the command on every host with its
-    TF_CONFIG instead. On JAX and PyTorch (otzoo --backend jax train ...) classification and retrieval presets
-    train with model.fit (--strategy auto: JAX spreads each batch over all local devices with keras.distribution;
-    one_device: one device), few-shot presets pre-train with model.fit and meta-train one episode a step on one
-    device, and the card records the backend.
+    running this command with --strategy multi_worker (another --strategy beside --workers is refused); on a real
+    cluster, start the command on every host with its TF_CONFIG instead. On JAX and PyTorch (otzoo --backend jax
+    train ...) classification and retrieval presets train with model.fit (--strategy auto: JAX spreads each batch
+    over all local devices with keras.distribution; one_device: one device), few-shot presets pre-train with
+    model.fit and meta-train one episode a step on one device, and the card records the backend.
     A run killed before it finished resumes from its training state in --out with --resume (backup/; a few-shot
     run's pre-trained backbone and meta-training checkpoints too), given the options it was started with (--out's
-    run.json records them; other options stop with an error naming the fields that differ). With --resume and no
+    run.json records them, and whether it trained on workers: a run begun with --workers resumes with it, one begun
+    without resumes without; other options stop with an error naming the fields that differ). With --resume and no
     training state in --out, one line on stderr says so and the run starts from scratch: the same command starts a
     run and restarts it after a kill (a job script, a preemptible machine), and the line names the directory, so a
     mistyped --out shows at once. The --out of a finished run (its card there, metadata.json) is refused, --resume
@@ -151,6 +158,10 @@ def train(args):
     if state and not args.resume:  # backup/; a few-shot run's pre-trained backbone and meta-training checkpoints
         raise CommandError(f"--out {out} holds a run's training state ({', '.join(state)}); pass --resume to "
                            "continue from it, or choose another --out.")
+    if args.resume and "backup" in state:  # a backup another trainer wrote: refused before any work
+        mismatch = trainer_mismatch(read_mark(os.path.join(out, RUN_FILE)), _trainer(args, task))
+        if mismatch:
+            raise CommandError(f"--out {out}: {mismatch}")
     if args.resume and task == "few_shot":  # a meta-training checkpoint of an earlier otzoo: one line, not at its end
         try:
             check_checkpoint_format(os.path.join(out, META_CHECKPOINTS))
@@ -326,6 +337,20 @@ def _check_cluster(args):
     if args.strategy == "multi_worker" and args.workers == 1 and config is None:
         raise CommandError("--strategy multi_worker: needs the TF_CONFIG environment variable describing the cluster "
                            "(see docs/distributed.md), or --workers N to start N local workers.")
+    if args.workers > 1 and args.strategy not in ("auto", "multi_worker"):  # the workers run multi_worker
+        raise CommandError(f"--strategy {args.strategy}: --workers {args.workers} trains under multi_worker (every "
+                           "worker's strategy); leave --strategy out, or give --strategy multi_worker.")
+
+
+def _trainer(args, task):
+    """What trains ``otzoo train``'s run of ``args`` and writes its ``backup/``, as ``run.json`` records it
+    (``training.recipes.run_directory.current_trainer``): the multi-worker loop under ``MultiWorkerMirroredStrategy``
+    (``--workers N``, ``--strategy multi_worker``, or ``auto`` with a ``TF_CONFIG`` of several workers; not for
+    few-shot presets, which pre-train on one replica), else ``model.fit``."""
+    if task == "few_shot" or keras.backend.backend() != "tensorflow":
+        return MODEL_FIT
+    multi = args.workers > 1 or args.strategy == "multi_worker" or (args.strategy == "auto" and cluster_size() > 1)
+    return MULTI_WORKER_LOOP if multi else MODEL_FIT
 
 
 def _check_data_dir(data_dir, dataset):
@@ -434,7 +459,8 @@ def demo(args):
 # runs). Nothing else is caught: a plain ValueError, FileNotFoundError or any other exception is a bug (or an
 # unforeseen failure) and keeps its traceback, exit status 1.
 USER_ERRORS = (CommandError, EmptySliceError, ResumeMismatchError, DataUnavailableError, WeightsIntegrityError,
-               MissingWeightsError, WeightsDownloadError, PresetFormatError, MissingExtraError, RecipeError)
+               MissingWeightsError, WeightsDownloadError, PresetFormatError, MissingExtraError, RecipeError,
+               OtherTrainerError, UnevenSplitError)
 
 
 # Commands built on TensorFlow-only machinery: the SavedModel and ONNX converters (export). ``train`` runs on every
@@ -505,7 +531,9 @@ def main(argv=None):
                      help="tf.distribute strategy (default auto: all local GPUs, else the CPU; TF_CONFIG's workers); "
                           "on jax: auto (all local devices) or one_device; on torch: one device")
     sub.add_argument("--workers", type=positive_int, default=1,
-                     help="start N local worker processes on 127.0.0.1 (multi-worker training)")
+                     help="start N local worker processes on 127.0.0.1 (multi-worker training: --strategy auto "
+                          "or multi_worker; a run begun with --workers resumes with --workers, one begun without "
+                          "resumes without)")
     sub.add_argument("--resume", action="store_true",
                      help="continue the unfinished run in --out from its training state; with none there, say so "
                           "(one line on stderr) and train from scratch, so the same command also restarts a run")
@@ -580,6 +608,9 @@ def main(argv=None):
     except USER_ERRORS as error:
         print(f"otzoo {args.command}: error: {error}", file=sys.stderr)
         return 2
+    except ClusterStartError as error:  # the machine's condition (a port in use), not the command's: exit 1
+        print(f"otzoo {args.command}: error: {error}", file=sys.stderr)
+        return 1
     except KeyboardInterrupt:  # Ctrl-C: the user's stop, not a fault (130: 128 + SIGINT, as shells report it)
         resume = "; the same command with --resume continues from the last backup" \
             if args.command in ("train", "tune") else ""

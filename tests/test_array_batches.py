@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 
 from training.data.arrays import ArrayBatches, pad_crop_flip_batch
+from training.data.samplers import ClassBalancedBatches
 from training.data.pipelines import array_batches, batch_labels
 from tests.resume_checks import RecordBatches, assert_same_weights, fit_interrupted_and_resumed, fit_uninterrupted
 
@@ -156,3 +157,113 @@ def test_the_tensorflow_backend_keeps_tf_data():
     else:
         assert isinstance(batches, ArrayBatches)
     assert np.array_equal(batch_labels(batches), labels)
+
+
+def test_the_tf_data_augmentation_is_drawn_anew_every_epoch_and_seeded():
+    """``image_dataset`` drew its per-position crop-and-flip seeds once: position j of every epoch got the same
+    placement, so over 40 passes each image showed at most 3 of its 50 placements (one per position). The draws now
+    change every epoch, and a fresh pipeline with the same seed still repeats them."""
+    from training.data.pipelines import image_dataset
+
+    images, labels = _images(n=3, side=4, channels=1)
+    pad, passes = 2, 40
+
+    def placements(dataset):
+        found = [[] for _ in labels]
+        for _ in range(passes):
+            for x, y in dataset:
+                image, index = x.numpy()[0], int(y.numpy()[0])
+                found[index].append(next(draw for draw, window in _windows(images[index], pad)
+                                         if np.array_equal(window, image)))
+        return found
+
+    first = placements(image_dataset(images, labels, 1, training=True, pad=pad, seed=4))
+    assert all(len(set(draws)) > 10 for draws in first), [len(set(draws)) for draws in first]
+    again = placements(image_dataset(images, labels, 1, training=True, pad=pad, seed=4))
+    assert again == first
+
+
+def _seeded_batches(kind, **kwargs):
+    """A training ``ArrayBatches`` (5 batches) or ``ClassBalancedBatches`` (4 batches), seeded, that records
+    ``(fit's epoch, index, labels)`` of every batch it serves, ``fit's epoch`` read off ``batches.fit_epoch``."""
+    images, labels = _images(n=30, side=4, channels=1)
+    labels = labels % 5
+
+    class Recorded(ArrayBatches if kind == "ArrayBatches" else ClassBalancedBatches):
+        def __getitem__(self, index):
+            batch = super().__getitem__(index)
+            self.served.append((self.fit_epoch, index, np.asarray(batch[1])))
+            return batch
+
+    if kind == "ArrayBatches":
+        batches = Recorded(images, labels, 6, training=True, seed=2, **kwargs)
+    else:
+        batches = Recorded(images, labels, 2, 3, steps_per_epoch=4, seed=2, **kwargs)
+    batches.served, batches.fit_epoch = [], None
+    return batches
+
+
+def _expected_labels(kind, epoch):
+    """The labels of the batches of ``epoch``, as fresh ``_seeded_batches(kind)`` serve them after ``set_epoch``."""
+    fresh = _seeded_batches(kind)
+    fresh.set_epoch(epoch)
+    return [np.asarray(fresh[i][1]) for i in range(len(fresh))]
+
+
+class _FitEpoch(keras.callbacks.Callback):
+    """Tells the recording batches the epoch fit is in (None outside one: the batches Keras reads to build)."""
+
+    def __init__(self, batches):
+        super().__init__()
+        self.batches = batches
+
+    def on_epoch_begin(self, epoch, logs=None):
+        self.batches.fit_epoch = epoch
+
+    def on_epoch_end(self, epoch, logs=None):
+        self.batches.fit_epoch = None
+
+
+@pytest.mark.parametrize("kind", ["ArrayBatches", "ClassBalancedBatches"])
+@pytest.mark.parametrize("with_callback", [False, True], ids=["plain_fit", "epoch_callback"])
+def test_fit_trains_its_epoch_e_on_the_batches_of_epoch_e(kind, with_callback):
+    """Keras reads a batch or two to build the model and calls ``on_epoch_end`` before the first epoch; a plain
+    ``fit`` then trained its epoch e on the batches of epoch e + 1 and never saw epoch 0's. Also a second ``fit``
+    that continues the first (``initial_epoch``) serves the epochs it trains."""
+    batches = _seeded_batches(kind)
+    model = keras.Sequential([keras.Input((4, 4, 1)), keras.layers.Flatten(), keras.layers.Dense(5)])
+    model.compile(keras.optimizers.SGD(0.01), keras.losses.SparseCategoricalCrossentropy(from_logits=True))
+    callbacks = [_FitEpoch(batches)] + ([batches.epoch_callback()] if with_callback else [])
+    model.fit(batches, epochs=3, shuffle=False, verbose=0, callbacks=callbacks)
+    model.fit(batches, initial_epoch=3, epochs=5, shuffle=False, verbose=0, callbacks=callbacks)
+    for epoch in range(5):
+        served = [(index, labels) for fit_epoch, index, labels in batches.served if fit_epoch == epoch]
+        assert [index for index, _ in served] == list(range(len(batches)))
+        for (_, labels), expected in zip(served, _expected_labels(kind, epoch)):
+            np.testing.assert_array_equal(labels, expected, err_msg=f"fit epoch {epoch}")
+
+
+@pytest.mark.parametrize("kind", ["ArrayBatches", "ClassBalancedBatches"])
+def test_the_keras_epoch_calls_of_every_backend_serve_epoch_zero_first(kind):
+    """The calls Keras makes on JAX and PyTorch (begin, one batch to build the model, end, then the epochs) and on
+    TensorFlow (two batches to build, end without begin), and ``fit``'s ``steps_per_epoch`` shorter than a pass:
+    the epoch advances once per complete pass. A direct ``on_epoch_end`` still advances."""
+    for build in (lambda b: (b.on_epoch_begin(), b[0], b.on_epoch_end()), lambda b: (b[0], b[1], b.on_epoch_end())):
+        batches = _seeded_batches(kind)
+        build(batches)
+        for epoch in range(2):
+            batches.on_epoch_begin()
+            assert batches.epoch == epoch
+            for index in range(len(batches)):
+                np.testing.assert_array_equal(batches[index][1], _expected_labels(kind, epoch)[index])
+            batches.on_epoch_end()
+    batches = _seeded_batches(kind)  # one batch per fit epoch: a pass ends every len(batches) fit epochs
+    for step in range(2 * len(batches)):
+        batches.on_epoch_begin()
+        assert batches.epoch == step // len(batches)
+        batches[step % len(batches)]
+        batches.on_epoch_end()
+    assert batches.epoch == 2
+    batches.on_epoch_end()
+    batches.on_epoch_end()
+    assert batches.epoch == 4

@@ -147,6 +147,20 @@ def test_a_cluster_that_cannot_start_and_an_old_meta_checkpoint_are_one_line(tmp
     assert not os.path.exists(out)
 
 
+@pytest.mark.parametrize("strategy", ["mirrored", "one_device"])
+def test_workers_with_another_strategy_than_multi_worker_is_one_line(strategy, tmp_path, capsys, monkeypatch):
+    """``--workers 2 --strategy mirrored`` dropped --strategy without a word: the workers run multi_worker."""
+    def no_cluster(*args, **kwargs):
+        raise AssertionError("workers were launched")
+
+    monkeypatch.setattr(cli, "run_cluster", no_cluster)
+    out = tmp_path / "run"
+    _fails_with(["train", "resnet20_gap_fashion_mnist", "--workers", "2", "--strategy", strategy, "--out", str(out)],
+                f"otzoo train: error: --strategy {strategy}: --workers 2 trains under multi_worker (every worker's "
+                "strategy); leave --strategy out, or give --strategy multi_worker.", capsys)
+    assert not out.exists()
+
+
 def _preset_copy(tmp_path, name, **card_changes):
     """A copy of the packaged preset ``name`` whose card has ``card_changes`` (``None``: the field removed)."""
     copy = tmp_path / name

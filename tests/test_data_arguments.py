@@ -104,6 +104,9 @@ def test_idx_files_that_are_no_fashion_mnist_split_are_refused(images, labels, t
     ("cut_stream", "t10k-images-idx3-ubyte.gz is not a readable gzip file"),
     ("float_idx", "t10k-images-idx3-ubyte.gz is not an unsigned-byte IDX file"),
     ("few_values", "t10k-images-idx3-ubyte.gz is truncated: expected 3136 values, found 784"),
+    # extra bytes were reported as "truncated" too
+    ("extra_values", r"t10k-images-idx3-ubyte.gz has the wrong size \(extra bytes after the data\): expected 3136 "
+                     "values, found 3138"),
 ])
 def test_a_broken_idx_file_is_named_with_the_way_to_repair_it(breakage, message, tmp_path, monkeypatch):
     """A damaged download gave gzip's or zlib's bare error (no file named) or a ValueError; now each is a
@@ -121,9 +124,10 @@ def test_a_broken_idx_file_is_named_with_the_way_to_repair_it(breakage, message,
         with gzip.open(broken, "wb") as handle:
             handle.write(bytes([0, 0, 0x0D, 1]) + (4).to_bytes(4, "big") + np.zeros(4, ">f4").tobytes())
     else:
+        values = 784 if breakage == "few_values" else 3138
         with gzip.open(broken, "wb") as handle:
             handle.write(bytes([0, 0, 0x08, 3]) + b"".join(d.to_bytes(4, "big") for d in (4, 28, 28))
-                         + bytes(784))
+                         + bytes(values))
     monkeypatch.setenv("OTZOO_FASHION_MNIST", str(tmp_path))
     with pytest.raises(DataUnavailableError, match=message + ".*apt-get install --reinstall dataset-fashion-mnist"):
         load_fashion_mnist("test")

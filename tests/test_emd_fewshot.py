@@ -1,4 +1,6 @@
 """Episodes, few-shot evaluation, structured-FC fine-tuning, ResNet-12 and the Grid/Sampling patch embeddings."""
+import functools
+
 import numpy as np
 import pytest
 import tensorflow as tf
@@ -93,6 +95,32 @@ def test_fine_tune_structured_fc_assigns_the_nodes():
     fine_tune_structured_fc(layer, features, labels, steps=5)
     assert not np.allclose(layer.nodes.numpy(), class_mean_nodes(features, labels, 3).numpy())
     assert layer(features).shape == (15, 3)
+
+
+def test_fine_tune_structured_fc_traces_once_for_every_episode(monkeypatch):
+    """On TensorFlow every call built a new tf.function, so every episode traced the fine-tuning loop again; the
+    compiled function is now kept per layer and settings, with the nodes a fresh tf.function gives."""
+    import training.evaluation.structured_fc as structured_fc
+
+    traces = []
+
+    @functools.wraps(fine_tune_nodes)  # the settings fine_tune_structured_fc takes are read off its signature
+    def counted(*args, **kwargs):  # runs once per trace, not per call of the traced function
+        traces.append(kwargs)
+        return fine_tune_nodes(*args, **kwargs)
+
+    monkeypatch.setattr(structured_fc, "fine_tune_nodes", counted)
+    layer = StructuredFC(3, 4, head={"method": "sinkhorn"})
+    for episode in range(3):
+        features, labels = _clustered_features(np.random.default_rng(10 + episode))
+        layer.initialize_from_support(features, labels)
+        fresh = tf.function(lambda f, y, n: fine_tune_nodes(layer.head, f, y, n, steps=5, seed=2))
+        expected = fresh(features, tf.constant(labels, tf.int32), tf.convert_to_tensor(layer.nodes)).numpy()
+        fine_tune_structured_fc(layer, features, labels, steps=5, seed=2)
+        np.testing.assert_allclose(layer.nodes.numpy(), expected, rtol=0, atol=1e-6)
+    assert len(traces) == 1
+    fine_tune_structured_fc(layer, features, labels, steps=6, seed=2)  # other settings: compiled for them
+    assert len(traces) == 2 and traces[-1]["steps"] == 6
 
 
 def test_resnet12_shapes():

@@ -65,6 +65,23 @@ def test_few_shot_accuracy_refuses_other_ways_than_the_models_and_images_without
     assert few_shot_accuracy(model, images, labels, ways=3, shots=1, queries=2, episodes=2)["episodes"] == 2
 
 
+@pytest.mark.parametrize("kwargs, name", [
+    (dict(ways="3"), "ways"),  # was "`ways` (3) must be the model's 3"
+    (dict(ways=3.0), "ways"),
+    (dict(ways=0), "ways"),
+    (dict(shots=0), "shots"),
+    (dict(queries=1.5), "queries"),
+    (dict(episodes=True), "episodes"),
+])
+def test_few_shot_accuracy_names_a_bad_episode_size_before_comparing_with_the_model(kwargs, name):
+    model = zoo.few_shot_model("small_convnet", head="protonet", ways=3, input_shape=(8, 8, 1),
+                               backbone_kwargs=dict(width=4, feature_dim=4))
+    labels = np.repeat(np.arange(5), 4)
+    images = RNG.uniform(0, 255, size=(20, 8, 8, 1)).astype("float32")
+    with pytest.raises(ValueError, match=f"^`{name}` must be an integer >= 1, got"):
+        few_shot_accuracy(model, images, labels, **{**dict(ways=3, shots=1, queries=2, episodes=2), **kwargs})
+
+
 def test_recipe_entry_points_name_their_arguments_before_any_work(tmp_path):
     """out_dir=None failed after the data were read and the model built; a list as preset, a string of overrides
     and None as a tuned configuration failed with Python's errors; a few-shot recipe's ways other than the model's

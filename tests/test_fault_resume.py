@@ -13,7 +13,8 @@ import pytest
 
 import distributed_models as dm
 from ot_layers.callbacks import PrototypeReassignment
-from training.distributed.checkpoints import AtomicBackupAndRestore, TrainingCheckpoint, read_pointer
+from training.distributed.checkpoints import (AtomicBackupAndRestore, TrainingCheckpoint, read_pointer,
+                                              seed_generator_states)
 from training.distributed.fit import distributed_fit, fit
 from training.distributed.strategies import make_strategy
 
@@ -331,3 +332,93 @@ def test_fault_resumes_a_backup_of_the_stock_keras_callback(tmp_path):
     _, history = fit(resumed, data, epochs=3, verbose=0, callbacks=[keras.callbacks.BackupAndRestore(str(tmp_path))])
     assert len(history.history["loss"]) == 2  # epochs 1 and 2: epoch 0 came from the stock backup
     assert_close(dm.weights_by_path(resumed), dm.weights_by_path(reference), atol=1e-6)
+
+
+def _dropout_model(seed=0):
+    """A small classifier with ``Dropout`` (a ``keras.random.SeedGenerator`` whose state advances every step)."""
+    keras.utils.set_random_seed(seed)
+    model = keras.Sequential([keras.Input(dm.IMAGE_SHAPE),
+                              keras.layers.Conv2D(8, 3, strides=2, activation="relu", name="conv"),
+                              keras.layers.Dropout(0.5, name="dropout"),
+                              keras.layers.Flatten(name="flatten"),
+                              keras.layers.Dense(dm.NUM_CLASSES, name="logits")], name="dropout_classifier")
+    model.compile(keras.optimizers.SGD(0.05, momentum=0.9),
+                  keras.losses.SparseCategoricalCrossentropy(from_logits=True), metrics=["accuracy"])
+    return model
+
+
+def _seed_states(model):
+    return [np.asarray(v) for v in seed_generator_states(model)]
+
+
+def test_resume_loop_with_dropout_equals_uninterrupted(tmp_path):
+    """The random-generator states (``Dropout``'s) are checkpointed by the loop: they are no ``tf.train``
+    trackables, so the model's checkpoint left them out and a resumed run drew the first epoch's masks again
+    (weights 1e-2 away from an uninterrupted run's)."""
+    images, labels = dm.synthetic_data(64)
+    data = dm.dataset(images, labels, 16)  # 4 batches
+    strategy = __import__("tensorflow").distribute.get_strategy()
+    reference = _dropout_model()
+    distributed_fit(reference, strategy, data, 3, [], verbose=0)
+    assert len(seed_generator_states(reference)) == 1 and _seed_states(reference)[0][1] == 12  # 12 steps drawn
+
+    with pytest.raises(RuntimeError, match="interrupted"):  # after the (1, 0) checkpoint, in epoch 1
+        distributed_fit(_dropout_model(), strategy, data, 3, [Interrupt(6)], checkpoint_dir=tmp_path / "ckpt",
+                        save_freq=3, verbose=0)
+    assert (read_pointer(str(tmp_path / "ckpt"))["epoch"], read_pointer(str(tmp_path / "ckpt"))["step"]) == (1, 0)
+    resumed = _dropout_model()
+    history = distributed_fit(resumed, strategy, data, 3, [], checkpoint_dir=tmp_path / "ckpt", save_freq=3,
+                              verbose=0).history
+    assert len(history["loss"]) == 2
+    np.testing.assert_array_equal(_seed_states(resumed)[0], _seed_states(reference)[0])
+    assert_close(dm.weights_by_path(resumed), dm.weights_by_path(reference), atol=1e-6)
+
+
+def test_model_fit_resume_with_dropout_equals_uninterrupted(tmp_path):
+    """``AtomicBackupAndRestore`` keeps the random-generator states beside the weights (``model.save_weights``
+    leaves them out): ``model.fit`` stopped after an epoch's backup and resumed draws the masks an uninterrupted
+    run draws."""
+    images, labels = dm.synthetic_data(64)
+    data = dm.dataset(images, labels, 16)
+    reference = _dropout_model()
+    fit(reference, data, epochs=3, verbose=0)
+    with pytest.raises(RuntimeError, match="interrupted"):  # in epoch 1, after epoch 0's backup
+        fit(_dropout_model(), data, epochs=3, callbacks=[Interrupt(6)], checkpoint_dir=str(tmp_path / "backup"),
+            verbose=0)
+    assert read_pointer(str(tmp_path / "backup"))["epoch"] == 1
+    resumed = _dropout_model()
+    _, history = fit(resumed, data, epochs=3, checkpoint_dir=str(tmp_path / "backup"), verbose=0)
+    assert len(history.history["loss"]) == 2
+    np.testing.assert_array_equal(_seed_states(resumed)[0], _seed_states(reference)[0])
+    assert_close(dm.weights_by_path(resumed), dm.weights_by_path(reference), atol=1e-6)
+
+
+def test_a_checkpoint_without_random_generator_states_still_restores(tmp_path):
+    """A checkpoint of an earlier otzoo holds no random-generator states (``seeds``, ``seeds.npz``): the loop's and
+    ``model.fit``'s restore it all the same, the generators left as they are."""
+    images, labels = dm.synthetic_data(32)
+    model = _dropout_model()
+    model.fit(dm.dataset(images, labels, 16), epochs=1, verbose=0)
+    written = TrainingCheckpoint(tmp_path / "loop", model).save(1, 0)
+    for name in os.listdir(written):
+        if name.startswith("seeds"):
+            os.remove(os.path.join(written, name))
+    fresh = _dropout_model()
+    fresh.optimizer.build(fresh.trainable_variables)
+    checkpoint = TrainingCheckpoint(tmp_path / "loop", fresh)
+    assert checkpoint.restore() == (1, 0) and not checkpoint.restored_seeds
+    assert_close(dm.weights_by_path(fresh), dm.weights_by_path(model), atol=0)
+    assert _seed_states(fresh)[0][1] == 0
+
+    backup = tmp_path / "backup"
+    fit(model, dm.dataset(images, labels, 16), epochs=1, verbose=0,
+        callbacks=[AtomicBackupAndRestore(str(backup), delete_checkpoint=False)])
+    folder = backup / read_pointer(str(backup))["checkpoint"]
+    os.remove(folder / "seeds.npz")
+    record = json.loads((folder / "training_metadata.json").read_text())
+    record.pop("seed_states")
+    (folder / "training_metadata.json").write_text(json.dumps(record))
+    fresh = _dropout_model()
+    history = fresh.fit(dm.dataset(images, labels, 16), epochs=2, verbose=0,
+                        callbacks=[AtomicBackupAndRestore(str(backup))])
+    assert len(history.history["loss"]) == 1  # resumed after epoch 0

@@ -107,6 +107,20 @@ def test_the_packages_import_without_any_extra():
     assert child.returncode == 0 and child.stdout.strip() == "imported", child.stderr[-3000:]
 
 
+@pytest.mark.parametrize("backend", ["jax", "torch"])
+def test_ot_layers_on_another_backend_does_not_import_tensorflow(backend):
+    # POT, which the exact EMD uses, imports every framework installed unless told not to
+    pytest.importorskip(backend)
+    code = ("import sys, ot_layers, ot\n"
+            "print('tensorflow' in sys.modules, ot.backend.NumpyBackend is not None)\n")
+    env = dict(os.environ, KERAS_BACKEND=backend, TF_CPP_MIN_LOG_LEVEL="2")
+    env.pop("PYTHONPATH", None)
+    env.pop("POT_BACKEND_DISABLE_TENSORFLOW", None)
+    child = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, env=env)
+    assert child.returncode == 0, child.stderr[-3000:]
+    assert child.stdout.split() == ["False", "True"]
+
+
 def test_onnx_export_names_the_export_extra(tmp_path, monkeypatch):
     _block(monkeypatch, "tf2onnx")
     with pytest.raises(MissingExtraError) as raised:

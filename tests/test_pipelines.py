@@ -162,6 +162,38 @@ def test_augmentation_is_determined_by_the_seed(name):
     assert len(first[1]) == len(other[1]) > 0
 
 
+def test_augmentation_is_drawn_anew_every_epoch():
+    """The per-example augmentation seeds were drawn once: with the order kept (``shuffle_buffer=1``) every epoch
+    repeated the first one's crops and flips. They change every epoch now; a fresh pipeline with the same seed
+    repeats them."""
+    kwargs = dict(training=True, shuffle_buffer=1, limit=16, seed=3)
+    data = tfds_dataset("cifar10", "train", 8, **kwargs)
+    epochs = [collect(data) for _ in range(3)]
+    for images, labels in epochs[1:]:
+        np.testing.assert_array_equal(labels, epochs[0][1])  # the same examples in the same order ...
+        assert not np.array_equal(images, epochs[0][0])  # ... augmented otherwise
+    again = tfds_dataset("cifar10", "train", 8, **kwargs)
+    for (images, labels), (first_images, first_labels) in zip([collect(again) for _ in range(3)], epochs):
+        np.testing.assert_array_equal(images, first_images)
+        np.testing.assert_array_equal(labels, first_labels)
+
+
+def test_seed_and_pad_are_checked_as_the_other_loaders_check_them():
+    """A NumPy integer seed was refused ("`seed` must be an integer, got np.int64(1)"), a negative one taken, and a
+    fractional pad truncated (2.5 -> 2)."""
+    kwargs = dict(training=True, shuffle_buffer=1, limit=8)
+    numpy_seed = collect(tfds_dataset("cifar10", "train", 8, seed=np.int64(1), **kwargs))
+    int_seed = collect(tfds_dataset("cifar10", "train", 8, seed=1, **kwargs))
+    np.testing.assert_array_equal(numpy_seed[0], int_seed[0])
+    for bad in (dict(seed=-1), dict(seed=1.5), dict(seed=None), dict(seed=True)):
+        with pytest.raises(ValueError, match="^`seed` must be an integer >= 0"):
+            tfds_dataset("cifar10", "train", 8, **bad)
+    for bad in (2.5, -1, True):
+        with pytest.raises(ValueError, match="^`pad` must be an integer >= 0"):
+            tfds_dataset("cifar10", "train", 8, pad=bad)
+    collect(tfds_dataset("cifar10", "train", 8, pad=np.int64(2), **kwargs))
+
+
 def test_label_key_override():
     _, coarse = raw_examples("cifar100", "test", label_key="coarse_label")
     _, labels = collect(tfds_dataset("cifar100", "test", 16, label_key="coarse_label"))

@@ -58,8 +58,9 @@ def test_a_directory_resumes_only_the_run_it_records(tmp_path, capsys):
         claim_run_directory(str(out), other_slice)
 
     os.remove(out / RUN_FILE)  # state from before runs recorded themselves: resumed, with a line, and recorded
-    claim_run_directory(str(out), sixty)
-    assert "whose run is not recorded" in capsys.readouterr().out and _recorded(out) == sixty
+    claim_run_directory(str(out), sixty)  # but for the trainer of its backup, not known
+    assert "whose run is not recorded" in capsys.readouterr().out
+    assert _recorded(out) == {key: value for key, value in sixty.items() if key != "trainer"}
 
     (out / "backup" / "latest.weights.h5").unlink()  # an empty backup folder holds nothing to resume
     claim_run_directory(str(out), ten)
@@ -119,6 +120,79 @@ def test_otzoo_train_resume_with_other_options_is_one_line_naming_out(tmp_path, 
     assert len(err.splitlines()) == 1 and "Traceback" not in err
     assert err.startswith(f"otzoo train: error: --out {out} holds the training state (backup) of another run")
     assert "recipe.epochs: 2 there, 3 here" in err
+
+
+def test_a_backup_resumes_only_under_the_trainer_that_wrote_it(tmp_path, monkeypatch):
+    """``run.json`` records the trainer (``model.fit`` or the multi-worker loop, whose backups the other cannot
+    read): a run by the other one is refused, naming it and how to resume. A record of an earlier otzoo, without a
+    trainer, resumes as before."""
+    from training.distributed import strategies
+
+    spec = preset_spec(GAP, epochs=2)
+    assert run_identity(spec, limit=None)["trainer"] == run_directory.MODEL_FIT == run_directory.current_trainer()
+    monkeypatch.setattr(strategies, "_MULTI_WORKER", [object()])  # the process made its MultiWorkerMirroredStrategy
+    looped = run_identity(spec, limit=None)
+    assert looped["trainer"] == run_directory.MULTI_WORKER_LOOP
+    monkeypatch.setattr(strategies, "_MULTI_WORKER", [])
+    fitted = run_identity(spec, limit=None)
+
+    out = tmp_path / "run"
+    claim_run_directory(str(out), looped)
+    _state(out)
+    claim_run_directory(str(out), looped)  # the same trainer: resumed
+    with pytest.raises(ResumeMismatchError) as error:
+        claim_run_directory(str(out), fitted)
+    assert error.value.differences == ['trainer: "multi_worker_loop" there, "model.fit" here (resume it with '
+                                       '--workers N or under its TF_CONFIG cluster, as it began)']
+    assert _recorded(out) == looped
+
+    old = {key: value for key, value in looped.items() if key != "trainer"}  # an earlier otzoo's record
+    (out / RUN_FILE).write_text(json.dumps(old))
+    claim_run_directory(str(out), fitted)
+    # its trainer stays unknown: a resume under the wrong one (refused by the backup's reader) leaves the other open
+    assert _recorded(out) == old
+    claim_run_directory(str(out), looped)
+    assert _recorded(out) == old
+
+
+def test_otzoo_train_refuses_a_backup_of_the_other_trainer_before_any_work(tmp_path, capsys, monkeypatch,
+                                                                          stopped_after_claim):
+    """A run begun with ``--workers 2`` (the multi-worker loop's checkpoints) resumed without it, or the reverse,
+    failed once the data were read and the model built, with an error naming ``directory`` or ``backup_dir``; it is
+    one line naming --out and --workers now, before any worker starts."""
+    def no_cluster(*args, **kwargs):
+        raise AssertionError("workers were launched")
+
+    monkeypatch.setattr(cli, "run_cluster", no_cluster)
+    monkeypatch.delenv("TF_CONFIG", raising=False)
+    out = tmp_path / "run"
+    command = ["train", GAP, "--epochs", "2", "--limit", "256", "--out", str(out)]
+    with pytest.raises(_Stop):
+        cli.main(command)
+    assert _recorded(out)["trainer"] == "model.fit"
+    _state(out)
+    capsys.readouterr()
+    assert cli.main(command + ["--workers", "2", "--resume"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err == (f"otzoo train: error: --out {out}: its backup was written by model.fit (one process: otzoo train "
+                   "without --workers), which this run, trained by the multi-worker loop (otzoo train --workers N, or "
+                   "a TF_CONFIG cluster), cannot read; resume it without --workers, as it began, or train into "
+                   "another --out")
+
+    record = _recorded(out)
+    record["trainer"] = "multi_worker_loop"  # as the workers of `otzoo train --workers 2` record it
+    (out / RUN_FILE).write_text(json.dumps(record))
+    assert cli.main(command + ["--resume"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and err.startswith(f"otzoo train: error: --out {out}: its backup was written "
+                                                         "by the multi-worker loop")
+    assert "resume it with --workers N or under its TF_CONFIG cluster, as it began" in err
+    with pytest.raises(AssertionError, match="workers were launched"):  # the same trainer: past the check
+        cli.main(command + ["--workers", "2", "--resume"])
+    del record["trainer"]  # an earlier otzoo's record: resumed as before
+    (out / RUN_FILE).write_text(json.dumps(record))
+    with pytest.raises(_Stop):
+        cli.main(command + ["--resume"])
 
 
 def test_a_few_shot_run_keeps_its_pretrained_backbone_for_its_own_run_only(tmp_path, stopped_after_claim):

@@ -16,6 +16,20 @@ class ExportableLayer(keras.layers.Layer):
     """A Keras layer with an ``export_blocker`` (see the module docstring)."""
 
     EXPORT_BLOCKER = None  # the reason, for a layer that never exports; None: the layer exports
+    ITERATIVE = False  # True for a layer that runs a solver's loop (Sinkhorn, partial transport) in its call
+
+    @property
+    def supports_jit(self):
+        """Keras' flag: whether ``jit_compile`` may compile a model holding this layer. Never on PyTorch for an
+        :attr:`ITERATIVE` layer: Keras hands a model compiled with ``jit_compile=True`` to ``torch.compile``, which
+        failed on the solver loop's graph break once the batch size changed (a last, smaller batch) and retraces the
+        loop for every iteration count; so Keras runs it eagerly (``jit_compile="auto"`` does already; ``True``
+        warns and proceeds without, also for a ``.keras`` file compiled on another backend)."""
+        return self._supports_jit and not (self.ITERATIVE and keras.backend.backend() == "torch")
+
+    @supports_jit.setter
+    def supports_jit(self, value):
+        self._supports_jit = bool(value)
 
     def _export_blocker_reason(self):
         """The reason this layer does not export (naming the alternative), or ``None``; default

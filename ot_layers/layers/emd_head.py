@@ -97,6 +97,8 @@ class EMDHead(ExportableLayer):
         default.
     """
 
+    ITERATIVE = True  # its solver loop keeps it eager on PyTorch (ExportableLayer)
+
     INPUT_NAMES = ("query", "support")
 
     def __init__(self, scale=SCALE, method="exact", node_weights="cross_reference", center=True,
@@ -115,7 +117,7 @@ class EMDHead(ExportableLayer):
             warn_of_ignored_sinkhorn_settings("EMDHead", epsilon=self.epsilon, max_iter=self.max_iter,
                                               threshold=self.threshold)
         # Keras' jit_compile="auto" leaves XLA off for a model holding a layer that cannot be compiled: the exact
-        # method's tf.numpy_function cannot (JAX's host callback can).
+        # method's tf.numpy_function cannot (JAX's host callback can; PyTorch: see ExportableLayer).
         self.supports_jit = self.method != "exact" or keras.backend.backend() == "jax"
 
     def _export_blocker_reason(self):

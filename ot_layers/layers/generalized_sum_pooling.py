@@ -65,6 +65,8 @@ class GeneralizedSumPooling(ExportableLayer):
     ``keras.ops``, the layer runs on any Keras backend (TensorFlow, JAX, PyTorch).
     """
 
+    ITERATIVE = True  # its solver loop keeps it eager on PyTorch (ExportableLayer)
+
     def __init__(self, num_prototypes=64, transport_ratio=0.3, *, epsilon=0.2, max_iter=100, threshold=1e-6,
                  gradient="implicit", return_attributes=False, initializer="random_normal", **kwargs):
         super().__init__(**kwargs)

@@ -35,6 +35,8 @@ class MultiProxyWasserstein(ExportableLayer):
       initializer: the initializer of the proxies ``(num_classes, num_proxies, d)``.
     """
 
+    ITERATIVE = True  # its solver loop keeps it eager on PyTorch (ExportableLayer)
+
     def __init__(self, num_classes, num_proxies=4, epsilon=0.1, threshold=0.1, max_iter=100, p=1.0,
                  gradient="implicit", initializer="glorot_uniform", **kwargs):
         super().__init__(**kwargs)

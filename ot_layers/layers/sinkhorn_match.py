@@ -90,6 +90,8 @@ class SinkhornMatch(ExportableLayer):
         domain's speed on costs known to be small.
     """
 
+    ITERATIVE = True  # its solver loop keeps it eager on PyTorch (ExportableLayer)
+
     INPUT_NAMES = ("features", "targets")
 
     def __init__(self, cost="cosine", p=1.0, epsilon=0.1, max_iter=100, threshold=0.1, domain="auto",

@@ -24,18 +24,40 @@ For every leading index of ``cost`` ``(..., n, m)`` solves the transportation li
   solver's implicit gradients, its zero-mass handling and its NaN confinement (a NaN problem gives NaN, the others
   are unaffected).
 """
+import contextlib
+import os
 from typing import NamedTuple
 import warnings
 
 import keras
 import numpy as np
 from keras import ops
-from ot.lp.emd_wrap import check_result, emd_c
 
-from ot_layers.backends import custom_gradient, host_call, values_known
-from ot_layers.solvers.sinkhorn import DOMAINS, marginal_error, prepare_problem, sinkhorn
-from ot_layers.tensor_ops import at_least
-from ot_layers.validation import check_choice, check_non_negative, check_positive, check_positive_int
+
+@contextlib.contextmanager
+def _pot_without_tensorflow():
+    """While POT is imported on JAX or PyTorch: its TensorFlow backend switched off (``POT_BACKEND_DISABLE_TENSORFLOW``,
+    read once, when POT's backends load), so that ``import ot_layers`` there does not load TensorFlow beside the
+    active framework (POT imports every framework installed; the network simplex needs only its NumPy core). The
+    variable is restored afterwards; a POT imported before is used as it is."""
+    key = "POT_BACKEND_DISABLE_TENSORFLOW"
+    if keras.backend.backend() == "tensorflow" or key in os.environ:
+        yield
+        return
+    os.environ[key] = "1"
+    try:
+        yield
+    finally:
+        del os.environ[key]
+
+
+with _pot_without_tensorflow():
+    from ot.lp.emd_wrap import check_result, emd_c
+
+from ot_layers.backends import custom_gradient, host_call, values_known  # noqa: E402
+from ot_layers.solvers.sinkhorn import DOMAINS, marginal_error, prepare_problem, sinkhorn  # noqa: E402
+from ot_layers.tensor_ops import at_least  # noqa: E402
+from ot_layers.validation import check_choice, check_non_negative, check_positive, check_positive_int  # noqa: E402
 
 METHODS = ("exact", "sinkhorn")
 # Sinkhorn defaults for EMD, chosen for the plan-weighted cost to stay within 2 % of the exact value on 25x25

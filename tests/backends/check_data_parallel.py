@@ -56,4 +56,27 @@ report.measure("weights_max_difference", max(np.abs(a - b).max() for a, b in zip
 report.measure("loss_single_last", single_loss[-1])
 report.measure("loss_parallel_last", parallel_loss[-1])
 report.expect("parallel_loss_decreases", parallel_loss[-1] < parallel_loss[0])
+
+# Batches that do not split over the two devices are named before training (JAX refused them deep inside fit): a
+# training batch of 15, and a last validation batch of 5 (21 = 16 + 5) after an epoch of training.
+from training.data.arrays import ArrayBatches  # noqa: E402
+from training.distributed.fit import fit  # noqa: E402
+from training.distributed.keras_distribution import UnevenSplitError  # noqa: E402
+
+keras.distribution.set_distribution(keras.distribution.DataParallel(devices=devices[:2]))
+inputs = keras.Input((4, 4, 8))
+model = keras.Model(inputs, MultiProxyWasserstein(5, num_proxies=2)(keras.layers.Conv2D(8, 1)(inputs)))
+model.compile(optimizer="sgd", loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True))
+for name, train, validation in (("data", ArrayBatches(x, y, 15, training=True, pad=0), None),
+                                ("validation_data", ArrayBatches(x, y, 16, training=True, pad=0),
+                                 ArrayBatches(x[:21], y[:21], 16))):
+    try:
+        fit(model, train, epochs=1, validation_data=validation, verbose=0)
+        report.expect(f"uneven_{name}_refused", False)
+    except UnevenSplitError as error:
+        report.expect(f"uneven_{name}_refused", str(error).startswith(f"`{name}`: a batch of"))
+_, history = fit(model, ArrayBatches(x, y, 16, training=True, pad=0), epochs=1,
+                 validation_data=ArrayBatches(x[:20], y[:20], 4), verbose=0)
+report.expect("even_batches_train", np.isfinite(history.history["val_loss"][-1]))
+keras.distribution.set_distribution(None)
 report.finish()

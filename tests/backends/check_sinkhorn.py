@@ -155,4 +155,16 @@ for policy in ("mixed_float16", "mixed_bfloat16"):
     report.measure(f"{policy}_logits_vs_float32_relative", np.abs(logits.astype(np.float32) - reference).max() / scale,
                    0.05)
 
+# jit_compile=True with a last, smaller batch (10 = 4 + 4 + 2) after a strided convolution: XLA on TensorFlow and
+# JAX; on PyTorch the layer keeps Keras from handing the step to torch.compile, which failed on the new batch size.
+keras.utils.set_random_seed(0)
+inputs = keras.Input((6, 6, 1))
+compiled = keras.Model(inputs, MultiProxyWasserstein(4, num_proxies=2)(keras.layers.Conv2D(8, 2, strides=2)(inputs)))
+compiled.compile(optimizer="adam", loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True), jit_compile=True)
+history = compiled.fit(rng.normal(size=(10, 6, 6, 1)).astype(np.float32), np.arange(10) % 4, epochs=1, batch_size=4,
+                       verbose=0)
+report.expect("fit_jit_compile_true_with_a_smaller_last_batch", np.isfinite(history.history["loss"][-1]))
+report.expect("jit_compile_true_compiles_except_on_pytorch",
+              compiled.jit_compile == (keras.backend.backend() != "torch"))
+
 report.finish()

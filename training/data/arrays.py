@@ -11,7 +11,7 @@ import keras
 import numpy as np
 
 from ot_layers.validation import check_flag, check_labels, check_non_negative_int, check_positive_int, check_seed
-from training.data.samplers import EpochSync
+from training.data.samplers import EpochSync, FitEpochs
 
 # The training augmentations of in-memory arrays, by the name a recipe's ``augment`` gives.
 AUGMENTATIONS = ("pad_crop_flip", "none")
@@ -69,14 +69,15 @@ def pad_crop_flip_batch(images, pad, rng):
     return out
 
 
-class ArrayBatches(keras.utils.PyDataset):
+class ArrayBatches(FitEpochs, keras.utils.PyDataset):
     """Batches of ``(float32 pixels in 0-255, int32 labels)`` from arrays ``images (N, H, W, C)``, ``labels (N,)``,
     passed through ``feed(x, y)`` (the recipe's batch feed; default ``(x, y)``).
 
     With ``training``: a new seeded order every epoch, each batch augmented by ``augment`` (``"pad_crop_flip"`` with
     ``pad`` pixels, or ``"none"``), the last incomplete batch dropped unless ``drop_remainder=False``. Epoch ``e``
     draws its order and augmentation from ``numpy.random.default_rng([seed, e, ...])``, a pure function of
-    ``(seed, e)``: ``epoch`` advances at the end of every pass, and :meth:`epoch_callback` sets it from ``fit``'s own
+    ``(seed, e)``: ``epoch`` advances at the end of every pass (``training.data.samplers.FitEpochs``: a plain
+    ``fit`` serves epoch ``e`` in its epoch ``e``), and :meth:`epoch_callback` sets it from ``fit``'s own
     epoch counter at the start of every epoch, so a run resumed from a backup draws the batches an uninterrupted run
     would (``training.distributed.fit`` adds that callback, and ``shuffle=False``, by itself). Without
     ``training``: the arrays in order, every sample kept.
@@ -96,6 +97,7 @@ class ArrayBatches(keras.utils.PyDataset):
     def set_epoch(self, epoch):
         """Serve the batches of ``epoch`` from now on."""
         self.epoch = int(epoch)
+        self._new_pass()
         if self._ordered_epoch != self.epoch:
             self._order = (np.random.default_rng([self.seed, self.epoch]).permutation(len(self.labels))
                            if self.training else np.arange(len(self.labels)))
@@ -111,9 +113,16 @@ class ArrayBatches(keras.utils.PyDataset):
         full, rest = divmod(len(self.labels), self.batch_size)
         return full if self.drop_remainder or not rest else full + 1
 
+    def batch_sizes(self):
+        """The sizes the batches have: ``batch_size`` (if there is a full batch), and the last one's where it is
+        kept and smaller."""
+        full, rest = divmod(len(self.labels), self.batch_size)
+        return ({self.batch_size} if full else set()) | ({rest} if rest and not self.drop_remainder else set())
+
     def __getitem__(self, index):
         if not 0 <= index < len(self):
             raise IndexError(f"batch {index} of {len(self)}")
+        self._served_batch(index)
         chosen = self._order[index * self.batch_size:(index + 1) * self.batch_size]
         x = self.images[chosen].astype(np.float32)
         if self.training and self.augment == "pad_crop_flip":
@@ -121,13 +130,11 @@ class ArrayBatches(keras.utils.PyDataset):
         y = self.labels[chosen].astype(np.int32)
         return self.feed(x, y) if self.feed is not None else (x, y)
 
-    def on_epoch_end(self):
-        self.set_epoch(self.epoch + 1)
-
     def map(self, feed):
         """The same batches passed through ``feed(x, y)`` after this one's feed."""
         inner = self.feed
         mapped = ArrayBatches.__new__(ArrayBatches)
         mapped.__dict__.update(self.__dict__)
+        mapped._served = set(self._served)  # its own record of the batches it served
         mapped.feed = feed if inner is None else (lambda x, y: feed(*inner(x, y)))
         return mapped

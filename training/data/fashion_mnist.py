@@ -44,7 +44,7 @@ _REINSTALL_HINT = "install the files again (apt-get install --reinstall dataset-
 
 def _read_idx(path):
     """The array in the gzipped IDX file ``path``; a file that is no such file (a broken gzip stream, another
-    element type, too few values) is a ``DataUnavailableError`` naming it."""
+    element type, too few or too many values) is a ``DataUnavailableError`` naming it."""
     try:
         with gzip.open(path, "rb") as handle:
             data = handle.read()
@@ -56,9 +56,11 @@ def _read_idx(path):
         raise DataUnavailableError(f"{path} is not an unsigned-byte IDX file (magic {magic:#x}); {_REINSTALL_HINT}.")
     dims = [int.from_bytes(data[4 + 4 * i: 8 + 4 * i], "big") for i in range(ndim)]
     array = np.frombuffer(data, dtype=np.uint8, offset=4 + 4 * ndim)
-    if array.size != int(np.prod(dims)):
-        raise DataUnavailableError(f"{path} is truncated: expected {int(np.prod(dims))} values, found "
-                                   f"{array.size}; {_REINSTALL_HINT}.")
+    expected = int(np.prod(dims))
+    if array.size != expected:
+        problem = "is truncated" if array.size < expected else "has the wrong size (extra bytes after the data)"
+        raise DataUnavailableError(f"{path} {problem}: expected {expected} values, found {array.size}; "
+                                   f"{_REINSTALL_HINT}.")
     return array.reshape(dims)
 
 

@@ -23,7 +23,7 @@ def image_dataset(images, labels, batch_size, training=False, pad=2, seed=0, dro
                   augment="pad_crop_flip"):
     """Batches of ``(float32 pixels in 0-255, int32 labels)`` from arrays ``(N, H, W, C)``, ``(N,)``.
 
-    With ``training``: shuffled every epoch (seeded) and augmented by ``augment`` (one of :data:`AUGMENTATIONS`:
+    With ``training``: shuffled and augmented anew every epoch (seeded), by ``augment`` (one of :data:`AUGMENTATIONS`:
     :func:`pad_crop_flip` with ``pad`` pixels (``pad=0``: flips only), or ``"none"``: the images as they are), the
     last incomplete batch dropped unless ``drop_remainder=False``. Pixels stay in 0-255: zoo models normalize them
     inside.
@@ -36,7 +36,10 @@ def image_dataset(images, labels, batch_size, training=False, pad=2, seed=0, dro
     if not training:
         return data.batch(batch_size, drop_remainder=drop).map(cast).prefetch(tf.data.AUTOTUNE)
     data = data.shuffle(len(images), seed=seed, reshuffle_each_iteration=True)
-    counter = tf.data.Dataset.random(seed=seed + 1).map(lambda s: tf.stack([s, s // 7 + 1]))
+    # rerandomize_each_iteration: new draws every epoch (still a function of the seed); without it every epoch
+    # repeated the first one's, so position j of each pass got the same crop and flip
+    counter = tf.data.Dataset.random(seed=seed + 1, rerandomize_each_iteration=True).map(
+        lambda s: tf.stack([s, s // 7 + 1]))
     data = tf.data.Dataset.zip((data, counter))
     if augment == "pad_crop_flip":
         transform = lambda xy, s: (pad_crop_flip(tf.cast(xy[0], tf.float32), pad, s), tf.cast(xy[1], tf.int32))  # noqa

@@ -39,6 +39,43 @@ def _draw_batch(members, classes_per_batch, samples_per_class, rng):
     return np.concatenate(batch).astype(np.int64)
 
 
+class FitEpochs:
+    """The ``epoch`` of seeded batches (``ClassBalancedBatches``, ``training.data.arrays.ArrayBatches``), advanced
+    by ``on_epoch_end`` at the end of every pass, so that a plain ``fit`` trains its epoch ``e`` on epoch ``e``'s
+    batches.
+
+    Keras also calls ``on_epoch_end`` before the first epoch of ``fit`` (and ``evaluate``), after reading a batch or
+    two to build the model; counted as a pass, it made a plain ``fit`` skip epoch 0. Hence two rules: an
+    ``on_epoch_end`` with no ``on_epoch_begin`` since the last one (that reset, or a direct call) advances, but a
+    following ``on_epoch_begin`` (a ``fit`` epoch starting) takes it back; after an ``on_epoch_begin``, an
+    ``on_epoch_end`` advances only once every batch was served (the build on JAX and PyTorch begins, reads one
+    batch and ends; ``fit``'s ``steps_per_epoch`` below the batch count serves a pass in parts). Where the batches
+    read before training can make up a whole pass, the rules cannot tell it from one: a one-batch data set on JAX
+    and PyTorch, a few batches read ahead under a ``tf.distribute`` strategy; Keras' ``workers`` read ahead too,
+    and with ``use_multiprocessing`` the batches are served in other processes. There, and to resume runs, pass
+    ``epoch_callback()`` to ``fit``, which sets ``epoch`` from ``fit``'s own counter (``training.distributed.fit``
+    does). Subclasses call :meth:`_served_batch` for every batch
+    they serve and :meth:`_new_pass` in ``set_epoch``."""
+
+    def _new_pass(self):
+        self._served, self._begun, self._taken_back = set(), False, False
+
+    def _served_batch(self, index):
+        self._served.add(index)
+
+    def on_epoch_begin(self):
+        if self._taken_back:  # the on_epoch_end before was Keras' reset before this fit epoch, not a pass
+            self.set_epoch(self.epoch - 1)
+        self._begun = True
+
+    def on_epoch_end(self):
+        begun, self._begun = self._begun, False
+        if begun and 0 < len(self._served) < len(self):
+            return
+        self.set_epoch(self.epoch + 1)
+        self._taken_back = not begun
+
+
 class EpochSync(keras.callbacks.Callback):
     """Tells seeded batches (``ClassBalancedBatches``, ``training.data.arrays.ArrayBatches``: anything with
     ``set_epoch``) the epoch ``fit`` is in, which ``BackupAndRestore`` restores on resume."""
@@ -51,12 +88,13 @@ class EpochSync(keras.callbacks.Callback):
         self.batches.set_epoch(epoch)
 
 
-class ClassBalancedBatches(keras.utils.PyDataset):
+class ClassBalancedBatches(FitEpochs, keras.utils.PyDataset):
     """``model.fit`` input yielding ``steps_per_epoch`` batches ``(x[idx], y[idx])`` of ``P x K`` samples.
 
     Each batch holds ``classes_per_batch`` (P) classes with ``samples_per_class`` (K) samples each. The batches of
     epoch ``e`` are a deterministic function of ``(seed, e)`` (drawn from ``numpy.random.default_rng([seed, e])``),
-    so the data order carries no hidden state. ``epoch`` advances at the end of every pass; for runs resumed with
+    so the data order carries no hidden state. ``epoch`` advances at the end of every pass (:class:`FitEpochs`: a
+    plain ``fit`` serves epoch ``e`` in its epoch ``e``); for runs resumed with
     ``keras.callbacks.BackupAndRestore`` pass ``batches.epoch_callback()`` to ``fit`` as well, which sets ``epoch``
     from ``fit``'s (restored) epoch counter at the start of every epoch, and call ``fit(..., shuffle=False)`` (the
     batches are already random; Keras would shuffle their order with Python's ``random``, whose state a resumed
@@ -73,9 +111,8 @@ class ClassBalancedBatches(keras.utils.PyDataset):
         self.steps_per_epoch = check_positive_int("steps_per_epoch", steps_per_epoch)
         self._members = class_members(self.y, self.classes_per_batch)  # checked and grouped once, not every batch
         self.seed = check_seed("seed", seed)
-        self.epoch = 0
         self._drawn_epoch, self.batches = None, None
-        self._draw()
+        self.set_epoch(0)
 
     def batches_of_epoch(self, epoch):
         """The ``steps_per_epoch`` index arrays of ``epoch`` (a pure function of ``(seed, epoch)``)."""
@@ -90,6 +127,7 @@ class ClassBalancedBatches(keras.utils.PyDataset):
     def set_epoch(self, epoch):
         """Serve the batches of ``epoch`` from now on."""
         self.epoch = int(epoch)
+        self._new_pass()
         self._draw()
 
     def epoch_callback(self):
@@ -99,9 +137,11 @@ class ClassBalancedBatches(keras.utils.PyDataset):
     def __len__(self):
         return self.steps_per_epoch
 
+    def batch_sizes(self):
+        """The size every batch has: ``{classes_per_batch * samples_per_class}``."""
+        return {self.classes_per_batch * self.samples_per_class}
+
     def __getitem__(self, index):
         idx = self.batches[index]
+        self._served_batch(index)
         return self.x[idx], self.y[idx]
-
-    def on_epoch_end(self):
-        self.set_epoch(self.epoch + 1)

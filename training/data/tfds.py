@@ -2,7 +2,7 @@
 import numpy as np
 
 from ot_layers.optional import require, require_tensorflow, tensorflow_if_installed
-from ot_layers.validation import check_non_negative, check_positive_int
+from ot_layers.validation import check_non_negative_int, check_positive_int, check_seed
 from training.data.errors import DataUnavailableError
 from training.data.arrays import check_augmentation
 from training.data.pipelines import pad_crop_flip
@@ -106,15 +106,16 @@ def tfds_dataset(name, split, batch_size, training=False, image_size=None, class
     ``classes`` keeps only the examples of these class ids; their labels stay the original ids unless ``relabel``,
     which maps ``classes[i]`` to ``i``. ``limit`` reads only the first ``limit`` examples of ``split`` (before the
     class filter; the files are then read in order). Augmentation with ``training`` (stateless, determined by
-    ``seed``, like the shuffle), ``augment`` (one of :data:`TFDS_AUGMENTATIONS`; default the data set's own family):
-    ``pad_crop_flip``: the evaluation image, then :func:`pad_crop_flip` with ``pad`` pixels (He et al. 2016; CIFAR's
-    family); ``resize_crop_flip``: :func:`resize_crop_flip` (the fine-grained sets' family); ``none``: the evaluation
-    image. Evaluation: CIFAR unchanged, the others :func:`resize_center_crop`. ``image_size``
-    (default 32 for CIFAR, 224 otherwise) is the output side; ``resize_size`` the shorter side after resizing
-    (default ``round(image_size * 256 / 224)``, 256 for 224); CIFAR is resized to ``image_size`` when it differs
-    from 32. With ``training`` the files and the examples are shuffled (a ``shuffle_buffer``-long buffer of decoded
-    images, reshuffled each epoch; default 10,000 for CIFAR, 1,000 for the fine-grained sets, whose full-size
-    images take about 0.5 MB each) and the last incomplete batch dropped unless ``drop_remainder=False``.
+    ``seed`` like the shuffle, drawn anew every epoch), ``augment`` (one of :data:`TFDS_AUGMENTATIONS`; default the
+    data set's own family): ``pad_crop_flip``: the evaluation image, then :func:`pad_crop_flip` with ``pad`` pixels
+    (He et al. 2016; CIFAR's family); ``resize_crop_flip``: :func:`resize_crop_flip` (the fine-grained sets'
+    family); ``none``: the evaluation image. Evaluation: CIFAR unchanged, the others :func:`resize_center_crop`.
+    ``image_size`` (default 32 for CIFAR, 224 otherwise) is the output side; ``resize_size`` the shorter side
+    after resizing (default ``round(image_size * 256 / 224)``, 256 for 224); CIFAR is resized to ``image_size``
+    when it differs from 32. With ``training`` the files and the examples are shuffled (a ``shuffle_buffer``-long
+    buffer of decoded images, reshuffled each epoch; default 10,000 for CIFAR, 1,000 for the fine-grained sets,
+    whose full-size images take about 0.5 MB each) and the last incomplete batch dropped unless
+    ``drop_remainder=False``.
 
     A data set not prepared in ``data_dir`` raises ``DataUnavailableError`` (a ``FileNotFoundError``) saying how to
     get it (``download=True`` lets TFDS download and prepare it, which needs network).
@@ -138,12 +139,11 @@ def tfds_dataset(name, split, batch_size, training=False, image_size=None, class
     resize_size = check_positive_int("resize_size", resize_size)
     if resize_size < image_size:
         raise ValueError(f"`resize_size` ({resize_size}) must be >= `image_size` ({image_size}).")
-    pad = int(check_non_negative("pad", pad))
+    pad = check_non_negative_int("pad", pad)
     if shuffle_buffer is None:
         shuffle_buffer = 10_000 if spec.augmentation == "pad_crop_flip" else 1_000
     shuffle_buffer = check_positive_int("shuffle_buffer", shuffle_buffer)
-    if isinstance(seed, bool) or not isinstance(seed, int):
-        raise ValueError(f"`seed` must be an integer, got {seed!r}.")
+    seed = check_seed("seed", seed)
 
     builder = tfds.builder(name, data_dir=data_dir)
     label_key = spec.label_key if label_key is None else label_key
@@ -199,7 +199,9 @@ def tfds_dataset(name, split, batch_size, training=False, image_size=None, class
         data = data.map(transform, num_parallel_calls=tf.data.AUTOTUNE)
         return data.batch(batch_size, drop_remainder=bool(drop_remainder)).prefetch(tf.data.AUTOTUNE)
     data = data.shuffle(shuffle_buffer, seed=seed, reshuffle_each_iteration=True)
-    seeds = tf.data.Dataset.random(seed=seed + 1).map(lambda s: tf.stack([s, s // 7 + 1]))
+    # new draws every epoch (as the shuffle): without rerandomize_each_iteration every epoch repeated the first's
+    seeds = tf.data.Dataset.random(seed=seed + 1, rerandomize_each_iteration=True).map(
+        lambda s: tf.stack([s, s // 7 + 1]))
     data = tf.data.Dataset.zip((data, seeds)).map(lambda xy, s: transform(xy[0], xy[1], s),
                                                   num_parallel_calls=tf.data.AUTOTUNE)
     drop = True if drop_remainder is None else bool(drop_remainder)

@@ -11,7 +11,9 @@ if the newest cannot be read).
   model (every layer variable: weights, BatchNorm statistics, prototype assignments, proxies, GSP warm-up flags, a
   ``CCPState`` attached to the model), the optimizer (iteration count, slots), the epoch and step counters and the
   Keras variables the callbacks own; a second one of the model's metric variables (the loss and metric totals of the
-  epoch so far, so that an epoch resumed mid-way logs all its batches); the position in the data; and the Python
+  epoch so far, so that an epoch resumed mid-way logs all its batches); a third of the layers' random-generator
+  states (:func:`seed_generator_states`: ``Dropout``'s, a sampling ``PatchExtractor``'s, which are no ``tf.train``
+  trackables, so the model's checkpoint leaves them out); the position in the data; and the Python
   state of callbacks that keep one (``EarlyStopping`` with its ``best_weights``, in ``callbacks.npz``,
   ``ReduceLROnPlateau``, or any callback with ``get_checkpoint_state`` / ``set_checkpoint_state``). Under
   ``MultiWorkerMirroredStrategy`` every worker calls :meth:`save` (saving may read variables through collective
@@ -20,15 +22,21 @@ if the newest cannot be read).
   worker reads (one host, NFS, GCS) for a restarted cluster to restore from it.
 - :class:`AtomicBackupAndRestore`: ``keras.callbacks.BackupAndRestore`` for ``model.fit`` with the same atomic
   writes (the stock callback overwrites ``latest.weights.h5`` in place and writes its epoch counter in a second
-  file, so a kill between the two, or during the first, leaves a checkpoint that resumes wrongly or not at all).
+  file, so a kill between the two, or during the first, leaves a checkpoint that resumes wrongly or not at all),
+  and with the layers' random-generator states, which ``model.save_weights`` leaves out.
 - :func:`save_weights_backup` / :func:`load_weights_backup`: a backup of a model's weights (its optimizer's
   included) with a JSON record of the progress, on every Keras backend; what ``AtomicBackupAndRestore`` writes, and
   what a loop of its own (few-shot meta-training) checkpoints with.
 
+The two trainers' restorers recognize each other's backups and refuse them with :class:`OtherTrainerError` (one line
+naming the directory and the trainer that wrote them) instead of failing on a missing file or, for a backup of Keras'
+own callback found by the loop, starting afresh.
+
 Resuming equals an uninterrupted run when the data order of an epoch does not depend on how many epochs this
 process has iterated: pass the data unshuffled, with a shuffle seeded per epoch, or (``training.distributed.fit``) as a
 function ``epoch -> dataset``. ``tf.data``'s ``shuffle(seed=s, reshuffle_each_iteration=True)`` restarts its
-sequence of orders in a new process.
+sequence of orders in a new process, and ``Dataset.random(seed=s, rerandomize_each_iteration=True)`` (the
+augmentation draws of ``training.data.pipelines``) its sequence of draws.
 """
 import json
 import os
@@ -48,6 +56,9 @@ tf = tensorflow_if_installed("tf.distribute checkpoints")
 POINTER_FILE = "latest"
 PREFIX = "ckpt-"
 WEIGHTS_FILE, METADATA_FILE = "latest.weights.h5", "training_metadata.json"  # the files of a backup of weights
+PROGRESS_FILE = "progress.json"  # TrainingCheckpoint's record of a checkpoint (beside its tf.train files)
+SEEDS_FILE = "seeds.npz"  # AtomicBackupAndRestore: the layers' random-generator states
+SEED_STATE = "seed_generator_state"  # the name of a keras.random.SeedGenerator's state variable
 # What keras.callbacks.BackupAndRestore writes into its directory (read by AtomicBackupAndRestore when no atomic
 # backup is there, so a run started with the stock callback resumes under this one).
 KERAS_BACKUP_FILES = (WEIGHTS_FILE, METADATA_FILE)
@@ -112,6 +123,45 @@ def _temporary_dir(directory, tag):
     return path
 
 
+class OtherTrainerError(ValueError):
+    """A backup directory holds the backups of the other trainer: ``model.fit``'s (:class:`AtomicBackupAndRestore`,
+    or Keras' own ``BackupAndRestore``) where the multi-worker loop's (:class:`TrainingCheckpoint`) are read, or the
+    reverse. Neither can read the other's; the message names the directory and the trainer that wrote them."""
+
+
+def _weights_backup_error(name, directory):
+    return OtherTrainerError(
+        f"`{name}` {directory!r} holds backups of model.fit ({WEIGHTS_FILE} and {METADATA_FILE}, written by "
+        "BackupAndRestore), not checkpoints of training.distributed.fit's multi-worker loop, which cannot read "
+        "them; resume them with model.fit (one process: otzoo train without --workers), or remove them to start "
+        "afresh.")
+
+
+def _loop_checkpoint_error(name, directory):
+    return OtherTrainerError(
+        f"`{name}` {directory!r} holds checkpoints of training.distributed.fit's multi-worker loop ({PROGRESS_FILE} "
+        "and tf.train files, written by TrainingCheckpoint), not backups of model.fit, which cannot read them; "
+        "resume them under MultiWorkerMirroredStrategy (otzoo train --workers N), or remove them to start afresh.")
+
+
+def _is_weights_backup(path):
+    return os.path.isfile(os.path.join(path, METADATA_FILE)) and not os.path.isfile(os.path.join(path, PROGRESS_FILE))
+
+
+def _is_loop_checkpoint(path):
+    return os.path.isfile(os.path.join(path, PROGRESS_FILE)) and not os.path.isfile(os.path.join(path, METADATA_FILE))
+
+
+def seed_generator_states(model):
+    """The state variables of the ``keras.random.SeedGenerator`` objects in ``model``'s layers (``Dropout``, random
+    augmentation layers, ``ot_layers``' ``PatchExtractor(mode="sampling")``), in the model's order. They are part
+    of ``model.variables`` but not of ``model.weights`` (``model.save_weights`` leaves them out) and are no
+    ``tf.train`` trackables (a ``tf.train.Checkpoint`` of the model leaves them out): a run resumed without them
+    draws the random numbers of its first steps again, and ends elsewhere than an uninterrupted run."""
+    weights = {id(weight) for weight in model.weights}
+    return [v for v in model.variables if id(v) not in weights and v.name == SEED_STATE]
+
+
 # --- backups of a model's weights (optimizer included) with a small record of the progress -----------------------
 
 def save_weights_backup(model, directory, name, progress, max_to_keep=2, write_extra=None):
@@ -136,7 +186,8 @@ def load_weights_backup(model, directory, name="directory", keras_backup=False, 
     directory holds none. ``keras_backup``: also read a backup ``keras.callbacks.BackupAndRestore`` wrote (its files
     at the directory's top). ``read_extra(folder, progress)``: reads what ``write_extra`` wrote, before the weights
     (a backup it cannot read is skipped like a damaged one); its result is ``progress["extra"]``. A directory whose
-    backups all fail to load raises ``ValueError`` naming ``name``."""
+    backups all fail to load raises ``ValueError`` naming ``name``; one holding checkpoints of the multi-worker loop
+    (:class:`TrainingCheckpoint`) raises :class:`OtherTrainerError`."""
     pointer = read_pointer(directory) if os.path.isdir(directory) else None
     if pointer is not None:
         names = list(reversed(pointer.get("history", [pointer["checkpoint"]])))
@@ -149,6 +200,8 @@ def load_weights_backup(model, directory, name="directory", keras_backup=False, 
     errors = []
     for backup in names:
         path = os.path.join(directory, backup)
+        if _is_loop_checkpoint(path):
+            raise _loop_checkpoint_error(name, directory)
         try:
             with open(os.path.join(path, METADATA_FILE)) as handle:
                 progress = json.load(handle)
@@ -326,8 +379,13 @@ class TrainingCheckpoint:
         # restores the training state (the resumed epoch's totals then start at zero).
         metrics = list(getattr(model, "metrics_variables", []))
         self.metrics_checkpoint = tf.train.Checkpoint(metrics=metrics) if metrics else None
+        # The layers' random-generator states (Dropout's masks), in a checkpoint of their own ("seeds"), read like
+        # the metrics: a checkpoint written without them (by an earlier otzoo) still restores.
+        seeds = seed_generator_states(model)
+        self.seeds_checkpoint = tf.train.Checkpoint(seeds=seeds) if seeds else None
         self.position = None  # restore(): the saved position in the data, if any
         self.restored_metrics = False  # restore(): whether the metric variables were restored
+        self.restored_seeds = False  # restore(): whether the random-generator states were restored
         self.chief = is_chief()
 
     def _name(self, epoch, step):
@@ -345,7 +403,7 @@ class TrainingCheckpoint:
             config = tf_config() or {"task": {"type": "worker", "index": 0}}
             # Outside ``directory``: the chief removes that directory when training ends, possibly while this
             # worker still writes its copy of the last checkpoint.
-            scratch = tempfile.mkdtemp(prefix=f"otzoo-{config['task']['type']}-{config['task']['index']}-")
+            scratch = tempfile.mkdtemp(prefix=f"otzoo-{config['task']['type']}-{config['task'].get('index', 0)}-")
             self._write_variables(scratch)
             shutil.rmtree(scratch, ignore_errors=True)
             return None
@@ -355,7 +413,7 @@ class TrainingCheckpoint:
         progress = dict(epoch=int(epoch), step=int(step), **write_callback_state(temp, self.keys, self.callbacks))
         if position is not None:
             progress["position"] = int(position)
-        with open(os.path.join(temp, "progress.json"), "w") as handle:
+        with open(os.path.join(temp, PROGRESS_FILE), "w") as handle:
             json.dump(progress, handle)
         return commit_directory(temp, self.directory, name, dict(epoch=int(epoch), step=int(step)),
                                 self.max_to_keep)
@@ -364,43 +422,56 @@ class TrainingCheckpoint:
         self.checkpoint.write(os.path.join(directory, "state"))
         if self.metrics_checkpoint is not None:
             self.metrics_checkpoint.write(os.path.join(directory, "metrics"))
+        if self.seeds_checkpoint is not None:
+            self.seeds_checkpoint.write(os.path.join(directory, "seeds"))
 
     def restore(self):
         """Load the newest readable checkpoint; returns ``(epoch, step)`` to continue from (``(0, 0)`` when there
         is none). The callbacks' Python state is kept for :meth:`restore_callback_state`; ``self.position`` is the
-        position saved with it (``None`` if none was) and ``self.restored_metrics`` whether the model's metric
-        variables were restored (a checkpoint of an earlier otzoo holds none)."""
+        position saved with it (``None`` if none was), ``self.restored_metrics`` whether the model's metric
+        variables were restored and ``self.restored_seeds`` whether the layers' random-generator states were (a
+        checkpoint of an earlier otzoo holds neither). A directory holding backups of ``model.fit``
+        (:class:`AtomicBackupAndRestore`, Keras' ``BackupAndRestore``) raises :class:`OtherTrainerError`."""
         self._python_state, self._array_state = None, None
-        self.position, self.restored_metrics = None, False
+        self.position, self.restored_metrics, self.restored_seeds = None, False, False
         pointer = read_pointer(self.directory) if os.path.isdir(self.directory) else None
         if pointer is None:
+            if os.path.isdir(self.directory) and all(os.path.isfile(os.path.join(self.directory, name))
+                                                     for name in KERAS_BACKUP_FILES):
+                raise _weights_backup_error("directory", self.directory)  # Keras' own BackupAndRestore's
             return 0, 0
         errors = []
         for name in reversed(pointer.get("history", [pointer["checkpoint"]])):
             path = os.path.join(self.directory, name)
+            if _is_weights_backup(path):
+                raise _weights_backup_error("directory", self.directory)
             try:
-                with open(os.path.join(path, "progress.json")) as handle:
+                with open(os.path.join(path, PROGRESS_FILE)) as handle:
                     progress = json.load(handle)
                 python_state, array_state = read_callback_state(path, progress)
                 self.checkpoint.read(os.path.join(path, "state")).assert_existing_objects_matched()
-                restored_metrics = self._read_metrics(os.path.join(path, "metrics"))
+                restored_metrics = self._read_part(self.metrics_checkpoint, os.path.join(path, "metrics"))
+                restored_seeds = self._read_part(self.seeds_checkpoint, os.path.join(path, "seeds"))
             except Exception as error:  # noqa: BLE001 - a damaged file raises anything; the next one is tried
                 errors.append(f"{name}: {type(error).__name__}: {error}")
                 continue
             self._python_state, self._array_state = python_state, array_state
             self.position, self.restored_metrics = progress.get("position"), restored_metrics
+            self.restored_seeds = restored_seeds
             return int(self.epoch.numpy()), int(self.step.numpy())
         raise ValueError(f"`directory` {self.directory!r}: no readable checkpoint ({'; '.join(errors)}).")
 
-    def _read_metrics(self, prefix):
-        """Restore the metric variables from ``prefix``; ``False`` when there are none to restore or they do not
-        match (the loop then resets them)."""
-        if self.metrics_checkpoint is None or not tf.io.gfile.exists(f"{prefix}.index"):
+    @staticmethod
+    def _read_part(checkpoint, prefix):
+        """Restore ``checkpoint`` (the metric variables, or the random-generator states) from ``prefix``; ``False``
+        when there is nothing to restore or it does not match (the loop then resets the metrics; the generators
+        keep their initial states, as with a checkpoint of an earlier otzoo)."""
+        if checkpoint is None or not tf.io.gfile.exists(f"{prefix}.index"):
             return False
         try:
-            self.metrics_checkpoint.read(prefix).assert_existing_objects_matched()
-        except Exception:  # noqa: BLE001 - other metrics than the run that saved them: not the training state
-            return False
+            checkpoint.read(prefix).assert_existing_objects_matched()
+        except Exception:  # noqa: BLE001 - other metrics or layers than the run that saved them: not the training
+            return False  # state itself
         return True
 
     def restore_callback_state(self):
@@ -427,7 +498,14 @@ class AtomicBackupAndRestore(keras.callbacks.BackupAndRestore):
     ``training_metadata.json``, renamed into place when complete; ``latest`` names the newest. ``max_to_keep``
     complete backups are kept (the Keras callback's ``double_checkpoint`` is ``max_to_keep=2``). A directory
     holding only a backup of the stock callback (``latest.weights.h5`` and ``training_metadata.json`` at its top)
-    is resumed from as Keras would.
+    is resumed from as Keras would; one holding checkpoints of the multi-worker loop (:class:`TrainingCheckpoint`)
+    raises :class:`OtherTrainerError` naming ``backup_dir``.
+
+    Each backup also holds the layers' random-generator states (:func:`seed_generator_states`, ``seeds.npz``:
+    ``Dropout``'s masks), which ``model.save_weights`` leaves out, so a run resumed at the epoch of its backup
+    draws the random numbers an uninterrupted run would (a backup without them, of an earlier otzoo or of the stock
+    callback, leaves the generators as they are). On PyTorch a layer must be given a ``seed`` for that: Keras'
+    unseeded ``Dropout`` there draws from torch's global generator, which no backup holds.
 
     ``callbacks``: the run's other callbacks whose Python state rides in the backups, as in the multi-worker loop's
     checkpoints: ``EarlyStopping``'s counters and best weights, ``ReduceLROnPlateau``'s counters, and the state of
@@ -456,15 +534,42 @@ class AtomicBackupAndRestore(keras.callbacks.BackupAndRestore):
         if not self.model.built:
             raise ValueError("`model` must be built before fit() to use AtomicBackupAndRestore (call it on a batch).")
         metadata = load_weights_backup(self.model, self.backup_dir, name="backup_dir", keras_backup=True,
-                                       read_extra=read_callback_state)
+                                       read_extra=self._read_extra)
         self._restored_state = None
         if metadata is not None:
             self._current_epoch = metadata["epoch"]
             self.model._initial_epoch = metadata["epoch"]  # noqa: SLF001 - how BackupAndRestore tells fit
-            self._restored_state = metadata["extra"]
+            python_state, array_state, seeds = metadata["extra"]
+            self._restored_state = python_state, array_state
+            if seeds is not None:
+                for variable, value in zip(seed_generator_states(self.model), seeds):
+                    variable.assign(value)
+
+    def _write_extra(self, folder):
+        record = write_callback_state(folder, self._keys, self.callbacks)
+        seeds = seed_generator_states(self.model)
+        if seeds:
+            with open(os.path.join(folder, SEEDS_FILE), "wb") as handle:
+                np.savez(handle, *[keras.ops.convert_to_numpy(variable.value) for variable in seeds])
+            record["seed_states"] = len(seeds)
+        return record
+
+    def _read_extra(self, folder, progress):
+        """``(Python state, arrays, seed states or None)`` of the backup in ``folder``; seed states that do not fit
+        this model (another count or shape) are an error, so the backup is skipped like a damaged one."""
+        python_state, array_state = read_callback_state(folder, progress)
+        count, seeds = progress.get("seed_states"), None
+        if count:
+            variables = seed_generator_states(self.model)
+            with np.load(os.path.join(folder, SEEDS_FILE), allow_pickle=False) as stored:
+                seeds = [stored[f"arr_{index}"] for index in range(count)]
+            if [tuple(v.shape) for v in variables] != [value.shape for value in seeds]:
+                raise ValueError(f"{count} random-generator state(s) of shapes {[value.shape for value in seeds]}, "
+                                 f"not the model's {[tuple(v.shape) for v in variables]}")
+        return python_state, array_state, seeds
 
     def _save_model(self):
         progress = {"epoch": self._current_epoch, "batch": self._last_batch_seen}
         name = f"{PREFIX}{self._current_epoch:05d}-{self._last_batch_seen:07d}"
         save_weights_backup(self.model, self.backup_dir, name, progress, self.max_to_keep,
-                            write_extra=lambda folder: write_callback_state(folder, self._keys, self.callbacks))
+                            write_extra=self._write_extra)

@@ -41,8 +41,9 @@ training finishes (``keras.callbacks.BackupAndRestore`` semantics). A ``keras.ca
 ``callbacks`` is replaced by the same mechanism (its ``backup_dir`` and ``save_freq``). The multi-worker loop
 resumes mid-epoch exactly: the batches already done are skipped (it saves its position in the data), the epoch's
 loss and metric totals so far are restored (its logs cover all its batches), and so are ``EarlyStopping``'s
-counters and best weights. Under ``model.fit`` a plain ``BackupAndRestore`` becomes an ``AtomicBackupAndRestore``
-on the same directory.
+counters and best weights and the layers' random-generator states (``Dropout``'s). Under ``model.fit`` a plain
+``BackupAndRestore`` becomes an ``AtomicBackupAndRestore`` on the same directory (which also keeps the generators'
+states). A backup directory written by the other trainer is refused (``OtherTrainerError``).
 
 Data: a ``tf.data.Dataset`` is read as ``model.fit`` reads it, through one iterator kept across epochs and started
 again once the dataset is exhausted: with ``steps_per_epoch`` an epoch continues where the previous one stopped (on
@@ -56,7 +57,7 @@ import keras
 from ot_layers.optional import tensorflow_if_installed
 from ot_layers.validation import check_output_path, check_positive_int
 from training.distributed.checkpoints import AtomicBackupAndRestore, TrainingCheckpoint
-from training.distributed.keras_distribution import keras_distribution
+from training.distributed.keras_distribution import UnevenSplitError, keras_distribution
 from training.distributed.strategies import is_chief, make_strategy, strategy_name
 
 tf = tensorflow_if_installed("tf.distribute training")
@@ -208,11 +209,31 @@ def keras_backend_fit(model, data, epochs, strategy, callbacks, validation_data,
     _check_compiled(model)
     if strategy is not None and strategy != "auto":
         keras_distribution(strategy)  # a tf.distribute name: the ValueError naming `strategy`
+    _check_batches_split(data, validation_data)
     seeded = hasattr(data, "epoch_callback")
     if seeded:
         callbacks = [data.epoch_callback()] + callbacks
     return _model_fit(model, data, epochs, callbacks, validation_data, checkpoint_dir, save_freq, steps_per_epoch,
                       validation_steps, initial_epoch, verbose, shuffle=not seeded)
+
+
+def _check_batches_split(data, validation_data):
+    """Under ``keras.distribution.DataParallel`` (``--strategy auto`` on JAX with several devices) every batch is
+    split evenly over the devices; JAX refuses a batch that does not split, deep inside ``fit`` (for a last, smaller
+    validation batch: after the first epoch's training). Batches that know their sizes (``batch_sizes()``:
+    ``ArrayBatches``, ``ClassBalancedBatches``) are checked before training: an ``UnevenSplitError`` naming the
+    data."""
+    distribution = keras.distribution.distribution() if keras.backend.backend() == "jax" else None
+    mesh = getattr(distribution, "device_mesh", None)
+    devices = int(mesh.devices.size) if mesh is not None else 1
+    for name, batches in (("data", data), ("validation_data", validation_data)):
+        uneven = sorted(size for size in getattr(batches, "batch_sizes", set)() if size % devices)
+        if uneven:
+            raise UnevenSplitError(
+                f"`{name}`: a batch of {uneven[-1]} examples does not split over the {devices} devices that "
+                "keras.distribution.DataParallel shares every batch among (strategy 'auto' on JAX): take a batch "
+                f"size (otzoo train --batch-size), and a data size for the last batch, that is a multiple of "
+                f"{devices}, or strategy 'one_device'.")
 
 
 # --- the multi-worker loop ---------------------------------------------------------------------------------------

@@ -23,6 +23,11 @@ from ot_layers.backends import accelerator_names
 KERAS_STRATEGIES = ("auto", "one_device")
 
 
+class UnevenSplitError(ValueError):
+    """A batch that ``keras.distribution.DataParallel`` cannot split evenly over its devices (``otzoo`` prints it in
+    one line)."""
+
+
 class KerasDistribution:
     """A run's device layout on JAX or PyTorch: ``name`` (``"data_parallel"``, ``"one_device"`` or ``"default"``)
     and the ``keras.distribution`` object (``None`` on one device)."""

@@ -5,7 +5,8 @@ index), starts the same command in every process and waits for all of them. It i
 runs, and what the multi-worker tests use. It behaves like a small cluster manager: when one worker fails (a
 non-zero exit, a kill) the others, which would wait forever in their next collective operation, are stopped after
 ``grace`` seconds; relaunching the same command then resumes from the last checkpoint (see
-``training.distributed.checkpoints``), which :func:`run_cluster` does up to ``max_restarts`` times.
+``training.distributed.checkpoints``), which :func:`run_cluster` does up to ``max_restarts`` times. The workers run in
+sessions of their own; when the launcher is stopped (Ctrl-C, SIGTERM, SIGHUP) it kills them before it exits.
 
 Every worker's stdout and stderr go to ``log_dir/worker-<i>.log``; ``echo=0`` also copies the chief's output, as
 it comes, to this process's stdout (so ``otzoo train --workers N`` shows the chief's epochs while it trains).
@@ -123,6 +124,11 @@ def launch_workers(command, num_workers, log_dir, env=None, cpu_only=True, timeo
     children go with it). ``echo``: the index of a worker (0, the chief) whose output is also copied, as it
     comes, to ``stream`` (default ``sys.stdout``); its log file gets it all the same. Workers run with
     ``PYTHONUNBUFFERED=1`` so their logs and the echo follow the run.
+
+    The workers run in sessions of their own, so a signal to this process does not reach them: while they run (when
+    called from the main thread), SIGTERM and SIGHUP raise ``SystemExit(128 + signal)`` here, as Ctrl-C raises
+    ``KeyboardInterrupt``, and every worker still running is killed before it propagates; the previous handlers are
+    put back on return.
     """
     if not isinstance(command, (list, tuple)) or not command \
             or not all(isinstance(part, (str, os.PathLike)) for part in command):
@@ -143,28 +149,30 @@ def launch_workers(command, num_workers, log_dir, env=None, cpu_only=True, timeo
     os.makedirs(log_dir, exist_ok=True)
     configs = cluster_tf_configs(num_workers)
     processes, logs, paths, readers = [], [], [], []
-    for index, config in enumerate(configs):
-        child_env = dict(os.environ)
-        child_env.update({"TF_CONFIG": json.dumps(config), "TF_CPP_MIN_LOG_LEVEL": "2", "PYTHONUNBUFFERED": "1"})
-        if cpu_only:
-            child_env["CUDA_VISIBLE_DEVICES"] = ""
-        child_env.update({k: str(v) for k, v in (env or {}).items()})
-        if worker_env is not None:
-            child_env.update({k: str(v) for k, v in (worker_env(index) or {}).items()})
-        path = os.path.join(log_dir, f"worker-{index}.log")
-        log = open(path, "wb")
-        echoed = index == echo
-        processes.append(subprocess.Popen(list(command), env=child_env, stdout=subprocess.PIPE if echoed else log,
-                                          stderr=subprocess.STDOUT, cwd=cwd, start_new_session=True))
-        if echoed:
-            readers.append(threading.Thread(target=_tee, args=(processes[-1].stdout, log, stream), daemon=True))
-            readers[-1].start()
-        logs.append(log)
-        paths.append(path)
     stopped = [False] * num_workers
     deadline = None if timeout is None else time.monotonic() + float(timeout)
     failed_at = None
+    guard = _TerminationGuard()
     try:
+        for index, config in enumerate(configs):
+            child_env = dict(os.environ)
+            child_env.update({"TF_CONFIG": json.dumps(config), "TF_CPP_MIN_LOG_LEVEL": "2", "PYTHONUNBUFFERED": "1"})
+            if cpu_only:
+                child_env["CUDA_VISIBLE_DEVICES"] = ""
+            child_env.update({k: str(v) for k, v in (env or {}).items()})
+            if worker_env is not None:
+                child_env.update({k: str(v) for k, v in (worker_env(index) or {}).items()})
+            path = os.path.join(log_dir, f"worker-{index}.log")
+            log = open(path, "wb")
+            logs.append(log)
+            paths.append(path)
+            echoed = index == echo
+            processes.append(subprocess.Popen(list(command), env=child_env,
+                                              stdout=subprocess.PIPE if echoed else log, stderr=subprocess.STDOUT,
+                                              cwd=cwd, start_new_session=True))
+            if echoed:
+                readers.append(threading.Thread(target=_tee, args=(processes[-1].stdout, log, stream), daemon=True))
+                readers[-1].start()
         while any(p.poll() is None for p in processes):
             now = time.monotonic()
             if failed_at is None and any(p.poll() not in (None, 0) for p in processes):
@@ -177,15 +185,59 @@ def launch_workers(command, num_workers, log_dir, env=None, cpu_only=True, timeo
                 break
             time.sleep(0.1)
     finally:
-        for index, process in enumerate(processes):  # an exception here (Ctrl-C) must not leave workers behind
-            if process.poll() is None:
-                stopped[index] = True
-                _stop(process)
-        for reader in readers:  # the rest of the echoed output (its process group is gone, so the pipe ends)
-            reader.join(timeout=30)
-        for log in logs:
-            log.close()
+        # An exception here (Ctrl-C, SIGTERM, SIGHUP) must not leave workers behind: they run in their own sessions.
+        guard.hold()  # a second signal must not cut this short
+        try:
+            for index, process in enumerate(processes):
+                if process.poll() is None:
+                    stopped[index] = True
+                    _stop(process)
+            for reader in readers:  # the rest of the echoed output (its process group is gone, so the pipe ends)
+                reader.join(timeout=30)
+            for log in logs:
+                log.close()
+        finally:
+            guard.restore()
     return [WorkerResult(i, p.returncode, stopped[i], paths[i]) for i, p in enumerate(processes)]
+
+
+# Signals that end the launcher (a job scheduler's SIGTERM, a closed terminal's SIGHUP) while its workers run.
+TERMINATION_SIGNALS = tuple(getattr(signal, name) for name in ("SIGTERM", "SIGHUP") if hasattr(signal, name))
+
+
+class _TerminationGuard:
+    """While the workers run, :data:`TERMINATION_SIGNALS` not ignored (``nohup`` ignores SIGHUP) raise
+    ``SystemExit(128 + signal)`` (so the ``finally`` that stops the workers runs); while they are being stopped, a
+    signal is held back and sent again once the previous handlers are back. Does nothing outside the main thread
+    (where Python cannot set handlers)."""
+
+    def __init__(self):
+        self.previous, self.pending = None, []
+        if threading.current_thread() is threading.main_thread():
+            # an ignored signal stays ignored (nohup's SIGHUP: the terminal's closing must not stop the run)
+            self.previous = {signum: signal.getsignal(signum) for signum in TERMINATION_SIGNALS
+                             if signal.getsignal(signum) is not signal.SIG_IGN}
+            for signum in self.previous:
+                signal.signal(signum, self._raise)
+
+    @staticmethod
+    def _raise(signum, frame):
+        raise SystemExit(128 + signum)
+
+    def _hold(self, signum, frame):
+        self.pending.append(signum)
+
+    def hold(self):
+        """From now on a signal is held back, not raised: the workers are being stopped."""
+        for signum in self.previous or ():
+            signal.signal(signum, self._hold)
+
+    def restore(self):
+        """Put the previous handlers back, then send this process a signal held back meanwhile."""
+        for signum, handler in (self.previous or {}).items():
+            signal.signal(signum, handler if handler is not None else signal.SIG_DFL)
+        for signum in dict.fromkeys(self.pending):
+            os.kill(os.getpid(), signum)
 
 
 def run_cluster(command, num_workers, log_dir, max_restarts=0, final_codes=(), **kwargs):

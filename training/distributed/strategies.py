@@ -23,8 +23,9 @@ _MULTI_WORKER = []  # the process's MultiWorkerMirroredStrategy, once created
 
 def tf_config():
     """The parsed ``TF_CONFIG`` (``{"cluster": {"worker": [...]}, "task": {"type": ..., "index": ...}}``) or
-    ``None`` when it is unset or empty. Malformed JSON, or a task that is not in the cluster, raises ``ValueError``
-    naming ``TF_CONFIG``."""
+    ``None`` when it is unset or empty. Malformed JSON, a config that is not that shape (``cluster`` a non-empty dict
+    of lists of ``"host:port"`` strings, ``task`` a dict with a string ``type`` and an integer ``index``), or a task
+    that is not in the cluster raises ``ValueError`` naming ``TF_CONFIG`` and what is wrong."""
     text = os.environ.get("TF_CONFIG", "").strip()
     if not text:
         return None
@@ -32,13 +33,44 @@ def tf_config():
         config = json.loads(text)
     except json.JSONDecodeError as error:
         raise ValueError(f"`TF_CONFIG` is not valid JSON ({error}).") from None
-    cluster, task = config.get("cluster") if isinstance(config, dict) else None, config.get("task", {})
+    if not isinstance(config, dict):
+        raise ValueError("`TF_CONFIG` must be a JSON object {\"cluster\": {...}, \"task\": {...}}, got "
+                         f"{text!r}.")
+    cluster, task = config.get("cluster"), config.get("task", {})
     if not isinstance(cluster, dict) or not cluster:
         raise ValueError(f"`TF_CONFIG` must hold a non-empty 'cluster' dict, got {text!r}.")
+    for kind, addresses in cluster.items():
+        if not isinstance(addresses, list) or not all(_is_address(address) for address in addresses):
+            raise ValueError(f"`TF_CONFIG`: cluster entry {kind!r} must be a list of 'host:port' strings, got "
+                             f"{addresses!r}.")
+    if "task" not in config:
+        raise ValueError("`TF_CONFIG` has no 'task' {\"type\": ..., \"index\": ...}: which task of the cluster this "
+                         "process is.")
+    if not isinstance(task, dict):
+        raise ValueError(f"`TF_CONFIG`: 'task' must be a dict {{\"type\": ..., \"index\": ...}}, got {task!r}.")
     kind, index = task.get("type"), task.get("index", 0)
-    if kind not in cluster or not isinstance(index, int) or not 0 <= index < len(cluster[kind]):
+    if not isinstance(kind, str):
+        raise ValueError(f"`TF_CONFIG`: the task's 'type' must be a string naming an entry of the cluster "
+                         f"({', '.join(map(repr, cluster))}), got {kind!r}.")
+    if isinstance(index, bool) or not isinstance(index, int):
+        raise ValueError(f"`TF_CONFIG`: the task's 'index' must be an integer, got {index!r}.")
+    if kind not in cluster or not 0 <= index < len(cluster[kind]):
         raise ValueError(f"`TF_CONFIG`: task {task!r} is not in the cluster {cluster!r}.")
     return config
+
+
+def _is_address(address):
+    """Whether ``address`` is a ``"host:port"`` string (the port a number)."""
+    if not isinstance(address, str):
+        return False
+    host, _, port = address.rpartition(":")
+    return bool(host) and port.isdigit()
+
+
+def task_address(config):
+    """The ``"host:port"`` of the task ``config`` (a :func:`tf_config` result) describes: where it listens."""
+    task = config["task"]
+    return config["cluster"][task["type"]][task.get("index", 0)]
 
 
 def cluster_size():
@@ -67,16 +99,40 @@ def _local_devices():
     return [d.name for d in gpus] if gpus else [d.name for d in tf.config.list_logical_devices("CPU")]
 
 
+class ClusterStartError(RuntimeError):
+    """This process could not start its server of the ``TF_CONFIG`` cluster: its task's address could not be
+    listened on (the port in use by another process, or the host not one of this machine's addresses)."""
+
+
 def multi_worker_strategy():
     """The process's ``MultiWorkerMirroredStrategy`` over the ``TF_CONFIG`` cluster (created on the first call;
-    collectives by ring all-reduce on CPUs, NCCL on GPUs when TensorFlow picks it)."""
+    collectives by ring all-reduce on CPUs, NCCL on GPUs when TensorFlow picks it). A task whose address cannot be
+    listened on raises :class:`ClusterStartError` naming ``TF_CONFIG`` and the address (TensorFlow's error, "Could
+    not start gRPC server", chained)."""
     if not _MULTI_WORKER:
-        if tf_config() is None:
+        config = tf_config()
+        if config is None:
             raise ValueError("`strategy`: 'multi_worker' needs the TF_CONFIG environment variable describing the "
                              "cluster (see docs/distributed.md), or use `otzoo train --workers N` to launch local "
                              "workers.")
-        _MULTI_WORKER.append(tf.distribute.MultiWorkerMirroredStrategy())
+        try:
+            strategy = tf.distribute.MultiWorkerMirroredStrategy()
+        except tf.errors.OpError as error:
+            if "could not start grpc server" not in str(error).lower():
+                raise
+            task = config["task"]
+            raise ClusterStartError(
+                f"`TF_CONFIG`: could not listen on {task_address(config)} (this task's address, {task['type']} "
+                f"{task.get('index', 0)}): in use? Another process may hold the port, or the host is not this "
+                "machine's; free it or give the task another address.") from error
+        _MULTI_WORKER.append(strategy)
     return _MULTI_WORKER[0]
+
+
+def multi_worker_started():
+    """Whether this process has made its ``MultiWorkerMirroredStrategy`` (:func:`multi_worker_strategy`): models
+    built under it are trained by ``training.distributed.fit``'s own loop."""
+    return bool(_MULTI_WORKER)
 
 
 def _check_devices(devices, name):

@@ -78,11 +78,13 @@ def few_shot_accuracy(model, images, labels, ways=5, shots=1, queries=15, episod
 
     episodes = check_positive_int("episodes", episodes)
     batch_size = check_positive_int("batch_size", batch_size)
+    ways = check_positive_int("ways", ways)  # checked before it is compared with the model's
+    shots, queries = check_positive_int("shots", shots), check_positive_int("queries", queries)
     embed, classify = few_shot_parts(model)
     model_ways = model.get_layer("class_means").ways  # few_shot_parts found the layer
     if ways != model_ways:
         raise ValueError(f"`ways` ({ways}) must be the model's {model_ways}: its episodes have {model_ways} classes.")
-    sampler = EpisodeSampler(labels, ways, shots, queries, seed)  # checks labels, ways, shots and queries first
+    sampler = EpisodeSampler(labels, ways, shots, queries, seed)  # checks the labels and the seed
     _check_same_length("images", images, np.asarray(labels))
     ops = keras.ops
     features = np.concatenate([ops.convert_to_numpy(embed(ops.convert_to_tensor(images[i:i + batch_size], "float32")))

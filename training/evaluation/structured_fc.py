@@ -89,10 +89,27 @@ def fine_tune_structured_fc(layer, support_features, support_label, **kwargs):
         return _fit_nodes(layer, support_features, support_label, **settings)
     flat = tf.reshape(tf.convert_to_tensor(support_features, tf.float32),
                       [len(support_label), layer.num_nodes, -1])
-    compiled = tf.function(lambda f, y, n: fine_tune_nodes(layer.head, f, y, n, **kwargs))
-    nodes = compiled(flat, tf.constant(support_label, tf.int32), tf.convert_to_tensor(layer.nodes))
+    nodes = _compiled_fine_tuning(layer, settings)(flat, tf.constant(support_label, tf.int32),
+                                                   tf.convert_to_tensor(layer.nodes))
     layer.nodes.assign(nodes)
     return layer
+
+
+# Per structured FC layer on TensorFlow: the tf.function of fine_tune_nodes on its head, with the settings it was
+# made for; a new tf.function every call traced the 100-step loop again for every episode.
+_TF_FINE_TUNING = weakref.WeakKeyDictionary()
+
+
+def _compiled_fine_tuning(layer, settings):
+    """The cached ``tf.function`` running :func:`fine_tune_nodes` with ``settings`` on ``layer``'s head (the head,
+    not the layer, in its closure, so that the cache does not keep the layer alive)."""
+    key = tuple(sorted(settings.items()))
+    cached = _TF_FINE_TUNING.get(layer)
+    if cached is None or cached[0] != key:
+        head = layer.head
+        cached = _TF_FINE_TUNING[layer] = (key, tf.function(lambda f, y, n: fine_tune_nodes(head, f, y, n,
+                                                                                            **settings)))
+    return cached[1]
 
 
 # Per structured FC layer: the compiled model that fine-tunes a twin of it (same config), with the settings it was
