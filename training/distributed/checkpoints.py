@@ -563,9 +563,10 @@ class AtomicBackupAndRestore(keras.callbacks.BackupAndRestore):
             variables = seed_generator_states(self.model)
             with np.load(os.path.join(folder, SEEDS_FILE), allow_pickle=False) as stored:
                 seeds = [stored[f"arr_{index}"] for index in range(count)]
-            if [tuple(v.shape) for v in variables] != [value.shape for value in seeds]:
-                raise ValueError(f"{count} random-generator state(s) of shapes {[value.shape for value in seeds]}, "
-                                 f"not the model's {[tuple(v.shape) for v in variables]}")
+            stored_shapes, shapes = [value.shape for value in seeds], [tuple(v.shape) for v in variables]
+            if stored_shapes != shapes:
+                raise ValueError(f"{count} random-generator state(s) of shapes {stored_shapes}, not the model's "
+                                 f"{shapes}")
         return python_state, array_state, seeds
 
     def _save_model(self):

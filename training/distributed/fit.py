@@ -57,7 +57,7 @@ import keras
 from ot_layers.optional import tensorflow_if_installed
 from ot_layers.validation import check_output_path, check_positive_int
 from training.distributed.checkpoints import AtomicBackupAndRestore, TrainingCheckpoint
-from training.distributed.keras_distribution import UnevenSplitError, keras_distribution
+from training.distributed.keras_distribution import UnevenSplitError, device_count, keras_distribution
 from training.distributed.strategies import is_chief, make_strategy, strategy_name
 
 tf = tensorflow_if_installed("tf.distribute training")
@@ -223,9 +223,7 @@ def _check_batches_split(data, validation_data):
     validation batch: after the first epoch's training). Batches that know their sizes (``batch_sizes()``:
     ``ArrayBatches``, ``ClassBalancedBatches``) are checked before training: an ``UnevenSplitError`` naming the
     data."""
-    distribution = keras.distribution.distribution() if keras.backend.backend() == "jax" else None
-    mesh = getattr(distribution, "device_mesh", None)
-    devices = int(mesh.devices.size) if mesh is not None else 1
+    devices = device_count(keras.distribution.distribution()) if keras.backend.backend() == "jax" else 1
     for name, batches in (("data", data), ("validation_data", validation_data)):
         uneven = sorted(size for size in getattr(batches, "batch_sizes", set)() if size % devices)
         if uneven:
