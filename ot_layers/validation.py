@@ -266,6 +266,18 @@ def check_labels(labels, name="labels"):
     return array
 
 
+def check_class_ids(labels, name):
+    """``labels`` checked (``ot_layers.validation.check_labels``) and flattened to ``(N,)``, with no negative label:
+    else a ``ValueError`` naming ``name``. The losses and layers read -1 as an unlabelled sample (it belongs to no
+    class), but drawn by class it would be one more class: a P x K batch of unlabelled samples, an episode class of
+    them, or, in retrieval metrics, neighbours that count as relevant to each other."""
+    labels = check_labels(labels, name).reshape(-1)
+    if labels.size and labels.min() < 0:
+        raise ValueError(f"`{name}` must be class ids >= 0, got {labels.min()}: a negative label (-1 for an "
+                         f"unlabelled sample, say) is no class to draw or score; leave those samples out.")
+    return labels
+
+
 def output_path_problem(path, directory):
     """Why ``path`` cannot be written, or ``None``: a directory to write into (``directory=True``: an existing
     directory or none yet) or a file (a new one, or one to replace; not a directory), never below a file, and

@@ -44,7 +44,7 @@ from training.data.pipelines import array_batches
 from training.distributed.checkpoints import OtherTrainerError
 from training.distributed.keras_distribution import UnevenSplitError
 from training.distributed.launch import SCRATCH_ENV, run_cluster
-from training.distributed.strategies import ClusterStartError, cluster_size, tf_config
+from training.distributed.strategies import ClusterStartError, tf_config, uses_multi_worker
 from training.recipes import RECIPES, evaluate_preset, recipe_for, train_preset
 from training.recipes.common import card_spec, fine_tune_images, preset_spec, reproducing_command
 from training.recipes.components import RecipeError, compiled_step
@@ -349,8 +349,7 @@ def _trainer(args, task):
     few-shot presets, which pre-train on one replica), else ``model.fit``."""
     if task == "few_shot" or keras.backend.backend() != "tensorflow":
         return MODEL_FIT
-    multi = args.workers > 1 or args.strategy == "multi_worker" or (args.strategy == "auto" and cluster_size() > 1)
-    return MULTI_WORKER_LOOP if multi else MODEL_FIT
+    return MULTI_WORKER_LOOP if uses_multi_worker(args.strategy, args.workers) else MODEL_FIT
 
 
 def _check_data_dir(data_dir, dataset):

@@ -8,8 +8,8 @@ import gzip
 import numpy as np
 import pytest
 
-from training.data import (ClassBalancedBatches, EpisodeSampler, image_dataset, load_fashion_mnist,
-                           select_classes)
+from training.data import (ClassBalancedBatches, EpisodeBatches, EpisodeSampler, class_balanced_indices,
+                           image_dataset, load_fashion_mnist, select_classes)
 from training.data.arrays import ArrayBatches
 from training.data.errors import DataUnavailableError
 from training.data.fashion_mnist import fashion_mnist_dir
@@ -185,3 +185,20 @@ def test_lists_column_labels_and_negative_episodes():
     nearest_mean = {"mean": lambda support, support_label, query: -np.abs(query[:, :1] - support[:, 0][None, :])}
     report = evaluate_episodes(features, labels, nearest_mean, ways=2, shots=1, queries=2, episodes=3)
     assert report["mean"]["mean"] == 1.0
+
+
+@pytest.mark.parametrize("build, name", [
+    (lambda labels: ClassBalancedBatches(np.zeros((len(labels), 2)), labels, 2, 2, 1), "y"),
+    (lambda labels: class_balanced_indices(labels, 2, 2, np.random.default_rng(0)), "labels"),
+    (lambda labels: EpisodeSampler(labels, 2, 1, 1), "labels"),
+    (lambda labels: EpisodeBatches(np.zeros((len(labels), 4, 4, 1)), labels, 1, 2, 1, 1), "labels"),
+], ids=["ClassBalancedBatches", "class_balanced_indices", "EpisodeSampler", "EpisodeBatches"])
+def test_the_class_samplers_refuse_negative_labels(build, name):
+    """-1 (the losses' and layers' unlabelled sample, which belongs to no class) was drawn as a class of its own:
+    P x K batches and episode classes of unlabelled samples. The same labels shifted to 0.. are taken."""
+    labels = np.repeat([-1, 0, 1], 4)
+    with pytest.raises(ValueError, match=rf"^`{name}` must be class ids >= 0, got -1: .*unlabelled"):
+        build(labels)
+    with pytest.raises(ValueError, match=rf"^`{name}` must be class ids >= 0, got -2"):
+        build(np.where(labels == -1, -2.0, labels))  # whole floats too
+    build(labels + 1)

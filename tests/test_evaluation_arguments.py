@@ -26,6 +26,8 @@ EMBEDDINGS = np.eye(4)[LABELS] + 0.01 * RNG.normal(size=(12, 4))
     ({"nmi": "no"}, "^`nmi` must be True or False"),
     ({"seed": -1}, "^`seed`"),
     ({"embeddings": np.zeros((0, 4)), "labels": np.zeros(0, int)}, "^`embeddings` hold no sample"),
+    # -1 (unlabelled) was scored as a class of its own: unlabelled samples were each other's relevant neighbours
+    ({"labels": np.where(np.arange(12) < 3, -1, LABELS)}, r"^`labels` must be class ids >= 0, got -1: .*unlabelled"),
 ])
 def test_retrieval_metrics_names_a_bad_argument(kwargs, match):
     arguments = {"embeddings": EMBEDDINGS, "labels": LABELS, **kwargs}

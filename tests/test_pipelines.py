@@ -194,6 +194,27 @@ def test_seed_and_pad_are_checked_as_the_other_loaders_check_them():
     collect(tfds_dataset("cifar10", "train", 8, pad=np.int64(2), **kwargs))
 
 
+@pytest.mark.parametrize("name, kwargs, old", [
+    ("cifar10", {}, dict(pad=2)),
+    ("caltech_birds2011", dict(image_size=16), dict(augment="pad_crop_flip", pad=2)),
+])
+def test_image_batches_defaults_are_the_data_sets_own(name, kwargs, old):
+    """``training.data.datasets.image_batches`` passed ``augment="pad_crop_flip", pad=2`` to every loader when
+    called without them: CIFAR trained on 2-pixel pads (its own, ``tfds_dataset``'s, is 4), the fine-grained sets on
+    pad-crop-flip of the centre crop, not their resize_crop_flip. Its defaults are the data set's own now; given
+    values still pass through."""
+    from training.data.datasets import image_batches
+
+    common = dict(training=True, seed=3, **kwargs)
+    images, labels = collect(image_batches(name, "train", 8, **common).dataset)
+    own_images, own_labels = collect(tfds_dataset(name, "train", 8, **common))
+    np.testing.assert_array_equal(labels, own_labels)
+    np.testing.assert_array_equal(images, own_images)
+    assert not np.array_equal(images, collect(tfds_dataset(name, "train", 8, **common, **old))[0])  # tells them apart
+    given = collect(image_batches(name, "train", 8, **common, **old).dataset)[0]
+    np.testing.assert_array_equal(given, collect(tfds_dataset(name, "train", 8, **common, **old))[0])
+
+
 def test_label_key_override():
     _, coarse = raw_examples("cifar100", "test", label_key="coarse_label")
     _, labels = collect(tfds_dataset("cifar100", "test", 16, label_key="coarse_label"))

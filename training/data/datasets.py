@@ -195,17 +195,23 @@ def loader_for(name):
     return LOADERS[dataset_info(name).loader]
 
 
-def image_batches(name, part, batch_size, protocol=None, training=False, augment="pad_crop_flip", pad=2, seed=0,
+def image_batches(name, part, batch_size, protocol=None, training=False, augment=None, pad=None, seed=0,
                   limit=None, relabel=False, image_size=None, data_dir=None):
     """:class:`Batches` of one part of data set ``name`` (see the module docstring); ``augment``: the recipe's
-    (``check_augmentation`` names the accepted ones for the data set). A training part smaller than one batch (the
+    (``check_augmentation`` names the accepted ones for the data set). ``augment`` and ``pad`` left ``None`` are the
+    data set's own: ``pad_crop_flip`` with 2 pixels for Fashion-MNIST (28 x 28), with 4 for CIFAR (He et al. 2016),
+    ``resize_crop_flip`` for the fine-grained sets, as ``tfds_dataset`` (fixed defaults ``pad_crop_flip``, ``pad=2``
+    gave CIFAR 2-pixel pads and the fine-grained sets pad-crop-flip). A training part smaller than one batch (the
     last incomplete batch is dropped: there would be none) is an ``EmptySliceError`` naming ``limit``."""
     # checked before a split is read, counted or a sample decoded
-    batch_size, seed, pad = check_positive_int("batch_size", batch_size), check_seed("seed", seed), \
-        check_non_negative_int("pad", pad)
-    return loader_for(name).batches(name, part, batch_size, protocol=protocol, training=training, augment=augment,
-                                    pad=pad, seed=seed, limit=limit, relabel=relabel, image_size=image_size,
-                                    data_dir=data_dir)
+    batch_size, seed = check_positive_int("batch_size", batch_size), check_seed("seed", seed)
+    own = {}  # the arguments given; the loader's defaults (the data set's) otherwise
+    if augment is not None:
+        own["augment"] = augment
+    if pad is not None:
+        own["pad"] = check_non_negative_int("pad", pad)
+    return loader_for(name).batches(name, part, batch_size, protocol=protocol, training=training, seed=seed,
+                                    limit=limit, relabel=relabel, image_size=image_size, data_dir=data_dir, **own)
 
 
 def image_arrays(name, part, protocol=None, limit=None, relabel=False, image_size=None, data_dir=None):

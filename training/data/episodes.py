@@ -4,7 +4,7 @@ import keras
 import numpy as np
 
 from ot_layers.optional import tensorflow_if_installed
-from ot_layers.validation import check_labels, check_non_negative_int, check_positive_int, check_seed
+from ot_layers.validation import check_class_ids, check_labels, check_non_negative_int, check_positive_int, check_seed
 from training.data.arrays import check_arrays
 
 tf = tensorflow_if_installed("episode pipelines (tf.data)")
@@ -16,7 +16,8 @@ class EpisodeSampler:
     Each episode picks ``ways`` classes at random, then ``shots + queries`` distinct samples of each. ``sample()``
     returns ``(support_index, support_label, query_index, query_label)`` with labels relabelled to
     ``0..ways-1`` in the order the classes were drawn; the support set is grouped by class. Only classes with at
-    least ``shots + queries`` samples are drawn; the others are left out.
+    least ``shots + queries`` samples are drawn; the others are left out. Negative labels (-1: unlabelled) are
+    refused: they name no class.
     """
 
     def __init__(self, labels, ways=5, shots=1, queries=15, seed=0):
@@ -26,6 +27,7 @@ class EpisodeSampler:
         labels = check_labels(labels)
         if labels.ndim != 1:
             raise ValueError(f"`labels` must be one-dimensional, got shape {labels.shape}.")
+        labels = check_class_ids(labels, "labels")  # -1 (unlabelled) would be drawn as a class of its own
         classes, counts = np.unique(labels, return_counts=True)
         usable = classes[counts >= self.shots + self.queries]
         if len(usable) < self.ways:

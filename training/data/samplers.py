@@ -2,7 +2,7 @@
 import keras
 import numpy as np
 
-from ot_layers.validation import check_labels, check_positive_int, check_seed
+from ot_layers.validation import check_class_ids, check_positive_int, check_seed
 
 
 def class_balanced_indices(labels, classes_per_batch, samples_per_class, rng):
@@ -12,7 +12,7 @@ def class_balanced_indices(labels, classes_per_batch, samples_per_class, rng):
     Returns an int64 array of length ``classes_per_batch * samples_per_class``, grouped by class. ``rng``: a
     ``numpy.random.Generator`` (``numpy.random.default_rng(seed)``).
     """
-    labels = check_labels(labels, "labels").reshape(-1)
+    labels = check_class_ids(labels, "labels")
     classes_per_batch = check_positive_int("classes_per_batch", classes_per_batch)
     samples_per_class = check_positive_int("samples_per_class", samples_per_class)
     if not isinstance(rng, np.random.Generator):
@@ -103,7 +103,7 @@ class ClassBalancedBatches(FitEpochs, keras.utils.PyDataset):
 
     def __init__(self, x, y, classes_per_batch, samples_per_class, steps_per_epoch, seed=0, **kwargs):
         super().__init__(**kwargs)
-        self.x, self.y = np.asarray(x), check_labels(y, "y").reshape(-1)  # a list is indexed by arrays too
+        self.x, self.y = np.asarray(x), check_class_ids(y, "y")  # a list is indexed by arrays too
         if len(self.x) != len(self.y):
             raise ValueError(f"`x` has {len(self.x)} samples but `y` has {len(self.y)}.")
         self.classes_per_batch = check_positive_int("classes_per_batch", classes_per_batch)

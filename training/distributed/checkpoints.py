@@ -55,6 +55,7 @@ tf = tensorflow_if_installed("tf.distribute checkpoints")
 
 POINTER_FILE = "latest"
 PREFIX = "ckpt-"
+AGAIN = "-again"  # the name of a step's checkpoint written again while its first one is kept (commit_directory)
 WEIGHTS_FILE, METADATA_FILE = "latest.weights.h5", "training_metadata.json"  # the files of a backup of weights
 PROGRESS_FILE = "progress.json"  # TrainingCheckpoint's record of a checkpoint (beside its tf.train files)
 SEEDS_FILE = "seeds.npz"  # AtomicBackupAndRestore: the layers' random-generator states
@@ -99,21 +100,28 @@ def read_pointer(directory):
 
 def commit_directory(temp_dir, directory, name, pointer_fields, max_to_keep):
     """Rename the complete checkpoint ``temp_dir`` to ``directory/name``, point ``latest`` at it (with
-    ``pointer_fields``) and delete all but the newest ``max_to_keep`` checkpoints. Returns the final path."""
+    ``pointer_fields``) and delete all but the newest ``max_to_keep`` checkpoints. Returns the final path.
+
+    Nothing the pointer names is removed before the pointer names the new checkpoint, so a kill at any instant
+    leaves one complete checkpoint to restore. The same step written again (a resumed run re-saving it) therefore
+    goes under another name, ``name`` + :data:`AGAIN` (or back to ``name``, alternating), while the old one stays
+    until the pointer has moved: with ``max_to_keep=1`` the old one is the only complete checkpoint there is."""
+    previous = read_pointer(directory) or {}
+    history = [n for n in previous.get("history", []) if os.path.isdir(os.path.join(directory, n))]
+    same_step = (name, f"{name}{AGAIN}")
+    name = next(n for n in same_step if n not in history)  # at most one of them is in the history
     final = os.path.join(directory, name)
-    if os.path.isdir(final):  # the same step written again (a resumed run re-saving): replace it
+    if os.path.isdir(final):  # left by a kill in an earlier commit and named by no pointer: restore never reads it
         shutil.rmtree(final)
     os.replace(temp_dir, final)
     _fsync_directory(directory)
-    previous = read_pointer(directory) or {}
-    history = [n for n in previous.get("history", []) if n != name and os.path.isdir(os.path.join(directory, n))]
-    history.append(name)
-    keep, drop = history[-max_to_keep:], history[:-max_to_keep]
+    keep = ([n for n in history if n not in same_step] + [name])[-max_to_keep:]
     write_text_atomically(os.path.join(directory, POINTER_FILE),
                            json.dumps(dict(pointer_fields, checkpoint=name, history=keep), indent=1))
     _fsync_directory(directory)
-    for old in drop:
-        shutil.rmtree(os.path.join(directory, old), ignore_errors=True)
+    for old in history:
+        if old not in keep:
+            shutil.rmtree(os.path.join(directory, old), ignore_errors=True)
     return final
 
 
@@ -494,9 +502,10 @@ class AtomicBackupAndRestore(keras.callbacks.BackupAndRestore):
     Same arguments and semantics as the Keras callback (``save_freq`` ``"epoch"`` or a number of batches,
     ``delete_checkpoint``): at ``fit`` start the newest complete backup is loaded and training continues at its
     epoch (a backup taken mid-epoch re-runs that epoch from its first batch with the backed-up weights, as the
-    Keras callback does). Each backup is a directory ``ckpt-EEEEE-BBBBBBB`` holding ``latest.weights.h5`` and
-    ``training_metadata.json``, renamed into place when complete; ``latest`` names the newest. ``max_to_keep``
-    complete backups are kept (the Keras callback's ``double_checkpoint`` is ``max_to_keep=2``). A directory
+    Keras callback does). Each backup is a directory ``ckpt-EEEEE-BBBBBBB`` (``-again`` appended for a batch
+    backed up again, see :func:`commit_directory`) holding ``latest.weights.h5`` and ``training_metadata.json``,
+    renamed into place when complete; ``latest`` names the newest. ``max_to_keep`` complete backups are kept (the
+    Keras callback's ``double_checkpoint`` is ``max_to_keep=2``). A directory
     holding only a backup of the stock callback (``latest.weights.h5`` and ``training_metadata.json`` at its top)
     is resumed from as Keras would; one holding checkpoints of the multi-worker loop (:class:`TrainingCheckpoint`)
     raises :class:`OtherTrainerError` naming ``backup_dir``.

@@ -31,9 +31,10 @@ or build it yourself::
 
 Batches: ``data`` yields *global* batches ``(x, y)`` or ``(x, y, sample_weight)``; each of the
 ``strategy.num_replicas_in_sync`` replicas gets ``global_batch / num_replicas_in_sync`` examples (so the global
-batch must be divisible by it; batch with ``drop_remainder=True``). With several workers ``tf.data`` auto-sharding
-splits every global batch among the workers, so a run on N workers follows the same data order and the same global
-batches as one process would.
+batch must be divisible by it; batch with ``drop_remainder=True``). A batch with fewer examples than replicas (a
+last, smaller one) is refused before training (:class:`EmptyReplicaError`): a replica would get an empty batch.
+With several workers ``tf.data`` auto-sharding splits every global batch among the workers, so a run on N workers
+follows the same data order and the same global batches as one process would.
 
 Fault tolerance: ``checkpoint_dir`` backs up the training state (``training.distributed.checkpoints``, atomic
 writes) every epoch, or every ``save_freq`` batches, restores it when the run starts again and deletes it when
@@ -66,6 +67,13 @@ tf = tensorflow_if_installed("tf.distribute training")
 # otherwise write the same files).
 CHIEF_ONLY_CALLBACKS = (keras.callbacks.TensorBoard, keras.callbacks.ModelCheckpoint, keras.callbacks.CSVLogger,
                         keras.callbacks.ProgbarLogger)
+
+
+class EmptyReplicaError(UnevenSplitError):
+    """A batch with fewer examples than the ``tf.distribute`` strategy's replicas: some replica would get an empty
+    batch, which not every TensorFlow op takes (oneDNN's convolution on CPUs returns an empty input unchanged, and
+    the next convolution fails on its channels, deep inside ``fit``: for a last, smaller validation batch, after the
+    first epoch's training). Checked before training; ``otzoo`` prints it in one line."""
 
 
 def resolve_model(model, strategy="auto"):
@@ -171,6 +179,7 @@ def fit(model, data, epochs=1, strategy="auto", callbacks=None, validation_data=
     if not isinstance(data, tf.data.Dataset):
         raise ValueError("`data` as a function of the epoch is supported by the multi-worker loop only; under "
                          f"{type(strategy).__name__} pass a tf.data.Dataset.")
+    check_replica_batches(strategy, data, validation_data, validation_steps)
     # A tf.data.Dataset is batched and shuffled by its own pipeline (Keras warns that it ignores shuffle=True).
     history = _model_fit(model, data, epochs, callbacks, validation_data, checkpoint_dir, save_freq,
                          steps_per_epoch, validation_steps, initial_epoch, verbose, shuffle=False)
@@ -232,6 +241,57 @@ def _check_batches_split(data, validation_data):
                 "keras.distribution.DataParallel shares every batch among (strategy 'auto' on JAX): take a batch "
                 f"size (otzoo train --batch-size), and a data size for the last batch, that is a multiple of "
                 f"{devices}, or strategy 'one_device'.")
+
+
+def _batch_sizes(dataset, steps=None):
+    """``(smallest, largest, examples)`` of the batches of ``dataset`` (of its first ``steps`` when given;
+    ``examples`` ``None`` when not counted), or ``None`` when it cannot be told without reading an endless dataset.
+    A static batch dimension (``drop_remainder=True``) answers at once; else one pass reads the batches' sizes
+    (the data only, not the model: less than one epoch's evaluation). That pass is an iteration of the dataset: a
+    ``shuffle(reshuffle_each_iteration=True)`` or a ``rerandomize_each_iteration`` draw in it moves on by one, so
+    training's first epoch sees the order and draws an unchecked run's second would."""
+    spec = tf.nest.flatten(dataset.element_spec)[0]
+    if spec.shape.rank is None or spec.shape.rank == 0:
+        return None
+    if spec.shape[0] is not None:
+        return spec.shape[0], spec.shape[0], None
+    if steps is not None:
+        dataset = dataset.take(steps)
+    elif int(dataset.cardinality()) < 0:
+        return None
+    sizes = dataset.map(lambda *element: tf.shape(tf.nest.flatten(element)[0], out_type=tf.int64)[0])
+    smallest, largest, examples = sizes.reduce(
+        (tf.constant(tf.int64.max), tf.constant(0, tf.int64), tf.constant(0, tf.int64)),
+        lambda state, size: (tf.minimum(state[0], size), tf.maximum(state[1], size), state[2] + size))
+    if int(examples) == 0:
+        return None  # no batch: an empty dataset is refused elsewhere
+    return int(smallest), int(largest), int(examples)
+
+
+def check_replica_batches(strategy, data, validation_data=None, validation_steps=None):
+    """Under a strategy of several replicas, every batch of ``data`` and ``validation_data`` (``tf.data`` datasets
+    of global batches; a function of the epoch is not checked) must hold at least one example per replica:
+    else :class:`EmptyReplicaError` naming the data, before training. A last, smaller batch of ``drop_remainder=False``
+    is the usual culprit; an endless dataset of unknown batch size is not checked."""
+    replicas = strategy.num_replicas_in_sync
+    if replicas < 2:
+        return
+    for name, dataset, steps in (("data", data, None), ("validation_data", validation_data, validation_steps)):
+        sizes = _batch_sizes(dataset, steps) if isinstance(dataset, tf.data.Dataset) else None
+        if sizes is None or sizes[0] >= replicas:
+            continue
+        smallest, largest, examples = sizes
+        size = "a batch size (otzoo train --batch-size)" if name == "data" else "a data size or batch size"
+        if smallest == largest:
+            found, fix = f"batches of {smallest} example(s)", f"a batch size of at least {replicas}"
+            fix += " (otzoo train --batch-size)" if name == "data" else ""
+        else:
+            found = f"{examples} examples in batches of {largest} include a batch of {smallest}"
+            fix = f"{size} that leaves a last batch of 0 or at least {replicas} examples, or drop_remainder=True"
+        raise EmptyReplicaError(
+            f"`{name}`: {found}, fewer than the {replicas} replicas of strategy {strategy_name(strategy)}, so a "
+            f"replica would get an empty batch (TensorFlow's CPU convolution fails on one): take {fix}, or "
+            "strategy 'one_device'.")
 
 
 # --- the multi-worker loop ---------------------------------------------------------------------------------------
@@ -304,6 +364,7 @@ def distributed_fit(model, strategy, data, epochs, callbacks=(), validation_data
     steps = _steps(first, steps_per_epoch, "steps_per_epoch")
     validation_count = None if validation_data is None else _steps(validation_data, validation_steps,
                                                                    "validation_steps")  # before any epoch trains
+    check_replica_batches(strategy, first, validation_data, validation_count)
     with strategy.scope():
         model._symbolic_build(data_batch=next(iter(first)))  # noqa: SLF001 - what model.fit does: create the
         # optimizer's and the metrics' variables now, under the scope, not while a step is traced

@@ -81,6 +81,16 @@ def cluster_size():
     return sum(len(config["cluster"].get(kind, [])) for kind in ("chief", "worker"))
 
 
+def uses_multi_worker(name="auto", workers=1):
+    """Whether a run under strategy ``name`` (one of :data:`STRATEGIES`) trains under ``MultiWorkerMirroredStrategy``
+    (by ``training.distributed.fit``'s own loop): ``"multi_worker"``; ``"auto"`` when ``TF_CONFIG`` names more than
+    one worker; any name with ``workers`` > 1 (``otzoo train --workers N``, whose workers run ``multi_worker``).
+    The one statement of the rule, for :func:`make_strategy` and for ``otzoo train``, which must know the trainer
+    before any strategy is made (a worker's ``MultiWorkerMirroredStrategy`` must come before any other TensorFlow
+    operation): it reads ``TF_CONFIG`` only."""
+    return workers > 1 or name == "multi_worker" or (name == "auto" and cluster_size() > 1)
+
+
 def is_chief():
     """Whether this process is the cluster's chief: the ``chief`` task, or worker 0 when there is no chief (and
     always without ``TF_CONFIG``). Only the chief's checkpoints and logs are kept."""
@@ -179,9 +189,9 @@ def make_strategy(name="auto", devices=None):
     if name not in STRATEGIES:
         raise ValueError(f"`strategy` must be one of {list(STRATEGIES)} or a tf.distribute.Strategy, got {name!r}.")
     devices = _check_devices(devices, name)
+    if uses_multi_worker(name):  # "multi_worker", or "auto" with a TF_CONFIG of several workers
+        return multi_worker_strategy()
     if name == "auto":
-        if cluster_size() > 1:
-            return multi_worker_strategy()
         gpus = tf.config.list_logical_devices("GPU")
         if len(gpus) > 1:
             return tf.distribute.MirroredStrategy([d.name for d in gpus])
@@ -200,8 +210,6 @@ def make_strategy(name="auto", devices=None):
             # 100"); reducing through one device avoids collectives (and costs nothing on one host's memory).
             return tf.distribute.MirroredStrategy(devices, cross_device_ops=tf.distribute.ReductionToOneDevice())
         return tf.distribute.MirroredStrategy(devices)
-    if name == "multi_worker":
-        return multi_worker_strategy()
     try:
         resolver = tf.distribute.cluster_resolver.TPUClusterResolver(tpu=os.environ.get("TPU_NAME", "local"))
         tf.config.experimental_connect_to_cluster(resolver)

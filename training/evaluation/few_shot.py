@@ -39,6 +39,10 @@ def _compilable(layer):
 def evaluate_episodes(features, labels, classifiers, ways=5, shots=1, queries=15, episodes=1000, seed=0):
     """Few-shot accuracy of each classifier on the same episodes drawn from precomputed ``features``.
 
+    Episode ``i`` is ``EpisodeSampler(labels, ways, shots, queries, seed).episode(i)`` for ``i < episodes``: the
+    episodes :func:`few_shot_accuracy` scores a model on for the same arguments, so classifiers on a model's features
+    and the model itself are compared episode for episode (it drew the sampler's ``sample()`` stream before: other
+    episodes for the same seed).
     ``classifiers``: ``{name: fn(support_features, support_label, query_features) -> scores (Q, ways)}``.
     Returns ``{name: {"mean": ..., "ci95": ..., "episodes": ...}}`` (accuracies in [0, 1]).
     """
@@ -47,8 +51,8 @@ def evaluate_episodes(features, labels, classifiers, ways=5, shots=1, queries=15
     features = np.asarray(features)  # a list is indexed by the episodes' index arrays too
     _check_same_length("features", features, np.asarray(labels))
     accuracies = {name: [] for name in classifiers}
-    for _ in range(episodes):
-        support, support_label, query, query_label = sampler.sample()
+    for index in range(episodes):
+        support, support_label, query, query_label = sampler.episode(index)
         for name, classify in classifiers.items():
             scores = np.asarray(classify(features[support], support_label, features[query]))
             if scores.shape != (len(query), ways) or not np.all(np.isfinite(scores)):
@@ -67,7 +71,7 @@ def few_shot_accuracy(model, images, labels, ways=5, shots=1, queries=15, episod
                       verbose=0):
     """Mean accuracy and 95 % interval of few-shot model ``model`` on ``episodes`` N-way K-shot episodes
     (``EpisodeSampler(labels, ways, shots, queries, seed).episode(i)`` for ``i < episodes``) drawn from ``images``
-    (raw pixels).
+    (raw pixels): the episodes :func:`evaluate_episodes` scores classifiers on for the same arguments.
 
     The backbone runs once over ``images`` (inference mode, so each image's features are those the whole model
     computes for it in any episode); each episode then runs the model's class-mean and head layers

@@ -6,7 +6,7 @@ import numpy as np
 from scipy.cluster.vq import kmeans2, vq
 
 from ot_layers.tensor_ops import normalize_rows_np
-from ot_layers.validation import check_flag, check_labels, check_seed
+from ot_layers.validation import check_class_ids, check_flag, check_seed
 
 
 def _ranked_hits(embeddings, labels, k, metric, chunk_size=1024):
@@ -94,10 +94,12 @@ def retrieval_metrics(embeddings, labels, ks=(1, 2, 4, 8), metric="cosine", nmi=
     ``(1/R) * sum_{i<=R} P(i) * rel_i`` with ``R`` the number of other samples of the query's class),
     ``recall_at_<k>`` (share of queries with a relevant sample among the ``k`` nearest) and, when ``nmi``,
     ``nmi``: normalized mutual information of k-means clusters (k = number of classes) with the labels.
-    ``metric``: ``"cosine"`` or ``"euclidean"``.
+    ``metric``: ``"cosine"`` or ``"euclidean"``. ``labels``: class ids >= 0; a negative one (-1 for an unlabelled
+    sample, say) is refused rather than scored as a class of its own, which would make unlabelled samples each
+    other's relevant neighbours (leave them out of ``embeddings`` and ``labels``).
     """
     embeddings = np.asarray(embeddings)
-    labels = check_labels(labels, "labels").reshape(-1)
+    labels = check_class_ids(labels, "labels")  # -1 (unlabelled) samples would be relevant to each other
     if not isinstance(ks, (list, tuple)) or not ks \
             or any(isinstance(k, bool) or not isinstance(k, numbers.Integral) or k < 1 for k in ks):
         raise ValueError(f"`ks` must be a non-empty list of integers >= 1, got {ks!r}.")
