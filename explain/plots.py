@@ -103,9 +103,36 @@ def _figure(cols, rows, panel=PANEL_INCHES, margin=0.0):
     return figure
 
 
+TITLE_POINTS = 20.0  # the height a figure's title may take in the header band, above the panels' own titles
+
+
+def _title_lines(title, width_inches):
+    """``(text, font size)`` of a figure's title: wrapped at words to the figure's width, at ``FONT_SIZE + 1`` or
+    smaller, so that its lines fit :data:`TITLE_POINTS` (a figure of one or two panels cut a long title off at both
+    sides: ``otzoo explain``'s GSP picture of one image lost its first and last words)."""
+    measure = _matplotlib("textpath").TextToPath()
+    font = _matplotlib("font_manager").FontProperties
+    room = 0.92 * width_inches * 72.0  # points on one line
+    words = str(title).split(" ")
+    for size in np.arange(FONT_SIZE + 1.0, 3.9, -0.5):  # 8, 7.5, ..., 4 points
+        props = font(size=size)
+        lines, current = [], ""
+        for word in words:
+            candidate = f"{current} {word}" if current else word
+            if current and measure.get_text_width_height_descent(candidate, props, ismath=False)[0] > room:
+                lines.append(current)
+                candidate = word
+            current = candidate
+        lines.append(current)
+        if len(lines) * 1.2 * size <= TITLE_POINTS:
+            break
+    return "\n".join(lines), float(size)
+
+
 def _save(figure, path, dpi, title):
     dpi = check_dpi(dpi)
-    figure.suptitle(title, fontsize=FONT_SIZE + 1, y=1.0 - 0.08 * HEADER_INCHES / figure.get_figheight())
+    text, size = _title_lines(title, figure.get_figwidth())
+    figure.suptitle(text, fontsize=size, y=1.0 - 0.08 * HEADER_INCHES / figure.get_figheight())
     folder = os.path.dirname(os.fspath(path))
     if folder:
         os.makedirs(folder, exist_ok=True)
@@ -211,11 +238,13 @@ def plot_mpw_plans(model, image, path, label=None, class_names=None, layer_name=
 def plot_gsp_weights(model, images, path, labels=None, class_names=None, layer_name=None, dpi=100):
     """The GSP layer's pooling weights over each of ``images``: ``B`` columns, two rows (the image; the weights
     times the cell count ``n``, so 1 is global average pooling's weight (white), 0 an ignored cell (blue) and red
-    a cell weighted above average)."""
+    a cell weighted above average). ``labels``: one per image, ``None`` for an image of unknown class (titled by
+    its position, as without ``labels``)."""
     check_output(path, dpi, class_names)
     batch = prepare_images(images, model_input_shape(model))
-    if labels is not None:
-        labels = [check_label(v, "labels") for v in np.asarray(labels).reshape(-1)]
+    if labels is not None:  # an image file's label is unknown beside a test image's (``otzoo explain``)
+        labels = [None if v is None else check_label(v, "labels")
+                  for v in np.asarray(labels, dtype=object).reshape(-1)]
     result = signals.gsp_weights(model, batch, layer_name)
     _need_grid(result.grid, "GeneralizedSumPooling layer")
     n = result.weights.shape[1]
@@ -394,6 +423,9 @@ def plot_prototypes(model, path, history=None, class_names=None, layer_name=None
                     cmap="tab20", ylabel="after epoch (0 = start)", yticks=epochs, aspect="auto")
         else:
             ax.bar(np.arange(1, len(changes) + 1), changes, color=UNKNOWN)
+            # a count of classes: from 0, whole numbers (all-zero bars drew an axis from -0.04 to 0.04)
+            ax.set_ylim(0, max(1, int(np.max(changes, initial=0))) * 1.05)
+            ax.yaxis.set_major_locator(_matplotlib("ticker").MaxNLocator(integer=True))
             ax.set_xlabel("epoch", fontsize=FONT_SIZE)
             ax.set_ylabel("classes that changed prototype", fontsize=FONT_SIZE)
             ax.tick_params(labelsize=FONT_SIZE - 1)

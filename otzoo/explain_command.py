@@ -7,6 +7,7 @@ few-shot episode per query, the preset's training log) and prints what was writt
 import argparse
 import os
 import re
+import warnings
 
 import numpy as np
 
@@ -106,6 +107,21 @@ def training_records(preset, weights=None):
         return None, None
     log = next((path for path in (os.path.join(folder, name) for name in LOG_FILES) if os.path.isfile(path)), None)
     return log, (read_card(folder) or {}).get("meta_training") or None
+
+
+def trained_head(preset, weights=None):
+    """The head (retrieval: pooling) arguments the weights ``otzoo explain`` draws were trained with in place of the
+    preset's: the ``head_overrides`` of their directory's card (``zoo.preset_format.weights_directory``), which a
+    run of ``otzoo train --config`` with a tuned configuration (``otzoo tune``'s ``best.json``) records; ``{}`` for
+    the packaged weights, a weights file without a card, a URL, or a card of another preset. The model is built
+    with them, as the run built it: with the preset's own head, a tuned run's weights (e.g. 2 proxies per class
+    instead of 4) did not load."""
+    folder = None if weights is None else weights_directory(weights)
+    card = (read_card(folder) or {}) if folder is not None else {}
+    overrides = card.get("head_overrides")
+    if card.get("name") != preset or not isinstance(overrides, dict):
+        return {}
+    return dict(overrides)
 
 
 class IndicesThenImages(argparse.Action):
@@ -224,7 +240,11 @@ def run(args):
         except ValueError as error:  # an empty or foreign log.csv beside the weights: no curves, the rest is drawn
             log, unreadable = None, str(error).removeprefix("`logs`: ")
     logs = {args.preset: log} if log else None
-    model = zoo.load(args.preset, weights=args.weights)
+    head = trained_head(args.preset, args.weights)
+    with warnings.catch_warnings():  # zoo.load warns that weights were trained without overrides: these they were
+        if head:
+            warnings.filterwarnings("ignore", message=r"zoo\.load\(.*without these overrides", category=UserWarning)
+        model = zoo.load(args.preset, weights=args.weights, **head)
     fitting = available_kinds(model, logs, meta_training)
     kinds = args.kinds or fitting
     no_log = (f"no training log goes with the weights explained: none of {', '.join(LOG_FILES)} in their directory, "

@@ -10,7 +10,7 @@ import sys
 from otzoo.arguments import (CommandError, default_output_directory, open_fraction, output_directory, positive_int,
                               preset_name, seed_value)
 from training.recipes.run_directory import held_state
-from training.tuning.search import TUNING_DATASET, tunable_tasks, tune, tuning_objective
+from training.tuning.search import MODEL_FILES, TUNING_DATASET, tunable_tasks, tune, tuning_objective
 from zoo.backbones import BACKBONES
 from zoo.registry import PRESETS
 
@@ -21,8 +21,9 @@ def run(args):
     ``otzoo train --config`` through ``training.recipes.tuned_config.load_tuned_config``). Each trial trains by the
     preset's recipe on one device of the active backend (TensorFlow, JAX or PyTorch). An --out that holds an earlier
     search (tuner/, best.json) is refused unless --resume continues it or --overwrite replaces it (keras-tuner's own
-    default resumes; a search of many trials is not thrown away by a command run twice). --resume with no search
-    there says so in one line on stderr and starts one."""
+    default resumes; a search of many trials is not thrown away by a command run twice), and so is an --out that
+    holds a trained model (a finished `otzoo train` run, a saved preset: metadata.json, model.weights.h5). --resume
+    with no search there says so in one line on stderr and starts one."""
 
     spec = PRESETS[args.preset]
     if tuning_objective(spec.task) is None:
@@ -31,6 +32,10 @@ def run(args):
     if spec.data.dataset != TUNING_DATASET:
         raise CommandError(f"preset: {args.preset} trains on {spec.data.dataset}; tuning reads Fashion-MNIST only.")
     out = args.out or default_output_directory(os.path.join("otzoo_tune", args.preset))
+    model_files = held_state(out, MODEL_FILES)
+    if model_files:  # a finished `otzoo train` run or a saved preset: the search would replace its run.json
+        raise CommandError(f"--out {out} holds a trained model ({', '.join(model_files)}), not a search; choose "
+                           "another --out.")
     earlier = held_state(out, ["tuner", "best.json"])
     if earlier and not (args.resume or args.overwrite):  # keras-tuner's own default (overwrite=False) resumes
         raise CommandError(f"--out {out} holds an earlier search ({', '.join(earlier)}); pass --resume to continue "
@@ -70,7 +75,8 @@ def register(commands, parser_class):
     sub.add_argument("--seed", type=seed_value, default=0)
     again = sub.add_mutually_exclusive_group()
     again.add_argument("--resume", action="store_true",
-                       help="continue the search in --out, by its settings (--trials may be raised)")
+                       help="continue the search in --out; give the options it began with again (only --trials "
+                            "may change; other differences are refused, naming them)")
     again.add_argument("--overwrite", action="store_true",
                        help="start a new search in --out, replacing an earlier one there (without --resume or "
                             "--overwrite, an --out holding a search is refused)")

@@ -202,3 +202,29 @@ def test_a_few_shot_preset_draws_its_meta_training_from_its_card(tmp_path, capsy
     assert [name for name, _ in drawn] == ["curves.png", "meta_training.png"]
     assert drawn[1][1] == {"meta-training": card["meta_training"]} and len(card["meta_training"]["episode"]) > 1
     assert all(os.path.getsize(out / name) > 0 for name, _ in drawn)
+
+
+@pytest.mark.fashion_mnist
+def test_the_weights_of_a_tuned_run_are_drawn_with_their_head(tmp_path, capsys):
+    """``otzoo train PRESET --config best.json`` (``otzoo tune``'s configuration) trains the preset with the tuned
+    head (here 2 proxies per class instead of 4) and its card records ``head_overrides``; ``otzoo explain PRESET
+    --weights RUN`` built the preset's own head, so the run's weights did not load (exit 2, "mpw_head/proxies has
+    shape (10, 4, 64) in the model and (10, 2, 64) in the file"). The model is now built as the run built it."""
+    import warnings
+
+    import explain.plots
+
+    preset, tuned = "resnet20_mpw_fashion_mnist", {"num_proxies": 2, "epsilon": 0.05}
+    run = tmp_path / "run"
+    model = zoo.load(preset, pretrained=False, **tuned)
+    zoo.save_preset(model, str(run), card={"name": preset, "task": "classification", "head_overrides": tuned})
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        code, printed, err = _main(["explain", preset, "--weights", str(run), "--kinds", "mpw", "--out",
+                                    str(tmp_path / "pictures"), "--dpi", "30"], capsys)
+    assert code == 0, err
+    # no warning that the weights were trained without the overrides they were trained with
+    assert not [w for w in caught if "without these overrides" in str(w.message)]
+    assert printed.splitlines() == [f"mpw: {tmp_path / 'pictures' / 'mpw_test00000.png'}"]
+    with Image.open(tmp_path / "pictures" / "mpw_test00000.png") as image:  # 2 + 2 proxies columns
+        assert image.size == explain.plots.figure_pixels(2 + 2, 2, dpi=30)

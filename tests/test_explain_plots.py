@@ -55,6 +55,20 @@ def test_plot_gsp_weights(tmp_path):
     _check_png(path, 3, 2)
 
 
+def test_gsp_weights_of_an_image_file_beside_a_test_image(tmp_path):
+    """``otzoo explain GSP_PRESET photo.png --test-index 0``: the file's label is unknown (None) beside the test
+    image's; plot_gsp_weights refused the None (a traceback) instead of titling that image by its position."""
+    model = zoo.embedding_model("small_convnet", "gsp", 8, input_shape=(28, 28, 1), backbone_kwargs=SMALL,
+                                pooling_kwargs=dict(num_prototypes=4))
+    path = explain.plot_gsp_weights(model, _images(2), str(tmp_path / "gsp.png"), labels=[None, 1], dpi=DPI)
+    _check_png(path, 2, 2)
+    written = explain.explain_model(model, str(tmp_path / "out"), images=_images(2), labels=[None, 3],
+                                    kinds=["gsp"], dpi=DPI)
+    _check_png(written["gsp"][0], 2, 2)
+    with pytest.raises(ValueError, match="`labels` must be an integer class label, got 1.5"):
+        explain.plot_gsp_weights(model, _images(2), str(tmp_path / "bad.png"), labels=[None, 1.5], dpi=DPI)
+
+
 def test_plot_emd_flows(tmp_path):
     model = zoo.few_shot_model("small_convnet", "emd", ways=3, input_shape=(28, 28, 1), backbone_kwargs=SMALL)
     support, labels = _images(6, seed=1), np.array([0, 1, 2, 0, 1, 2])  # 2 shots: flows to the class means
@@ -154,3 +168,57 @@ def test_explain_model_writes_the_kinds_that_fit(mpw_model, tmp_path):
             assert os.path.getsize(path) > 0
     with pytest.raises(ValueError, match="`kinds`: 'gsp' does not fit"):
         explain.explain_model(mpw_model, str(tmp_path / "out"), images=images, kinds=["gsp"])
+
+
+def _drawn_figures(monkeypatch):
+    """The figures the plots save, kept (``explain.plots._save`` wrapped) to be measured after drawing."""
+    from explain import plots
+    figures, save = [], plots._save
+
+    def keep(figure, path, dpi, title):
+        figures.append(figure)
+        return save(figure, path, dpi, title)
+
+    monkeypatch.setattr(plots, "_save", keep)
+    return figures
+
+
+def _pixels(figure):
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    canvas = FigureCanvasAgg(figure)
+    canvas.draw()
+    return canvas.get_renderer()
+
+
+def test_the_title_of_a_narrow_figure_stays_inside_it(tmp_path, monkeypatch):
+    """A GSP picture of one image (``otzoo explain`` of a GSP preset draws one by default) is one panel wide: its
+    title ran off both sides of the figure; now it is wrapped (and made smaller where needed) inside the figure,
+    above the panels' own titles."""
+    figures = _drawn_figures(monkeypatch)
+    model = zoo.embedding_model("small_convnet", "gsp", 8, input_shape=(28, 28, 1), backbone_kwargs=SMALL,
+                                pooling_kwargs=dict(num_prototypes=4))
+    explain.plot_gsp_weights(model, _images(1), str(tmp_path / "gsp.png"), labels=[1], dpi=DPI)
+    explain.plot_gsp_weights(model, _images(2), str(tmp_path / "gsp2.png"), dpi=DPI)
+    for figure in figures:
+        renderer = _pixels(figure)
+        title = figure._suptitle.get_window_extent(renderer)
+        width = figure.get_figwidth() * figure.dpi
+        assert 0 <= title.x0 and title.x1 <= width, (title, width)
+        assert title.y0 >= max(ax.title.get_window_extent(renderer).y1 for ax in figure.axes if ax.get_title())
+    assert figures[0]._suptitle.get_text().startswith("GSP pooling weights x n")
+
+
+def test_assignment_changes_are_counted_from_zero_in_whole_numbers(tmp_path, monkeypatch):
+    """The bar chart of the classes that changed prototype per epoch: all-zero counts (the presets' logs) drew a
+    count axis from -0.04 to 0.04 with fractional ticks."""
+    figures = _drawn_figures(monkeypatch)
+    model = zoo.image_classifier("small_convnet", "hyperspherical", 5, input_shape=(28, 28, 1),
+                                 backbone_kwargs=SMALL)
+    for counts in ([0, 0, 0], [0, 3, 1]):
+        explain.plot_prototypes(model, str(tmp_path / "p.png"), history=counts, dpi=DPI)
+    for figure, top in zip(figures, (1, 3)):
+        _pixels(figure)
+        bars = figure.axes[-1]
+        assert bars.get_ylim()[0] == 0 and bars.get_ylim()[1] >= top
+        ticks = [t for t in bars.get_yticks() if bars.get_ylim()[0] <= t <= bars.get_ylim()[1]]
+        assert ticks and all(float(t).is_integer() and t >= 0 for t in ticks), ticks

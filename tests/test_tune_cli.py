@@ -250,13 +250,17 @@ def test_tune_bad_input_is_one_line_and_exit_2(args, option, capsys):
 
 def test_tune_from_python_names_what_the_command_line_types_check(tmp_path):
     """batch_size=0 trained with the recipe's 128 without a word; a negative seed was NumPy's error, a file as
-    out_dir a FileExistsError and a list as preset a TypeError."""
+    out_dir a FileExistsError, a list as preset a TypeError, and an unknown backbone was refused by the first
+    trial's build, once out_dir held the search's run.json. Each is one line naming the argument, and nothing is
+    written."""
     from training.tuning.search import tune
     (tmp_path / "afile").write_text("")
     for kwargs, match in [({"batch_size": 0}, "^`batch_size` must be an integer >= 1"),
                           ({"seed": -1}, "^`seed`"),
                           ({"out_dir": str(tmp_path / "afile")}, "^`out_dir` .* is a file"),
                           ({"preset": [PRESET]}, r"^`preset` \['resnet20"),
+                          # the first trial's build refused it, after run.json and tuner/ were written in out_dir
+                          ({"backbone": "vgg99"}, "^`backbone` 'vgg99' is unknown; known backbones: resnet20"),
                           ]:
         arguments = {"preset": PRESET, "trials": 1, "out_dir": str(tmp_path / "search"), "limit": 200, **kwargs}
         with pytest.raises(ValueError, match=match):
@@ -328,3 +332,28 @@ def test_a_card_names_the_tuned_head_it_was_trained_with(tmp_path):
     plain = write_preset(model, spec, str(tmp_path / "plain"), spec.recipe, {"accuracy": 0.5}, 1.0,
                          tf.distribute.get_strategy(), "otzoo train ...")
     assert "head_overrides" not in plain and plain["description"] == spec.description
+
+
+def test_tune_refuses_an_out_holding_a_trained_model(tmp_path, capsys):
+    """``otzoo tune PRESET --out DIR`` where DIR holds a finished ``otzoo train`` run (its card and weights, no
+    backup/) replaced the run's run.json with the search's and wrote tuner/ and best.json among the model's files;
+    --overwrite (which replaces an earlier search) did the same. Now both the command and tune() refuse it in one
+    line, and the directory is left as it was."""
+    from training.tuning.search import tune
+    out = tmp_path / "trained"
+    out.mkdir()
+    for name, text in (("metadata.json", "{}"), ("model.weights.h5", "weights"), ("run.json", '{"name": "x"}')):
+        (out / name).write_text(text)
+    for flags in ([], ["--overwrite"]):
+        with pytest.raises(SystemExit) as exit_info:
+            raise SystemExit(cli.main(["tune", PRESET, "--trials", "1", "--limit", "200", "--batch-size", "32",
+                                       "--backbone", "small_convnet", "--out", str(out)] + flags))
+        assert exit_info.value.code == 2
+        err = capsys.readouterr().err.strip()
+        assert f"--out {out} holds a trained model (metadata.json, model.weights.h5)" in err, err
+        assert len(err.splitlines()) == 1
+    for flags in ({}, {"overwrite": True}, {"resume": True}):
+        with pytest.raises(ValueError, match=r"^`out_dir` .* holds a trained model \(metadata.json"):
+            tune(PRESET, 1, str(out), limit=200, batch_size=32, backbone="small_convnet", verbose=0, **flags)
+    assert sorted(os.listdir(out)) == ["metadata.json", "model.weights.h5", "run.json"]
+    assert (out / "run.json").read_text() == '{"name": "x"}'

@@ -52,6 +52,8 @@ from training.recipes.run_directory import claim_run_directory, held_state, run_
 from training.recipes.tuned_config import CONFIG_FORMAT
 from training.recipes.validation import VALIDATION_IMAGES_PER_CLASS, held_out_classes_split, validation_split
 from training.tuning.trial import trial_score, trial_setup, trial_weight_decay
+from zoo.backbones import BACKBONES
+from zoo.preset_format import CARD_FILE, WEIGHTS_FILE
 from zoo.registry import PRESETS
 
 # The JSON written by ``tune`` (``OUT/best.json``):
@@ -65,8 +67,11 @@ from zoo.registry import PRESETS
 # layer-state callbacks' (e.g. "prototype_changes"); a trial whose Sinkhorn head ran to ``max_iter`` shows it there.
 # Only "preset", "head_kwargs" and "learning_rate" are read back (load_tuned_config); the rest documents the search.
 TUNING_DATASET = "fashion_mnist"  # the only data set the trials read (the recipes' tuning_data)
+# A trained model's files (a finished ``otzoo train`` run's, a saved preset's): an out_dir holding them is refused, a
+# search there replaced the run's run.json and mixed its tuner/ and best.json with the model's files.
+MODEL_FILES = (CARD_FILE, WEIGHTS_FILE)
 __all__ = ["tune", "search_space", "tuning_objective", "tunable_tasks", "format_summary", "validation_split",
-           "held_out_classes_split", "VALIDATION_IMAGES_PER_CLASS", "CONFIG_FORMAT"]
+           "held_out_classes_split", "VALIDATION_IMAGES_PER_CLASS", "CONFIG_FORMAT", "MODEL_FILES"]
 
 
 def tuning_objective(task):
@@ -201,7 +206,8 @@ def tune(preset, trials, out_dir, epochs=1, limit=None, batch_size=None, backbon
     raise ``training.recipes.run_directory.ResumeMismatchError``); ``overwrite``: start a new search in an
     ``out_dir`` that holds one (``tuner/`` or ``best.json``), replacing it (its ``best.json`` is removed when the
     new search begins); without either such an ``out_dir`` is refused, so a search of many trials is not thrown
-    away by a call made twice; ``verbose``: 1 prints keras-tuner's per-trial progress and the summary, 0 nothing.
+    away by a call made twice (an ``out_dir`` holding a trained model, :data:`MODEL_FILES`, is refused either way);
+    ``verbose``: 1 prints keras-tuner's per-trial progress and the summary, 0 nothing.
     Each trial is initialized from :func:`trial_seed` of ``seed`` and its values, so a trial scores the same in a
     resumed search as in a fresh one. A GSP retrieval trial pools like GAP during its first epoch (the warm-up of
     ``GSPPrototypeInit``): give it ``epochs >= 2``.
@@ -209,6 +215,9 @@ def tune(preset, trials, out_dir, epochs=1, limit=None, batch_size=None, backbon
     kt = require("keras_tuner", "tune", "otzoo tune")
     if not isinstance(preset, str) or preset not in PRESETS:
         raise ValueError(f"`preset` {preset!r} is unknown; known presets: {', '.join(sorted(PRESETS))}.")
+    if backbone is not None and (not isinstance(backbone, str) or backbone not in BACKBONES):
+        # checked here, not by the first trial's build, which ran once the out_dir was claimed (run.json written)
+        raise ValueError(f"`backbone` {backbone!r} is unknown; known backbones: {', '.join(BACKBONES)}.")
     trials = check_positive_int("trials", trials)
     epochs = check_positive_int("epochs", epochs)
     if limit is not None:
@@ -216,6 +225,10 @@ def tune(preset, trials, out_dir, epochs=1, limit=None, batch_size=None, backbon
     seed = check_seed("seed", seed)
     check_output_path("out_dir", out_dir, directory=True)
     resume, overwrite = check_flag("resume", resume), check_flag("overwrite", overwrite)
+    model_files = held_state(out_dir, MODEL_FILES)
+    if model_files:
+        raise ValueError(f"`out_dir` {out_dir!r} holds a trained model ({', '.join(model_files)}), not a search: a "
+                         "search there would replace its run.json; tune into another directory.")
     if resume and overwrite:
         raise ValueError("`overwrite`: pass resume=True to continue a search or overwrite=True to replace it, not "
                          "both.")
