@@ -332,6 +332,12 @@ def test_a_card_names_the_tuned_head_it_was_trained_with(tmp_path):
     plain = write_preset(model, spec, str(tmp_path / "plain"), spec.recipe, {"accuracy": 0.5}, 1.0,
                          tf.distribute.get_strategy(), "otzoo train ...")
     assert "head_overrides" not in plain and plain["description"] == spec.description
+    # with --limit the preset's own text (trained on the whole split) would be false: the card's split is named
+    (tmp_path / "limited").mkdir()
+    limited = write_preset(model, spec, str(tmp_path / "limited"), spec.recipe, {"accuracy": 0.5}, 1.0,
+                           tf.distribute.get_strategy(), "otzoo train ... --limit 256", limit=256)
+    assert limited["description"] != spec.description and "first 256 images" in limited["description"]
+    assert limited["split"] in limited["description"]
 
 
 def test_tune_refuses_an_out_holding_a_trained_model(tmp_path, capsys):
@@ -357,3 +363,82 @@ def test_tune_refuses_an_out_holding_a_trained_model(tmp_path, capsys):
             tune(PRESET, 1, str(out), limit=200, batch_size=32, backbone="small_convnet", verbose=0, **flags)
     assert sorted(os.listdir(out)) == ["metadata.json", "model.weights.h5", "run.json"]
     assert (out / "run.json").read_text() == '{"name": "x"}'
+
+
+class _SearchStarted(Exception):
+    """Raised in place of the search's first trial: the test stops where keras-tuner would start training."""
+
+
+def _stop_before_the_trials(monkeypatch):
+    """tune() runs to its search (checks, data, run directory claimed, an earlier search removed), then stops."""
+    from training.tuning import search
+
+    def started(*args, **kwargs):
+        raise _SearchStarted
+
+    monkeypatch.setattr(search, "_preset_hypermodel", started)
+
+
+@pytest.mark.fashion_mnist
+def test_resume_without_trials_to_resume_keeps_the_earlier_best_json(tmp_path, capsys, monkeypatch):
+    """``--resume`` in an --out holding best.json but no tuner/ warned on stderr, then started a new search whose
+    best.json replaced the earlier one: the earlier result was lost. Now the command and tune() refuse it in one line
+    (the command naming --out and suggesting --overwrite) and best.json is left as it was."""
+    from training.tuning.search import tune
+    _stop_before_the_trials(monkeypatch)
+    out = tmp_path / "search"
+    out.mkdir()
+    (out / "best.json").write_text('{"earlier": true}')
+    with pytest.raises(SystemExit) as exit_info:
+        raise SystemExit(cli.main(["tune", PRESET, "--trials", "1", "--limit", "200", "--batch-size", "32",
+                                   "--backbone", "small_convnet", "--resume", "--out", str(out)]))
+    assert exit_info.value.code == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith(f"otzoo tune: error: --out {out} holds the best.json of an earlier search but not its "
+                          "trials (tuner/)"), err
+    assert "--overwrite" in err and len(err.splitlines()) == 1
+    with pytest.raises(ValueError, match=r"^`resume`: `out_dir` .* holds the best.json of an earlier search but "
+                                         r"not its trials \(tuner/\).*overwrite=True"):
+        tune(PRESET, 1, str(out), limit=200, batch_size=32, backbone="small_convnet", verbose=0, resume=True)
+    assert sorted(os.listdir(out)) == ["best.json"] and (out / "best.json").read_text() == '{"earlier": true}'
+
+
+@pytest.mark.fashion_mnist
+def test_overwrite_removes_the_earlier_search_of_another_preset(tmp_path, capsys, monkeypatch):
+    """``--overwrite`` cleared only keras-tuner's tuner/<PRESET> of the new search's preset: an earlier search of
+    another preset left its tuner/<other> in place. Now the earlier search's own files (tuner/, best.json, its
+    run.json record) are replaced, and nothing else in --out is touched."""
+    _stop_before_the_trials(monkeypatch)
+    other = "resnet20_hyperspherical_fashion_mnist"
+    assert other in PRESETS and other != PRESET
+    out = tmp_path / "search"
+    (out / "tuner" / other / "trial_0").mkdir(parents=True)
+    (out / "tuner" / other / "trial_0" / "trial.json").write_text("{}")
+    (out / "tuner" / other / "oracle.json").write_text("{}")
+    (out / "best.json").write_text(json.dumps({"preset": other}))
+    (out / "run.json").write_text(json.dumps({"name": other}))
+    (out / "notes.txt").write_text("mine")
+    with pytest.raises(_SearchStarted):
+        cli.main(["tune", PRESET, "--trials", "1", "--limit", "200", "--batch-size", "32", "--backbone",
+                  "small_convnet", "--overwrite", "--out", str(out)])
+    assert sorted(os.listdir(out)) == ["notes.txt", "run.json"]
+    assert (out / "notes.txt").read_text() == "mine"
+    assert json.load(open(out / "run.json"))["name"] == PRESET  # the new search's record
+
+
+@pytest.mark.fashion_mnist
+@pytest.mark.parametrize("preset, args, start", [
+    # 4 of the 5 seen classes held out leave fewer than two to train on
+    ("resnet20_gsp_retrieval_fashion_mnist", ["--validation-fraction", "0.9"], "--validation-fraction 0.9: "),
+    # 1% of 2 images per class holds out none
+    (PRESET, ["--validation-fraction", "0.01", "--limit", "20"], "--limit 20: "),
+])
+def test_a_validation_part_that_cannot_be_carved_names_the_options(preset, args, start, tmp_path, capsys):
+    """The error named the Python arguments (`validation_fraction`, `limit`) rather than the options typed."""
+    with pytest.raises(SystemExit) as exit_info:
+        raise SystemExit(cli.main(["tune", preset, "--out", str(tmp_path / "search")] + args))
+    assert exit_info.value.code == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith(f"otzoo tune: error: {start}"), err
+    assert "--validation-fraction" in err and "`" not in err and len(err.splitlines()) == 1
+    assert not (tmp_path / "search").exists()

@@ -267,16 +267,16 @@ def write_preset(model, spec, out_dir, recipe, metrics, train_time, strategy, co
     write_config(model, out_dir)
     weights = os.path.join(out_dir, WEIGHTS_FILE)
     model.save_weights(weights)
-    default = PRESETS.get(spec.name)
-    description = spec.description if default is not None and default.data == spec.data else \
-        f"The {spec.name} architecture and recipe, trained on {spec.data.dataset} ({spec.data.split})."
-    if head_overrides:
-        description = (f"The {spec.name} architecture and recipe with the tuned head parameters "
-                       f"{json.dumps(head_overrides, sort_keys=True)}, trained on {spec.data.dataset} "
-                       f"({spec.data.split}).")
     among = "" if spec.task == "classification" else " (those of the training classes among them)"
     split = spec.data.split if limit is None else \
         f"{spec.data.split}; trained on the first {limit:,} images of the training split{among} (--limit {limit})"
+    default = PRESETS.get(spec.name)
+    # the preset's own description only for its own data in full: with --limit it would claim the whole split
+    description = spec.description if default is not None and default.data == spec.data and limit is None else \
+        f"The {spec.name} architecture and recipe, trained on {spec.data.dataset} ({split})."
+    if head_overrides:
+        description = (f"The {spec.name} architecture and recipe with the tuned head parameters "
+                       f"{json.dumps(head_overrides, sort_keys=True)}, trained on {spec.data.dataset} ({split}).")
     card = dict(name=spec.name, task=spec.task, dataset=spec.data.dataset, split=split,
                 description=description, recipe=published_recipe(recipe), metrics=metrics,
                 parameters=int(model.count_params()), weights_sha256=sha256_of(weights),
