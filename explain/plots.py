@@ -378,8 +378,8 @@ def plot_prototypes(model, path, history=None, class_names=None, layer_name=None
     training with labels), the cosines between representatives and assigned prototypes (a diagonal of ones is a
     perfect fit); when ``history`` is given, the assignment over epochs (a list of assignments, e.g.
     ``explain.AssignmentHistory().assignments``, drawn as epochs x classes) or the per-epoch counts of changed
-    classes (``PrototypeReassignment.changes`` or a CSV log with ``prototype_changes``). ``model``: a model holding
-    the layer, or the layer.
+    classes (``PrototypeReassignment.changes`` or a CSV log with ``prototype_changes``; an epoch without a count, an
+    empty or NA cell, gets no bar). ``model``: a model holding the layer, or the layer.
     """
     check_output(path, dpi, class_names)
     geometry = signals.prototype_geometry(model, layer_name)
@@ -422,14 +422,21 @@ def plot_prototypes(model, path, history=None, class_names=None, layer_name=None
                     f"{list(int(c) for c in changes)}", vmin=0, vmax=max(count - 1, 1), fmt="{:d}",
                     cmap="tab20", ylabel="after epoch (0 = start)", yticks=epochs, aspect="auto")
         else:
-            ax.bar(np.arange(1, len(changes) + 1), changes, color=UNKNOWN)
+            counts = np.asarray(changes, dtype=float)
+            epochs = np.arange(1, len(counts) + 1)
+            known = np.isfinite(counts)  # an epoch without a count (an empty log cell) gets no bar
+            ax.bar(epochs[known], counts[known], color=UNKNOWN)
+            ax.set_xlim(0.4, max(len(counts), 1) + 0.6)  # every epoch's place, with or without its bar
             # a count of classes: from 0, whole numbers (all-zero bars drew an axis from -0.04 to 0.04)
-            ax.set_ylim(0, max(1, int(np.max(changes, initial=0))) * 1.05)
+            ax.set_ylim(0, max(1, int(np.max(counts[known], initial=0))) * 1.05)
             ax.yaxis.set_major_locator(_matplotlib("ticker").MaxNLocator(integer=True))
+            ax.xaxis.set_major_locator(_matplotlib("ticker").MaxNLocator(integer=True))
             ax.set_xlabel("epoch", fontsize=FONT_SIZE)
             ax.set_ylabel("classes that changed prototype", fontsize=FONT_SIZE)
             ax.tick_params(labelsize=FONT_SIZE - 1)
-            ax.set_title("assignment changes per epoch", fontsize=FONT_SIZE)
+            missing = int(np.sum(~known))
+            ax.set_title("assignment changes per epoch" + (f"\n({missing} epoch(s) without a count: no bar)"
+                                                           if missing else ""), fontsize=FONT_SIZE)
     title = f"Hyperspherical prototypes: {count} classes on the unit sphere of dimension {geometry.assigned.shape[1]}"
     return _save(figure, path, dpi, title)
 

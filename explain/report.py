@@ -90,8 +90,8 @@ def explain_model(model, out, images=None, labels=None, names=None, kinds=None, 
     images: 0-255 images (a batch, or one image), fitted to the model's input; labels: their labels (or ``None``);
       names: one file-name stem per image (default ``image0``, ``image1``, ...).
     kinds: the kinds to draw (default: every kind :func:`available_kinds` finds whose inputs are given: retrieval
-      with a ``gallery``, emd with a ``support``); asking for one that does not fit, or whose inputs are missing,
-      raises ``ValueError`` naming it before anything is computed or written.
+      with a ``gallery``, emd with a ``support``; a kind named twice is drawn once); asking for one that does not
+      fit, or whose inputs are missing, raises ``ValueError`` naming it before anything is computed or written.
     class_names: label names (for a few-shot model: names of the episode labels ``0..ways-1``).
     gallery, gallery_labels, gallery_exclude: the retrieval gallery, its labels and per image a gallery index to
       skip (the image itself), or -1.
@@ -112,6 +112,8 @@ def explain_model(model, out, images=None, labels=None, names=None, kinds=None, 
         if not kinds:
             raise ValueError(f"Nothing to draw for model {model.name!r}: its kinds ({', '.join(fitting)}) need "
                              "`images` (and `gallery` for retrieval, `support` for emd).")
+    else:  # a kind named twice is drawn once, in the order of its first appearance
+        kinds = list(dict.fromkeys(kinds)) if isinstance(kinds, (list, tuple)) else kinds
     for kind in kinds:  # every kind is checked before anything is computed or written
         if kind not in KINDS:
             raise ValueError(f"`kinds`: unknown kind {kind!r}; known kinds: {', '.join(KINDS)}.")

@@ -225,20 +225,30 @@ class AssignmentHistory(keras.callbacks.Callback):
         self._record()
 
 
+def _counts(values):
+    """Counts as integers, or as floats with NaN where one is missing (``None``, NaN; ``astype(int)`` made a NaN
+    -9223372036854775808)."""
+    counts = np.array([np.nan if value is None else value for value in np.asarray(values).tolist()], dtype=float)
+    return counts if np.isnan(counts).any() else counts.astype(int)
+
+
 def assignment_changes(history):
     """Per-epoch counts of classes that changed prototype, from a history: a sequence of ``(K,)`` assignments
     (e.g. ``AssignmentHistory.assignments``: the counts are the differences of consecutive ones), a sequence of
-    counts (``PrototypeReassignment.changes``), or a CSV log with a ``prototype_changes`` column."""
+    counts (``PrototypeReassignment.changes``), or a CSV log with a ``prototype_changes`` column.
+
+    An epoch without a count (an empty or NA cell of the log, e.g. one the callback did not run at; ``None`` or NaN
+    among the counts) is NaN, and the counts are then floats; else they are integers."""
     if isinstance(history, (str, os.PathLike)):
         columns = read_training_log(history)
         if "prototype_changes" not in columns:
             raise ValueError(f"`history`: the log {os.fspath(history)!r} has no 'prototype_changes' column.")
-        return columns["prototype_changes"].astype(int)
+        return _counts(columns["prototype_changes"])
     array = np.asarray(history)
     if array.ndim == 2:
         return np.sum(array[1:] != array[:-1], axis=1)
     if array.ndim == 1:
-        return array.astype(int)
+        return _counts(array)
     raise ValueError(f"`history` must be a list of assignments (E, K), of counts (E,) or a CSV log path, got an "
                      f"array of shape {array.shape}.")
 

@@ -80,7 +80,8 @@ def register(commands, parser_class):
     sub.add_argument("--out", required=True, type=output_directory,
                      help="folder the PNG files are written into (created if needed)")
     sub.add_argument("--kinds", nargs="+", choices=KINDS, default=None, metavar="KIND",
-                     help=f"draw only these kinds ({', '.join(KINDS)}); default: every kind that fits the preset")
+                     help=f"draw only these kinds ({', '.join(KINDS)}; a kind named twice is drawn once); "
+                          "default: every kind that fits the preset")
     sub.add_argument("--weights", type=weights_location, default=None,
                      help="a weights file or preset directory instead of the packaged weights")
     sub.add_argument("--top-k", type=positive_int, default=5, help="neighbours in the retrieval panel (default 5)")
@@ -246,7 +247,7 @@ def run(args):
             warnings.filterwarnings("ignore", message=r"zoo\.load\(.*without these overrides", category=UserWarning)
         model = zoo.load(args.preset, weights=args.weights, **head)
     fitting = available_kinds(model, logs, meta_training)
-    kinds = args.kinds or fitting
+    kinds = list(dict.fromkeys(args.kinds)) if args.kinds else fitting  # a kind named twice is drawn once
     no_log = (f"no training log goes with the weights explained: none of {', '.join(LOG_FILES)} in their directory, "
               "nor a card with a meta-training history" if unreadable is None else
               f"the training log beside the weights cannot be read: {unreadable}")

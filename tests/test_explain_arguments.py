@@ -133,3 +133,19 @@ def test_the_command_line_makes_repeated_image_stems_distinct():
     assert _distinct(["shoe", "shoe", "test00003", "shoe_1", "test00003"]) == [
         "shoe", "shoe_1", "test00003", "shoe_1_1", "test00003_1"]
     assert greedy_k_center(np.eye(3), 2, initial=np.zeros((0, 3))).shape == (2,)  # no centers in place
+
+
+def test_explain_model_draws_a_kind_named_twice_once(mpw_model, tmp_path, monkeypatch):
+    """``kinds=["mpw", "mpw"]`` drew (and listed) each image's MPW picture twice; repeated kinds are dropped, in the
+    order of their first appearance."""
+    from explain import plots
+    drawn, original = [], plots.plot_mpw_plans
+
+    def recording(model, image, path, **kwargs):
+        drawn.append(os.path.basename(path))
+        return original(model, image, path, **kwargs)
+
+    monkeypatch.setattr(plots, "plot_mpw_plans", recording)
+    written = explain.explain_model(mpw_model, str(tmp_path / "out"), images=_images(1), kinds=["mpw", "mpw"],
+                                    dpi=40)
+    assert drawn == ["mpw_image0.png"] and written == {"mpw": [str(tmp_path / "out" / "mpw_image0.png")]}

@@ -228,3 +228,24 @@ def test_the_weights_of_a_tuned_run_are_drawn_with_their_head(tmp_path, capsys):
     assert printed.splitlines() == [f"mpw: {tmp_path / 'pictures' / 'mpw_test00000.png'}"]
     with Image.open(tmp_path / "pictures" / "mpw_test00000.png") as image:  # 2 + 2 proxies columns
         assert image.size == explain.plots.figure_pixels(2 + 2, 2, dpi=30)
+
+
+@pytest.mark.fashion_mnist
+def test_a_kind_named_twice_is_drawn_and_printed_once(tmp_path, capsys, monkeypatch):
+    """``--kinds mpw mpw`` drew the same file twice and printed it twice; repeated kinds are dropped, keeping the
+    order in which they first appear."""
+    import explain.plots
+
+    drawn, original = [], explain.plots.plot_mpw_plans
+
+    def recording(model, image, path, **kwargs):
+        drawn.append(path)
+        return original(model, image, path, **kwargs)
+
+    monkeypatch.setattr(explain.plots, "plot_mpw_plans", recording)
+    out = tmp_path / "pictures"
+    code, printed, err = _main(["explain", "resnet20_mpw_fashion_mnist", "--test-index", "0", "--kinds", "mpw",
+                                "curves", "mpw", "--out", str(out), "--dpi", "40"], capsys)
+    assert code == 0, err
+    assert printed.splitlines() == [f"mpw: {out}/mpw_test00000.png", f"curves: {out}/curves.png"]
+    assert drawn == [f"{out}/mpw_test00000.png"]

@@ -222,3 +222,24 @@ def test_assignment_changes_are_counted_from_zero_in_whole_numbers(tmp_path, mon
         assert bars.get_ylim()[0] == 0 and bars.get_ylim()[1] >= top
         ticks = [t for t in bars.get_yticks() if bars.get_ylim()[0] <= t <= bars.get_ylim()[1]]
         assert ticks and all(float(t).is_integer() and t >= 0 for t in ticks), ticks
+
+
+def test_epochs_without_a_prototype_change_count_get_no_bar(tmp_path, monkeypatch):
+    """A log whose ``prototype_changes`` column has empty or NA cells (epochs the callback did not run at): the NaN
+    became -9223372036854775808 (``astype(int)``) and drew a meaningless bar. Now such an epoch has no bar, the
+    others keep theirs at their own epoch, and the panel's title counts the epochs left out."""
+    figures = _drawn_figures(monkeypatch)
+    model = zoo.image_classifier("small_convnet", "hyperspherical", 5, input_shape=(28, 28, 1),
+                                 backbone_kwargs=SMALL)
+    log = tmp_path / "log.csv"
+    log.write_text("epoch,loss,prototype_changes\n0,1.0,3\n1,0.9,\n2,0.8,NA\n3,0.7,1\n")
+    for history in (str(log), [3, None, float("nan"), 1]):
+        path = explain.plot_prototypes(model, str(tmp_path / "p.png"), history=history, dpi=DPI)
+        _check_png(path, 2, 1, 2 * PANEL_INCHES)
+    for figure in figures:
+        _pixels(figure)
+        bars = figure.axes[-1]
+        drawn = sorted((patch.get_x() + patch.get_width() / 2, patch.get_height()) for patch in bars.patches)
+        assert drawn == [(1, 3), (4, 1)], drawn
+        assert bars.get_ylim() == (0, pytest.approx(3 * 1.05)) and bars.get_xlim()[1] > 4
+        assert "2 epoch(s) without a count" in bars.get_title()

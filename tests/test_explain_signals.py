@@ -175,3 +175,13 @@ def test_read_training_log(tmp_path):
     (tmp_path / "bad.csv").write_text("step,loss\n0,1\n")
     with pytest.raises(ValueError, match="epoch"):
         explain.read_training_log(str(tmp_path / "bad.csv"))
+
+
+def test_assignment_changes_of_epochs_without_a_count_are_nan(tmp_path):
+    """An empty or NA ``prototype_changes`` cell (an epoch the callback did not run at) was cast to
+    -9223372036854775808; it is NaN now (the counts then floats), and complete counts stay integers."""
+    log = tmp_path / "log.csv"
+    log.write_text("epoch,loss,prototype_changes\n0,1.0,4\n1,0.5,\n2,0.4,NA\n3,0.3,0\n")
+    np.testing.assert_array_equal(assignment_changes(str(log)), [4, np.nan, np.nan, 0])
+    np.testing.assert_array_equal(assignment_changes([2, None, 1]), [2, np.nan, 1])
+    assert assignment_changes([2, 0, 1]).dtype.kind == "i"

@@ -38,6 +38,7 @@ the few-shot head's space is defined here but its trials need the episodic recip
 import json
 import math
 import os
+import shutil
 import zlib
 
 import keras
@@ -192,6 +193,17 @@ def format_summary(preset, trials, objective="val_accuracy"):
     return "\n".join(lines)
 
 
+def _remove_search(out_dir):
+    """Remove what a search wrote in ``out_dir`` besides its ``run.json``: ``tuner/`` (the trials of every preset
+    searched there) and ``best.json``; nothing else."""
+    for name in ("tuner", "best.json"):
+        path = os.path.join(out_dir, name)
+        if os.path.isdir(path) and not os.path.islink(path):
+            shutil.rmtree(path)
+        elif os.path.lexists(path):
+            os.remove(path)
+
+
 def tune(preset, trials, out_dir, epochs=1, limit=None, batch_size=None, backbone=None, validation_fraction=0.2,
          seed=0, resume=False, overwrite=False, verbose=1):
     """Random search over the head's parameters and the learning rate of ``preset``; returns the best
@@ -204,9 +216,12 @@ def tune(preset, trials, out_dir, epochs=1, limit=None, batch_size=None, backbon
     at least two classes) held out to score trials; ``resume``: continue a search in ``out_dir`` instead of
     starting over (the same search only, ``trials`` apart: ``out_dir/run.json`` records it, and other settings
     raise ``training.recipes.run_directory.ResumeMismatchError``); ``overwrite``: start a new search in an
-    ``out_dir`` that holds one (``tuner/`` or ``best.json``), replacing it (its ``best.json`` is removed when the
-    new search begins); without either such an ``out_dir`` is refused, so a search of many trials is not thrown
-    away by a call made twice (an ``out_dir`` holding a trained model, :data:`MODEL_FILES`, is refused either way);
+    ``out_dir`` that holds one (``tuner/`` or ``best.json``), replacing it (when the new search begins, the
+    earlier one's ``tuner/``, whatever preset it searched, and ``best.json`` are removed and ``run.json`` records the
+    new search; nothing else is touched); without either such an ``out_dir`` is refused, so a search of many trials
+    is not thrown away by a call made twice (an ``out_dir`` holding a trained model, :data:`MODEL_FILES`, is refused
+    either way), and so is ``resume`` in an ``out_dir`` holding a ``best.json`` but no ``tuner/`` (nothing to
+    resume, and the new search would replace that ``best.json``);
     ``verbose``: 1 prints keras-tuner's per-trial progress and the summary, 0 nothing.
     Each trial is initialized from :func:`trial_seed` of ``seed`` and its values, so a trial scores the same in a
     resumed search as in a fresh one. A GSP retrieval trial pools like GAP during its first epoch (the warm-up of
@@ -236,6 +251,10 @@ def tune(preset, trials, out_dir, epochs=1, limit=None, batch_size=None, backbon
     if earlier and not (resume or overwrite):  # keras-tuner's own default (overwrite=False) resumes
         raise ValueError(f"`out_dir` {out_dir!r} holds an earlier search ({', '.join(earlier)}); pass resume=True "
                          "to continue it, or overwrite=True to start a new search in its place.")
+    if resume and earlier == ["best.json"]:  # a new search would replace best.json: the earlier result lost
+        raise ValueError(f"`resume`: `out_dir` {out_dir!r} holds the best.json of an earlier search but not its "
+                         "trials (tuner/), so there is nothing to resume; pass overwrite=True to replace it, or tune "
+                         "into another directory.")
     spec = PRESETS[preset]
     # None takes the recipe's batch size; 0 is refused (``batch_size or ...`` trained with 128 without a word)
     batch_size = check_positive_int("batch_size", spec.recipe.batch_size if batch_size is None else batch_size)
@@ -260,8 +279,8 @@ def tune(preset, trials, out_dir, epochs=1, limit=None, batch_size=None, backbon
                               f"batch of {batch_size}; lower `batch_size` or raise `limit`",
                               *(("limit", limit) if limit is not None else ("batch_size", batch_size)))
     claim_run_directory(out_dir, search, state=("tuner",) if resume else (), restarts=() if resume else ("tuner",))
-    if overwrite and os.path.isfile(os.path.join(out_dir, "best.json")):  # the replaced search's, until this one ends
-        os.remove(os.path.join(out_dir, "best.json"))
+    if overwrite:  # the replaced search's own files (run.json now records this one): all its trials, of whatever
+        _remove_search(out_dir)  # preset (keras-tuner's overwrite clears tuner/PRESET only), and its best.json
     trial_spec = spec.with_recipe(epochs=epochs, batch_size=batch_size)
     hypermodel = _preset_hypermodel(trial_spec, params, (train, val), backbone, seed)
     tuner = kt.RandomSearch(hypermodel, objective=kt.Objective(objective, direction="max"), max_trials=trials,
