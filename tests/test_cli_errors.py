@@ -282,7 +282,7 @@ def test_evaluate_on_a_too_small_slice_is_one_line(preset, limit, message, capsy
 
 @pytest.mark.fashion_mnist
 @pytest.mark.parametrize("preset, limit, message", [
-    ("resnet20_mpw_fashion_mnist", 1, "`validation_fraction` 0.2 of 1 examples holds out no example"),
+    ("resnet20_mpw_fashion_mnist", 1, "--validation-fraction 0.2 of 1 examples holds out no example"),
     ("resnet20_mpw_fashion_mnist", 50, "training examples left after the validation split, fewer than one batch"),
     ("resnet20_gsp_retrieval_fashion_mnist", 1, "leaves fewer than two to train on"),
 ])

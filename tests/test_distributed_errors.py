@@ -137,7 +137,9 @@ def test_a_launcher_stopped_by_a_signal_stops_its_workers(signum, tmp_path):
     pids.mkdir()
     worker = (f"import os, time; open(os.path.join({str(pids)!r}, str(os.getpid())), 'w').close(); "
               "time.sleep(120)")
-    launcher = ("import sys\nfrom training.distributed.launch import launch_workers\n"
+    # the default handlers first: a test run under nohup would hand the launcher an ignored SIGHUP, which it keeps
+    launcher = ("import signal, sys\nfrom training.distributed.launch import launch_workers\n"
+                "signal.signal(signal.SIGHUP, signal.SIG_DFL); signal.signal(signal.SIGTERM, signal.SIG_DFL)\n"
                 f"launch_workers([sys.executable, '-c', {worker!r}], 2, {str(tmp_path / 'logs')!r}, timeout=150)\n")
     process = subprocess.Popen([sys.executable, "-c", launcher], cwd=ROOT, stdout=subprocess.PIPE,
                                stderr=subprocess.STDOUT, text=True)
