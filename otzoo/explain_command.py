@@ -7,7 +7,6 @@ few-shot episode per query, the preset's training log) and prints what was writt
 import argparse
 import os
 import re
-import warnings
 
 import numpy as np
 
@@ -241,11 +240,7 @@ def run(args):
         except ValueError as error:  # an empty or foreign log.csv beside the weights: no curves, the rest is drawn
             log, unreadable = None, str(error).removeprefix("`logs`: ")
     logs = {args.preset: log} if log else None
-    head = trained_head(args.preset, args.weights)
-    with warnings.catch_warnings():  # zoo.load warns that weights were trained without overrides: these they were
-        if head:
-            warnings.filterwarnings("ignore", message=r"zoo\.load\(.*without these overrides", category=UserWarning)
-        model = zoo.load(args.preset, weights=args.weights, **head)
+    model = zoo.load(args.preset, weights=args.weights, **trained_head(args.preset, args.weights))
     fitting = available_kinds(model, logs, meta_training)
     kinds = list(dict.fromkeys(args.kinds)) if args.kinds else fitting  # a kind named twice is drawn once
     no_log = (f"no training log goes with the weights explained: none of {', '.join(LOG_FILES)} in their directory, "

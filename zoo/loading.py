@@ -277,7 +277,8 @@ def load(name, pretrained=True, weights=None, **overrides):
     For a built-in ``name`` only: ``pretrained=False`` gives :func:`build`'s untrained model; ``overrides`` go to
     :func:`build` (the weights then load only if the shapes still match, with a warning, for an override that
     changes the preset, that the card describes the model without it and that the weights of layers it removes are
-    not used); ``weights``: a ``.weights.h5`` file, a preset directory (its ``model.weights.h5``) or an http(s) URL
+    not used, unless the card of the weights records the override among its ``head_overrides``, as a run of a tuned
+    configuration's does); ``weights``: a ``.weights.h5`` file, a preset directory (its ``model.weights.h5``) or an http(s) URL
     (fetched with ``keras.utils.get_file`` into ``$KERAS_HOME``; one that cannot be fetched raises
     :class:`WeightsDownloadError`, a ``ConnectionError``) instead of the packaged weights; ``weights`` with
     ``pretrained=False`` is refused. Weights are checked before they load against the card that accompanies them:
@@ -311,7 +312,10 @@ def load(name, pretrained=True, weights=None, **overrides):
     else:
         path, card = weights_with_card(weights)
     changed = _changes(PRESETS[name], overrides)
-    if not changed:
+    recorded = (card or {}).get("head_overrides")
+    if not changed or (isinstance(recorded, dict) and all(recorded.get(k) == v for k, v in changed.items())):
+        # the card of the weights records these overrides (a run of `otzoo train --config` of a tuned head): the
+        # weights were trained with them, and nothing of the warning below would be true
         return load_weights(model, path, card)
     changes = ", ".join(f"{key}={value!r}" for key, value in changed.items())
     try:

@@ -281,12 +281,12 @@ def check_replica_batches(strategy, data, validation_data=None, validation_steps
         if sizes is None or sizes[0] >= replicas:
             continue
         smallest, largest, examples = sizes
-        size = "a batch size (otzoo train --batch-size)" if name == "data" else "a data size or batch size"
+        option = " (otzoo train --batch-size)" if name == "data" else ""
         if smallest == largest:
-            found, fix = f"batches of {smallest} example(s)", f"a batch size of at least {replicas}"
-            fix += " (otzoo train --batch-size)" if name == "data" else ""
+            found, fix = f"batches of {smallest} example(s)", f"a batch size of at least {replicas}{option}"
         else:
             found = f"{examples} examples in batches of {largest} include a batch of {smallest}"
+            size = f"a batch size{option}" if name == "data" else "a data size or batch size"
             fix = f"{size} that leaves a last batch of 0 or at least {replicas} examples, or drop_remainder=True"
         raise EmptyReplicaError(
             f"`{name}`: {found}, fewer than the {replicas} replicas of strategy {strategy_name(strategy)}, so a "
