@@ -51,11 +51,12 @@ again once the dataset is exhausted: with ``steps_per_epoch`` an epoch continues
 a repeated dataset every epoch gets new batches), and an epoch that reaches the end of a finite dataset ends there.
 A function ``epoch -> Dataset`` gives each epoch a dataset of its own.
 """
+import collections
 import warnings
 
 import keras
 
-from ot_layers.optional import tensorflow_if_installed
+from ot_layers.optional import AbsentModule, tensorflow_if_installed
 from ot_layers.validation import check_output_path, check_positive_int
 from training.distributed.checkpoints import AtomicBackupAndRestore, TrainingCheckpoint
 from training.distributed.keras_distribution import UnevenSplitError, device_count, keras_distribution
@@ -218,7 +219,7 @@ def keras_backend_fit(model, data, epochs, strategy, callbacks, validation_data,
     _check_compiled(model)
     if strategy is not None and strategy != "auto":
         keras_distribution(strategy)  # a tf.distribute name: the ValueError naming `strategy`
-    _check_batches_split(data, validation_data)
+    _check_batches_split(data, validation_data, steps_per_epoch, validation_steps, epochs - initial_epoch)
     seeded = hasattr(data, "epoch_callback")
     if seeded:
         callbacks = [data.epoch_callback()] + callbacks
@@ -226,46 +227,71 @@ def keras_backend_fit(model, data, epochs, strategy, callbacks, validation_data,
                       validation_steps, initial_epoch, verbose, shuffle=not seeded)
 
 
-def _check_batches_split(data, validation_data):
+def _check_batches_split(data, validation_data, steps_per_epoch=None, validation_steps=None, epochs=1):
     """Under ``keras.distribution.DataParallel`` (``--strategy auto`` on JAX with several devices) every batch is
     split evenly over the devices; JAX refuses a batch that does not split, deep inside ``fit`` (for a last, smaller
-    validation batch: after the first epoch's training). Batches that know their sizes (``batch_sizes()``:
-    ``ArrayBatches``, ``ClassBalancedBatches``) are checked before training: an ``UnevenSplitError`` naming the
-    data."""
+    validation batch: after the first epoch's training). Checked before training, an ``UnevenSplitError`` naming
+    the data: batches that know their sizes (``batch_sizes()``: ``ArrayBatches``, ``ClassBalancedBatches``), and
+    ``tf.data`` datasets (:func:`_batch_sizes`: a static batch size at once, else one pass over the batches ``fit``
+    will read; ``steps_per_epoch`` / ``validation_steps``: the first ``epochs`` times as many, as ``fit`` keeps one
+    iterator across epochs). Not checked: an endless dataset of unknown batch size without its steps, and any other
+    input (NumPy arrays, a plain ``PyDataset``). On one device nothing is read."""
     devices = device_count(keras.distribution.distribution()) if keras.backend.backend() == "jax" else 1
-    for name, batches in (("data", data), ("validation_data", validation_data)):
-        uneven = sorted(size for size in getattr(batches, "batch_sizes", set)() if size % devices)
-        if uneven:
+    if devices < 2:
+        return
+    for name, batches, steps in (("data", data, steps_per_epoch), ("validation_data", validation_data,
+                                                                     validation_steps)):
+        hint = ""
+        if _is_dataset(batches):
+            sizes = _batch_sizes(batches, None if steps is None else steps * epochs, devices)
+            largest = sizes.uneven if sizes is not None else 0
+            hint = " (or batch with drop_remainder=True)"
+        else:
+            largest = max((size for size in getattr(batches, "batch_sizes", set)() if size % devices), default=0)
+        if largest:
             raise UnevenSplitError(
-                f"`{name}`: a batch of {uneven[-1]} examples does not split over the {devices} devices that "
+                f"`{name}`: a batch of {largest} examples does not split over the {devices} devices that "
                 "keras.distribution.DataParallel shares every batch among (strategy 'auto' on JAX): take a batch "
                 f"size (otzoo train --batch-size), and a data size for the last batch, that is a multiple of "
-                f"{devices}, or strategy 'one_device'.")
+                f"{devices}{hint}, or strategy 'one_device'.")
 
 
-def _batch_sizes(dataset, steps=None):
-    """``(smallest, largest, examples)`` of the batches of ``dataset`` (of its first ``steps`` when given;
-    ``examples`` ``None`` when not counted), or ``None`` when it cannot be told without reading an endless dataset.
+def _is_dataset(data):
+    """Whether ``data`` is a ``tf.data.Dataset``, without importing TensorFlow where it is not installed (no
+    dataset exists there)."""
+    return not isinstance(tf, AbsentModule) and isinstance(data, tf.data.Dataset)
+
+
+BatchSizes = collections.namedtuple("BatchSizes", "smallest largest examples uneven")
+
+
+def _batch_sizes(dataset, steps=None, divisor=1):
+    """:class:`BatchSizes` ``(smallest, largest, examples, uneven)`` of the batches of ``dataset`` (of its first
+    ``steps`` when given; ``examples`` ``None`` when not counted; ``uneven`` the largest batch size that is no
+    multiple of ``divisor``, 0 when none), or ``None`` when it cannot be told without reading an endless dataset.
     A static batch dimension (``drop_remainder=True``) answers at once; else one pass reads the batches' sizes
-    (the data only, not the model: less than one epoch's evaluation). That pass is an iteration of the dataset: a
-    ``shuffle(reshuffle_each_iteration=True)`` or a ``rerandomize_each_iteration`` draw in it moves on by one, so
-    training's first epoch sees the order and draws an unchecked run's second would."""
+    (the data only, not the model: less than one epoch's evaluation, or the ``steps`` batches). That pass is an
+    iteration of the dataset: a ``shuffle(reshuffle_each_iteration=True)`` or a ``rerandomize_each_iteration`` draw
+    in it moves on by one, so training's first epoch sees the order and draws an unchecked run's second would."""
     spec = tf.nest.flatten(dataset.element_spec)[0]
     if spec.shape.rank is None or spec.shape.rank == 0:
         return None
     if spec.shape[0] is not None:
-        return spec.shape[0], spec.shape[0], None
+        size = int(spec.shape[0])
+        return BatchSizes(size, size, None, size if size % divisor else 0)
     if steps is not None:
         dataset = dataset.take(steps)
     elif int(dataset.cardinality()) < 0:
         return None
+    divisor = tf.constant(divisor, tf.int64)
     sizes = dataset.map(lambda *element: tf.shape(tf.nest.flatten(element)[0], out_type=tf.int64)[0])
-    smallest, largest, examples = sizes.reduce(
-        (tf.constant(tf.int64.max), tf.constant(0, tf.int64), tf.constant(0, tf.int64)),
-        lambda state, size: (tf.minimum(state[0], size), tf.maximum(state[1], size), state[2] + size))
+    smallest, largest, examples, uneven = sizes.reduce(
+        (tf.constant(tf.int64.max), tf.constant(0, tf.int64), tf.constant(0, tf.int64), tf.constant(0, tf.int64)),
+        lambda state, size: (tf.minimum(state[0], size), tf.maximum(state[1], size), state[2] + size,
+                             tf.where(size % divisor != 0, tf.maximum(state[3], size), state[3])))
     if int(examples) == 0:
         return None  # no batch: an empty dataset is refused elsewhere
-    return int(smallest), int(largest), int(examples)
+    return BatchSizes(int(smallest), int(largest), int(examples), int(uneven))
 
 
 def check_replica_batches(strategy, data, validation_data=None, validation_steps=None):
@@ -278,9 +304,9 @@ def check_replica_batches(strategy, data, validation_data=None, validation_steps
         return
     for name, dataset, steps in (("data", data, None), ("validation_data", validation_data, validation_steps)):
         sizes = _batch_sizes(dataset, steps) if isinstance(dataset, tf.data.Dataset) else None
-        if sizes is None or sizes[0] >= replicas:
+        if sizes is None or sizes.smallest >= replicas:
             continue
-        smallest, largest, examples = sizes
+        smallest, largest, examples, _ = sizes
         option = " (otzoo train --batch-size)" if name == "data" else ""
         if smallest == largest:
             found, fix = f"batches of {smallest} example(s)", f"a batch size of at least {replicas}{option}"
