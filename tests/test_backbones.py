@@ -1,6 +1,7 @@
 """zoo.backbones.backbone: every named backbone for any input size and channel count, user and keras.applications
 models, and the errors. Shapes and parameter counts are checked against closed forms of the architectures."""
 import math
+import re
 
 import keras
 import numpy as np
@@ -108,6 +109,54 @@ def test_resnet12_names_an_input_its_pooling_cannot_take():
         None, 1, 1, 8)
     with pytest.raises(ValueError, match=r"^`input_shape` must be \(height, width, channels\)"):
         zoo.resnet12(input_shape=(28, 28))
+
+
+def _small_image_error(size, limit=16, halvings=4):
+    return re.escape(f"ResNet-12 downsamples {halvings} times and takes images of at least {limit}x{limit} pixels, "
+                     f"got {size}; upsample the images, or build it for their size (zoo.backbone('resnet12', "
+                     "(height, width, channels)) pools less).")
+
+
+def test_open_size_resnet12_names_images_its_pooling_cannot_take(tmp_path):
+    """Built for an open size, ResNet-12 pools in all four blocks: images under 16 pixels a side gave an empty
+    feature map without a word (TensorFlow eagerly, JAX) or an error of the fourth pooling about a negative size
+    (TensorFlow's predict, PyTorch). The first pooling checks them, saved and reloaded too; a fixed size, checked
+    when built, keeps Keras' own layers."""
+    import zoo
+
+    model = backbone("resnet12", (None, None, 3), widths=(4, 4, 4, 4))
+    assert model(np.zeros((1, 16, 20, 3), np.float32)).shape == (1, 1, 1, 4)
+    for shape, size in (((1, 8, 8, 3), "8x8"), ((2, 15, 40, 3), "15x40")):
+        with pytest.raises(ValueError, match=_small_image_error(size)):
+            model(np.zeros(shape, np.float32))
+    with pytest.raises(ValueError, match=_small_image_error("8x8")):  # a model built on it: as it is built
+        model(keras.Input((8, 8, 3)))
+    with pytest.raises(ValueError, match=_small_image_error("8x8")):
+        zoo.embedding_model(model, input_shape=(8, 8, 3))
+
+    from zoo.resnet12 import MinSizeMaxPooling2D
+
+    one_open = zoo.resnet12((None, 28, 1), widths=(4, 4, 4, 4), pool=(False, True, True, False))
+    assert [type(layer) for layer in one_open.layers if layer.name.endswith("_pool")] == [
+        MinSizeMaxPooling2D, keras.layers.MaxPooling2D]  # the first pooling's input is the image's size
+    with pytest.raises(ValueError, match=_small_image_error("3x28", limit=4, halvings=2)):
+        one_open(np.zeros((1, 3, 28, 1), np.float32))
+
+    reloaded = keras.models.model_from_json(model.to_json())
+    with pytest.raises(ValueError, match=_small_image_error("8x8")):
+        reloaded(np.zeros((1, 8, 8, 3), np.float32))
+    model.save(str(tmp_path / "resnet12.keras"))
+    with pytest.raises(ValueError, match=_small_image_error("8x8")):
+        keras.saving.load_model(str(tmp_path / "resnet12.keras"))(np.zeros((1, 8, 8, 3), np.float32))
+
+    fixed = backbone("resnet12", (84, 84, 3), widths=(4, 4, 4, 4))
+    assert {type(layer) for layer in fixed.layers if layer.name.endswith("_pool")} == {keras.layers.MaxPooling2D}
+    assert not any(type(layer) is MinSizeMaxPooling2D
+                   for layer in backbone("resnet12", (None, None, 3), pool=(False,) * 4, widths=(4,) * 4).layers)
+
+    # Last: Keras' JAX predict leaves a model it failed in without its variables (it restores them only at the end)
+    with pytest.raises(ValueError, match=_small_image_error("12x12")):
+        model.predict(np.zeros((2, 12, 12, 3), np.float32), verbose=0)
 
 
 def test_builder_options_pass_through():

@@ -41,7 +41,8 @@ def small_convnet(input_shape=(28, 28, 1), width=32, feature_dim=64, bn_momentum
 
 def resnet12_pooling(input_shape, min_size=5):
     """Which of ResNet-12's four blocks downsample so the feature map stays at least ``min_size`` pixels a side:
-    84x84 -> all four (5x5, the standard), 32x32 -> two (8x8), 28x28 -> two (7x7); an open size -> all four."""
+    84x84 -> all four (5x5, the standard), 32x32 -> two (8x8), 28x28 -> two (7x7); an open size -> all four (which
+    take images of at least 16x16 pixels: smaller ones raise ``ValueError`` as the model is called)."""
     size = None if input_shape[0] is None or input_shape[1] is None else min(input_shape[:2])
     pool = []
     for _ in range(4):
@@ -99,7 +100,7 @@ def backbone(spec, input_shape=None, **kwargs):
     Sec. 4.2; "resnet12": the few-shot ResNet-12; "small_convnet"), built for ``input_shape`` (``(H, W, C)``, sizes
     may be ``None``; default: the network's usual input) with ``kwargs`` passed to its builder. For "resnet12" the
     blocks that downsample default to :func:`resnet12_pooling` (the map stays >= 5x5: 84 -> 5x5, 32 -> 8x8,
-    28 -> 7x7); pass ``pool=`` to choose them.
+    28 -> 7x7; an open size: all four, for images of 16x16 pixels or more); pass ``pool=`` to choose them.
 
     Or a Keras model, e.g. the user's own or ``keras.applications.MobileNetV2(include_top=False, weights=None,
     input_shape=(32, 32, 3))``: returned as is after checking that it outputs a rank-4 feature map (a model with

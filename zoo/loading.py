@@ -5,6 +5,11 @@ Keras model config), ``model.weights.h5`` and ``metadata.json`` (the model card)
 are package data (``zoo/presets/<name>/``, their ``config.json`` written from :func:`build` by
 ``scripts/write_preset_configs.py``); ``zoo.load(name)`` resolves the name to that directory and loads it exactly as
 ``zoo.load(directory)`` loads a copy. Their architectures come from ``zoo.registry`` (``build``).
+
+A built-in name is always the built-in preset, even where the working directory holds a preset directory of that
+name (``otzoo fine-tune NAME --out NAME`` leaves one): ``zoo.load(NAME)`` then warns once that it loads the packaged
+weights and that ``zoo.load("./NAME")`` loads the directory (``otzoo evaluate`` and ``otzoo export`` refuse the bare
+name there as ambiguous).
 """
 import os
 import urllib.error
@@ -41,6 +46,37 @@ def _check_name(name, argument="name"):
     return name
 
 
+# The (name, directory) pairs zoo.load has warned about already: each is said once a process.
+_SHADOWED_WARNED = set()
+
+
+def shadowed_directory(name):
+    """``./NAME`` when ``name`` is a built-in preset's name and the working directory holds a preset directory of
+    that name too (its ``metadata.json``; ``otzoo fine-tune NAME --out NAME`` or ``otzoo train NAME --out NAME``
+    leave one), which the bare name does not read; ``None`` otherwise, and for the package directory itself (run
+    from ``zoo/presets``)."""
+    if not isinstance(name, str) or name not in PRESETS or not os.path.isfile(os.path.join(name, CARD_FILE)):
+        return None
+    if os.path.realpath(name) == os.path.realpath(preset_dir(name)):
+        return None
+    return os.path.join(os.curdir, name)
+
+
+def _warn_shadowed(name):
+    """Warn once (per name and directory) that ``zoo.load(name)`` loads the built-in preset, not the preset
+    directory of that name here (:func:`shadowed_directory`), and how to load the directory."""
+    local = shadowed_directory(name)
+    if local is None:
+        return
+    key = (name, os.path.realpath(local))
+    if key in _SHADOWED_WARNED:
+        return
+    _SHADOWED_WARNED.add(key)
+    warnings.warn(f"zoo.load({name!r}) loads the built-in preset {name} with its packaged weights, not the preset "
+                  f"directory {local} in the working directory; zoo.load({local!r}) loads the directory.",
+                  UserWarning, stacklevel=3)
+
+
 def _spec(name):
     _check_name(name)
     if name not in PRESETS:
@@ -65,7 +101,8 @@ def model_card(name):
     """The model card of preset ``name`` as a dict (task, data and split, recipe, metrics, parameters, sha256 of
     the weights, training time and hardware, the reproducing command, date). A preset whose weights have not been
     trained yet has ``metrics=None`` and ``weights_sha256=None``. ``name`` may also be a preset directory, as for
-    :func:`load`: its ``metadata.json``."""
+    :func:`load`: its ``metadata.json``; a built-in name is the built-in preset's card even where the working
+    directory holds a preset directory of that name (``"./NAME"`` reads that one's)."""
     _check_name(name)
     if name not in PRESETS and os.path.isdir(str(name)):
         return preset_card(name)
@@ -285,6 +322,10 @@ def load(name, pretrained=True, weights=None, **overrides):
     the directory's ``metadata.json``, the one beside a ``model.weights.h5`` file, the preset's card for a URL or the
     packaged weights; a mismatch raises :class:`WeightsIntegrityError` (a ``ValueError``)
     naming the file and both hashes. A weights file no card accompanies loads with a warning that it is unchecked.
+
+    A built-in ``name`` is the built-in preset even where the working directory holds a preset directory of that
+    name (what ``otzoo fine-tune NAME --out NAME`` leaves): loading its packaged weights there warns once that
+    ``zoo.load("./NAME")`` loads the directory (not with ``weights=`` or ``pretrained=False``, which say what loads).
     """
     pretrained = check_flag("pretrained", pretrained)
     _check_name(name)
@@ -300,6 +341,8 @@ def load(name, pretrained=True, weights=None, **overrides):
         if weights is not None:
             raise ValueError("`weights` load pretrained weights, which `pretrained=False` declines; drop one of them.")
         return build(name, **overrides)
+    if weights is None:  # the packaged weights: a preset directory of that name here is not what loads
+        _warn_shadowed(name)
     if weights is None and not overrides:
         _package_weights(name)
         return load_preset(preset_dir(name))

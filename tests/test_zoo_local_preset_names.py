@@ -1,0 +1,82 @@
+"""``zoo.load(NAME)`` where the working directory holds a preset directory named like the built-in preset ``NAME``
+(``otzoo fine-tune NAME --out NAME``, ``otzoo train NAME --out NAME``): the bare name stays the built-in preset, as
+before, but no longer without a word; ``./NAME`` is the directory."""
+import os
+import shutil
+import warnings
+
+import numpy as np
+import pytest
+
+import zoo
+from zoo import loading
+
+NAME = "resnet20_gap_fashion_mnist"
+
+
+def _weights(model):
+    return [np.asarray(w) for w in model.get_weights()]
+
+
+def _same_weights(a, b):
+    return all(np.array_equal(x, y) for x, y in zip(_weights(a), _weights(b)))
+
+
+def _local_preset(folder):
+    """A preset directory ``folder/NAME`` holding other weights than the packaged ones (a fine-tuned run's, say)."""
+    model = zoo.load(zoo.preset_dir(NAME))
+    model.set_weights([w + 1.0 for w in _weights(model)])
+    zoo.save_preset(model, str(folder / NAME), card=dict(zoo.model_card(NAME), name=NAME))
+    return model
+
+
+def _loaded(*args, **kwargs):
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        model = zoo.load(*args, **kwargs)
+    return model, [str(w.message) for w in caught if "working directory" in str(w.message)]
+
+
+def test_a_bare_preset_name_loads_the_built_in_preset_and_says_how_to_load_the_directory(tmp_path, monkeypatch):
+    packaged = zoo.load(zoo.preset_dir(NAME))
+    local = _local_preset(tmp_path)
+    monkeypatch.chdir(tmp_path)
+
+    model, said = _loaded(NAME)
+    assert _same_weights(model, packaged) and not _same_weights(model, local)  # back-compatible: the built-in
+    assert said == [f"zoo.load('{NAME}') loads the built-in preset {NAME} with its packaged weights, not the preset "
+                    f"directory ./{NAME} in the working directory; zoo.load('./{NAME}') loads the directory."]
+    assert _loaded(NAME)[1] == []  # once
+
+    directory, said = _loaded(f"./{NAME}")  # what the warning says to write: the directory
+    assert _same_weights(directory, local) and said == []
+
+
+def test_no_warning_where_nothing_else_would_load(tmp_path, monkeypatch):
+    """``weights=`` and ``pretrained=False`` say what loads; a folder without a card is no preset; a run's default
+    folder (``otzoo_runs/NAME``) does not take the name; the package's own directory is the preset."""
+    _local_preset(tmp_path)
+    monkeypatch.chdir(tmp_path)
+    assert _loaded(NAME, weights=f"./{NAME}")[1] == []
+    assert _loaded(NAME, pretrained=False)[1] == []
+    assert loading.shadowed_directory(NAME) == os.path.join(".", NAME)
+
+    elsewhere = tmp_path / "elsewhere"
+    (elsewhere / NAME).mkdir(parents=True)  # a folder of that name without a card (metadata.json)
+    shutil.copytree(tmp_path / NAME, elsewhere / "otzoo_runs" / NAME)
+    monkeypatch.chdir(elsewhere)
+    assert loading.shadowed_directory(NAME) is None and _loaded(NAME)[1] == []
+
+    monkeypatch.chdir(loading.PRESETS_DIR)
+    assert loading.shadowed_directory(NAME) is None and _loaded(NAME)[1] == []
+
+
+@pytest.mark.parametrize("overrides", [{}, {"num_classes": 10}])
+def test_the_warning_points_at_the_callers_line(tmp_path, monkeypatch, overrides):
+    _local_preset(tmp_path)
+    monkeypatch.chdir(tmp_path)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        zoo.load(NAME, **overrides)
+    shadowed = [w for w in caught if "working directory" in str(w.message)]
+    assert len(shadowed) == 1 and shadowed[0].filename == __file__
