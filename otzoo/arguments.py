@@ -10,6 +10,7 @@ import os
 
 from ot_layers.validation import MAX_SEED
 from zoo.preset_format import CARD_FILE, WEIGHTS_FILE, is_weights_url, output_directory_problem
+from zoo.loading import shadowed_directory
 from zoo.registry import PRESETS
 
 
@@ -138,9 +139,10 @@ def recipe_item(text):
 def ambiguous_preset(text):
     """The problem with ``text`` when it is a built-in preset's name and a preset directory here too (as ``otzoo
     fine-tune P --out P`` leaves), which a command would otherwise read as the preset without a word; else ``None``."""
-    if text in PRESETS and os.path.isfile(os.path.join(text, CARD_FILE)):
-        return (f"{text!r} is both a built-in preset and a preset directory here: write {os.path.join('.', text)} "
-                "for the directory, or run from another folder for the preset")
+    local = shadowed_directory(text)
+    if local is not None:
+        return (f"{text!r} is both a built-in preset and a preset directory here: write {local} for the directory, "
+                "or run from another folder for the preset")
     return None
 
 
