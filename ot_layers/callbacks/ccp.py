@@ -8,6 +8,7 @@ import numpy as np
 from keras import ops
 
 from ot_layers.layers.class_proxies import ClassProxies
+from ot_layers.padded_predict import predict_padded
 from ot_layers.solvers.k_center import greedy_k_center
 from ot_layers.tensor_ops import find_layer, layer_input_model, normalize_rows_np
 from ot_layers.validation import (check_embedding_width, check_fits_model_inputs, check_flag, check_image_array,
@@ -157,7 +158,8 @@ class CCPReinitialization(keras.callbacks.Callback):
       embedding_model: maps ``train_images`` to the vectors the layer receives; ``None`` builds
         ``keras.Model(model.inputs, layer.input)``, so a subclassed model (which has no such graph) needs one.
       patience, pool_size, proximal, min_delta, restore_best_weights, batch_size, seed: as above (``batch_size`` for
-        embedding the pools).
+        embedding the pools, with ``ot_layers.padded_predict.predict_padded``: under a strategy of several replicas
+        a last batch smaller than them is padded, not left to fail on an empty replica batch).
 
     ``train_images`` must fit the inputs of ``embedding_model`` (checked when the callback is made) or, without
     one, of the model (checked in ``set_model``, before any epoch); else a ``ValueError`` names ``train_images``.
@@ -366,7 +368,7 @@ class CCPReinitialization(keras.callbacks.Callback):
         model = self.embedding_model
         if model is None:
             model = layer_input_model(self.model, self._layer())
-        embeddings = np.asarray(model.predict(images, batch_size=self.batch_size, verbose=0))
+        embeddings = np.asarray(predict_padded(model, images, self.batch_size))
         if self.embedding_model is not None:  # a subclassed model's width is known once it has run
             check_embedding_width("embedding_model", embeddings.shape, *self._proxy_width())
         if not np.all(np.isfinite(embeddings)):

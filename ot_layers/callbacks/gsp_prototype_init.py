@@ -6,6 +6,7 @@ import keras
 import numpy as np
 
 from ot_layers.layers.generalized_sum_pooling import GeneralizedSumPooling
+from ot_layers.padded_predict import predict_padded
 from ot_layers.solvers import greedy_k_center
 from ot_layers.tensor_ops import find_layer, flatten_feature_map_np, layer_input_model
 from ot_layers.validation import check_fits_model_inputs, check_image_array, check_positive_int, check_seed
@@ -33,7 +34,9 @@ class GSPPrototypeInit(keras.callbacks.Callback):
     model's input or that give fewer local features than the layer has prototypes (``len(images)`` times the
     ``H x W``, or ``n``, of the layer's input, where its shape is known): both checked when training begins, not
     after the warm-up. A fit that ends inside the warm-up (as many warm-up epochs left as it runs) warns when its
-    first epoch begins: the layer would pool like GAP to the end.
+    first epoch begins: the layer would pool like GAP to the end. The features are computed in batches of
+    ``batch_size`` by ``ot_layers.padded_predict.predict_padded`` (on several replicas a last batch smaller than
+    them is padded).
     """
 
     def __init__(self, images, layer_name=None, warmup_epochs=1, num_features=1024, seed=0, batch_size=256):
@@ -107,7 +110,7 @@ class GSPPrototypeInit(keras.callbacks.Callback):
         """Greedy k-center prototypes from the current local features of ``images``; clears the warm-up flag."""
         layer = self._layer() if layer is None else layer
         feature_model = layer_input_model(self.model, layer)
-        features = flatten_feature_map_np(feature_model.predict(self.images, batch_size=self.batch_size, verbose=0))
+        features = flatten_feature_map_np(predict_padded(feature_model, self.images, self.batch_size))
         if not np.all(np.isfinite(features)):
             raise ValueError("`images`: the features entering the GeneralizedSumPooling layer hold NaN or Inf.")
         rng = np.random.default_rng(self.seed)

@@ -4,6 +4,7 @@ import numpy as np
 
 from ot_layers.callbacks.ccp import model_strategy_scope
 from ot_layers.layers.manifold_proxies import ManifoldProxies
+from ot_layers.padded_predict import predict_padded
 from ot_layers.tensor_ops import find_layer, normalize_rows_np
 from ot_layers.validation import (check_embedding_width, check_fits_model_inputs, check_flag, check_image_array,
                                   check_labels, check_model_embedding_width, check_non_negative, check_positive,
@@ -58,7 +59,10 @@ class HardProxyUpdate(keras.callbacks.Callback):
     (checked when training begins, from the model's output shape where it is known, else at the first epoch's
     start, before any step); else a ``ValueError`` names ``images`` or ``embedding_model``. In a model that Keras
     builds only at its first step (a ``Sequential`` without an ``Input``, a subclassed model), the layer is built
-    from its ``dim`` when training begins, so that the first epoch's proxies are set before that step.
+    from its ``dim`` when training begins, so that the first epoch's proxies are set before that step. The images are
+    embedded in batches of ``batch_size`` by ``ot_layers.padded_predict.predict_padded``: on several replicas (an
+    ``embedding_model`` built under a ``tf.distribute`` strategy, JAX's ``DataParallel``) a last batch smaller than
+    them is padded.
     """
 
     def __init__(self, embedding_model, images, meta_labels, layer_name=None, harden=True, max_iter=100,
@@ -97,8 +101,7 @@ class HardProxyUpdate(keras.callbacks.Callback):
         """``(K, dim)`` proxies from the current embeddings."""
         members = np.concatenate(self.members)
         chosen = np.concatenate([np.asarray(self.anchors), members])
-        z = np.asarray(self.embedding_model.predict(self.images[chosen], batch_size=self.batch_size, verbose=0),
-                       np.float64)
+        z = np.asarray(predict_padded(self.embedding_model, self.images[chosen], self.batch_size), np.float64)
         # a subclassed model's width is known once it has run: checked before any use (against the layer once the
         # callback has a model)
         layer = self._layer() if self.model is not None else None

@@ -1,9 +1,11 @@
-"""``tf.data`` pipelines of in-memory image arrays, with the pad-crop-flip augmentation (or none), and the choice
-between them and ``training.data.arrays.ArrayBatches`` by backend (:func:`array_batches`)."""
+"""``tf.data`` pipelines of in-memory image arrays, with the pad-crop-flip augmentation (or none), the choice
+between them and ``training.data.arrays.ArrayBatches`` by backend (:func:`array_batches`), and a model's outputs
+over such batches on any number of replicas (:func:`predict_batches`)."""
 import keras
 import numpy as np
 
 from ot_layers.optional import tensorflow_if_installed
+from ot_layers.padded_predict import drop_padding, pad_rows, padding_rows, replica_count
 from training.data.arrays import ArrayBatches, check_augmentation, check_batching
 
 tf = tensorflow_if_installed("tf.data pipelines")
@@ -62,4 +64,35 @@ def array_batches(images, labels, batch_size, training=False, pad=2, seed=0, dro
 
 def batch_labels(batches):
     """The labels of ``(images, labels)`` batches (a ``tf.data`` pipeline or ``ArrayBatches``), concatenated."""
-    return np.concatenate([np.asarray(labels) for labels in batches.map(lambda x, y: y)])
+    return np.concatenate(_labels_by_batch(batches))
+
+
+def _labels_by_batch(batches):
+    return [np.asarray(labels) for labels in batches.map(lambda x, y: y)]
+
+
+def _pad_images(images, replicas):
+    """A ``tf.data`` batch of ``images`` padded to a multiple of ``replicas`` rows with copies of its last image
+    (``ot_layers.padded_predict.pad_rows`` in graph operations)."""
+    missing = tf.math.floormod(-tf.shape(images)[0], replicas)
+    return tf.concat([images, tf.repeat(images[-1:], missing, axis=0)], axis=0)
+
+
+def predict_batches(model, batches):
+    """``(outputs, labels)``: ``model.predict`` over the images of ``(images, labels)`` batches (a ``tf.data``
+    pipeline or ``ArrayBatches``, read in a fixed order: an evaluation pipeline), and their labels.
+
+    On several replicas (``ot_layers.padded_predict.replica_count``: a model built under a ``tf.distribute``
+    strategy, JAX's ``DataParallel``) each batch is padded to a multiple of the replicas with copies of its last
+    image, whose outputs are dropped: a last batch smaller than the replicas would leave one an empty batch (on
+    CPUs oneDNN's convolution then fails) or one JAX's devices cannot split. On one replica it is
+    ``model.predict(batches.map(lambda x, y: x))``."""
+    labels = _labels_by_batch(batches)
+    replicas = replica_count(model)
+    if replicas == 1 or not any(padding_rows(len(batch), replicas) for batch in labels):
+        outputs = model.predict(batches.map(lambda x, y: x), verbose=0)
+    else:
+        pad = pad_rows if isinstance(batches, ArrayBatches) else _pad_images
+        outputs = model.predict(batches.map(lambda x, y: pad(x, replicas)), verbose=0)
+        outputs = drop_padding(outputs, [len(batch) for batch in labels], replicas)
+    return outputs, np.concatenate(labels)

@@ -17,7 +17,7 @@ import numpy as np
 from ot_layers.validation import check_labels
 from training.data.datasets import Batches, image_batches
 from training.data.fashion_mnist import load_fashion_mnist
-from training.data.pipelines import array_batches, batch_labels
+from training.data.pipelines import array_batches, predict_batches
 from training.distributed.fit import check_callbacks, fit
 from training.recipes.common import (
     current_strategy,
@@ -134,11 +134,11 @@ def train(name, out_dir, epochs=None, batch_size=None, limit=None, seed=None, ve
 
 def classification_accuracy(model, images, labels=None, batch_size=256):
     """The share of images whose largest logit is at their label: ``images`` (raw pixels) with ``labels``, or a
-    ``tf.data`` pipeline of ``(images, labels)`` batches."""
+    ``tf.data`` pipeline of ``(images, labels)`` batches. Any number of replicas (``predict_batches``: a last batch
+    smaller than them is padded)."""
     if labels is not None:
         images = array_batches(images, labels, batch_size)
-    logits = model.predict(images.map(lambda x, y: x), verbose=0)  # model.predict: any tf.distribute strategy
-    labels = batch_labels(images)
+    logits, labels = predict_batches(model, images)
     if labels.size and (labels.min() < 0 or labels.max() >= logits.shape[-1]):  # never right: accuracy 0 silently
         raise ValueError(f"`labels` must be classes 0..{logits.shape[-1] - 1} of the model's logits, got labels "
                          f"from {labels.min()} to {labels.max()}.")

@@ -23,7 +23,7 @@ import numpy as np
 from training.data.datasets import image_batches
 from training.data.errors import EmptySliceError
 from training.data.fashion_mnist import fashion_mnist_split
-from training.data.pipelines import array_batches, batch_labels
+from training.data.pipelines import array_batches, predict_batches
 from training.distributed.fit import check_callbacks, fit
 from training.evaluation.retrieval import retrieval_metrics
 from training.recipes.classification import TrainingSetup
@@ -57,9 +57,8 @@ TUNING_OBJECTIVE = "val_map_at_r"
 
 def embed(model, batches):
     """``(outputs, labels)`` of ``model`` over a ``tf.data`` pipeline of ``(images, labels)`` batches (read in a fixed
-    order: an evaluation pipeline)."""
-    outputs = model.predict(batches.map(lambda x, y: x), verbose=0)  # model.predict: any tf.distribute strategy
-    return outputs, batch_labels(batches)
+    order: an evaluation pipeline), on any number of replicas (``training.data.pipelines.predict_batches``)."""
+    return predict_batches(model, batches)
 
 
 def retrieval_scores(model, images, labels=None, batch_size=256):

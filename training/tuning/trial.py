@@ -14,7 +14,7 @@ from typing import Any
 
 import keras
 
-from training.data.pipelines import array_batches
+from training.data.pipelines import array_batches, predict_batches
 from training.recipes import recipe_for
 from training.recipes.components import compiled_step, make_optimizer
 from zoo.loading import L2_BACKBONES, build
@@ -61,5 +61,5 @@ def trial_score(spec, served, validation):
     """The task's validation score (accuracy, or MAP@R for retrieval) of the ``served`` model of preset ``spec`` on
     ``validation`` ``(images, labels)``."""
     images, labels = validation
-    outputs = served.predict(array_batches(images, labels, 256).map(lambda x, y: x), verbose=0)
+    outputs, _ = predict_batches(served, array_batches(images, labels, 256))
     return float(recipe_for(spec.task).tuning_score(outputs, labels))
