@@ -32,7 +32,12 @@ def replica_count(model):
     if keras.backend.backend() == "tensorflow":
         strategy = getattr(model, "distribute_strategy", None)
         return int(strategy.num_replicas_in_sync) if strategy is not None else 1
-    distribution = keras.distribution.distribution()
+    return batch_devices(keras.distribution.distribution())
+
+
+def batch_devices(distribution):
+    """The devices ``distribution`` (a ``keras.distribution`` object, or ``None``) splits every batch over: the size
+    of its device mesh along the batch axis (all of the mesh when it names none), 1 without a mesh."""
     mesh = getattr(distribution, "device_mesh", None)
     if mesh is None:
         return 1

@@ -1,6 +1,6 @@
 """The per-layer checks on every Keras backend: each script in ``tests/backends/`` runs in a fresh process under
-``KERAS_BACKEND`` = ``jax``, ``torch`` and ``tensorflow`` (the fast suite runs two JAX cells, the slow job, which CI
-runs too, the rest; the TensorFlow suite checks the same layers in more detail). A script prints one JSON
+``KERAS_BACKEND`` = ``jax``, ``torch`` and ``tensorflow`` (the fast suite runs two JAX cells, ``-m slow`` the rest, of
+which CI runs the solvers' cells on JAX and PyTorch; the TensorFlow suite checks the same layers in more detail). A script prints one JSON
 line of measurements and exits non-zero when one fails (values against POT / NumPy closed forms, gradients against
 central finite differences, compiled against eager, ``fit``, ``.keras`` round trip, mixed precision). The same
 matrix runs without pytest through ``tests/backends/run_checks.py`` (the GPU machine's way)."""
@@ -26,14 +26,19 @@ run_checks = _load("run_checks", "tests", "backends", "run_checks.py")  # the ma
 
 CHECKS = run_checks.CHECKS
 # In the fast suite: JAX (the backend of the GPU runs) without TensorFlow, and its keras.distribution data
-# parallelism; every other cell (20 s to a minute each on JAX, which compiles each solver loop) runs in the slow
-# job, which CI runs too.
+# parallelism; every other cell (20 s to several minutes each on JAX, which compiles each solver loop) is marked
+# slow.
 FAST_JAX_CHECKS = {"check_without_tensorflow.py", "check_data_parallel.py"}
+# CI's slow job runs the two solvers' checks on JAX and PyTorch; the other cells are marked `long` (beyond CI's
+# 90 minutes; `pytest -m slow` runs them all). The TensorFlow cells repeat what the TensorFlow suite checks in detail.
+CI_CHECKS = {"check_sinkhorn.py", "check_emd.py"}
 INSTALLED = {backend: importlib.util.find_spec(backend) is not None for backend in ("jax", "torch", "tensorflow")}
 
 
 def _cell(check, backend):
     marks = [] if backend == "jax" and check in FAST_JAX_CHECKS else [pytest.mark.slow]
+    if marks and not (backend in ("jax", "torch") and check in CI_CHECKS):
+        marks.append(pytest.mark.long)
     marks.append(pytest.mark.skipif(not INSTALLED[backend], reason=f"{backend} not installed"))
     return pytest.param(check, backend, marks=marks, id=f"{check}-{backend}")
 

@@ -49,9 +49,10 @@ def _metrics_reproduced_on_tensorflow(card, out, cwd, command=("-m", "otzoo")):
 
 
 # Every preset on JAX and PyTorch; the DeepEMD preset's 2,000 episodes take about 2 minutes on JAX (a compiled
-# episode function) and 6 on PyTorch (eager).
-CARD_RUNS = [(preset, backend) for preset in PORTED + ["resnet20_emd_fewshot_fashion_mnist"]
-             for backend in ("jax", "torch")]
+# episode function) and 6 on PyTorch (eager). CI runs one preset per backend (the others are marked `long`).
+IN_CI = {("resnet20_mpw_fashion_mnist", "jax"), ("resnet20_gsp_retrieval_fashion_mnist", "torch")}
+CARD_RUNS = [pytest.param(preset, backend, marks=[] if (preset, backend) in IN_CI else [pytest.mark.long])
+             for preset in PORTED + ["resnet20_emd_fewshot_fashion_mnist"] for backend in ("jax", "torch")]
 
 
 @pytest.mark.parametrize("preset, backend", CARD_RUNS)
@@ -105,6 +106,7 @@ def test_mpw_logits_and_signals_match_tensorflow_on_every_backend(tmp_path):
         np.testing.assert_allclose(found[backend]["error"], reference["error"], rtol=1e-3, err_msg=backend)
 
 
+@pytest.mark.long
 @pytest.mark.parametrize("backend", ["jax", "torch"])
 def test_fine_tuned_on_backend_exports_from_tensorflow(backend, tmp_path):
     """On PyTorch the compiled optimizer is a class of Keras' torch backend: the preset leaves it out, else loading
@@ -121,6 +123,7 @@ def test_fine_tuned_on_backend_exports_from_tensorflow(backend, tmp_path):
     assert "parity holds" in out, out
 
 
+@pytest.mark.long
 def test_demo_on_torch_saves_a_preset_that_exports_from_tensorflow(tmp_path):
     pytest.importorskip("torch")
     out = str(tmp_path / "demo")
@@ -135,6 +138,7 @@ def test_demo_on_torch_saves_a_preset_that_exports_from_tensorflow(tmp_path):
     assert "parity holds" in exported, exported
 
 
+@pytest.mark.long
 @pytest.mark.parametrize("backend, preset, devices, layout, options, signals", [
     ("jax", "resnet20_mpw_fashion_mnist", 2, "data_parallel, 2 device(s)", (),
      ("mpw_head_sinkhorn_iterations", "mpw_head_marginal_error")),
@@ -167,6 +171,7 @@ def test_otzoo_train_on_backend_evaluates_the_same_on_tensorflow(backend, preset
     _metrics_reproduced_on_tensorflow(card, out, str(tmp_path))
 
 
+@pytest.mark.long
 @pytest.mark.parametrize("backend, preset, dataset", [
     ("jax", "resnet20_gap_fashion_mnist", "cifar10"),
     ("torch", "resnet20_gsp_retrieval_fashion_mnist", "caltech_birds2011"),  # with GSP's prototype initialization
@@ -186,6 +191,7 @@ def test_tfds_data_set_trains_on_backend(backend, preset, dataset, tmp_path):
     _metrics_reproduced_on_tensorflow(card, out, str(tmp_path), command)
 
 
+@pytest.mark.long
 @pytest.mark.parametrize("backend", ["jax", "torch"])
 def test_train_evaluate_fine_tune_without_tensorflow(backend, tmp_path):
     pytest.importorskip(backend)
@@ -195,6 +201,7 @@ def test_train_evaluate_fine_tune_without_tensorflow(backend, tmp_path):
     assert report["card_backend"] == backend and not report["tensorflow_loaded"] and not report["failures"], report
 
 
+@pytest.mark.long
 @pytest.mark.parametrize("backend, preset", [
     ("jax", "resnet20_mpw_fashion_mnist"), ("jax", "resnet20_emd_fewshot_fashion_mnist"),
     ("torch", "resnet20_gsp_retrieval_fashion_mnist"), ("torch", "resnet20_hyperspherical_fashion_mnist")])

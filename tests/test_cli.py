@@ -290,6 +290,7 @@ def test_a_killed_run_in_a_reused_directory_resumes_beside_the_earlier_card(tmp_
     assert cli.main(["train", "resnet20_gap_fashion_mnist", "--out", str(tmp_path), "--resume"]) == 130
 
 
+@pytest.mark.long
 @pytest.mark.slow
 @pytest.mark.fashion_mnist
 def test_train_multi_worker_on_two_local_workers(tmp_path, capsys, monkeypatch):

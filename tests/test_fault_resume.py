@@ -35,6 +35,7 @@ def _run_process(*args):
                           capture_output=True, text=True, timeout=240)
 
 
+@pytest.mark.slow
 def test_fault_model_fit_sigkill_resume_with_backup_and_restore(tmp_path):
     """``training.distributed.fit`` = ``model.fit`` + ``AtomicBackupAndRestore`` in a subprocess SIGKILLed in the
     middle of its second epoch, restarted: equals an uninterrupted ``model.fit`` here (weights, momenta, the

@@ -136,6 +136,7 @@ def test_a_slice_smaller_than_one_batch_names_limit():
         gpu_presets.validation_score("resnet20_gsp_retrieval_fashion_mnist", 1, 0, limit=384)
 
 
+@pytest.mark.slow
 @pytest.mark.fashion_mnist
 def test_a_validation_run_logs_the_heads_signals_beside_its_losses(tmp_path):
     """A select run of the MPW preset logs its head's Sinkhorn iterations and marginal error every epoch into
@@ -150,6 +151,7 @@ def test_a_validation_run_logs_the_heads_signals_beside_its_losses(tmp_path):
     assert log["mpw_head_sinkhorn_iterations"][0] >= 1 and np.isfinite(log["mpw_head_marginal_error"][0])
 
 
+@pytest.mark.long
 @pytest.mark.slow
 @pytest.mark.fashion_mnist
 def test_the_protocol_runs_without_tensorflow_and_resumes(tmp_path):

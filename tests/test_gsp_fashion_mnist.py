@@ -13,6 +13,7 @@ from training.evaluation.retrieval import retrieval_metrics
 from training.data.samplers import ClassBalancedBatches
 
 
+@pytest.mark.long
 @pytest.mark.slow
 @pytest.mark.fashion_mnist
 def test_gsp_trains_and_retrieves_unseen_classes():

@@ -164,6 +164,7 @@ def test_a_probe_that_does_not_fit_the_model_is_refused_before_the_first_epoch(p
     assert steps == []
 
 
+@pytest.mark.long
 @pytest.mark.slow
 @pytest.mark.fashion_mnist
 def test_every_training_run_logs_the_signals_that_its_saved_model_gives(tmp_path, capsys):

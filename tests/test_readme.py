@@ -12,8 +12,8 @@ import pytest
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 README = ROOT / "README.md"
 FIRST_COMMANDS = (
-    'bash scripts/setup.sh && .venv/bin/otzoo demo                                   # set up, run the demo',
-    'bash scripts/setup.sh && .venv/bin/python -m pytest -q -m "not slow" tests      # set up, run the tests',
+    'bash scripts/setup.sh && .venv/bin/otzoo demo                                                    # set up, run the demo',
+    'bash scripts/setup.sh && .venv/bin/python -m pytest -q -n 2 --dist loadfile -m "not slow" tests  # set up, run the tests',
 )
 FENCE = re.compile(r"^```(\w*)[^\n]*\n(.*?)^```[ \t]*$", re.MULTILINE | re.DOTALL)
 FORBIDDEN = (re.compile(r"paper 0[0-9]", re.IGNORECASE), re.compile(r"thesis 0[0-9]", re.IGNORECASE),
@@ -103,6 +103,7 @@ def run_blocks(blocks, source, tmp_path):
     return work
 
 
+@pytest.mark.slow  # a fresh interpreter runs every block: a minute or more on two cores
 @pytest.mark.fashion_mnist
 def test_readme_python_runs_as_written(tmp_path):
     """Every ```python block of README.md, in order, in one namespace, in a fresh interpreter (the blocks that need
@@ -123,6 +124,7 @@ def _pages_with_python():
             for path in pages]
 
 
+@pytest.mark.slow  # a fresh interpreter per page: 10-45 s each on two cores
 @pytest.mark.parametrize("page", _pages_with_python())
 def test_docs_python_runs_as_written(page, tmp_path):
     """Every ```python block of a docs page, in order, in one namespace, in a fresh interpreter, from an empty working

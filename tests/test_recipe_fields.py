@@ -329,12 +329,14 @@ def _end_to_end(tmp_path, capsys, preset, dataset, *options, shape):
     return card
 
 
+@pytest.mark.slow  # end to end on mock TFDS data: 45-60 s each on two cores
 def test_classification_on_cifar10_end_to_end(tmp_path, capsys):
     card = _end_to_end(tmp_path, capsys, GAP, "cifar10", "--limit", "256", shape=(32, 32, 3))
     assert card["input_shape"] == [32, 32, 3]
     assert card["split"].endswith("; trained on the first 256 images of the training split (--limit 256)")
 
 
+@pytest.mark.slow
 def test_retrieval_on_cars196_end_to_end(tmp_path, capsys):
     card = _end_to_end(tmp_path, capsys, "resnet20_gap_retrieval_fashion_mnist", "cars196", "--limit", "512",
                        "--batch-size", "32", shape=(32, 32, 3))
@@ -343,7 +345,8 @@ def test_retrieval_on_cars196_end_to_end(tmp_path, capsys):
                                   "classes among them) (--limit 512)")
 
 
-@pytest.mark.slow  # the fast suite keeps one classification (CIFAR-10) and one retrieval (Cars196) data set
+@pytest.mark.long
+@pytest.mark.slow  # CI keeps one classification (CIFAR-10), one retrieval (Cars196) and one few-shot data set
 @pytest.mark.parametrize("preset, dataset, seen", [
     ("resnet20_gsp_retrieval_fashion_mnist", "caltech_birds2011", 100),  # GSP with its prototype initialization
     ("resnet20_gap_retrieval_fashion_mnist", "stanford_online_products", 11318),
@@ -354,6 +357,7 @@ def test_retrieval_on_the_other_tfds_sets_end_to_end(tmp_path, capsys, preset, d
     assert card["train_classes"] == list(range(seen)) and card["recipe"]["augment"] == PRESETS[preset].recipe.augment
 
 
+@pytest.mark.slow
 def test_few_shot_on_cifar100_end_to_end(tmp_path, capsys):
     card = _end_to_end(tmp_path, capsys, EMD, "cifar100", "--limit", "512", "--batch-size", "32", "--episodes", "2",
                        "--recipe", "queries=2", "--recipe", "eval_shots=[1]", "--recipe", "eval_queries=2",

@@ -76,6 +76,7 @@ def test_tune_three_trials_from_the_cli_reports_the_best(tmp_path):
     assert f"best: trial {best_id}" in result.stdout
 
 
+@pytest.mark.long
 @pytest.mark.slow  # two GSP trainings (small ConvNet, 2 epochs) in a subprocess
 @pytest.mark.fashion_mnist
 def test_tune_a_retrieval_preset_scores_map_at_r_on_held_out_seen_classes(tmp_path):
@@ -102,6 +103,7 @@ def test_tune_a_retrieval_preset_scores_map_at_r_on_held_out_seen_classes(tmp_pa
     assert config["search"]["train_examples"] == int(np.isin(labels, [0, 1, 2]).sum())
 
 
+@pytest.mark.long
 @pytest.mark.slow  # two small-ConvNet trials in a subprocess: 25 s (JAX) and 15 s (PyTorch) on the 2-core machine
 @pytest.mark.fashion_mnist
 @pytest.mark.parametrize("backend", ["jax", "torch"])

@@ -107,7 +107,8 @@ def test_retrieval_preset_reproduces_its_card_then_fits(name):
 
 @pytest.mark.slow
 @pytest.mark.fashion_mnist
-@pytest.mark.parametrize("name", _presets_of("few_shot"))
+@pytest.mark.parametrize("name", [  # the DeepEMD card's 2,000 exact-EMD episodes: minutes on two cores (`long`)
+    pytest.param(name, marks=[pytest.mark.long] if "emd" in name else []) for name in _presets_of("few_shot")])
 def test_few_shot_preset_reproduces_its_card_then_fits(name):
     """Each setting's mean over the card's episodes (fixed episode seed) within the card's 95 % interval; then
     ``model.fit`` on a few base-class episodes, whose query accuracy is well above chance (a pretrained model)."""

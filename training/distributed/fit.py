@@ -57,9 +57,10 @@ import warnings
 import keras
 
 from ot_layers.optional import AbsentModule, tensorflow_if_installed
+from ot_layers.padded_predict import batch_devices
 from ot_layers.validation import check_output_path, check_positive_int
 from training.distributed.checkpoints import AtomicBackupAndRestore, TrainingCheckpoint
-from training.distributed.keras_distribution import UnevenSplitError, device_count, keras_distribution
+from training.distributed.keras_distribution import UnevenSplitError, keras_distribution
 from training.distributed.strategies import is_chief, make_strategy, strategy_name
 
 tf = tensorflow_if_installed("tf.distribute training")
@@ -236,7 +237,7 @@ def _check_batches_split(data, validation_data, steps_per_epoch=None, validation
     will read; ``steps_per_epoch`` / ``validation_steps``: the first ``epochs`` times as many, as ``fit`` keeps one
     iterator across epochs). Not checked: an endless dataset of unknown batch size without its steps, and any other
     input (NumPy arrays, a plain ``PyDataset``). On one device nothing is read."""
-    devices = device_count(keras.distribution.distribution()) if keras.backend.backend() == "jax" else 1
+    devices = batch_devices(keras.distribution.distribution()) if keras.backend.backend() == "jax" else 1
     if devices < 2:
         return
     for name, batches, steps in (("data", data, steps_per_epoch), ("validation_data", validation_data,

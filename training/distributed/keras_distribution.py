@@ -19,6 +19,7 @@ import platform
 import keras
 
 from ot_layers.backends import accelerator_names
+from ot_layers.padded_predict import batch_devices
 
 KERAS_STRATEGIES = ("auto", "one_device")
 
@@ -38,7 +39,7 @@ class KerasDistribution:
     @property
     def num_replicas_in_sync(self):
         """The devices that share every batch (1 without data parallelism)."""
-        return device_count(self.distribution)
+        return batch_devices(self.distribution)
 
     def scope(self):
         """The scope to build the model in (the distribution is already the process's; nothing more to enter)."""
@@ -46,13 +47,6 @@ class KerasDistribution:
 
     def __repr__(self):
         return f"KerasDistribution({self.name!r}, {self.num_replicas_in_sync} device(s))"
-
-
-def device_count(distribution):
-    """The devices ``distribution`` (a ``keras.distribution`` object, or ``None``) spreads every batch over: its
-    device mesh's size, 1 without one."""
-    mesh = getattr(distribution, "device_mesh", None)
-    return int(mesh.devices.size) if mesh is not None else 1
 
 
 def keras_distribution(name="auto"):
