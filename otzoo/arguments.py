@@ -146,6 +146,30 @@ def ambiguous_preset(text):
     return None
 
 
+# The commands that load a built-in preset's packaged weights by its name, and the option by which each reads a
+# preset directory instead (None: the command takes built-in presets only).
+PACKAGED_WEIGHTS_COMMANDS = {"explain": "--weights", "fine-tune": None, "demo": None}
+DEMO_PRESET = "resnet20_mpw_fashion_mnist"  # the preset otzoo demo loads
+
+
+def packaged_weights_note(command, name, weights=None):
+    """The line for ``otzoo COMMAND NAME`` (a command of :data:`PACKAGED_WEIGHTS_COMMANDS`, without ``--weights``)
+    where the working directory holds a preset directory ``./NAME`` too: that the command loads the built-in preset's
+    packaged weights and, where it has one, the option that reads the directory. ``zoo.load``'s own warning names
+    ``zoo.load('./NAME')``, Python's way, which a command-line user cannot write. ``None`` where nothing else would
+    load."""
+    if command not in PACKAGED_WEIGHTS_COMMANDS or weights is not None:
+        return None
+    local = shadowed_directory(name)
+    if local is None:
+        return None
+    option = PACKAGED_WEIGHTS_COMMANDS[command]
+    way = (f"{option} {local} reads the directory's" if option else
+           f"otzoo {command} takes built-in presets only (otzoo export and otzoo evaluate take {local})")
+    return (f"{name} is the built-in preset with its packaged weights, not the preset directory {local} here; "
+            f"{way}")
+
+
 def preset_or_directory(text):
     """An ``argparse`` type: the name of a built-in preset or a preset directory (one holding ``metadata.json``); a
     bare preset name that is also a preset directory here (``otzoo fine-tune P --out P``) is refused as ambiguous."""

@@ -9,12 +9,15 @@ cluster this process cannot join (its ``TF_CONFIG`` address in use:
 mend (``otzoo train --workers N`` relaunches its workers on new ports). Any other error is a bug and keeps its
 traceback (exit status 1).
 """
+import contextlib
 import json
 import os
+import re
 import shutil
 import sys
 import tempfile
 import time
+import warnings
 
 import keras
 import numpy as np
@@ -25,10 +28,12 @@ from otzoo import BACKENDS, explain_command, export_command, tune_command
 from ot_layers.optional import MissingExtraError
 from otzoo.arguments import (
     ArgumentParser,
+    DEMO_PRESET,
     CommandError,
     default_output_directory,
     new_preset_directory,
     output_directory,
+    packaged_weights_note,
     positive_int,
     positive_number,
     preset_name,
@@ -413,7 +418,7 @@ def demo(args):
     problem = output_directory_problem(os.path.join(args.out, output), new_preset=output == "fine_tuned")
     if problem:
         raise CommandError(f"--out: {problem}.")
-    name = "resnet20_mpw_fashion_mnist"
+    name = DEMO_PRESET
     keras.utils.set_random_seed(args.seed)
     start = time.time()
     model = zoo.load(name)
@@ -495,6 +500,21 @@ def check_train_backend(args, active):
                    "parallelism is JAX's)")
         raise CommandError(f"{option}: multi-worker and tf.distribute training run on the TensorFlow backend; on "
                            f"{active} otzoo train uses {devices}.")
+
+
+@contextlib.contextmanager
+def _packaged_weights_noted(args):
+    """Around a command that loads a built-in preset by its name where ``./NAME`` is a preset directory too: the
+    command's own line (:func:`otzoo.arguments.packaged_weights_note`) on stderr first, in place of ``zoo.load``'s
+    warning, which names ``zoo.load('./NAME')``."""
+    name = DEMO_PRESET if args.command == "demo" else getattr(args, "preset", None)
+    note = packaged_weights_note(args.command, name, getattr(args, "weights", None))
+    with warnings.catch_warnings():
+        if note:
+            print(f"otzoo {args.command}: note: {note}", file=sys.stderr)
+            warnings.filterwarnings("ignore", message=re.escape(f"zoo.load({name!r}) loads the built-in preset"),
+                                    category=UserWarning)
+        yield
 
 
 def main(argv=None):
@@ -600,7 +620,8 @@ def main(argv=None):
     args.argv = list(sys.argv[1:] if argv is None else argv)  # what `otzoo train --workers` passes to its workers
     try:
         check_backend(args)
-        status = args.run(args)
+        with _packaged_weights_noted(args):
+            status = args.run(args)
     except (EmptySliceError, ResumeMismatchError) as error:  # the argument named as its option (--limit, --out)
         print(f"otzoo {args.command}: error: {error.option_message()}", file=sys.stderr)
         return 2

@@ -80,3 +80,36 @@ def test_the_warning_points_at_the_callers_line(tmp_path, monkeypatch, overrides
         zoo.load(NAME, **overrides)
     shadowed = [w for w in caught if "working directory" in str(w.message)]
     assert len(shadowed) == 1 and shadowed[0].filename == __file__
+
+
+def test_a_command_names_its_own_way_to_the_directory(tmp_path, monkeypatch):
+    """``zoo.load``'s warning tells Python's way (``zoo.load('./NAME')``); a command that loads a built-in preset by
+    its name says its own: the option that reads the directory, or that it takes built-in presets only."""
+    from otzoo.arguments import packaged_weights_note
+
+    _local_preset(tmp_path)
+    monkeypatch.chdir(tmp_path)
+    local = os.path.join(".", NAME)
+    assert packaged_weights_note("explain", NAME) == (
+        f"{NAME} is the built-in preset with its packaged weights, not the preset directory {local} here; "
+        f"--weights {local} reads the directory's")
+    assert "otzoo fine-tune takes built-in presets only" in packaged_weights_note("fine-tune", NAME)
+    assert packaged_weights_note("explain", NAME, weights=local) is None  # --weights says what loads
+    assert packaged_weights_note("train", NAME) is None  # trains from scratch: no weights are loaded
+    monkeypatch.chdir(tmp_path.parent)
+    assert packaged_weights_note("explain", NAME) is None
+
+
+@pytest.mark.fashion_mnist
+def test_otzoo_fine_tune_prints_its_note_instead_of_zoo_loads_warning(tmp_path, monkeypatch, capsys):
+    from otzoo.cli import main
+
+    _local_preset(tmp_path)
+    monkeypatch.chdir(tmp_path)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        status = main(["fine-tune", NAME, "--out", "tuned", "--limit", "128", "--epochs", "1"])
+    err = capsys.readouterr().err
+    assert status == 0 and (tmp_path / "tuned" / "metadata.json").is_file()
+    assert f"otzoo fine-tune: note: {NAME} is the built-in preset with its packaged weights" in err
+    assert [str(w.message) for w in caught if "working directory" in str(w.message)] == []
