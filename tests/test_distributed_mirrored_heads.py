@@ -11,11 +11,12 @@ epoch (the paper's schedule): both runs then take the same re-assignment decisio
 compared exactly) and everything else stays equal. (Re-assigning every few batches from representatives that
 have only seen one or two batches can decide differently in the two runs, and the runs then part ways.)
 
-The GSP prototypes (and their momenta) are compared at 3e-4 (measured: 1e-4 after 4 steps, growing from 1e-5 after the first):
-``GSPPrototypeInit`` sets them to local features computed by ``predict``, whose batches the 2-replica run splits
-differently, so a prototype sits within float32 rounding (1e-7) of the same feature inside the training step, where
-the direction of ``u - p`` -- the gradient of the distance cost -- is rounding noise; the gradients are otherwise
-the same (checked: the mean of the half-batch gradients equals the whole-batch gradient to 3e-9).
+The GSP prototypes (and their momenta) are compared at 3e-4 (measured: 1e-4 after 4 steps, growing from 1e-5 after
+the first): ``GSPPrototypeInit`` sets them to local features that ``predict`` computes with the weights of the first
+(warm-up) epoch, which the two runs share only up to float32 rounding, so a prototype sits within rounding (1e-7) of
+the same feature inside the training step, where the direction of ``u - p`` -- the gradient of the distance cost --
+is rounding noise; the gradients are otherwise the same (checked: the mean of the half-batch gradients equals the
+whole-batch gradient to 3e-9).
 
 The proxy models train with :class:`PerExampleProxyNCA`, ProxyNCA++ returning one value per example. The
 package's ``ProxyNCAPlusPlusLoss`` (like every ``ProxyLoss`` and pair loss) returns the batch mean as a scalar, and
