@@ -12,7 +12,6 @@ traceback (exit status 1).
 import contextlib
 import json
 import os
-import re
 import shutil
 import sys
 import tempfile
@@ -59,6 +58,7 @@ from training.recipes.fine_tune import (BATCH_SIZE as FINE_TUNE_BATCH, FINE_TUNE
 from training.recipes.run_directory import (MODEL_FIT, MULTI_WORKER_LOOP, RUN_FILE, TRAINING_STATE,
                                             ResumeMismatchError, held_state, read_mark, trainer_mismatch)
 from training.recipes.tuned_config import check_tuned_head, load_tuned_config
+from zoo.loading import ShadowedPresetWarning
 from zoo.preset_format import (CARD_FILE, MissingWeightsError, PresetFormatError, WeightsDownloadError,
                                WeightsIntegrityError, output_directory_problem, read_card)
 from zoo.registry import PRESETS
@@ -507,13 +507,11 @@ def _packaged_weights_noted(args):
     """Around a command that loads a built-in preset by its name where ``./NAME`` is a preset directory too: the
     command's own line (:func:`otzoo.arguments.packaged_weights_note`) on stderr first, in place of ``zoo.load``'s
     warning, which names ``zoo.load('./NAME')``."""
-    name = DEMO_PRESET if args.command == "demo" else getattr(args, "preset", None)
-    note = packaged_weights_note(args.command, name, getattr(args, "weights", None))
+    note = packaged_weights_note(args.command, getattr(args, "preset", None), getattr(args, "weights", None))
     with warnings.catch_warnings():
         if note:
             print(f"otzoo {args.command}: note: {note}", file=sys.stderr)
-            warnings.filterwarnings("ignore", message=re.escape(f"zoo.load({name!r}) loads the built-in preset"),
-                                    category=UserWarning)
+            warnings.simplefilter("ignore", ShadowedPresetWarning)
         yield
 
 
@@ -607,7 +605,7 @@ def main(argv=None):
     sub.add_argument("--out", default="otzoo_demo", type=output_directory,
                      help="where the SavedModel (on JAX and PyTorch: the fine-tuned preset, OUT/fine_tuned, which "
                           "must not hold one already) is written")
-    sub.set_defaults(run=demo)
+    sub.set_defaults(run=demo, preset=DEMO_PRESET)  # the preset it loads (read by _packaged_weights_noted)
 
     for command in (explain_command, export_command, tune_command):
         command.register(commands, ArgumentParser)

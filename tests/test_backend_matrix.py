@@ -1,9 +1,9 @@
 """The per-layer checks on every Keras backend: each script in ``tests/backends/`` runs in a fresh process under
-``KERAS_BACKEND`` = ``jax``, ``torch`` and ``tensorflow`` (the fast suite runs two JAX cells, ``-m slow`` the rest, of
-which CI runs the solvers' cells on JAX and PyTorch; the TensorFlow suite checks the same layers in more detail). A script prints one JSON
-line of measurements and exits non-zero when one fails (values against POT / NumPy closed forms, gradients against
-central finite differences, compiled against eager, ``fit``, ``.keras`` round trip, mixed precision). The same
-matrix runs without pytest through ``tests/backends/run_checks.py`` (the GPU machine's way)."""
+``KERAS_BACKEND`` = ``jax``, ``torch`` and ``tensorflow`` (the fast suite runs two JAX cells, ``-m slow`` the rest,
+of which CI runs the solvers' cells on JAX and PyTorch; the TensorFlow suite checks the same layers in more detail).
+A script prints one JSON line of measurements and exits non-zero when one fails (values against POT / NumPy closed
+forms, gradients against central finite differences, compiled against eager, ``fit``, ``.keras`` round trip, mixed
+precision). The same matrix runs without pytest through ``tests/backends/run_checks.py`` (the GPU machine's way)."""
 import importlib.metadata
 import importlib.util
 import json

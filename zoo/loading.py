@@ -38,6 +38,11 @@ _ARCHITECTURE_KEYS = ("backbone", "head", "num_classes", "input_shape", "pixel_m
                       "embedding_dim", "ways")
 
 
+class ShadowedPresetWarning(UserWarning):
+    """``zoo.load(NAME)`` loads the built-in preset while the working directory holds a preset directory ``./NAME``
+    too (a command line that says so its own way filters this category)."""
+
+
 def _check_name(name, argument="name"):
     """``name`` if it can name a preset (a string) or a preset directory (a path), else a ``ValueError`` naming
     ``argument`` (a list, say, which is no key of the registry)."""
@@ -74,7 +79,7 @@ def _warn_shadowed(name):
     _SHADOWED_WARNED.add(key)
     warnings.warn(f"zoo.load({name!r}) loads the built-in preset {name} with its packaged weights, not the preset "
                   f"directory {local} in the working directory; zoo.load({local!r}) loads the directory.",
-                  UserWarning, stacklevel=3)
+                  ShadowedPresetWarning, stacklevel=3)
 
 
 def _spec(name):
