@@ -148,7 +148,7 @@ def ambiguous_preset(text):
 
 # The commands that load a built-in preset's packaged weights by its name, and the option by which each reads a
 # preset directory instead (None: the command takes built-in presets only).
-PACKAGED_WEIGHTS_COMMANDS = {"explain": "--weights", "fine-tune": None, "demo": None}
+PACKAGED_WEIGHTS_COMMANDS = {"explain": "--weights", "demo": None}
 DEMO_PRESET = "resnet20_mpw_fashion_mnist"  # the preset otzoo demo loads
 
 
@@ -165,7 +165,7 @@ def packaged_weights_note(command, name, weights=None):
         return None
     option = PACKAGED_WEIGHTS_COMMANDS[command]
     way = (f"{option} {local} reads the directory's" if option else
-           f"otzoo {command} takes built-in presets only (otzoo export and otzoo evaluate take {local})")
+           f"otzoo {command} takes built-in presets only (otzoo evaluate, export and fine-tune take {local})")
     return (f"{name} is the built-in preset with its packaged weights, not the preset directory {local} here; "
             f"{way}")
 

@@ -50,11 +50,11 @@ from training.distributed.keras_distribution import UnevenSplitError
 from training.distributed.launch import SCRATCH_ENV, run_cluster
 from training.distributed.strategies import ClusterStartError, tf_config, uses_multi_worker
 from training.recipes import RECIPES, evaluate_preset, recipe_for, train_preset
-from training.recipes.common import card_spec, fine_tune_images, preset_spec, reproducing_command
+from training.recipes.common import (card_base_preset, card_spec, fine_tune_images, preset_spec,
+                                     reproducing_command)
 from training.recipes.components import RecipeError, compiled_step
 from training.recipes.few_shot import META_CHECKPOINTS, check_checkpoint_format, pretrained_backbone_path
-from training.recipes.fine_tune import (BATCH_SIZE as FINE_TUNE_BATCH, FINE_TUNE_DATASET, fine_tune_preset,
-                                       fine_tuned_card)
+from training.recipes.fine_tune import BATCH_SIZE as FINE_TUNE_BATCH, fine_tune_preset, fine_tune_source, fine_tuned_card
 from training.recipes.run_directory import (MODEL_FIT, MULTI_WORKER_LOOP, RUN_FILE, TRAINING_STATE,
                                             ResumeMismatchError, held_state, read_mark, trainer_mismatch)
 from training.recipes.tuned_config import check_tuned_head, load_tuned_config
@@ -366,31 +366,25 @@ def _check_data_dir(data_dir, dataset):
 
 
 def _preset_of_directory(directory, card):
-    """The built-in preset the card of a preset directory names (``fine_tuned.base`` or ``name``), whose recipe
-    evaluates it; its task must be the card's."""
-    fine_tuned = card.get("fine_tuned")
-    if fine_tuned is not None and not isinstance(fine_tuned, dict):
-        raise CommandError(f"PRESET: the card of {directory!r}: `fine_tuned` must be an object describing the "
-                           f"fine-tuning run (its `base`: the preset fine-tuned), got {fine_tuned!r}.")
-    name = (fine_tuned or {}).get("base") or card.get("name")
-    if not isinstance(name, str) or name not in PRESETS:
-        raise CommandError(f"PRESET: the card of {directory!r} names no built-in preset (name {name!r}); only copies "
-                           "and fine-tuned runs of a preset are evaluated by its recipe.")
-    if card.get("task") != PRESETS[name].task:
-        raise CommandError(f"PRESET: the card of {directory!r} states task {card.get('task')!r}, preset {name} is "
-                           f"{PRESETS[name].task}.")
-    return name
+    """The built-in preset the card of a preset directory names (:func:`card_base_preset`), whose recipe evaluates
+    and fine-tunes it; else a :class:`CommandError` naming ``PRESET`` and the directory."""
+    try:
+        return card_base_preset(card)
+    except ValueError as error:
+        raise CommandError(f"PRESET: the card of {directory!r}: {error}") from None
 
 
 def fine_tune(args):
-    """Load a pretrained preset, fit it with model.fit on a slice of its training data, and save the result as a
-    preset directory (config.json, model.weights.h5, metadata.json) that zoo.load, otzoo export and
-    otzoo explain --weights read. The training images are Fashion-MNIST's: a preset of another data set is
-    refused."""
+    """Load a pretrained preset, or a preset directory (an otzoo train run, an earlier fine-tuning run), fit it with
+    model.fit on a slice of its training data by its recipe's loss, and save the result as a preset directory
+    (config.json, model.weights.h5, metadata.json, whose card keeps the runs before) that zoo.load, otzoo evaluate,
+    otzoo export and otzoo explain --weights read. The training images are Fashion-MNIST's: a preset of another data
+    set is refused."""
 
-    dataset = PRESETS[args.preset].data.dataset
-    if dataset != FINE_TUNE_DATASET:
-        raise CommandError(f"preset: {args.preset} trains on {dataset}; fine-tuning reads Fashion-MNIST only.")
+    try:  # the directory's card (the preset it comes from, its recipe) and the data set, before any work
+        fine_tune_source(args.preset)
+    except ValueError as error:
+        raise CommandError(f"PRESET: {error}") from None
     card = fine_tune_preset(args.preset, args.out, epochs=args.epochs, limit=args.limit,
                             learning_rate=args.learning_rate, seed=args.seed)
     tuned = card["fine_tuned"]
@@ -584,7 +578,8 @@ def main(argv=None):
 
     sub = commands.add_parser("fine-tune", help="fit a pretrained preset on a data slice and save it",
                               description=fine_tune.__doc__)
-    sub.add_argument("preset", type=preset_name)
+    sub.add_argument("preset", metavar="PRESET", type=preset_or_directory,
+                     help="a preset name or a preset directory (a training run, a fine-tuned run)")
     sub.add_argument("--out", required=True, type=new_preset_directory,
                      help="the preset directory to write (a new one: an existing preset is not replaced)")
     sub.add_argument("--epochs", type=positive_int, default=1)

@@ -237,8 +237,9 @@ def gap_on_cifar10(monkeypatch):
 def test_fine_tune_and_tune_refuse_a_preset_of_another_data_set(command, what, gap_on_cifar10, tmp_path, capsys):
     """Both read Fashion-MNIST only: a preset trained on another data set is one line, not a traceback."""
     out = tmp_path / "out"
+    argument = "PRESET" if command == "fine-tune" else "preset"  # fine-tune takes a preset directory too
     _fails_with([command, gap_on_cifar10, "--out", str(out)],
-                f"preset: {gap_on_cifar10} trains on cifar10; {what} reads Fashion-MNIST only", capsys)
+                f"{argument}: {gap_on_cifar10} trains on cifar10; {what} reads Fashion-MNIST only", capsys)
     assert not os.path.exists(out)
 
 

@@ -7,6 +7,7 @@ import pytest
 import zoo
 from otzoo import cli
 from training.data.errors import EmptySliceError
+from training.data.fashion_mnist import fashion_mnist_split, load_fashion_mnist
 from training.recipes import RECIPES, classification, common, evaluate_preset, few_shot, recipe_for, retrieval
 from training.recipes.common import preset_spec
 from training.tuning.search import tunable_tasks, tuning_objective
@@ -120,25 +121,40 @@ def test_fine_tune_setup_of_each_task():
     """Each task's fine-tuning set-up, with what an epoch fits in words: the images of full batches (the incomplete
     last batch dropped, and said so), which ``otzoo fine-tune`` prints and the card records."""
     gap = zoo.build(GAP, backbone="small_convnet")
-    trained, loss, data, fitted = classification.fine_tune_setup(GAP, gap, 300, 0, 128, 15)
+    trained, loss, data, evaluation, fitted = classification.fine_tune_setup(GAP, gap, 300, 0, 128, 15)
     x, y = next(iter(data))
     assert trained is gap and x.shape == (128, 28, 28, 1) and type(loss).__name__ == "SparseCategoricalCrossentropy"
     assert sum(int(np.shape(y)[0]) for _, y in data) == 256
     assert fitted == "256 of the first 300 training images (the last 44, an incomplete batch of 128, dropped)"
-    assert classification.fine_tune_setup(GAP, gap, 256, 0, 128, 15)[3] == "the first 256 training images"
+    assert classification.fine_tune_setup(GAP, gap, 256, 0, 128, 15).fitted == "the first 256 training images"
+    _same_slice_unaugmented(evaluation, 300, *load_fashion_mnist("train", limit=300, normalize=False))
     gsp = zoo.build(GSP, backbone="small_convnet")
-    trained, loss, data, fitted = retrieval.fine_tune_setup(GSP, gsp, 512, 0, 128, 15)
+    trained, loss, data, evaluation, fitted = retrieval.fine_tune_setup(GSP, gsp, 512, 0, 128, 15)
     x, y = next(iter(data))
     assert int(np.max(y)) < 5  # the seen classes 0-4, relabelled
     assert trained.get_layer("proxies").num_classes == len(PRESETS[GSP].data.train_classes) == 5  # one per seen class
     seen = sum(int(np.shape(y)[0]) for _, y in data)
     assert seen % 128 == 0 and fitted.startswith(f"{seen:,} of the ") and "seen classes among the first 512" in fitted
+    images, labels = fashion_mnist_split("retrieval", "train", limit=512, normalize=False, relabel=True)
+    _same_slice_unaugmented(evaluation, len(images), images, labels)
     emd = zoo.build(EMD, backbone="small_convnet")
-    trained, loss, data, fitted = few_shot.fine_tune_setup(EMD, emd, 512, 0, 128, 15)
+    trained, loss, data, evaluation, fitted = few_shot.fine_tune_setup(EMD, emd, 512, 0, 128, 15)
     (query, support, support_labels), query_labels = next(iter(data))
     assert trained is emd and query.shape[0] == 75 and support.shape[0] == 5
     assert fitted.startswith(f"{len(data)} 5-way 1-shot episodes of 15 queries per class drawn from the ")
     assert fitted.endswith("base-class training images among the first 512")
+    assert evaluation is data  # an episode depends on its index alone
+
+
+def _same_slice_unaugmented(evaluation, count, images, labels):
+    """The loss before and after fine-tuning is measured on the slice's images as they are, in order, every one of
+    them (the training batches are augmented anew each epoch, and drop an incomplete batch)."""
+    batches = list(evaluation)
+    got_images = np.concatenate([np.asarray(x) for x, _ in batches])
+    got_labels = np.concatenate([np.asarray(y) for _, y in batches])
+    assert len(got_images) == count
+    np.testing.assert_array_equal(got_images, np.asarray(images, np.float32))
+    np.testing.assert_array_equal(got_labels, labels)
 
 
 def test_fine_tune_images_states_the_dropped_remainder():

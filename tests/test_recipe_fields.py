@@ -173,10 +173,10 @@ def test_the_command_line_refuses_pre_training_epochs_with_pretrained_in_one_lin
 @pytest.mark.fashion_mnist
 def test_few_shot_fine_tuning_describes_all_the_images_without_a_limit():
     """``limit=None`` (every base-class image) failed formatting ``None`` with ``,``."""
-    _, _, episodes, fitted = few_shot.fine_tune_setup(EMD, None, None, 0, 128, 15)
+    _, _, episodes, _, fitted = few_shot.fine_tune_setup(EMD, None, None, 0, 128, 15)
     assert fitted.endswith("drawn from the 30,000 base-class training images"), fitted
     assert episodes.episodes == 30_000 // (5 * 16)
-    _, _, _, fitted = few_shot.fine_tune_setup(EMD, None, 600, 0, 128, 15)
+    fitted = few_shot.fine_tune_setup(EMD, None, 600, 0, 128, 15).fitted
     assert fitted.endswith("base-class training images among the first 600"), fitted
 
 

@@ -93,7 +93,10 @@ def test_a_command_names_its_own_way_to_the_directory(tmp_path, monkeypatch):
     assert packaged_weights_note("explain", NAME) == (
         f"{NAME} is the built-in preset with its packaged weights, not the preset directory {local} here; "
         f"--weights {local} reads the directory's")
-    assert "otzoo fine-tune takes built-in presets only" in packaged_weights_note("fine-tune", NAME)
+    assert packaged_weights_note("demo", NAME) == (
+        f"{NAME} is the built-in preset with its packaged weights, not the preset directory {local} here; otzoo demo "
+        f"takes built-in presets only (otzoo evaluate, export and fine-tune take {local})")
+    assert packaged_weights_note("fine-tune", NAME) is None  # takes ./NAME, and refuses the bare name as ambiguous
     assert packaged_weights_note("explain", NAME, weights=local) is None  # --weights says what loads
     assert packaged_weights_note("train", NAME) is None  # trains from scratch: no weights are loaded
     monkeypatch.chdir(tmp_path.parent)
@@ -101,15 +104,23 @@ def test_a_command_names_its_own_way_to_the_directory(tmp_path, monkeypatch):
 
 
 @pytest.mark.fashion_mnist
-def test_otzoo_fine_tune_prints_its_note_instead_of_zoo_loads_warning(tmp_path, monkeypatch, capsys):
+def test_otzoo_fine_tune_refuses_the_bare_name_and_fine_tunes_the_directory(tmp_path, monkeypatch, capsys):
+    """``otzoo fine-tune NAME --out NAME`` leaves ``./NAME``: a second ``otzoo fine-tune NAME`` is ambiguous (it
+    fine-tuned the packaged weights with a note), and ``./NAME`` fine-tunes the directory's weights."""
+    import json
+
     from otzoo.cli import main
 
     _local_preset(tmp_path)
     monkeypatch.chdir(tmp_path)
+    with pytest.raises(SystemExit) as exit_info:
+        main(["fine-tune", NAME, "--out", "tuned", "--limit", "128"])
+    err = capsys.readouterr().err
+    assert exit_info.value.code == 2 and "is both a built-in preset and a preset directory here: write ./" in err
+    assert not os.path.exists(tmp_path / "tuned")
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
-        status = main(["fine-tune", NAME, "--out", "tuned", "--limit", "128", "--epochs", "1"])
-    err = capsys.readouterr().err
-    assert status == 0 and (tmp_path / "tuned" / "metadata.json").is_file()
-    assert f"otzoo fine-tune: note: {NAME} is the built-in preset with its packaged weights" in err
+        assert main(["fine-tune", f"./{NAME}", "--out", "tuned", "--limit", "128", "--epochs", "1"]) == 0
     assert [str(w.message) for w in caught if "working directory" in str(w.message)] == []
+    tuned = json.loads((tmp_path / "tuned" / "metadata.json").read_text())["fine_tuned"]
+    assert tuned["base"] == NAME and tuned["preset_directory"] == f"./{NAME}"

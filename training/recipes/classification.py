@@ -20,6 +20,7 @@ from training.data.fashion_mnist import load_fashion_mnist
 from training.data.pipelines import array_batches, predict_batches
 from training.distributed.fit import check_callbacks, fit
 from training.recipes.common import (
+    FineTuneSetup,
     current_strategy,
     check_fine_tune_batch,
     evaluation_target,
@@ -161,18 +162,19 @@ def check_evaluation_limit(spec, limit):
     of the test images (an empty one is the data loader's :class:`EmptySliceError`)."""
 
 
-def fine_tune_setup(name, model, limit, seed, batch_size, queries):
-    """What ``otzoo fine-tune`` fits for classification preset ``name``: ``(the model fit trains, its loss, its
-    training data, what an epoch fits in words)`` from the served ``model`` (pretrained), by the recipe's loss (the
-    hyperspherical head by its pull loss, with the labels as a second input; no re-assignment while fine-tuning) on
-    the first ``limit`` Fashion-MNIST training images in shuffled batches of ``batch_size`` (``seed``; an incomplete
-    last batch dropped). ``queries``: unused (few-shot episodes only). Raises :class:`EmptySliceError` naming
-    ``limit`` when they cannot fill one batch."""
+def fine_tune_setup(spec, model, limit, seed, batch_size, queries):
+    """What ``otzoo fine-tune`` fits for classification preset ``spec`` (a spec or a name; a preset directory's spec
+    carries its card's recipe): ``(the model fit trains, its loss, its training data, what an epoch fits in words)``
+    from the served ``model`` (pretrained), by the recipe's loss (the hyperspherical head by its pull loss, with the
+    labels as a second input; no re-assignment while fine-tuning) on the first ``limit`` Fashion-MNIST training images
+    in shuffled batches of ``batch_size`` (``seed``; an incomplete last batch dropped). ``queries``: unused (few-shot
+    episodes only). Raises :class:`EmptySliceError` naming ``limit`` when they cannot fill one batch."""
     images, labels = load_fashion_mnist("train", limit=limit, normalize=False)
     check_fine_tune_batch(images, batch_size, limit, "training images")
-    trained, loss, _, feed = classification_training(name, model)
-    return (trained, loss, array_batches(images, labels, batch_size, training=True, seed=seed).map(feed),
-            fine_tune_images(len(images), batch_size, "training images"))
+    trained, loss, _, feed = classification_training(spec, model)
+    return FineTuneSetup(trained, loss, array_batches(images, labels, batch_size, training=True, seed=seed).map(feed),
+                         array_batches(images, labels, batch_size).map(feed),
+                         fine_tune_images(len(images), batch_size, "training images"))
 
 
 def tuning_data(limit, validation_fraction, seed):

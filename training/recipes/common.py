@@ -13,6 +13,7 @@ import datetime
 import json
 import os
 import shlex
+from typing import Any, NamedTuple
 
 import keras
 import numpy as np
@@ -180,6 +181,37 @@ def card_spec(card):
     return dataclasses.replace(spec, recipe=recipe_from_dict(base.task, card.get("recipe") or {}))
 
 
+def card_base_preset(card):
+    """The built-in preset a preset directory's ``card`` comes from (its ``fine_tuned.base``, else its ``name``),
+    whose recipe evaluates and fine-tunes the directory. Unlike :func:`card_spec`, which falls back on the first
+    preset of the card's task, a ``ValueError`` when the card names none or states another task than that preset's."""
+    fine_tuned = card.get("fine_tuned")
+    if fine_tuned is not None and not isinstance(fine_tuned, dict):
+        raise ValueError(f"`fine_tuned` must be an object describing the fine-tuning run (its `base`: the preset "
+                         f"fine-tuned), got {fine_tuned!r}.")
+    name = (fine_tuned or {}).get("base") or card.get("name")
+    if not isinstance(name, str) or name not in PRESETS:
+        raise ValueError(f"it names no built-in preset (name {name!r}); only copies, training runs and fine-tuned runs "
+                         "of a preset are read by its recipe.")
+    if card.get("task") != PRESETS[name].task:
+        raise ValueError(f"it states task {card.get('task')!r}, preset {name} is {PRESETS[name].task}.")
+    return name
+
+
+class FineTuneSetup(NamedTuple):
+    """What ``otzoo fine-tune`` fits (each task's ``fine_tune_setup``): ``trained``, the model ``model.fit`` trains
+    (the served model, or it with what the recipe's loss needs: class proxies, the labels as a second input), by
+    ``loss``, on ``data``, the batches as the recipe trains on them (shuffled and augmented anew each epoch);
+    ``evaluation``, the same images in a fixed order without augmentation (few-shot: the same episodes), on which the
+    loss before and after fitting is measured, so both are on the same inputs; ``fitted``, what an epoch fits in
+    words."""
+    trained: Any
+    loss: Any
+    data: Any
+    evaluation: Any
+    fitted: str
+
+
 def check_fine_tune_batch(images, batch_size, limit, what):
     """Raise :class:`EmptySliceError` naming ``limit`` when ``images`` (the first ``limit`` training images, of
     ``what``) cannot fill one fine-tuning batch of ``batch_size`` (``otzoo fine-tune`` drops an incomplete one)."""
@@ -222,15 +254,17 @@ def standard_callbacks(out_dir, probe_images=None):
 
 
 def reproducing_command(name, recipe_overrides=None, subcommand="train", **options):
-    """``otzoo train NAME`` (or another ``subcommand``) with the options that were given (``None`` ones left out, in
-    the order given) and ``--recipe FIELD=VALUE`` for each of ``recipe_overrides``; ``--backend`` when the active one
-    is not TensorFlow. Values are quoted for a POSIX shell where they need it (a path with a space)."""
+    """``otzoo train NAME`` (or another ``subcommand``; ``name``: a preset's, or a preset directory) with the options
+    that were given (``None`` ones left out, in the order given) and ``--recipe FIELD=VALUE`` for each of
+    ``recipe_overrides``; ``--backend`` when the active one is not TensorFlow. The name and values are quoted for a
+    POSIX shell where they need it (a path with a space)."""
     recipe = [f"--recipe {shlex.quote(f'{field}={json.dumps(list(value) if isinstance(value, tuple) else value)}')}"
               for field, value in (recipe_overrides or {}).items()]
     backend = keras.backend.backend()
     program = f"otzoo {subcommand}" if backend == "tensorflow" else f"otzoo --backend {backend} {subcommand}"
-    return " ".join([f"{program} {name}"] + [f"--{flag.replace('_', '-')} {shlex.quote(str(value))}"
-                                               for flag, value in options.items() if value is not None] + recipe)
+    return " ".join([f"{program} {shlex.quote(str(name))}"]
+                    + [f"--{flag.replace('_', '-')} {shlex.quote(str(value))}" for flag, value in options.items()
+                       if value is not None] + recipe)
 
 
 def merged_overrides(recipe_overrides, **options):

@@ -38,6 +38,7 @@ from training.distributed.checkpoints import POINTER_FILE, load_weights_backup, 
 from training.distributed.fit import fit
 from training.evaluation.few_shot import few_shot_accuracy
 from training.recipes.common import (
+    FineTuneSetup,
     current_strategy,
     evaluation_slice,
     evaluation_target,
@@ -421,14 +422,14 @@ def check_evaluation_limit(spec, limit):
                               "limit", limit)
 
 
-def fine_tune_setup(name, model, limit, seed, batch_size, queries):
-    """What ``otzoo fine-tune`` fits for few-shot preset ``name``: ``(model, its loss, its training data, what an
-    epoch fits in words)``: the served few-shot ``model`` (pretrained) itself, by cross-entropy on the query labels,
-    on about one pass over the first ``limit`` Fashion-MNIST base-class training images in ``ways``-way 1-shot
-    episodes with ``queries`` queries per class (``seed``). ``batch_size``: unused (one episode is one batch). Raises
-    :class:`EmptySliceError` naming ``limit`` when they cannot supply an episode (``ways`` base classes with
-    ``1 + queries`` images each)."""
-    spec = preset_spec(name)
+def fine_tune_setup(spec, model, limit, seed, batch_size, queries):
+    """What ``otzoo fine-tune`` fits for few-shot preset ``spec`` (a spec or a name; a preset directory's spec carries
+    its card's recipe): ``(model, its loss, its training data, what an epoch fits in words)``: the served few-shot
+    ``model`` (pretrained) itself, by cross-entropy on the query labels, on about one pass over the first ``limit``
+    Fashion-MNIST base-class training images in ``ways``-way 1-shot episodes with ``queries`` queries per class
+    (``seed``). ``batch_size``: unused (one episode is one batch). Raises :class:`EmptySliceError` naming ``limit`` when
+    they cannot supply an episode (``ways`` base classes with ``1 + queries`` images each)."""
+    spec = preset_spec(spec)
     images, labels = fashion_mnist_split("few_shot", "base", limit=limit, normalize=False, relabel=True)
     ways, needed = spec.architecture.ways, 1 + queries
     counts = np.bincount(labels, minlength=ways)
@@ -441,5 +442,7 @@ def fine_tune_setup(name, model, limit, seed, batch_size, queries):
     among = "" if limit is None else f" among the first {limit:,}"
     fitted = (f"{episodes:,} {ways}-way 1-shot episodes of {queries} queries per class drawn from the "
               f"{len(images):,} base-class training images{among}")
-    return model, keras.losses.SparseCategoricalCrossentropy(from_logits=True), EpisodeBatches(
-        images, labels, episodes, ways=ways, shots=1, queries=queries, seed=seed), fitted
+    episode_batches = EpisodeBatches(images, labels, episodes, ways=ways, shots=1, queries=queries, seed=seed)
+    # an episode depends on its index alone: the same episodes are fitted on and evaluated on
+    return FineTuneSetup(model, keras.losses.SparseCategoricalCrossentropy(from_logits=True), episode_batches,
+                         episode_batches, fitted)

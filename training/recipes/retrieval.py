@@ -28,6 +28,7 @@ from training.distributed.fit import check_callbacks, fit
 from training.evaluation.retrieval import retrieval_metrics
 from training.recipes.classification import TrainingSetup
 from training.recipes.common import (
+    FineTuneSetup,
     current_strategy,
     check_fine_tune_batch,
     evaluation_slice,
@@ -203,18 +204,20 @@ def check_evaluation_limit(spec, limit):
                               "query against the others); give more test images", "limit", limit)
 
 
-def fine_tune_setup(name, model, limit, seed, batch_size, queries):
-    """What ``otzoo fine-tune`` fits for retrieval preset ``name``: ``(the model fit trains, its loss, its training
-    data, what an epoch fits in words)``: the served embedding ``model`` (pretrained) with fresh class proxies, by
-    the recipe's proxy loss, on the seen classes among the first ``limit`` Fashion-MNIST training images in
-    shuffled batches of ``batch_size`` (``seed``; an incomplete last batch dropped). ``queries``: unused (few-shot
-    episodes only). Raises :class:`EmptySliceError` naming ``limit`` when they cannot fill one batch."""
-    spec = preset_spec(name)
+def fine_tune_setup(spec, model, limit, seed, batch_size, queries):
+    """What ``otzoo fine-tune`` fits for retrieval preset ``spec`` (a spec or a name; a preset directory's spec carries
+    its card's recipe): ``(the model fit trains, its loss, its training data, what an epoch fits in words)``: the served
+    embedding ``model`` (pretrained) with fresh class proxies, by the recipe's proxy loss, on the seen classes among the
+    first ``limit`` Fashion-MNIST training images in shuffled batches of ``batch_size`` (``seed``; an incomplete last
+    batch dropped). ``queries``: unused (few-shot episodes only). Raises :class:`EmptySliceError` naming ``limit`` when
+    they cannot fill one batch."""
+    spec = preset_spec(spec)
     images, labels = fashion_mnist_split("retrieval", "train", limit=limit, normalize=False, relabel=True)
     check_fine_tune_batch(images, batch_size, limit, "training images of the seen classes")
     trained, loss = retrieval_training(spec, model, spec.recipe)
-    return (trained, loss, array_batches(images, labels, batch_size, training=True, seed=seed),
-            fine_tune_images(len(images), batch_size, "training images of the seen classes", among=limit))
+    return FineTuneSetup(trained, loss, array_batches(images, labels, batch_size, training=True, seed=seed),
+                         array_batches(images, labels, batch_size),
+                         fine_tune_images(len(images), batch_size, "training images of the seen classes", among=limit))
 
 
 def tuning_data(limit, validation_fraction, seed):
