@@ -11,7 +11,8 @@ TensorFlow from the weights it wrote (a few-shot preset's too); and ``otzoo trai
 run on JAX and PyTorch, for a classification and the DeepEMD few-shot preset, in a process where TensorFlow cannot
 be imported (``tests/backends/train_without_tensorflow.py``), as on a GPU machine without it. A TFDS data set (its
 ``tf.data`` pipeline, on TFDS's offline mock data) trains on JAX and PyTorch through ``model.fit`` and evaluates the
-same on TensorFlow. ``otzoo explain`` on JAX and PyTorch draws the pictures TensorFlow draws.
+same on TensorFlow. ``otzoo explain`` on JAX and PyTorch draws the pictures TensorFlow draws. A ``.keras`` file saved
+on PyTorch after ``compile`` loads on TensorFlow with ``compile=False`` and predicts as it did on PyTorch.
 """
 import json
 import os
@@ -220,3 +221,37 @@ def test_explain_draws_what_tensorflow_draws(backend, preset, tmp_path):
     for file, drawn in pictures["tensorflow"].items():
         assert pictures[backend][file].shape == drawn.shape, file
         assert np.abs(pictures[backend][file] - drawn).mean() < 0.05, file  # gray levels 0-255
+
+
+# A model of the user's own: compiled and fitted on PyTorch, saved as one .keras file (model.save), then loaded on
+# TensorFlow without its compile config, as docs/backends.md advises (the config names PyTorch's optimizer class).
+SAVE_ON_TORCH = """
+import json, sys, zipfile
+import numpy as np, keras, zoo
+model = zoo.build("resnet20_mpw_fashion_mnist", backbone="small_convnet")
+model.compile(optimizer=keras.optimizers.SGD(0.01, momentum=0.9),
+              loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True))
+x = np.random.default_rng(0).integers(0, 256, (64, 28, 28, 1)).astype("float32")
+model.fit(x, np.arange(64) % 10, epochs=1, batch_size=32, verbose=0)
+model.save(sys.argv[1] + "/model.keras")
+np.save(sys.argv[1] + "/x.npy", x[:16]); np.save(sys.argv[1] + "/logits.npy", model.predict(x[:16], verbose=0))
+with zipfile.ZipFile(sys.argv[1] + "/model.keras") as archive:
+    print(json.loads(archive.read("config.json"))["compile_config"]["optimizer"]["module"])
+"""
+LOAD_ON_TENSORFLOW = """
+import sys
+import numpy as np, keras, zoo
+model = keras.saving.load_model(sys.argv[1] + "/model.keras", compile=False)
+logits = model.predict(np.load(sys.argv[1] + "/x.npy"), verbose=0)
+reference = np.load(sys.argv[1] + "/logits.npy")
+print(float(np.max(np.abs(logits - reference)) / np.max(np.abs(reference))))
+"""
+
+
+def test_a_keras_file_saved_on_torch_after_compile_loads_on_tensorflow_without_its_compile_config(tmp_path):
+    pytest.importorskip("torch")
+    module = _run(["-c", SAVE_ON_TORCH, str(tmp_path)], "torch", str(tmp_path)).strip().splitlines()[-1]
+    assert module.startswith("keras.src.backend.torch."), module  # why compile=False is needed on TensorFlow
+    printed = _run(["-c", LOAD_ON_TENSORFLOW, str(tmp_path)], "tensorflow", str(tmp_path))
+    relative = float(printed.strip().splitlines()[-1])
+    assert relative <= 1e-4, relative
