@@ -146,28 +146,25 @@ def ambiguous_preset(text):
     return None
 
 
-# The commands that load a built-in preset's packaged weights by its name, and the option by which each reads a
-# preset directory instead (None: the command takes built-in presets only).
-PACKAGED_WEIGHTS_COMMANDS = {"explain": "--weights", "demo": None}
+# The commands that load a built-in preset's packaged weights by its name and take no preset directory in its place
+# (the others take PRESET_OR_DIR, and refuse a bare name that is a preset directory here too as ambiguous).
+PACKAGED_WEIGHTS_COMMANDS = ("demo",)
 DEMO_PRESET = "resnet20_mpw_fashion_mnist"  # the preset otzoo demo loads
 
 
-def packaged_weights_note(command, name, weights=None):
-    """The line for ``otzoo COMMAND NAME`` (a command of :data:`PACKAGED_WEIGHTS_COMMANDS`, without ``--weights``)
-    where the working directory holds a preset directory ``./NAME`` too: that the command loads the built-in preset's
-    packaged weights and, where it has one, the option that reads the directory. ``zoo.load``'s own warning names
+def packaged_weights_note(command, name):
+    """The line for ``otzoo COMMAND`` (one of :data:`PACKAGED_WEIGHTS_COMMANDS`), which loads the built-in preset
+    ``name`` by its name, where the working directory holds a preset directory ``./NAME`` too: that the command loads
+    the packaged weights, and which commands take the directory. ``zoo.load``'s own warning names
     ``zoo.load('./NAME')``, Python's way, which a command-line user cannot write. ``None`` where nothing else would
     load."""
-    if command not in PACKAGED_WEIGHTS_COMMANDS or weights is not None:
+    if command not in PACKAGED_WEIGHTS_COMMANDS:
         return None
     local = shadowed_directory(name)
     if local is None:
         return None
-    option = PACKAGED_WEIGHTS_COMMANDS[command]
-    way = (f"{option} {local} reads the directory's" if option else
-           f"otzoo {command} takes built-in presets only (otzoo evaluate, export and fine-tune take {local})")
-    return (f"{name} is the built-in preset with its packaged weights, not the preset directory {local} here; "
-            f"{way}")
+    return (f"{name} is the built-in preset with its packaged weights, not the preset directory {local} here; otzoo "
+            f"{command} takes built-in presets only (otzoo evaluate, export, fine-tune and explain take {local})")
 
 
 def preset_or_directory(text):

@@ -501,7 +501,7 @@ def _packaged_weights_noted(args):
     """Around a command that loads a built-in preset by its name where ``./NAME`` is a preset directory too: the
     command's own line (:func:`otzoo.arguments.packaged_weights_note`) on stderr first, in place of ``zoo.load``'s
     warning, which names ``zoo.load('./NAME')``."""
-    note = packaged_weights_note(args.command, getattr(args, "preset", None), getattr(args, "weights", None))
+    note = packaged_weights_note(args.command, getattr(args, "preset", None))
     with warnings.catch_warnings():
         if note:
             print(f"otzoo {args.command}: note: {note}", file=sys.stderr)

@@ -22,11 +22,12 @@ from otzoo.arguments import (
     non_negative_int,
     output_directory,
     positive_int,
-    preset_name,
+    preset_or_directory,
     seed_value,
     weights_location,
 )
 from training.data.fashion_mnist import load_fashion_mnist
+from training.recipes.common import card_base_preset
 from zoo.loading import preset_dir
 from zoo.preset_format import read_card, weights_directory
 from zoo.registry import PRESETS
@@ -71,7 +72,9 @@ def register(commands, parser_class):
 
     sub = commands.add_parser("explain", help="draw what a preset's layers do on images (PNG files)",
                               description=DESCRIPTION, formatter_class=argparse.RawDescriptionHelpFormatter)
-    sub.add_argument("preset", type=preset_name, metavar="PRESET", help="a preset name (see `otzoo list`)")
+    sub.add_argument("preset", type=preset_or_directory, metavar="PRESET",
+                     help="a preset name (see `otzoo list`) or a preset directory (a training or fine-tuning run: "
+                          "its weights, log and card, drawn as the preset its card names)")
     sub.add_argument("images", nargs="*", metavar="IMAGE", help="image files (PNG, JPEG) to explain")
     sub.add_argument("--test-index", nargs="+", action=IndicesThenImages, default=[], metavar="N",
                      help="Fashion-MNIST test images to explain, by index (0-9999); repeatable. Image files may "
@@ -82,7 +85,7 @@ def register(commands, parser_class):
                      help=f"draw only these kinds ({', '.join(KINDS)}; a kind named twice is drawn once); "
                           "default: every kind that fits the preset")
     sub.add_argument("--weights", type=weights_location, default=None,
-                     help="a weights file or preset directory instead of the packaged weights")
+                     help="with a preset name: a weights file or preset directory instead of the packaged weights")
     sub.add_argument("--top-k", type=positive_int, default=5, help="neighbours in the retrieval panel (default 5)")
     sub.add_argument("--gallery-size", type=positive_int, default=1000,
                      help="the retrieval gallery: the first N Fashion-MNIST test images (of the preset's "
@@ -119,7 +122,11 @@ def trained_head(preset, weights=None):
     folder = None if weights is None else weights_directory(weights)
     card = (read_card(folder) or {}) if folder is not None else {}
     overrides = card.get("head_overrides")
-    if card.get("name") != preset or not isinstance(overrides, dict):
+    try:  # the preset the card comes from: its name, or a fine-tuned run's base
+        base = card_base_preset(card)
+    except ValueError:
+        return {}
+    if base != preset or not isinstance(overrides, dict):
         return {}
     return dict(overrides)
 
@@ -220,6 +227,16 @@ def _gallery(y_test, size, pool=None):
 def run(args):
     """Validate the input, load the preset and write its pictures."""
 
+    directory = None
+    if args.preset not in PRESETS:  # a preset directory: drawn as the built-in preset its card comes from
+        if args.weights is not None:
+            raise CommandError("--weights: a preset directory is explained with its own weights; give a preset name "
+                               "with --weights, or the directory alone.")
+        directory, args.weights = args.preset, args.preset
+        try:
+            args.preset = card_base_preset(read_card(directory))  # preset_or_directory: it holds a card
+        except ValueError as error:
+            raise CommandError(f"PRESET: the card of {directory!r}: {error}") from None
     args.images = list(args.images) + list(getattr(args, "images_after_options", None) or [])
     for path in args.images:
         if not os.path.isfile(path):
@@ -231,7 +248,7 @@ def run(args):
         if index >= len(x_test):
             raise CommandError(f"--test-index: {index} is out of range; the Fashion-MNIST test split has "
                                f"{len(x_test):,} images (0-{len(x_test) - 1})")
-    card = zoo.model_card(args.preset)
+    card = read_card(directory) if directory else zoo.model_card(args.preset)  # the weights' own card
     log, meta_training = training_records(args.preset, args.weights)
     table, unreadable = None, None
     if log:
@@ -240,7 +257,9 @@ def run(args):
         except ValueError as error:  # an empty or foreign log.csv beside the weights: no curves, the rest is drawn
             log, unreadable = None, str(error).removeprefix("`logs`: ")
     logs = {args.preset: log} if log else None
-    model = zoo.load(args.preset, weights=args.weights, **trained_head(args.preset, args.weights))
+    # a directory's own config.json builds the model its weights were trained in (a tuned head, say)
+    model = zoo.load(directory) if directory else zoo.load(args.preset, weights=args.weights,
+                                                           **trained_head(args.preset, args.weights))
     fitting = available_kinds(model, logs, meta_training)
     kinds = list(dict.fromkeys(args.kinds)) if args.kinds else fitting  # a kind named twice is drawn once
     no_log = (f"no training log goes with the weights explained: none of {', '.join(LOG_FILES)} in their directory, "

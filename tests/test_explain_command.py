@@ -50,7 +50,7 @@ def test_help_documents_every_option_and_kind(capsys):
 
 
 @pytest.mark.parametrize("args, message", [
-    (["explain", "resnet99", "--out", "x"], "argument PRESET: unknown preset 'resnet99'"),
+    (["explain", "resnet99", "--out", "x"], "argument PRESET: 'resnet99' is neither a preset ("),
     (["explain", "resnet20_mpw_fashion_mnist", "/nonexistent/boot.png", "--out", "x"],
      "IMAGE: no image file at '/nonexistent/boot.png'"),
     (["explain", "resnet20_mpw_fashion_mnist", "--test-index", "-1", "--out", "x"],
@@ -171,13 +171,19 @@ def test_the_curves_are_those_of_the_weights_explained(tmp_path, capsys, monkeyp
     assert code == 0, err
     assert drawn == [{preset: str(run / "log.csv")}]
     assert printed.splitlines() == [f"curves: {tmp_path / 'pictures' / 'curves.png'}"]
+    # the run's directory as PRESET: drawn as the preset its card names, with the run's weights and log
+    code, printed, err = _main(["explain", str(run), "--kinds", "curves", "--out", str(tmp_path / "by_directory"),
+                                "--dpi", "40"], capsys)
+    assert code == 0, err
+    assert drawn[1:] == [{preset: str(run / "log.csv")}]
+    assert printed.splitlines() == [f"curves: {tmp_path / 'by_directory' / 'curves.png'}"]
 
     shutil.copy(run / "model.weights.h5", tmp_path / "other.weights.h5")
     code, _, err = _main(["explain", preset, "--weights", str(tmp_path / "other.weights.h5"), "--kinds", "curves",
                           "--out", str(tmp_path / "pictures")], capsys)
     assert code == 2 and len(err.splitlines()) == 1
     assert "--kinds: 'curves' does not fit preset resnet20_mpw_fashion_mnist (no training log goes with" in err
-    assert len(drawn) == 1
+    assert len(drawn) == 2
 
 
 @pytest.mark.fashion_mnist
@@ -228,6 +234,30 @@ def test_the_weights_of_a_tuned_run_are_drawn_with_their_head(tmp_path, capsys):
     assert printed.splitlines() == [f"mpw: {tmp_path / 'pictures' / 'mpw_test00000.png'}"]
     with Image.open(tmp_path / "pictures" / "mpw_test00000.png") as image:  # 2 + 2 proxies columns
         assert image.size == explain.plots.figure_pixels(2 + 2, 2, dpi=30)
+    # a fine-tuning run of it keeps head_overrides under its own name: given as PRESET (built from its config.json)
+    # or as --weights (built with the overrides of the card whose fine_tuned.base is the preset)
+    tuned_run = tmp_path / "fine_tuned"
+    zoo.save_preset(model, str(tuned_run), card={"name": f"{preset}_fine_tuned", "fine_tuned": {"base": preset},
+                                                 "task": "classification", "head_overrides": tuned})
+    for args in ([str(tuned_run)], [preset, "--weights", str(tuned_run)]):
+        out = tmp_path / f"pictures_{len(args)}"
+        code, printed, err = _main(["explain", *args, "--kinds", "mpw", "--out", str(out), "--dpi", "30"], capsys)
+        assert code == 0, err
+        with Image.open(out / "mpw_test00000.png") as image:
+            assert image.size == explain.plots.figure_pixels(2 + 2, 2, dpi=30)
+
+
+def test_a_preset_directory_is_explained_with_its_own_weights_and_its_cards_preset(tmp_path, capsys):
+    run = tmp_path / "run"
+    shutil.copytree(preset_dir("resnet20_gap_fashion_mnist"), run)
+    code, _, err = _main(["explain", str(run), "--weights", str(run), "--out", str(tmp_path / "x")], capsys)
+    assert code == 2 and err.endswith("--weights: a preset directory is explained with its own weights; give a "
+                                      "preset name with --weights, or the directory alone.")
+    card = (run / "metadata.json").read_text().replace('"name": "resnet20_gap_fashion_mnist"', '"name": "mine"')
+    (run / "metadata.json").write_text(card)
+    code, _, err = _main(["explain", str(run), "--out", str(tmp_path / "x")], capsys)
+    assert code == 2 and f"PRESET: the card of {str(run)!r}: it names no built-in preset (name 'mine')" in err, err
+    assert len(err.splitlines()) == 1 and not os.path.exists(tmp_path / "x")
 
 
 @pytest.mark.fashion_mnist

@@ -281,7 +281,7 @@ def _parse_cli(arguments):
         patch.setattr(cli, "check_backend", stop)
         for module in (cli, explain_command):
             patch.setattr(module, "weights_location", str)
-        patch.setattr(cli, "preset_or_directory", str)
+            patch.setattr(module, "preset_or_directory", str)
         try:
             with contextlib.redirect_stderr(stderr), contextlib.redirect_stdout(io.StringIO()):
                 status = cli.main(arguments)

@@ -82,25 +82,30 @@ def test_the_warning_points_at_the_callers_line(tmp_path, monkeypatch, overrides
     assert len(shadowed) == 1 and shadowed[0].filename == __file__
 
 
-def test_a_command_names_its_own_way_to_the_directory(tmp_path, monkeypatch):
-    """``zoo.load``'s warning tells Python's way (``zoo.load('./NAME')``); a command that loads a built-in preset by
-    its name says its own: the option that reads the directory, or that it takes built-in presets only."""
+def test_a_command_names_its_own_way_to_the_directory(tmp_path, monkeypatch, capsys):
+    """``zoo.load``'s warning tells Python's way (``zoo.load('./NAME')``); ``otzoo demo``, which loads a built-in
+    preset by its name and takes no directory, says its own: the commands that take the directory. Those commands
+    (evaluate, export, fine-tune, explain) refuse the bare name there as ambiguous."""
     from otzoo.arguments import packaged_weights_note
+    from otzoo.cli import main
 
     _local_preset(tmp_path)
     monkeypatch.chdir(tmp_path)
     local = os.path.join(".", NAME)
-    assert packaged_weights_note("explain", NAME) == (
-        f"{NAME} is the built-in preset with its packaged weights, not the preset directory {local} here; "
-        f"--weights {local} reads the directory's")
     assert packaged_weights_note("demo", NAME) == (
         f"{NAME} is the built-in preset with its packaged weights, not the preset directory {local} here; otzoo demo "
-        f"takes built-in presets only (otzoo evaluate, export and fine-tune take {local})")
-    assert packaged_weights_note("fine-tune", NAME) is None  # takes ./NAME, and refuses the bare name as ambiguous
-    assert packaged_weights_note("explain", NAME, weights=local) is None  # --weights says what loads
-    assert packaged_weights_note("train", NAME) is None  # trains from scratch: no weights are loaded
+        f"takes built-in presets only (otzoo evaluate, export, fine-tune and explain take {local})")
+    for command in ("fine-tune", "explain", "train"):  # train: from scratch, no weights are loaded
+        assert packaged_weights_note(command, NAME) is None
+    for command in (["evaluate"], ["export", "--out", "served"], ["fine-tune", "--out", "tuned"],
+                    ["explain", "--out", "pictures"]):
+        with pytest.raises(SystemExit) as exit_info:  # argparse's refusal exits; the command's is returned
+            raise SystemExit(main([command[0], NAME, *command[1:]]))
+        err = capsys.readouterr().err
+        assert exit_info.value.code == 2 and f"is both a built-in preset and a preset directory here: write {local}" \
+            in err, (command, err)
     monkeypatch.chdir(tmp_path.parent)
-    assert packaged_weights_note("explain", NAME) is None
+    assert packaged_weights_note("demo", NAME) is None
 
 
 @pytest.mark.fashion_mnist
