@@ -54,7 +54,8 @@ from training.recipes.common import (card_base_preset, card_spec, fine_tune_imag
                                      reproducing_command)
 from training.recipes.components import RecipeError, compiled_step
 from training.recipes.few_shot import META_CHECKPOINTS, check_checkpoint_format, pretrained_backbone_path
-from training.recipes.fine_tune import BATCH_SIZE as FINE_TUNE_BATCH, fine_tune_preset, fine_tune_source, fine_tuned_card
+from training.recipes.fine_tune import (BATCH_SIZE as FINE_TUNE_BATCH, fine_tune_preset, fine_tune_source,
+                                       fine_tuned_card)
 from training.recipes.run_directory import (MODEL_FIT, MULTI_WORKER_LOOP, RUN_FILE, TRAINING_STATE,
                                             ResumeMismatchError, held_state, read_mark, trainer_mismatch)
 from training.recipes.tuned_config import check_tuned_head, load_tuned_config
@@ -378,7 +379,7 @@ def fine_tune(args):
     """Load a pretrained preset, or a preset directory (an otzoo train run, an earlier fine-tuning run), fit it with
     model.fit on a slice of its training data by its recipe's loss, and save the result as a preset directory
     (config.json, model.weights.h5, metadata.json, whose card keeps the runs before) that zoo.load, otzoo evaluate,
-    otzoo export and otzoo explain --weights read. The training images are Fashion-MNIST's: a preset of another data
+    otzoo export and otzoo explain read. The training images are Fashion-MNIST's: a preset of another data
     set is refused."""
 
     try:  # the directory's card (the preset it comes from, its recipe) and the data set, before any work

@@ -13,9 +13,9 @@ comparing task names, so a new task is one module and one entry. Each recipe mod
   others for its presets;
 - ``check_evaluation_limit(spec, limit)``: raises ``training.data.errors.EmptySliceError`` naming ``limit`` when the
   first ``limit`` test images cannot give the task's metrics;
-- ``fine_tune_setup(spec, model, limit, seed, batch_size, queries)``: ``(the model fit trains, its loss, its
-  training data, what an epoch fits in words)`` for ``otzoo fine-tune`` (:mod:`.fine_tune`; ``spec`` a preset's
-  spec or name);
+- ``fine_tune_setup(spec, model, limit, seed, batch_size, queries)``: a ``common.FineTuneSetup`` (the model fit
+  trains, its loss, its training data, the same data without augmentation, what an epoch fits in words) for ``otzoo
+  fine-tune`` (:mod:`.fine_tune`; ``spec`` a preset's spec or name);
 - ``TUNING_OBJECTIVE``: the validation metric ``otzoo tune`` maximizes, or ``None`` for a task that is not tunable;
   when it is set, ``tuning_data(limit, validation_fraction, seed)`` (``(train, val, description)``),
   ``tuning_parts(spec, served, train, recipe)`` (``(model fit trains, loss, callbacks, batch feed or None)``) and

@@ -164,11 +164,12 @@ def check_evaluation_limit(spec, limit):
 
 def fine_tune_setup(spec, model, limit, seed, batch_size, queries):
     """What ``otzoo fine-tune`` fits for classification preset ``spec`` (a spec or a name; a preset directory's spec
-    carries its card's recipe): ``(the model fit trains, its loss, its training data, what an epoch fits in words)``
-    from the served ``model`` (pretrained), by the recipe's loss (the hyperspherical head by its pull loss, with the
-    labels as a second input; no re-assignment while fine-tuning) on the first ``limit`` Fashion-MNIST training images
-    in shuffled batches of ``batch_size`` (``seed``; an incomplete last batch dropped). ``queries``: unused (few-shot
-    episodes only). Raises :class:`EmptySliceError` naming ``limit`` when they cannot fill one batch."""
+    carries its card's recipe): a :class:`FineTuneSetup` (the model fit trains, its loss, its training data, the same
+    images without augmentation, what an epoch fits in words) from the served ``model`` (pretrained), by the recipe's
+    loss (the hyperspherical head by its pull loss, with the labels as a second input; no re-assignment while
+    fine-tuning) on the first ``limit`` Fashion-MNIST training images in shuffled batches of ``batch_size`` (``seed``;
+    an incomplete last batch dropped). ``queries``: unused (few-shot episodes only). Raises :class:`EmptySliceError`
+    naming ``limit`` when they cannot fill one batch."""
     images, labels = load_fashion_mnist("train", limit=limit, normalize=False)
     check_fine_tune_batch(images, batch_size, limit, "training images")
     trained, loss, _, feed = classification_training(spec, model)

@@ -424,11 +424,12 @@ def check_evaluation_limit(spec, limit):
 
 def fine_tune_setup(spec, model, limit, seed, batch_size, queries):
     """What ``otzoo fine-tune`` fits for few-shot preset ``spec`` (a spec or a name; a preset directory's spec carries
-    its card's recipe): ``(model, its loss, its training data, what an epoch fits in words)``: the served few-shot
-    ``model`` (pretrained) itself, by cross-entropy on the query labels, on about one pass over the first ``limit``
-    Fashion-MNIST base-class training images in ``ways``-way 1-shot episodes with ``queries`` queries per class
-    (``seed``). ``batch_size``: unused (one episode is one batch). Raises :class:`EmptySliceError` naming ``limit`` when
-    they cannot supply an episode (``ways`` base classes with ``1 + queries`` images each)."""
+    its card's recipe): a :class:`FineTuneSetup` (model, its loss, its training data, the same episodes to evaluate on,
+    what an epoch fits in words): the served few-shot ``model`` (pretrained) itself, by cross-entropy on the query
+    labels, on about one pass over the first ``limit`` Fashion-MNIST base-class training images in ``ways``-way 1-shot
+    episodes with ``queries`` queries per class (``seed``). ``batch_size``: unused (one episode is one batch). Raises
+    :class:`EmptySliceError` naming ``limit`` when they cannot supply an episode (``ways`` base classes with ``1 +
+    queries`` images each)."""
     spec = preset_spec(spec)
     images, labels = fashion_mnist_split("few_shot", "base", limit=limit, normalize=False, relabel=True)
     ways, needed = spec.architecture.ways, 1 + queries

@@ -8,8 +8,8 @@ on what comes from the task's recipe module (its ``fine_tune_setup``, reached th
 its pull loss, with the labels as a second input), retrieval by ProxyNCA++ on the seen classes' training images
 (fresh class proxies), few-shot on base-class episodes (``training.data.episodes.EpisodeBatches``). The images are
 Fashion-MNIST's (:data:`FINE_TUNE_DATASET`): a preset of another data set is refused. The result is written with
-``zoo.save_preset`` (Keras config, weights, card), a directory that ``zoo.load``, ``otzoo export`` and ``otzoo
-explain --weights`` read.
+``zoo.save_preset`` (Keras config, weights, card), a directory that ``zoo.load``, ``otzoo evaluate``, ``otzoo
+export``, ``otzoo explain`` and ``otzoo fine-tune`` read.
 """
 import datetime
 import os

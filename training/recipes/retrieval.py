@@ -206,11 +206,11 @@ def check_evaluation_limit(spec, limit):
 
 def fine_tune_setup(spec, model, limit, seed, batch_size, queries):
     """What ``otzoo fine-tune`` fits for retrieval preset ``spec`` (a spec or a name; a preset directory's spec carries
-    its card's recipe): ``(the model fit trains, its loss, its training data, what an epoch fits in words)``: the served
-    embedding ``model`` (pretrained) with fresh class proxies, by the recipe's proxy loss, on the seen classes among the
-    first ``limit`` Fashion-MNIST training images in shuffled batches of ``batch_size`` (``seed``; an incomplete last
-    batch dropped). ``queries``: unused (few-shot episodes only). Raises :class:`EmptySliceError` naming ``limit`` when
-    they cannot fill one batch."""
+    its card's recipe): a :class:`FineTuneSetup` (the model fit trains, its loss, its training data, the same images
+    without augmentation, what an epoch fits in words): the served embedding ``model`` (pretrained) with fresh class
+    proxies, by the recipe's proxy loss, on the seen classes among the first ``limit`` Fashion-MNIST training images in
+    shuffled batches of ``batch_size`` (``seed``; an incomplete last batch dropped). ``queries``: unused (few-shot
+    episodes only). Raises :class:`EmptySliceError` naming ``limit`` when they cannot fill one batch."""
     spec = preset_spec(spec)
     images, labels = fashion_mnist_split("retrieval", "train", limit=limit, normalize=False, relabel=True)
     check_fine_tune_batch(images, batch_size, limit, "training images of the seen classes")
