@@ -10,6 +10,7 @@ import os
 
 from ot_layers.validation import MAX_SEED
 from zoo.preset_format import CARD_FILE, WEIGHTS_FILE, is_weights_url, output_directory_problem
+from training.recipes.common import card_base_preset
 from zoo.loading import shadowed_directory
 from zoo.registry import PRESETS
 
@@ -165,6 +166,16 @@ def packaged_weights_note(command, name):
         return None
     return (f"{name} is the built-in preset with its packaged weights, not the preset directory {local} here; otzoo "
             f"{command} takes built-in presets only (otzoo evaluate, export, fine-tune and explain take {local})")
+
+
+def directory_preset(directory, card):
+    """The built-in preset the card of preset directory ``directory`` comes from
+    (:func:`training.recipes.common.card_base_preset`), whose recipe evaluates, fine-tunes and explains it; else a
+    :class:`CommandError` naming ``PRESET`` and the directory."""
+    try:
+        return card_base_preset(card)
+    except ValueError as error:
+        raise CommandError(f"PRESET: the card of {directory!r}: {error}") from None
 
 
 def preset_or_directory(text):

@@ -30,6 +30,7 @@ from otzoo.arguments import (
     DEMO_PRESET,
     CommandError,
     default_output_directory,
+    directory_preset,
     new_preset_directory,
     output_directory,
     packaged_weights_note,
@@ -50,8 +51,7 @@ from training.distributed.keras_distribution import UnevenSplitError
 from training.distributed.launch import SCRATCH_ENV, run_cluster
 from training.distributed.strategies import ClusterStartError, tf_config, uses_multi_worker
 from training.recipes import RECIPES, evaluate_preset, recipe_for, train_preset
-from training.recipes.common import (card_base_preset, card_spec, fine_tune_images, preset_spec,
-                                     reproducing_command)
+from training.recipes.common import card_spec, fine_tune_images, preset_spec, reproducing_command
 from training.recipes.components import RecipeError, compiled_step
 from training.recipes.few_shot import META_CHECKPOINTS, check_checkpoint_format, pretrained_backbone_path
 from training.recipes.fine_tune import (BATCH_SIZE as FINE_TUNE_BATCH, fine_tune_preset, fine_tune_source,
@@ -305,7 +305,7 @@ def evaluate(args):
         raise CommandError(f"PRESET: the card of {name!r}: `task` must be one of {list(RECIPES)}, got {task!r}.")
     options = dict(data_dir=args.data_dir)
     # The options only some tasks' recipes take (each recipe module's EVALUATE_OPTIONS): refused for the others (a
-    # directory whose card states no known task accepts none; _preset_of_directory names the card's problem).
+    # directory whose card states no known task accepts none; directory_preset names the card's problem).
     accepted = RECIPES[task].EVALUATE_OPTIONS if task in RECIPES else ()
     task_options = {"episodes": args.episodes}
     _refuse_options(task_options, accepted, "EVALUATE_OPTIONS", name, task)
@@ -314,7 +314,7 @@ def evaluate(args):
         if weights is not None:
             raise CommandError("--weights: a preset directory is evaluated with its own weights; give a preset "
                                "name with --weights, or the directory alone.")
-        _preset_of_directory(name, card)
+        directory_preset(name, card)
         try:  # the card's data set, input shape and recipe, which the directory is evaluated by
             card_spec(card)
         except ValueError as error:
@@ -364,15 +364,6 @@ def _check_data_dir(data_dir, dataset):
     if data_dir is not None and dataset == "fashion_mnist":
         raise CommandError("--data-dir: applies to TFDS data sets; Fashion-MNIST is read from its IDX files "
                            "(/usr/share/datasets/fashion-mnist, or the folder $OTZOO_FASHION_MNIST names).")
-
-
-def _preset_of_directory(directory, card):
-    """The built-in preset the card of a preset directory names (:func:`card_base_preset`), whose recipe evaluates
-    and fine-tunes it; else a :class:`CommandError` naming ``PRESET`` and the directory."""
-    try:
-        return card_base_preset(card)
-    except ValueError as error:
-        raise CommandError(f"PRESET: the card of {directory!r}: {error}") from None
 
 
 def fine_tune(args):

@@ -19,6 +19,7 @@ from ot_layers.layers.task_layers import SupportClassMeans
 from ot_layers.tensor_ops import find_layer
 from otzoo.arguments import (
     CommandError,
+    directory_preset,
     non_negative_int,
     output_directory,
     positive_int,
@@ -227,16 +228,14 @@ def _gallery(y_test, size, pool=None):
 def run(args):
     """Validate the input, load the preset and write its pictures."""
 
-    directory = None
+    directory, card = None, None
     if args.preset not in PRESETS:  # a preset directory: drawn as the built-in preset its card comes from
         if args.weights is not None:
             raise CommandError("--weights: a preset directory is explained with its own weights; give a preset name "
                                "with --weights, or the directory alone.")
         directory, args.weights = args.preset, args.preset
-        try:
-            args.preset = card_base_preset(read_card(directory))  # preset_or_directory: it holds a card
-        except ValueError as error:
-            raise CommandError(f"PRESET: the card of {directory!r}: {error}") from None
+        card = read_card(directory)  # the weights' own card (preset_or_directory: it holds one)
+        args.preset = directory_preset(directory, card)
     args.images = list(args.images) + list(getattr(args, "images_after_options", None) or [])
     for path in args.images:
         if not os.path.isfile(path):
@@ -248,7 +247,7 @@ def run(args):
         if index >= len(x_test):
             raise CommandError(f"--test-index: {index} is out of range; the Fashion-MNIST test split has "
                                f"{len(x_test):,} images (0-{len(x_test) - 1})")
-    card = read_card(directory) if directory else zoo.model_card(args.preset)  # the weights' own card
+    card = card or zoo.model_card(args.preset)
     log, meta_training = training_records(args.preset, args.weights)
     table, unreadable = None, None
     if log:
