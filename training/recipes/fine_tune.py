@@ -6,10 +6,11 @@ earlier fine-tuning run); its card keeps the history of the runs before. Each ta
 on what comes from the task's recipe module (its ``fine_tune_setup``, reached through
 ``training.recipes.recipe_for``): classification by cross-entropy on the training images (the hyperspherical head by
 its pull loss, with the labels as a second input), retrieval by ProxyNCA++ on the seen classes' training images
-(fresh class proxies), few-shot on base-class episodes (``training.data.episodes.EpisodeBatches``). The images are
-Fashion-MNIST's (:data:`FINE_TUNE_DATASET`): a preset of another data set is refused. The result is written with
-``zoo.save_preset`` (Keras config, weights, card), a directory that ``zoo.load``, ``otzoo evaluate``, ``otzoo
-export``, ``otzoo explain`` and ``otzoo fine-tune`` read.
+(fresh class proxies: imprinted ones, at the class means of the pretrained embeddings, were measured no better for
+the unseen classes, ``experiments/fine_tune_proxies.py``), few-shot on base-class episodes
+(``training.data.episodes.EpisodeBatches``). The images are Fashion-MNIST's (:data:`FINE_TUNE_DATASET`): a preset
+of another data set is refused. The result is written with ``zoo.save_preset`` (Keras config, weights, card), a
+directory that ``zoo.load``, ``otzoo evaluate``, ``otzoo export``, ``otzoo explain`` and ``otzoo fine-tune`` read.
 """
 import datetime
 import os
