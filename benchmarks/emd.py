@@ -4,7 +4,9 @@ Compares, on the same cosine-cost problems with positive non-uniform node weight
 - ``exact``: ``ot_layers.solvers.emd(method="exact")`` (network simplex in ``tf.numpy_function``, one call);
 - ``pot_loop``: a plain loop of ``ot.emd2`` per problem;
 - ``opencv``: a loop of ``cv2.EMD`` with a user cost matrix (where ``opencv-python-headless`` is installed);
-- ``sinkhorn``: ``emd(method="sinkhorn")`` at its defaults in the kernel domain, in an XLA-compiled ``tf.function``.
+- ``sinkhorn``: ``emd(method="sinkhorn")`` at its defaults in the kernel domain, in an XLA-compiled ``tf.function``;
+- ``sinkhorn_w{w}``: the same with over-relaxed updates (``overrelaxation=w``, each of ``--overrelaxation``; Thibault
+  et al. 2021, Lehmann et al. 2022), which reach the same fixed point in fewer updates where plain ones are slow.
 
 Prints a table and writes ``benchmarks/results/emd.json`` (problems per second = median over repeats; the entropic
 method's maximum relative deviation from the exact value is reported alongside). Also records how that deviation
@@ -82,6 +84,8 @@ def timed(function, repeats):
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--repeats", type=positive_count, default=7)
+    parser.add_argument("--overrelaxation", type=float, nargs="*", default=[1.3, 1.5, 1.6, 1.7],
+                        help="the over-relaxation factors timed beside plain Sinkhorn (default: %(default)s)")
     parser.add_argument("--out", default=os.path.join(os.path.dirname(os.path.abspath(__file__)), "results",
                                                       "emd.json"), help="the JSON file written (default: %(default)s)")
     args = parser.parse_args()
@@ -103,8 +107,16 @@ def main():
                                               for p in range(PROBLEMS)])
     except ImportError:
         print("opencv-python-headless is not installed: skipping cv2.EMD")
-    entropic = tf.function(lambda c, x, y: emd(c, x, y, method="sinkhorn", domain="kernel").cost, jit_compile=True)
-    methods["sinkhorn"] = lambda: entropic(cost32, a32, b32).numpy()
+    updates = {}
+    for overrelaxation in [1.0] + list(args.overrelaxation):
+        name = "sinkhorn" if overrelaxation == 1.0 else f"sinkhorn_w{overrelaxation:g}"
+        solve = tf.function(lambda c, x, y, w=overrelaxation: emd(c, x, y, method="sinkhorn", domain="kernel",
+                                                                  overrelaxation=w).cost, jit_compile=True)
+        methods[name] = lambda solve=solve: solve(cost32, a32, b32).numpy()
+        result = emd(cost32, a32, b32, method="sinkhorn", domain="kernel", overrelaxation=overrelaxation)
+        counts = result.iterations.numpy()
+        updates[name] = {"overrelaxation": overrelaxation, "max": int(counts.max()), "mean": float(counts.mean()),
+                         "converged": float(np.mean(result.converged.numpy()))}
 
     rows = {}
     for name, function in methods.items():
@@ -118,20 +130,31 @@ def main():
 
     print(f"{PROBLEMS} EMD problems of {NODES}x{NODES} (cosine costs, non-uniform weights), "
           f"median of {args.repeats}")
-    print(f"{'method':<10}{'seconds':>10}{'problems/s':>14}{'vs pot_loop':>13}{'max |dW| vs POT':>18}"
+    print(f"{'method':<14}{'seconds':>10}{'problems/s':>14}{'vs pot_loop':>13}{'max |dW| vs POT':>18}"
           f"{'max rel dev':>13}")
     for name, row in rows.items():
         speedup = rows["pot_loop"]["seconds"] / row["seconds"]
         row["speedup_vs_pot_loop"] = speedup
-        print(f"{name:<10}{row['seconds']:>10.4f}{row['problems_per_second']:>14.0f}{speedup:>12.2f}x"
+        print(f"{name:<14}{row['seconds']:>10.4f}{row['problems_per_second']:>14.0f}{speedup:>12.2f}x"
               f"{row['max_abs_diff_vs_pot']:>18.2e}{row['max_rel_dev_vs_exact']:>13.4f}")
+    for name, counts in updates.items():
+        rows[name]["updates"] = counts
+        print(f"{name}: updates per problem max {counts['max']}, mean {counts['mean']:.1f}, "
+              f"converged {counts['converged']:.0%}")
     ratio = rows["sinkhorn"]["problems_per_second"] / rows["exact"]["problems_per_second"]
+    relaxed = [name for name in updates if name != "sinkhorn"]
+    fastest = max(relaxed, key=lambda name: rows[name]["problems_per_second"]) if relaxed else None
     targets = {
         "exact_at_least_pot_loop": rows["exact"]["seconds"] <= rows["pot_loop"]["seconds"],
         "sinkhorn_speedup_vs_exact": ratio,
         "sinkhorn_at_least_10x_exact": ratio >= 10.0,
         "sinkhorn_within_2_percent": rows["sinkhorn"]["max_rel_dev_vs_exact"] <= 0.02,
     }
+    if fastest:
+        best = rows[fastest]["problems_per_second"] / rows["exact"]["problems_per_second"]
+        targets.update({"fastest_overrelaxed": fastest, "fastest_overrelaxed_speedup_vs_exact": best,
+                        "fastest_overrelaxed_at_least_10x_exact": best >= 10.0,
+                        "fastest_overrelaxed_within_2_percent": rows[fastest]["max_rel_dev_vs_exact"] <= 0.02})
     print("targets:", targets)
     accuracy = accuracy_sweep()
     for features, found in accuracy.items():
@@ -142,7 +165,8 @@ def main():
     result = {
         "problems": PROBLEMS, "nodes": NODES, "feature_dim": DIM, "repeats": args.repeats,
         "sinkhorn_settings": {"epsilon": SINKHORN_EPSILON, "max_iter": SINKHORN_MAX_ITER,
-                              "threshold": SINKHORN_THRESHOLD, "domain": "kernel", "jit_compile": True},
+                              "threshold": SINKHORN_THRESHOLD, "domain": "kernel", "jit_compile": True,
+                              "overrelaxation": [1.0] + list(args.overrelaxation)},
         "methods": rows, "targets": targets, "accuracy": accuracy,
         "machine": {"platform": platform.platform(), "cpus": os.cpu_count(), "load_average_before": load_before,
                     "load_average_after": os.getloadavg(),

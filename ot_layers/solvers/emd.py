@@ -55,7 +55,8 @@ with _pot_without_tensorflow():
     from ot.lp.emd_wrap import check_result, emd_c
 
 from ot_layers.backends import custom_gradient, host_call, values_known  # noqa: E402
-from ot_layers.solvers.sinkhorn import DOMAINS, marginal_error, prepare_problem, sinkhorn  # noqa: E402
+from ot_layers.solvers.sinkhorn import (DOMAINS, check_overrelaxation, marginal_error, prepare_problem,  # noqa: E402
+                                      sinkhorn)
 from ot_layers.tensor_ops import at_least  # noqa: E402
 from ot_layers.validation import check_choice, check_non_negative, check_positive, check_positive_int  # noqa: E402
 
@@ -73,7 +74,7 @@ COSINE_KERNEL_LIMIT = 70.0
 # The settings only the entropic method uses, with their defaults: the exact method ignores them (and warns when one
 # is given another value, see :func:`warn_of_ignored_sinkhorn_settings`).
 SINKHORN_DEFAULTS = {"epsilon": SINKHORN_EPSILON, "max_iter": SINKHORN_MAX_ITER, "threshold": SINKHORN_THRESHOLD,
-                     "domain": "auto"}
+                     "domain": "auto", "overrelaxation": 1.0}
 # The network simplex's iteration bound (POT's default).
 SIMPLEX_MAX_ITER = 100000
 # ``iterations`` of an exact solve: POT's network simplex does not report how many pivots it made.
@@ -223,7 +224,7 @@ def warn_of_ignored_sinkhorn_settings(caller, stacklevel=2, **settings):
 
 
 def emd(cost, a=None, b=None, *, method="exact", epsilon=SINKHORN_EPSILON, max_iter=SINKHORN_MAX_ITER,
-        threshold=SINKHORN_THRESHOLD, domain="auto"):
+        threshold=SINKHORN_THRESHOLD, domain="auto", overrelaxation=1.0):
     """Batched EMD ``min_T <C, T>`` s.t. ``T 1 = a``, ``T^T 1 = b`` (Zhang et al. 2022, Eq. 1), exact or entropic.
 
     Args:
@@ -237,8 +238,9 @@ def emd(cost, a=None, b=None, *, method="exact", epsilon=SINKHORN_EPSILON, max_i
         (zero plan rows, gradient 0 there).
       method: ``"exact"`` (network simplex on the host, Danskin gradients, not exportable) or ``"sinkhorn"``
         (entropic, ``keras.ops``; exportable).
-      epsilon, max_iter, threshold, domain: the Sinkhorn settings (``method="sinkhorn"`` only; ``method="exact"``
-        ignores them, with a ``UserWarning`` naming those given values other than their defaults).
+      epsilon, max_iter, threshold, domain, overrelaxation: the Sinkhorn settings (``method="sinkhorn"`` only, see
+        :func:`ot_layers.solvers.sinkhorn`; ``method="exact"`` ignores them, with a ``UserWarning`` naming those
+        given values other than their defaults).
 
     Returns:
       :class:`EMDResult` ``(plan, cost, f, g, iterations, error, converged)``.
@@ -249,11 +251,14 @@ def emd(cost, a=None, b=None, *, method="exact", epsilon=SINKHORN_EPSILON, max_i
     max_iter = check_positive_int("max_iter", max_iter)
     if threshold is not None:
         check_non_negative("threshold", threshold)
+    check_overrelaxation(overrelaxation)
     if method == "sinkhorn":
-        result = sinkhorn(cost, a, b, epsilon=epsilon, max_iter=max_iter, threshold=threshold, domain=domain)
+        result = sinkhorn(cost, a, b, epsilon=epsilon, max_iter=max_iter, threshold=threshold, domain=domain,
+                          overrelaxation=overrelaxation)
         return EMDResult(result.plan, result.transport_cost, result.f, result.g, result.iterations, result.error,
                          result.converged)
-    warn_of_ignored_sinkhorn_settings("emd", epsilon=epsilon, max_iter=max_iter, threshold=threshold, domain=domain)
+    warn_of_ignored_sinkhorn_settings("emd", epsilon=epsilon, max_iter=max_iter, threshold=threshold, domain=domain,
+                                      overrelaxation=overrelaxation)
 
     cost, a, b = prepare_problem(cost, a, b)
     if values_known(cost) and values_known(a) and values_known(b):
