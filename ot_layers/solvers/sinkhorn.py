@@ -246,17 +246,20 @@ def _solve_kernel(cost, a, b, epsilon, max_iter, threshold, differentiable, over
     shift = ops.min(cost, axis=(-2, -1))
     kernel = ops.exp(-(cost - shift[..., None, None]) / epsilon)
 
+    def column_update(u):
+        return b / _matvec(kernel, u, transpose=True)
+
     def body(i, error, count, u, v):
         kv = _matvec(kernel, v)
         error = marginal_error(u * kv, a)
         u = _relaxed_scaling(u, a / kv, a, overrelaxation)
-        v = _relaxed_scaling(v, b / _matvec(kernel, u, transpose=True), b, overrelaxation)
+        v = _relaxed_scaling(v, column_update(u), b, overrelaxation)
         return i + 1, error, count + 1, u, v
 
     _, _, count, u, v = per_problem_loop(body, (*_start(a), ops.ones_like(a), ops.ones_like(b)), max_iter,
                                          threshold, differentiable)
     if overrelaxation != 1.0:  # a last plain column update: the plan's columns are met exactly, as without it
-        v = b / _matvec(kernel, u, transpose=True)
+        v = column_update(u)
     # Zero-mass entries have u_i = 0 (v_j = 0): their potentials are filled in later (_fill_zero_mass).
     f = epsilon * _masked_log(u, ops.not_equal(a, 0)) + shift[..., None]
     g = epsilon * _masked_log(v, ops.not_equal(b, 0))
