@@ -1,6 +1,8 @@
 """GSP forward+backward cost against the solver's iteration count: implicit gradient vs unrolled autodiff.
 
-One run measures, for 10, 25, 50, 100 and 200 iterations of Prop. 5.2.1, the time of a forward+backward pass and
+One run measures, for 10, 25, 50, 100 and 200 evaluations of the solver (``threshold=0``: a fixed count; the layer
+finds Prop. 5.2.1's fixed point by Newton's method, the solver rows by ``--method``, Newton's by default; at the
+default threshold either stops far earlier, see ``benchmarks/gsp_methods.py``), the time of a forward+backward pass and
 its peak allocator memory, with the implicit gradient (Prop. 5.2.2) and with autodiff through the iterations, in
 graph mode and under XLA, for two workloads: ``layer``, the whole ``GeneralizedSumPooling`` (cost from features
 and prototypes, solve, pooling; gradients w.r.t. the feature map and the prototypes), and ``solver``,
@@ -30,6 +32,7 @@ import tensorflow as tf  # noqa: E402
 
 from ot_layers import GeneralizedSumPooling  # noqa: E402
 from ot_layers.solvers import partial_transport  # noqa: E402
+from ot_layers.solvers.partial_transport import METHODS  # noqa: E402
 from training.evaluation.retrieval import retrieval_metrics
 from report import positive_count, write_json
 
@@ -50,12 +53,13 @@ def _layer_step(layer, jit_compile):
     return step
 
 
-def _solver_step(iterations, gradient, jit_compile):
+def _solver_step(iterations, gradient, jit_compile, method):
     @tf.function(jit_compile=jit_compile)
     def step(cost, weights):
         with tf.GradientTape() as tape:
             tape.watch(cost)
-            result = partial_transport(cost, 0.3, epsilon=0.2, max_iter=iterations, threshold=0, gradient=gradient)
+            result = partial_transport(cost, 0.3, epsilon=0.2, max_iter=iterations, threshold=0, gradient=gradient,
+                                       method=method)
             loss = tf.reduce_sum(result.residual * weights) + tf.reduce_sum(tf.square(result.plan))
         return loss, tape.gradient(loss, cost)
 
@@ -106,7 +110,8 @@ def measure(args):
                         layer.prototypes.assign(prototypes)
                         step, inputs = _layer_step(layer, compiler == "xla"), (features, feature_weights)
                     else:
-                        step, inputs = _solver_step(iterations, gradient, compiler == "xla"), (cost, residual_weights)
+                        step = _solver_step(iterations, gradient, compiler == "xla", args.method)
+                        inputs = (cost, residual_weights)
                     configs.append(((workload, compiler, gradient, iterations), step, inputs))
         timings = _time_interleaved(configs, args.repeats)
         for key, step, inputs in configs:
@@ -131,6 +136,8 @@ def main():
     parser.add_argument("--channels", type=int, default=128)
     parser.add_argument("--prototypes", type=int, default=64)
     parser.add_argument("--repeats", type=positive_count, default=30)
+    parser.add_argument("--method", choices=METHODS, default="newton",
+                        help="the solver's method for the solver rows (the layer always uses the default, newton)")
     parser.add_argument("--out", default=os.path.join(os.path.dirname(__file__), "results", "gsp.json"))
     args = parser.parse_args()
     load_before = os.getloadavg()  # the other processes' load: the timings carry it

@@ -7,7 +7,7 @@ from hypothesis import strategies as st
 from scipy.optimize import minimize
 
 from ot_layers.solvers import partial_transport
-from ot_layers.solvers.partial_transport import GRADIENTS
+from ot_layers.solvers.partial_transport import GRADIENTS, METHODS
 
 
 def _cost(seed, shape=(2, 4, 9)):
@@ -84,13 +84,14 @@ def _gradient(cost, w_plan, w_res, mode, **kwargs):
     return gradient(cost).numpy()
 
 
+@pytest.mark.parametrize("method", METHODS)
 @pytest.mark.parametrize("ratio,epsilon", [(0.3, 0.2), (0.7, 2.0), (0.1, 0.1)])
-def test_implicit_gradient_equals_autodiff_through_converged_solve(ratio, epsilon):
+def test_implicit_gradient_equals_autodiff_through_converged_solve(ratio, epsilon, method):
     cost = _cost(4)
     rng = np.random.default_rng(5)
     w_plan, w_res = tf.constant(rng.normal(size=(2, 4, 9))), tf.constant(rng.normal(size=(2, 9)))
     grads = {mode: _gradient(cost, w_plan, w_res, mode, transport_ratio=ratio, epsilon=epsilon, max_iter=400,
-                             threshold=0) for mode in ("implicit", "unrolled")}
+                             threshold=0, method=method) for mode in ("implicit", "unrolled")}
     assert np.abs(grads["unrolled"]).max() > 1e-3
     np.testing.assert_allclose(grads["implicit"], grads["unrolled"], atol=1e-6, rtol=0)
 
@@ -158,10 +159,10 @@ def test_epsilon_1e_3_in_float32_gives_finite_values_and_gradients():
         np.testing.assert_allclose(g32[mode], g64[mode], atol=1e-3 * np.abs(g64[mode]).max())
 
 
-def test_threshold_zero_runs_exactly_max_iter_and_threshold_stops_early():
+def test_threshold_zero_runs_exactly_max_iter_of_prop_5_2_1():
     cost = _cost(12)
     n = cost.shape[-1]
-    exact = partial_transport(cost, 0.3, epsilon=0.2, max_iter=7, threshold=0)
+    exact = partial_transport(cost, 0.3, epsilon=0.2, max_iter=7, threshold=0, method="fixed_point")
     np.testing.assert_array_equal(exact.iterations.numpy(), [7, 7])
     # Prop. 5.2.1 by hand, 7 iterations
     k = np.exp(-cost.numpy() / 0.2)
@@ -174,14 +175,22 @@ def test_threshold_zero_runs_exactly_max_iter_and_threshold_stops_early():
     np.testing.assert_allclose(exact.residual.numpy(), rho, rtol=1e-12)
     np.testing.assert_allclose(exact.plan.numpy(), t[:, :, None] * (k / s.max(axis=-1)[:, None, None]) * rho[:, None],
                                rtol=1e-12)
-    early = partial_transport(cost, 0.3, epsilon=0.2, max_iter=1000, threshold=1e-4)
+    np.testing.assert_array_equal(partial_transport(cost, 0.3, epsilon=0.2, max_iter=7, threshold=0).iterations, [7, 7])
+
+
+@pytest.mark.parametrize("method", METHODS)
+def test_threshold_stops_each_problem_early(method):
+    cost = _cost(12)
+    n = cost.shape[-1]
+    early = partial_transport(cost, 0.3, epsilon=0.2, max_iter=1000, threshold=1e-4, method=method)
     assert early.iterations.shape == (2,) and early.iterations.dtype == tf.int32
     assert np.all(early.iterations.numpy() >= 1) and np.all(early.iterations.numpy() < 1000)
     assert float(tf.reduce_max(early.error)) <= 1e-4
     marginal = np.abs(early.residual.numpy() + early.plan.numpy().sum(1) - 1.0 / n).sum(-1)
     np.testing.assert_allclose(early.error.numpy(), marginal, atol=1e-12)
-    for p in range(2):  # each problem stopped after its own count: that many plain iterations give its solution
-        same = partial_transport(cost[p], 0.3, epsilon=0.2, max_iter=int(early.iterations[p]), threshold=0)
+    for p in range(2):  # each problem stopped after its own count: that many iterations give its solution
+        same = partial_transport(cost[p], 0.3, epsilon=0.2, max_iter=int(early.iterations[p]), threshold=0,
+                                 method=method)
         assert int(same.iterations) == int(early.iterations[p])
         np.testing.assert_allclose(same.plan.numpy(), early.plan.numpy()[p], rtol=1e-13, atol=0)
         np.testing.assert_allclose(same.residual.numpy(), early.residual.numpy()[p], rtol=1e-13, atol=0)
@@ -266,7 +275,8 @@ def test_xla_compiles_both_gradients():
                                          ({"epsilon": -1.0}, "epsilon"),
                                          ({"max_iter": 0}, "max_iter"),
                                          ({"threshold": -1e-3}, "threshold"),
-                                         ({"gradient": "closed_form"}, "gradient")])
+                                         ({"gradient": "closed_form"}, "gradient"),
+                                         ({"method": "bisection"}, "method")])
 def test_rejects_bad_arguments(kwargs, name):
     with pytest.raises(ValueError, match=name):
         partial_transport(_cost(0), **kwargs)

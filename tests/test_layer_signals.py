@@ -79,7 +79,9 @@ def test_gsp_transport_iterations_are_what_its_partial_transport_needs_per_image
     alone = [layer.transport(features[i:i + 1]) for i in range(8)]  # each image on its own
     counts = [int(np.asarray(result.iterations)[0]) for result in alone]
     assert max(counts) == iterations[-1] and 1 < iterations[-1] < layer.max_iter
-    np.testing.assert_allclose(error[-1], np.mean([float(np.asarray(r.error)[0]) for r in alone]), rtol=1e-4)
+    # (float32 errors far below the threshold: a batch and a lone image may round them apart in the last digits)
+    np.testing.assert_allclose(error[-1], np.mean([float(np.asarray(r.error)[0]) for r in alone]), rtol=1e-4,
+                               atol=1e-6)
     hardest = int(np.argmax(counts))
     layer.max_iter = counts[hardest] - 1
     assert float(np.asarray(layer.transport(features[hardest:hardest + 1]).error)[0]) > layer.threshold

@@ -12,9 +12,9 @@
 - ``ccp_reinitializations``: the CCP re-initialization rounds so far (``model.ccp_state``,
   ``ot_layers.callbacks.CCPReinitialization``);
 - for each ``GeneralizedSumPooling`` layer: ``<layer>_transport_iterations`` and ``<layer>_marginal_error``, the
-  partial transport's (Gürbüz 2022, Prop. 5.2.1) largest iteration count and mean final error on the probe
-  images (each image stops at the layer's ``threshold`` or ``max_iter``; the transport runs during the GAP warm-up
-  too), and ``<layer>_prototypes_initialized``, whether its k-center initialization ran
+  partial transport's (Gürbüz 2022, Prop. 5.2.1; Newton's method) largest count of evaluations and mean final
+  error on the probe images (each image stops at the layer's ``threshold`` or ``max_iter``; the transport runs
+  during the GAP warm-up too), and ``<layer>_prototypes_initialized``, whether its k-center initialization ran
   (``ot_layers.callbacks.GSPPrototypeInit``).
 
 The hyperspherical re-assignments are logged by ``PrototypeReassignment`` itself (``prototype_changes``). Put this

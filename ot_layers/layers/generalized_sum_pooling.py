@@ -50,9 +50,11 @@ class GeneralizedSumPooling(ExportableLayer):
       transport_ratio: ``mu`` in (0, 1] (0.3).
       epsilon: entropic regularization, ``1 / gamma`` (the kernel is ``exp(-c / epsilon)``): 0.2 (the
         thesis' ``gamma = 5``, used with pair losses) by default; use 2.0 (``gamma = 0.5``) with proxy losses.
-      max_iter, threshold: bound on the iterations of Prop. 5.2.1 and the stopping tolerance on the marginal error
-        (``threshold=0`` runs exactly ``max_iter``, as the thesis' 100 iterations). Each sample's transport stops at
-        its own tolerance, so a sample's output does not depend on the rest of its batch.
+      max_iter, threshold: bound on the solver's evaluations and the stopping tolerance on the marginal error
+        (``threshold=0`` runs exactly ``max_iter``). The solver finds Prop. 5.2.1's fixed point by safeguarded
+        Newton steps (``partial_transport(method="newton")``): a handful of evaluations, where the thesis' update
+        needs hundreds or more for sharp selections (small ``epsilon``). Each sample's transport stops at its own
+        tolerance, so a sample's output does not depend on the rest of its batch.
       gradient: ``"implicit"`` (Prop. 5.2.2, guarded for sharp selections) or ``"unrolled"``.
       return_attributes: also return ``z``.
       initializer: initializer of the prototypes ``(m, C)``.

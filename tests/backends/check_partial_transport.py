@@ -1,5 +1,6 @@
-"""GSP's partial transport and the GeneralizedSumPooling layer on the active Keras backend, against a NumPy
-re-implementation of Prop. 5.2.1, central finite differences, and finiteness of the layer's gradients.
+"""GSP's partial transport and the GeneralizedSumPooling layer on the active Keras backend: Prop. 5.2.1's update
+(``method="fixed_point"``) against a NumPy re-implementation of it, Newton's method (the default) against scipy's
+``brentq`` on the same equation, both against central finite differences, and finiteness of the layer's gradients.
 
     KERAS_BACKEND=jax python tests/backends/check_partial_transport.py
 
@@ -8,6 +9,8 @@ Prints one JSON line and exits non-zero when a check fails (helpers: ``backend_t
 import keras  # noqa: F401
 import numpy as np
 from keras import ops
+from scipy.optimize import brentq
+from scipy.special import log_expit, logsumexp
 
 from backend_tools import (BACKEND, Report, central_difference, jitted, numpy, tensor, torch_leaf,
                            value_and_grad)
@@ -43,6 +46,24 @@ def reference_solution(cost, ratio, epsilon, max_iter, threshold):
     return [np.array(values) for values in zip(*out)]
 
 
+def root_solution(cost, ratio, epsilon):
+    """The converged solution in float64, one problem at a time: ``log t`` solving ``(1/n) sum_j sigmoid(log t + log
+    s_j) = mu`` (the plan's mass) by Brent's method, then ``rho`` and ``pi`` of Prop. 5.2.1 for it. Returns
+    ``(residual, plan)`` over the batch."""
+    out = []
+    for c in cost:
+        log_s = logsumexp(-c / epsilon, axis=0)
+        n = log_s.size
+
+        def excess(log_t):
+            return np.exp(logsumexp(log_expit(log_t + log_s)) - np.log(n)) - ratio
+
+        log_t = brentq(excess, -log_s.max() - 50.0, -log_s.min() + 50.0, xtol=1e-14, rtol=1e-15, maxiter=500)
+        log_rho = -np.log(n) - np.logaddexp(0.0, log_t + log_s)
+        out.append((np.exp(log_rho), np.exp(log_t - c / epsilon + log_rho[None])))
+    return [np.array(values) for values in zip(*out)]
+
+
 def layer_gradients(layer, x, upstream):
     """Gradients of ``sum(layer(x) * upstream)`` for the input and the prototypes (a variable), as NumPy."""
     if BACKEND == "jax":  # stateless: the prototypes are an argument of the differentiated function
@@ -67,14 +88,15 @@ def layer_gradients(layer, x, upstream):
     return [numpy(g) for g in tape.gradient(value, [x, layer.prototypes.value])]
 
 
-# (a) Solutions against the NumPy fixed point (float64).
+# (a) Prop. 5.2.1's update against the NumPy one, iteration for iteration (float64).
 solve_diff = 0.0
 iterations_equal = True
 converged_ok = True
 for ratio, epsilon, max_iter, threshold in ((0.3, 0.2, 100, 1e-6), (0.5, 1.0, 50, 0.0), (0.1, 0.3, 300, 1e-10),
                                             (0.7, 0.5, 7, 0.0)):
     cost = rng.uniform(0.0, 2.0, (3, 4, 9))
-    result = partial_transport(tensor(cost), ratio, epsilon=epsilon, max_iter=max_iter, threshold=threshold)
+    result = partial_transport(tensor(cost), ratio, epsilon=epsilon, max_iter=max_iter, threshold=threshold,
+                               method="fixed_point")
     expected = reference_solution(cost, ratio, epsilon, max_iter, threshold)
     for got, want in zip((result.residual, result.plan, result.scale, result.error), expected[:3] + expected[4:]):
         got = numpy(got)
@@ -86,11 +108,29 @@ for ratio, epsilon, max_iter, threshold in ((0.3, 0.2, 100, 1e-6), (0.5, 1.0, 50
     converged_ok &= np.array_equal(numpy(result.converged), np.isfinite(error) & (error <= tolerance))
 report.measure("solution_vs_numpy", solve_diff, 1e-10)
 # The same solve compiled (jax.jit, tf.function with XLA; PyTorch eager) gives the same plan and counts.
-compiled = jitted(lambda c: partial_transport(c, ratio, epsilon=epsilon, max_iter=max_iter, threshold=threshold)[:4])(
-    tensor(cost))
+compiled = jitted(lambda c: partial_transport(c, ratio, epsilon=epsilon, max_iter=max_iter, threshold=threshold,
+                                             method="fixed_point")[:4])(tensor(cost))
 report.measure("compiled_vs_eager", np.abs(numpy(compiled[1]) - numpy(result.plan)).max(), 1e-12)
 report.expect("iterations_equal_numpy", iterations_equal)
 report.expect("converged_matches_error", converged_ok)
+
+# Newton's method (the default) against the root found by scipy, down to a sharp selection (epsilon 0.01), where it
+# needs a handful of evaluations and the update above hundreds.
+newton_diff = 0.0
+for ratio, epsilon in ((0.3, 0.2), (0.7, 1.0), (0.3, 0.01)):
+    cost = rng.uniform(0.0, 2.0, (3, 4, 10))
+    result = partial_transport(tensor(cost), ratio, epsilon=epsilon, max_iter=100, threshold=1e-13)
+    residual, plan = root_solution(cost, ratio, epsilon)
+    newton_diff = max(newton_diff, float(np.abs(numpy(result.plan) - plan).max()),
+                      float(np.abs(numpy(result.residual) - residual).max()))
+    report.expect(f"newton_converged_{epsilon}", bool(np.all(numpy(result.converged))))
+report.measure("newton_vs_scipy_root", newton_diff, 1e-10)
+sharp = tensor(np.random.default_rng(23).uniform(0.0, 2.0, (1, 4, 10)))
+counts = [int(numpy(partial_transport(sharp, 0.3, epsilon=0.01, max_iter=5000, threshold=1e-6, method=m).iterations)[0])
+          for m in ("newton", "fixed_point")]
+report.expect("newton_evaluations_few", counts[0] <= 10 and counts[1] > 1000, f"newton {counts[0]}, update {counts[1]}")
+compiled = jitted(lambda c: partial_transport(c, 0.3, epsilon=0.01, max_iter=100, threshold=1e-13)[:4])(tensor(cost))
+report.measure("newton_compiled_vs_eager", np.abs(numpy(compiled[1]) - numpy(result.plan)).max(), 1e-12)
 
 # mu = 1: global average pooling's closed form; an unbatched cost keeps no batch axis.
 cost = rng.uniform(0.0, 2.0, (4, 9))
@@ -103,9 +143,9 @@ report.expect("average_pooling_limit_fields", numpy(limit.residual).shape == (9,
 # (b) Implicit and unrolled cost gradients of a random linear loss against central differences (float64).
 cost = rng.uniform(0.0, 2.0, (2, 3, 5))
 w_plan, w_res = tensor(rng.normal(size=(2, 3, 5))), tensor(rng.normal(size=(2, 5)))
-for mode in ("implicit", "unrolled"):
-    def loss(c, mode=mode):
-        result = partial_transport(c, 0.4, epsilon=1 / 3, max_iter=300, threshold=0, gradient=mode)
+for mode, method in (("implicit", "newton"), ("unrolled", "newton"), ("unrolled", "fixed_point")):
+    def loss(c, mode=mode, method=method):
+        result = partial_transport(c, 0.4, epsilon=1 / 3, max_iter=300, threshold=0, gradient=mode, method=method)
         return ops.sum(result.plan * w_plan) + ops.sum(result.residual * w_res)
 
     _, (grad,) = value_and_grad(loss, cost)
@@ -114,8 +154,8 @@ for mode in ("implicit", "unrolled"):
         direction = np.zeros_like(cost)
         direction[index] = 1.0
         numeric[index] = central_difference(loss, cost, direction)
-    report.measure(f"{mode}_gradient_vs_finite_differences", np.abs(grad - numeric).max() / np.abs(numeric).max(),
-                   1e-6)
+    report.measure(f"{mode}_{method}_gradient_vs_finite_differences",
+                   np.abs(grad - numeric).max() / np.abs(numeric).max(), 1e-6)
 
 # (c) The layer: a float32 GeneralizedSumPooling on a (2, 4, 4, 8) input, its output and gradients.
 keras.utils.set_random_seed(0)
@@ -131,15 +171,15 @@ for mode in ("implicit", "unrolled"):
         report.expect(f"layer_{mode}_gradient_{name}", grad is not None and np.all(np.isfinite(grad))
                       and np.abs(grad).max() > 0, "missing, zero or not finite")
 
-# A float64 layer against the NumPy fixed point: the pooled vector is sum_j (sum_k pi_kj / mu) f_j.
-layer = GeneralizedSumPooling(num_prototypes=5, transport_ratio=0.3, dtype="float64")
+# A float64 layer against the converged solution: the pooled vector is sum_j (sum_k pi_kj / mu) f_j.
+layer = GeneralizedSumPooling(num_prototypes=5, transport_ratio=0.3, threshold=1e-13, dtype="float64")
 features = rng.normal(size=(2, 4, 4, 8))
 pooled = numpy(layer(tensor(features)))
 report.expect("layer_float64_dtype", pooled.dtype == np.float64, str(pooled.dtype))
 flat = features.reshape(2, 16, 8)
 prototypes = numpy(layer.prototypes)
 cost = numpy(_euclidean_cost(_clip_norm(tensor(prototypes)), _clip_norm(tensor(flat))))
-_, plan, _, _, _ = reference_solution(cost, 0.3, 0.2, 100, 1e-6)
+_, plan = root_solution(cost, 0.3, 0.2)
 expected = np.einsum("bn,bnc->bc", plan.sum(axis=1) / 0.3, flat)
 report.measure("layer_float64_vs_numpy", np.abs(pooled - expected).max(), 1e-10)
 report.finish()
