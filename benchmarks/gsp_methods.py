@@ -55,17 +55,29 @@ def preset_costs(images):
     return cost, pooling.transport_ratio
 
 
-def _step(transport_ratio, epsilon, method, max_iter):
+def _step(transport_ratio, epsilon, method, max_iter, threshold=1e-6):
+    """An XLA-compiled forward+backward step on a cost: ``(loss, cost gradient, iterations, converged, error)``."""
     @tf.function(jit_compile=True)
     def step(cost, weights):
         with tf.GradientTape() as tape:
             tape.watch(cost)
-            result = partial_transport(cost, transport_ratio, epsilon=epsilon, max_iter=max_iter, threshold=1e-6,
-                                       method=method)
+            result = partial_transport(cost, transport_ratio, epsilon=epsilon, max_iter=max_iter,
+                                       threshold=threshold, method=method)
             loss = tf.reduce_sum(result.residual * weights) + tf.reduce_sum(tf.square(result.plan))
         return loss, tape.gradient(loss, cost), result.iterations, result.converged, result.error
 
     return step
+
+
+def _interleaved_times(steps, inputs, repeats):
+    """``{key: [seconds]}`` of ``repeats`` rounds, each calling every step of ``steps`` once on ``inputs``."""
+    times = {key: [] for key in steps}
+    for _ in range(repeats):
+        for key, step in steps.items():
+            start = time.perf_counter()
+            step(*inputs)[0].numpy()
+            times[key].append(time.perf_counter() - start)
+    return times
 
 
 def measure(cost, transport_ratio, repeats, long_budget):
@@ -74,12 +86,7 @@ def measure(cost, transport_ratio, repeats, long_budget):
     configs += [(epsilon, "fixed_point", long_budget) for epsilon in EPSILONS[2:]]
     steps = {key: _step(transport_ratio, *key) for key in configs}
     outputs = {key: [t.numpy() for t in step(cost, weights)] for key, step in steps.items()}  # compile, and record
-    times = {key: [] for key in configs}
-    for _ in range(repeats):
-        for key, step in steps.items():
-            start = time.perf_counter()
-            step(cost, weights)[0].numpy()
-            times[key].append(time.perf_counter() - start)
+    times = _interleaved_times(steps, (cost, weights), repeats)
     rows = []
     for key in configs:
         _, _, iterations, converged, error = outputs[key]
@@ -101,27 +108,11 @@ def measure_evaluation_cost(repeats):
     rng = np.random.default_rng(0)
     cost = tf.constant(rng.uniform(0, 2, size=(64, 64, 196)).astype(np.float32))
     weights = tf.constant(rng.normal(size=(64, 196)).astype(np.float32))
-
-    def step_of(method, count):
-        @tf.function(jit_compile=True)
-        def step(c):
-            with tf.GradientTape() as tape:
-                tape.watch(c)
-                result = partial_transport(c, 0.3, epsilon=0.2, max_iter=count, threshold=0, method=method)
-                loss = tf.reduce_sum(result.residual * weights) + tf.reduce_sum(tf.square(result.plan))
-            return loss, tape.gradient(loss, c)
-
-        return step
-
-    steps = {(method, count): step_of(method, count) for method in METHODS for count in FIXED_COUNTS}
+    steps = {(method, count): _step(0.3, 0.2, method, count, threshold=0) for method in METHODS
+             for count in FIXED_COUNTS}
     for step in steps.values():
-        step(cost)[0].numpy()
-    times = {key: [] for key in steps}
-    for _ in range(repeats):
-        for key, step in steps.items():
-            start = time.perf_counter()
-            step(cost)[0].numpy()
-            times[key].append(time.perf_counter() - start)
+        step(cost, weights)[0].numpy()
+    times = _interleaved_times(steps, (cost, weights), repeats)
     rows = [{"method": method, "evaluations": count, "median_ms": 1e3 * float(np.median(times[(method, count)])),
              "min_ms": 1e3 * float(np.min(times[(method, count)]))} for method, count in steps]
     per_evaluation = {method: (1e3 * (min(times[(method, FIXED_COUNTS[1])]) - min(times[(method, FIXED_COUNTS[0])]))

@@ -104,6 +104,11 @@ def _log_residual(log_t, log_s, log_n):
     return -log_n - ops.softplus(log_t + log_s)
 
 
+def _marginal_error(log_t_prev, log_t, transport_ratio):
+    """``(B,)`` column-marginal error ``mu |1 - t_prev / t|`` of the solution built from ``(log_t_prev, log_t)``."""
+    return transport_ratio * ops.abs(ops.exp(log_t_prev - log_t) - 1.0)[:, 0]  # (no Expm1 in ONNX)
+
+
 def _loop_start(log_t):
     """The loop's first index, error (the largest finite number, so that the loop is entered) and update counts, for
     scalings ``log_t`` ``(B, 1)``."""
@@ -117,8 +122,7 @@ def _fixed_point(log_s, log_n, log_mu, transport_ratio, max_iter, threshold, dif
     def step(i, error, log_t_prev, log_t, count):
         """One update of ``t``; ``error`` is that of the updated state ``(log_t, new)``."""
         new = log_mu - ops.logsumexp(log_s + _log_residual(log_t, log_s, log_n), axis=-1, keepdims=True)
-        error = transport_ratio * ops.abs(ops.exp(log_t - new) - 1.0)[:, 0]  # (no Expm1 in ONNX)
-        return i + 1, error, log_t, new, count + 1
+        return i + 1, _marginal_error(log_t, new, transport_ratio), log_t, new, count + 1
 
     log_t0 = ops.zeros_like(log_s[:, :1])  # t = 1 (for the column sums divided by their maximum)
     index0, error0, count0 = _loop_start(log_t0)
@@ -168,7 +172,7 @@ def _newton(log_s, log_n, log_mu, transport_ratio, max_iter, threshold, differen
         # log sigmoid(z) (1 - sigmoid(z)) = 2 log sigmoid(z) - z
         slope = ops.exp(ops.logsumexp(2.0 * log_selected - z, axis=-1, keepdims=True) - log_total)
         new = log_mu - log_g + candidate
-        error = transport_ratio * ops.abs(ops.exp(candidate - new) - 1.0)[:, 0]  # (no Expm1 in ONNX)
+        error = _marginal_error(candidate, new, transport_ratio)
         below = log_g < log_mu
         low = ops.where(below, candidate, low)
         high = ops.where(below, high, candidate)
@@ -191,15 +195,14 @@ def _newton(log_s, log_n, log_mu, transport_ratio, max_iter, threshold, differen
 _SCALING_SOLVERS = {"newton": _newton, "fixed_point": _fixed_point}
 
 
-def _relative_logits(cost, epsilon):
-    """``(logits, log_s)``: the kernel's logits ``-c / epsilon`` and log column sums ``log s_j``, both less ``max_j
-    log s_j`` (a constant of the cost, no gradient). Scalings relative to it stay near 0 in float32, where ``log t``
-    itself (near ``-max_j log s_j``, hundreds at small ``epsilon``) would carry an absolute rounding of ~1e-5, and
-    with it the transported mass, beyond the default threshold."""
-    logits = -cost / epsilon
+def _relative_column_sums(logits):
+    """``(log_s, shift)``: the kernel's log column sums ``log s_j`` less ``shift = max_j log s_j`` ``(B, 1)`` (a
+    constant of the cost, no gradient). Scalings relative to it stay near 0 in float32, where ``log t`` itself (near
+    ``-max_j log s_j``, hundreds at small ``epsilon``) would carry an absolute rounding of ~1e-5, and with it the
+    transported mass, beyond the default threshold."""
     log_s = ops.logsumexp(logits, axis=1)  # (B, n)
-    shift = ops.stop_gradient(ops.max(log_s, axis=-1, keepdims=True))  # (B, 1)
-    return logits - shift[:, :, None], log_s - shift
+    shift = ops.stop_gradient(ops.max(log_s, axis=-1, keepdims=True))
+    return log_s - shift, shift
 
 
 def _scalings(cost, transport_ratio, epsilon, max_iter, threshold, method, differentiable=False):
@@ -212,7 +215,7 @@ def _scalings(cost, transport_ratio, epsilon, max_iter, threshold, method, diffe
     others iterate, so it ends exactly where it would end solved alone. ``differentiable`` asks for a loop the
     backend can reverse-differentiate (the unrolled gradient; a static-bound loop on JAX).
     """
-    _, log_s = _relative_logits(cost, epsilon)
+    log_s, _ = _relative_column_sums(-cost / epsilon)
     log_n = _log_size(cost)
     log_mu = ops.convert_to_tensor(math.log(transport_ratio), dtype_name(cost))
     solve = _SCALING_SOLVERS[method]
@@ -222,7 +225,9 @@ def _scalings(cost, transport_ratio, epsilon, max_iter, threshold, method, diffe
 def _solution(cost, epsilon, log_t_prev, log_t):
     """``(logits, log_rho, rho, plan)`` for the relative scalings ``log_t_prev`` (residual) and ``log_t`` (plan);
     the logits are relative too."""
-    logits, log_s = _relative_logits(cost, epsilon)
+    logits = -cost / epsilon
+    log_s, shift = _relative_column_sums(logits)
+    logits = logits - shift[:, :, None]
     log_rho = _log_residual(log_t_prev, log_s, _log_size(cost))
     plan = ops.exp(log_t[:, :, None] + logits + log_rho[:, None, :])
     return logits, log_rho, ops.exp(log_rho), plan
@@ -358,8 +363,7 @@ def partial_transport(cost, transport_ratio=0.3, *, epsilon=0.2, max_iter=100, t
         rho, plan, log_t_prev, log_t, iterations = solve(cost, transport_ratio, epsilon, max_iter, threshold,
                                                           method)
         log_t_prev, log_t = ops.stop_gradient(log_t_prev), ops.stop_gradient(log_t)
-        error = transport_ratio * ops.abs(ops.exp(log_t_prev - log_t) - 1.0)[:, 0]
-        error = _with_mass_failure(error, plan, transport_ratio)
+        error = _with_mass_failure(_marginal_error(log_t_prev, log_t, transport_ratio), plan, transport_ratio)
         converged = has_converged(error, threshold)
         result = PartialTransportResult(rho, plan, ops.exp(log_t)[:, 0], iterations, error, converged)
     if not batched:
