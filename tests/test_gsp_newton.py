@@ -129,3 +129,28 @@ def test_gradient_at_a_sharp_selection_equals_finite_differences(gradient):
         step[index] = 1e-6
         numeric = (float(loss(tf.constant(cost + step))) - float(loss(tf.constant(cost - step)))) / 2e-6
         np.testing.assert_allclose(analytic[index], numeric, rtol=0, atol=1e-6 * np.abs(analytic).max())
+
+
+def test_the_layer_takes_either_method_and_both_pool_alike():
+    from ot_layers import GeneralizedSumPooling
+
+    features = np.random.default_rng(8).normal(size=(3, 5, 5, 6)).astype("float32")
+    layers = {method: GeneralizedSumPooling(7, 0.3, epsilon=0.1, max_iter=1000, threshold=1e-7, method=method,
+                                            return_attributes=True, initializer="glorot_uniform")
+              for method in ("newton", "fixed_point")}
+    layers["newton"].build(features.shape)
+    layers["fixed_point"].build(features.shape)
+    layers["fixed_point"].set_weights(layers["newton"].get_weights())
+    outputs = {method: [np.asarray(x) for x in layer(features)] for method, layer in layers.items()}
+    for newton, fixed_point in zip(outputs["newton"], outputs["fixed_point"]):
+        np.testing.assert_allclose(newton, fixed_point, rtol=0, atol=1e-5)
+    flat = layers["newton"].flat_features(features)
+    iterations = {method: np.asarray(layer.transport(flat).iterations) for method, layer in layers.items()}
+    assert np.all(iterations["fixed_point"] > iterations["newton"])  # the argument reaches the solver
+    config = layers["fixed_point"].get_config()
+    assert GeneralizedSumPooling.from_config(config).method == "fixed_point"
+    del config["method"]  # a model saved before the layer had the argument
+    assert GeneralizedSumPooling.from_config(config).method == "newton"
+    with pytest.raises(ValueError, match="`method`") as error:
+        GeneralizedSumPooling(method="sinkhorn")
+    assert "\n" not in str(error.value)

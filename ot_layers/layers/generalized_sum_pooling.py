@@ -5,7 +5,7 @@ from keras import ops
 
 from ot_layers.layers.base import ExportableLayer
 from ot_layers.layers.weight_initializer import resolve_initializer
-from ot_layers.solvers.partial_transport import GRADIENTS, partial_transport
+from ot_layers.solvers.partial_transport import GRADIENTS, METHODS, partial_transport
 from ot_layers.tensor_ops import at_least, flatten_feature_map
 from ot_layers.validation import (
     check_choice,
@@ -51,10 +51,13 @@ class GeneralizedSumPooling(ExportableLayer):
       epsilon: entropic regularization, ``1 / gamma`` (the kernel is ``exp(-c / epsilon)``): 0.2 (the
         thesis' ``gamma = 5``, used with pair losses) by default; use 2.0 (``gamma = 0.5``) with proxy losses.
       max_iter, threshold: bound on the solver's evaluations and the stopping tolerance on the marginal error
-        (``threshold=0`` runs exactly ``max_iter``). The solver finds Prop. 5.2.1's fixed point by safeguarded
-        Newton steps (``partial_transport(method="newton")``): a handful of evaluations, where the thesis' update
-        needs hundreds or more for sharp selections (small ``epsilon``). Each sample's transport stops at its own
-        tolerance, so a sample's output does not depend on the rest of its batch.
+        (``threshold=0`` runs exactly ``max_iter``). Each sample's transport stops at its own tolerance, so a
+        sample's output does not depend on the rest of its batch.
+      method: how the solver finds Prop. 5.2.1's fixed point (``partial_transport``'s ``method``):
+        ``"newton"`` (safeguarded Newton steps on the scaling, a handful of evaluations) or ``"fixed_point"``
+        (the thesis' update as published, which needs hundreds or more for sharp selections, small ``epsilon``,
+        and may stop at ``max_iter`` short of the tolerance). Both reach the same fixed point, and the implicit
+        gradient is the same.
       gradient: ``"implicit"`` (Prop. 5.2.2, guarded for sharp selections) or ``"unrolled"``.
       return_attributes: also return ``z``.
       initializer: initializer of the prototypes ``(m, C)``.
@@ -70,13 +73,15 @@ class GeneralizedSumPooling(ExportableLayer):
     ITERATIVE = True  # its solver loop keeps it eager on PyTorch (ExportableLayer)
 
     def __init__(self, num_prototypes=64, transport_ratio=0.3, *, epsilon=0.2, max_iter=100, threshold=1e-6,
-                 gradient="implicit", return_attributes=False, initializer="random_normal", **kwargs):
+                 method="newton", gradient="implicit", return_attributes=False, initializer="random_normal",
+                 **kwargs):
         super().__init__(**kwargs)
         self.num_prototypes = check_positive_int("num_prototypes", num_prototypes)
         self.transport_ratio = float(check_in_range("transport_ratio", transport_ratio, 0.0, 1.0, low_open=True))
         self.epsilon = float(check_positive("epsilon", epsilon))
         self.max_iter = check_positive_int("max_iter", max_iter)
         self.threshold = float(check_non_negative("threshold", threshold))
+        self.method = check_choice("method", method, METHODS)
         self.gradient = check_choice("gradient", gradient, GRADIENTS)
         self.return_attributes = check_flag("return_attributes", return_attributes)
         self.initializer = resolve_initializer("initializer", initializer)
@@ -109,7 +114,7 @@ class GeneralizedSumPooling(ExportableLayer):
         prototypes = ops.cast(self.prototypes, features.dtype)
         cost = _euclidean_cost(_clip_norm(prototypes), _clip_norm(features))
         return partial_transport(cost, self.transport_ratio, epsilon=self.epsilon, max_iter=self.max_iter,
-                                 threshold=self.threshold, gradient=self.gradient)
+                                 threshold=self.threshold, method=self.method, gradient=self.gradient)
 
     def pooling_weights(self, features):
         """Pooling weights ``(B, n)`` and transport plan ``(B, m, n)`` for features ``(B, n, C)`` (float32/64).
@@ -144,7 +149,7 @@ class GeneralizedSumPooling(ExportableLayer):
     def get_config(self):
         config = super().get_config()
         config.update(num_prototypes=self.num_prototypes, transport_ratio=self.transport_ratio, epsilon=self.epsilon,
-                      max_iter=self.max_iter, threshold=self.threshold, gradient=self.gradient,
-                      return_attributes=self.return_attributes,
+                      max_iter=self.max_iter, threshold=self.threshold, method=self.method,
+                      gradient=self.gradient, return_attributes=self.return_attributes,
                       initializer=keras.initializers.serialize(self.initializer))
         return config
