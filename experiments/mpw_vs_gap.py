@@ -1,13 +1,24 @@
-"""Does the Multi-Proxy Wasserstein head learn? MPW vs global average pooling + Dense on Fashion-MNIST.
+"""Does the Multi-Proxy Wasserstein head beat global average pooling + Dense? A small-ConvNet comparison on
+Fashion-MNIST, the budget chosen on validation data, over several seeds.
 
-Same backbone (small_convnet), seed, data order, optimizer (Adam 1e-3), batch size and number of epochs for both
-heads; test accuracy on the full 10k test set. The models are ``zoo.image_classifier`` (heads ``gap_fc`` and
-``mpw``, small_convnet with BatchNorm momentum 0.9, unnormalized images: ``zoo_inputs.RAW_PIXELS``). Writes
-experiments/results/mpw_vs_gap.json (or --out). The recorded runs (docs/results/sinkhorn_mpw.md):
+Both heads get the same backbone (``small_convnet``, BatchNorm momentum 0.9, unnormalized images:
+``zoo_inputs.RAW_PIXELS``), seed, data order, optimizer (Adam 1e-3, constant), batch size (64) and epoch grid. The
+models are ``zoo.image_classifier`` with heads ``gap_fc`` and ``mpw``. Protocol:
 
-    python experiments/mpw_vs_gap.py --epochs 3 --train 15000 --seeds 0
-    python experiments/mpw_vs_gap.py --epochs 5 --train 15000 --seeds 0 \
-        --out experiments/results/mpw_vs_gap_5epochs.json
+- training images: the first ``--train`` of the training split; validation: its last ``--validation`` images
+  (disjoint from them); test: the full 10k test split.
+- each run trains ``--epochs`` epochs and scores validation and test accuracy after every epoch. With a constant
+  learning rate a run stopped after ``E`` epochs is the same run as one of budget ``E``, so one run per head and seed
+  covers the whole epoch grid 1..``--epochs``.
+- each head's budget is the epoch with the best mean validation accuracy over the seeds (the smaller on a tie);
+  the test split is never used to choose. Reported: test accuracy at that budget, mean and sample sd over seeds,
+  and MPW minus GAP paired by seed (same seed and data order), with a paired t-test
+  (``scipy.stats.ttest_rel``).
+
+Every finished run is written to ``--out`` at once (a later call with the same ``--out`` skips the runs it holds),
+so an interrupted comparison resumes. The recorded run (docs/results/sinkhorn_mpw.md):
+
+    python experiments/mpw_vs_gap.py --epochs 8 --seeds 0 1 2 3 4 --out experiments/results/mpw_vs_gap_seeds.json
 """
 import argparse
 import json
@@ -16,45 +27,133 @@ import time
 
 import keras
 import numpy as np
+from scipy import stats
 
 import zoo
-from training.recipes.simple_classifier import compile_classifier, fit_and_evaluate
+from training.recipes.simple_classifier import compile_classifier
 from training.data.fashion_mnist import load_fashion_mnist
 from zoo_inputs import small_convnet_options
 from otzoo.arguments import positive_int
 
 ZOO_HEADS = {"gap": "gap_fc", "mpw": "mpw"}  # this experiment's head names -> zoo.image_classifier's
+TRAINING_IMAGES = 60000  # Fashion-MNIST's training split
+
+
+class EpochScores(keras.callbacks.Callback):
+    """Validation and test accuracy after every epoch (the test scores are recorded, never used to choose)."""
+
+    def __init__(self, validation, test):
+        super().__init__()
+        self.validation, self.test = validation, test
+        self.validation_accuracy, self.test_accuracy = [], []
+
+    def on_epoch_end(self, epoch, logs=None):
+        for data, scores in ((self.validation, self.validation_accuracy), (self.test, self.test_accuracy)):
+            _, accuracy = self.model.evaluate(*data, batch_size=256, verbose=0)
+            scores.append(float(accuracy))
+
+
+def train_run(head, seed, train, validation, test, epochs, width):
+    keras.utils.set_random_seed(seed)
+    model = compile_classifier(zoo.image_classifier("small_convnet", ZOO_HEADS[head], 10,
+                                                    **small_convnet_options(width, feature_dim=64)))
+    scores = EpochScores(validation, test)
+    x_train, y_train = train
+    order = np.random.default_rng(seed).permutation(len(x_train))
+    start = time.time()
+    history = model.fit(x_train[order], y_train[order], epochs=epochs, batch_size=64, shuffle=True, verbose=2,
+                        callbacks=[scores])
+    return {"head": head, "seed": seed, "validation_accuracy": scores.validation_accuracy,
+            "test_accuracy": scores.test_accuracy, "train_loss": [float(v) for v in history.history["loss"]],
+            "seconds": time.time() - start, "parameters": model.count_params()}
+
+
+def chosen_epoch(runs, head):
+    """The epoch (1-based) with the best mean validation accuracy of ``head`` over its runs, the smaller on a tie."""
+    mean = np.mean([r["validation_accuracy"] for r in runs if r["head"] == head], axis=0)
+    return int(np.flatnonzero(mean == mean.max())[0]) + 1
+
+
+def summarize(runs, seeds):
+    """Each head's budget and test accuracy at it over ``seeds``, and the paired MPW - GAP difference."""
+    runs = [r for r in runs if r["seed"] in seeds]
+    summary = {}
+    for head in ZOO_HEADS:
+        epoch = chosen_epoch(runs, head)
+        by_seed = {r["seed"]: r for r in runs if r["head"] == head}
+        test = [by_seed[s]["test_accuracy"][epoch - 1] for s in seeds]
+        validation = [by_seed[s]["validation_accuracy"][epoch - 1] for s in seeds]
+        summary[head] = {"epochs": epoch, "test_accuracy": test, "test_mean": float(np.mean(test)),
+                         "test_sd": float(np.std(test, ddof=1)) if len(test) > 1 else None,
+                         "validation_mean": float(np.mean(validation))}
+    difference = np.subtract(summary["mpw"]["test_accuracy"], summary["gap"]["test_accuracy"])
+    paired = {"mpw_minus_gap": difference.tolist(), "mean": float(difference.mean()),
+              "sd": float(difference.std(ddof=1)) if len(difference) > 1 else None,
+              "mpw_ahead_in": int((difference > 0).sum()), "seeds": len(difference)}
+    if len(difference) > 1:
+        paired["ttest_rel_p"] = float(stats.ttest_rel(summary["mpw"]["test_accuracy"],
+                                                      summary["gap"]["test_accuracy"]).pvalue)
+    return summary, paired
+
+
+def write_report(path, config, runs):
+    """Writes the runs and, over the seeds both heads finished, the summary to ``path`` (atomically)."""
+    report = {"config": config, "runs": runs}
+    seeds = sorted({r["seed"] for r in runs
+                    if all(any(q["head"] == h and q["seed"] == r["seed"] for q in runs) for h in ZOO_HEADS)})
+    if seeds:
+        report["seeds"] = seeds
+        report["heads"], report["paired"] = summarize(runs, seeds)
+    with open(path + ".tmp", "w") as handle:
+        json.dump(report, handle, indent=2)
+    os.replace(path + ".tmp", path)
+    return report
 
 
 def main():
-    parser = argparse.ArgumentParser()
-    parser.add_argument("--epochs", type=positive_int, default=3)
-    parser.add_argument("--train", type=int, default=20000, help="training images (the first N)")
-    parser.add_argument("--width", type=int, default=32)
-    parser.add_argument("--seeds", type=int, nargs="+", default=[0])
-    parser.add_argument("--out", default=os.path.join(os.path.dirname(__file__), "results", "mpw_vs_gap.json"))
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--epochs", type=positive_int, default=8, help="the largest budget of the epoch grid")
+    parser.add_argument("--train", type=positive_int, default=15000, help="training images (the first N)")
+    parser.add_argument("--validation", type=positive_int, default=5000,
+                        help="validation images (the last N of the training split)")
+    parser.add_argument("--width", type=positive_int, default=32)
+    parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2, 3, 4])
+    parser.add_argument("--out", default=os.path.join(os.path.dirname(__file__), "results", "mpw_vs_gap_seeds.json"))
     args = parser.parse_args()
+    if args.train + args.validation > TRAINING_IMAGES:
+        parser.error(f"--train plus --validation must not exceed the {TRAINING_IMAGES} training images "
+                     f"(got {args.train} + {args.validation}).")
 
-    train = load_fashion_mnist("train", limit=args.train)
-    test = load_fashion_mnist("test")
+    config = {"epochs": args.epochs, "train": args.train, "validation": args.validation, "width": args.width}
     runs = []
+    if os.path.exists(args.out):
+        with open(args.out) as handle:
+            kept = json.load(handle)
+        if kept.get("config") != config:
+            parser.error(f"{args.out} holds runs of another configuration ({kept.get('config')}); "
+                         "choose another --out.")
+        runs = kept["runs"]
+    x, y = load_fashion_mnist("train")
+    train = x[:args.train], y[:args.train]
+    validation = x[-args.validation:], y[-args.validation:]
+    test = load_fashion_mnist("test")
+    os.makedirs(os.path.dirname(os.path.abspath(args.out)), exist_ok=True)
     for seed in args.seeds:
-        for head in ("gap", "mpw"):
-            keras.utils.set_random_seed(seed)
-            model = compile_classifier(zoo.image_classifier("small_convnet", ZOO_HEADS[head], 10,
-                                                            **small_convnet_options(args.width, feature_dim=64)))
-            start = time.time()
-            accuracy, history = fit_and_evaluate(model, train, test, epochs=args.epochs, seed=seed, verbose=2)
-            runs.append({"head": head, "seed": seed, "test_accuracy": accuracy, "train_loss": history["loss"],
-                         "seconds": time.time() - start, "parameters": model.count_params()})
+        for head in ZOO_HEADS:
+            if any(r["head"] == head and r["seed"] == seed for r in runs):
+                continue
+            runs.append(train_run(head, seed, train, validation, test, args.epochs, args.width))
             print(json.dumps(runs[-1]), flush=True)
-    summary = {head: float(np.mean([r["test_accuracy"] for r in runs if r["head"] == head])) for head in ("gap", "mpw")}
-    report = {"config": vars(args), "runs": runs, "mean_test_accuracy": summary,
-              "mpw_at_least_gap": summary["mpw"] >= summary["gap"]}
-    os.makedirs(os.path.dirname(args.out), exist_ok=True)
-    with open(args.out, "w") as handle:
-        json.dump(report, handle, indent=2)
-    print(f"mean test accuracy: GAP+Dense {summary['gap']:.4f}, MPW {summary['mpw']:.4f}; wrote {args.out}")
+            report = write_report(args.out, config, runs)
+    report = write_report(args.out, config, runs)
+    if "seeds" not in report:
+        return
+    heads, paired = report["heads"], report["paired"]
+    for head, result in heads.items():
+        print(f"{head}: budget {result['epochs']} epochs (validation {result['validation_mean']:.4f}), test "
+              f"{result['test_mean']:.4f} +- {result['test_sd'] or 0:.4f} over seeds {report['seeds']}")
+    print(f"MPW - GAP: {paired['mean'] * 100:+.2f} +- {(paired['sd'] or 0) * 100:.2f} points "
+          f"(MPW ahead in {paired['mpw_ahead_in']} of {paired['seeds']}); wrote {args.out}")
 
 
 if __name__ == "__main__":
