@@ -18,19 +18,19 @@ import os
 import keras
 import numpy as np
 
-import zoo
-from mpw_vs_gap import ZOO_HEADS
+from mpw_vs_gap import ZOO_HEADS, build_model, data_order, load_splits
 from otzoo.arguments import positive_int
-from training.data.fashion_mnist import load_fashion_mnist
-from training.recipes.simple_classifier import compile_classifier
-from zoo_inputs import small_convnet_options
 
 BATCH = 250
 
 
-def predictions(model, images, training):
-    return np.concatenate([keras.ops.convert_to_numpy(model(images[i:i + BATCH], training=training))
-                           for i in range(0, len(images), BATCH)]).argmax(axis=1)
+def accuracy(model, images, labels, training):
+    """Accuracy and per-class accuracy of ``model`` on ``images`` in batches of ``BATCH``; ``training=True``
+    normalizes each batch by its own statistics."""
+    predicted = np.concatenate([keras.ops.convert_to_numpy(model(images[i:i + BATCH], training=training))
+                                for i in range(0, len(images), BATCH)]).argmax(axis=1)
+    return {"accuracy": float((predicted == labels).mean()),
+            "per_class": [float((predicted[labels == c] == c).mean()) for c in range(10)]}
 
 
 def recalibrate(model, images):
@@ -59,25 +59,15 @@ def main():
     parser.add_argument("--out", default=os.path.join(os.path.dirname(__file__), "results",
                                                       "batchnorm_statistics.json"))
     args = parser.parse_args()
-    x, y = load_fashion_mnist("train")
-    x_train, y_train = x[:args.train], y[:args.train]
-    x_val, y_val = x[-args.validation:], y[-args.validation:]
-    keras.utils.set_random_seed(args.seed)
-    model = compile_classifier(zoo.image_classifier("small_convnet", ZOO_HEADS[args.head], 10,
-                                                    **small_convnet_options(32, feature_dim=64,
-                                                                          bn_momentum=args.bn_momentum)))
-    order = np.random.default_rng(args.seed).permutation(len(x_train))
+    (x_train, y_train), (x_val, y_val) = load_splits(args.train, args.validation)
+    model = build_model(args.head, args.seed, 32, bn_momentum=args.bn_momentum)
+    order = data_order(args.seed, len(x_train))
     model.fit(x_train[order], y_train[order], epochs=args.epochs, batch_size=64, shuffle=True, verbose=2)
-    record = {"head": args.head, "seed": args.seed, "epochs": args.epochs, "bn_momentum": args.bn_momentum}
-    for mode, training in (("moving_statistics", False), ("batch_statistics", True)):
-        predicted = predictions(model, x_val, training)
-        record[mode] = {"accuracy": float((predicted == y_val).mean()),
-                        "per_class": [float((predicted[y_val == c] == c).mean()) for c in range(10)]}
+    record = {"head": args.head, "seed": args.seed, "epochs": args.epochs, "bn_momentum": args.bn_momentum,
+              "moving_statistics": accuracy(model, x_val, y_val, False),
+              "batch_statistics": accuracy(model, x_val, y_val, True)}
     recalibrate(model, x_train[order][:args.recalibrate])
-    predicted = predictions(model, x_val, False)
-    record["recalibrated_statistics"] = {"accuracy": float((predicted == y_val).mean()),
-                                         "per_class": [float((predicted[y_val == c] == c).mean()) for c in range(10)],
-                                         "images": args.recalibrate}
+    record["recalibrated_statistics"] = dict(accuracy(model, x_val, y_val, False), images=args.recalibrate)
     print(json.dumps(record), flush=True)
     records = []
     if os.path.exists(args.out):

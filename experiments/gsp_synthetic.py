@@ -32,11 +32,11 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 import keras  # noqa: E402
 import numpy as np  # noqa: E402
 import tensorflow as tf  # noqa: E402
-from scipy import stats  # noqa: E402
 
 from ot_layers import GeneralizedSumPooling  # noqa: E402
 from ot_layers.losses import ContrastiveLoss  # noqa: E402
-from training.evaluation.retrieval import retrieval_metrics
+from training.evaluation.retrieval import retrieval_metrics  # noqa: E402
+from seed_runs import paired_differences, spread  # noqa: E402
 
 NUM_CLASSES, TOKENS_PER_CLASS, BACKGROUND_TOKENS, SAMPLE_LENGTH = 16, 4, 4, 50
 
@@ -146,16 +146,13 @@ def summarize(runs, args):
         mine = [r for r in runs if r["pooling"] == pooling]
         summary[pooling] = {"at_epoch_cap": sum(r["epochs_run"] == args.max_epochs for r in mine)}
         for key in ("test_map_at_r", "test_precision_at_1"):
-            values = [r[key] for r in mine]
-            summary[pooling][key] = float(np.mean(values))
-            summary[pooling][key + "_sd"] = float(np.std(values, ddof=1)) if len(values) > 1 else None
+            summary[pooling][key], summary[pooling][key + "_sd"] = spread([r[key] for r in mine])
     gap = [r["test_map_at_r"] for r in runs if r["pooling"] == "gap"]
     gsp = [r["test_map_at_r"] for r in runs if r["pooling"] == "gsp"]
-    difference = np.subtract(gsp, gap)
-    summary["gsp_minus_gap"] = {"map_at_r": difference.tolist(), "mean": float(difference.mean()),
-                                "sd": float(difference.std(ddof=1)) if len(difference) > 1 else None,
-                                "gsp_ahead_in": int((difference > 0).sum()),
-                                "ttest_rel_p": float(stats.ttest_rel(gsp, gap).pvalue) if len(gap) > 1 else None}
+    difference = paired_differences(np.subtract(gsp, gap).tolist())
+    summary["gsp_minus_gap"] = {"map_at_r": difference["per_seed"], "mean": difference["mean"],
+                                "sd": difference["sd"], "gsp_ahead_in": int(difference["positive_in"].split("/")[0]),
+                                "ttest_rel_p": difference["paired_t_p"]}
     return summary
 
 

@@ -27,13 +27,13 @@ import time
 
 import keras
 import numpy as np
-from scipy import stats
 
 import zoo
 from training.recipes.simple_classifier import compile_classifier
 from training.data.fashion_mnist import load_fashion_mnist
 from zoo_inputs import small_convnet_options
 from otzoo.arguments import positive_int
+from seed_runs import paired_differences, spread
 
 ZOO_HEADS = {"gap": "gap_fc", "mpw": "mpw"}  # this experiment's head names -> zoo.image_classifier's
 TRAINING_IMAGES = 60000  # Fashion-MNIST's training split
@@ -53,13 +53,31 @@ class EpochScores(keras.callbacks.Callback):
             scores.append(float(accuracy))
 
 
-def train_run(head, seed, train, validation, test, epochs, width):
+def build_model(head, seed, width, bn_momentum=0.9):
+    """The compiled ``small_convnet`` classifier with ``head``, its weights drawn from ``seed``."""
     keras.utils.set_random_seed(seed)
-    model = compile_classifier(zoo.image_classifier("small_convnet", ZOO_HEADS[head], 10,
-                                                    **small_convnet_options(width, feature_dim=64)))
+    return compile_classifier(zoo.image_classifier("small_convnet", ZOO_HEADS[head], 10,
+                                                   **small_convnet_options(width, feature_dim=64,
+                                                                           bn_momentum=bn_momentum)))
+
+
+def load_splits(train, validation):
+    """Training images (the first ``train`` of the training split) and validation images (its last
+    ``validation``), each ``(images, labels)``."""
+    x, y = load_fashion_mnist("train")
+    return (x[:train], y[:train]), (x[-validation:], y[-validation:])
+
+
+def data_order(seed, count):
+    """The order a run of ``seed`` feeds its ``count`` training images in."""
+    return np.random.default_rng(seed).permutation(count)
+
+
+def train_run(head, seed, train, validation, test, epochs, width):
+    model = build_model(head, seed, width)
     scores = EpochScores(validation, test)
     x_train, y_train = train
-    order = np.random.default_rng(seed).permutation(len(x_train))
+    order = data_order(seed, len(x_train))
     start = time.time()
     history = model.fit(x_train[order], y_train[order], epochs=epochs, batch_size=64, shuffle=True, verbose=2,
                         callbacks=[scores])
@@ -83,16 +101,14 @@ def summarize(runs, seeds):
         by_seed = {r["seed"]: r for r in runs if r["head"] == head}
         test = [by_seed[s]["test_accuracy"][epoch - 1] for s in seeds]
         validation = [by_seed[s]["validation_accuracy"][epoch - 1] for s in seeds]
-        summary[head] = {"epochs": epoch, "test_accuracy": test, "test_mean": float(np.mean(test)),
-                         "test_sd": float(np.std(test, ddof=1)) if len(test) > 1 else None,
-                         "validation_mean": float(np.mean(validation))}
-    difference = np.subtract(summary["mpw"]["test_accuracy"], summary["gap"]["test_accuracy"])
-    paired = {"mpw_minus_gap": difference.tolist(), "mean": float(difference.mean()),
-              "sd": float(difference.std(ddof=1)) if len(difference) > 1 else None,
-              "mpw_ahead_in": int((difference > 0).sum()), "seeds": len(difference)}
-    if len(difference) > 1:
-        paired["ttest_rel_p"] = float(stats.ttest_rel(summary["mpw"]["test_accuracy"],
-                                                      summary["gap"]["test_accuracy"]).pvalue)
+        mean, sd = spread(test)
+        summary[head] = {"epochs": epoch, "test_accuracy": test, "test_mean": mean, "test_sd": sd,
+                         "validation_mean": spread(validation)[0]}
+    difference = paired_differences(np.subtract(summary["mpw"]["test_accuracy"],
+                                                summary["gap"]["test_accuracy"]).tolist())
+    paired = {"mpw_minus_gap": difference["per_seed"], "mean": difference["mean"], "sd": difference["sd"],
+              "mpw_ahead_in": int(difference["positive_in"].split("/")[0]), "seeds": len(test),
+              "ttest_rel_p": difference["paired_t_p"]}
     return summary, paired
 
 
@@ -133,11 +149,10 @@ def main():
             parser.error(f"{args.out} holds runs of another configuration ({kept.get('config')}); "
                          "choose another --out.")
         runs = kept["runs"]
-    x, y = load_fashion_mnist("train")
-    train = x[:args.train], y[:args.train]
-    validation = x[-args.validation:], y[-args.validation:]
+    train, validation = load_splits(args.train, args.validation)
     test = load_fashion_mnist("test")
     os.makedirs(os.path.dirname(os.path.abspath(args.out)), exist_ok=True)
+    report = None  # written after every run; once more only when this call trained none
     for seed in args.seeds:
         for head in ZOO_HEADS:
             if any(r["head"] == head and r["seed"] == seed for r in runs):
@@ -145,7 +160,8 @@ def main():
             runs.append(train_run(head, seed, train, validation, test, args.epochs, args.width))
             print(json.dumps(runs[-1]), flush=True)
             report = write_report(args.out, config, runs)
-    report = write_report(args.out, config, runs)
+    if report is None:
+        report = write_report(args.out, config, runs)
     if "seeds" not in report:
         return
     heads, paired = report["heads"], report["paired"]
