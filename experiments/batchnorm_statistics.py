@@ -18,7 +18,7 @@ import os
 import keras
 import numpy as np
 
-from mpw_vs_gap import ZOO_HEADS, build_model, data_order, load_splits
+from mpw_vs_gap import ZOO_HEADS, build_model, data_order, load_splits, recalibrate
 from otzoo.arguments import positive_int
 
 BATCH = 250
@@ -31,18 +31,6 @@ def accuracy(model, images, labels, training):
                                 for i in range(0, len(images), BATCH)]).argmax(axis=1)
     return {"accuracy": float((predicted == labels).mean()),
             "per_class": [float((predicted[labels == c] == c).mean()) for c in range(10)]}
-
-
-def recalibrate(model, images):
-    """Sets every BatchNormalization's moving statistics to those of ``images``: one training-mode pass over all of
-    them at once with momentum 0, so that each layer's statistics are taken on inputs normalized the same way."""
-    norms = [layer for layer in model._flatten_layers() if isinstance(layer, keras.layers.BatchNormalization)]
-    momenta = [layer.momentum for layer in norms]
-    for layer in norms:
-        layer.momentum = 0.0
-    model(images, training=True)
-    for layer, momentum in zip(norms, momenta):
-        layer.momentum = momentum
 
 
 def main():

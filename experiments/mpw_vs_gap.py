@@ -15,10 +15,16 @@ models are ``zoo.image_classifier`` with heads ``gap_fc`` and ``mpw``. Protocol:
   and MPW minus GAP paired by seed (same seed and data order), with a paired t-test
   (``scipy.stats.ttest_rel``).
 
+With ``--recalibrate-bn N`` every epoch is also scored after recalibrating BatchNorm: each BatchNorm's moving
+statistics are replaced by those of the run's first ``N`` training images (one training-mode pass, momentum 0), both
+splits are scored, and the moving statistics are put back, so training goes on exactly as without the option. The
+budget of the recalibrated scores is chosen on their own validation accuracy, the same way.
+
 Every finished run is written to ``--out`` at once (a later call with the same ``--out`` skips the runs it holds),
 so an interrupted comparison resumes. The recorded run (docs/results/sinkhorn_mpw.md):
 
     python experiments/mpw_vs_gap.py --epochs 8 --seeds 0 1 2 3 4 --out experiments/results/mpw_vs_gap_seeds.json
+    python experiments/mpw_vs_gap.py --epochs 8 --seeds 0 1 2 3 4 --recalibrate-bn 2000 --out experiments/results/mpw_vs_gap_recalibrated.json
 """
 import argparse
 import json
@@ -37,20 +43,51 @@ from seed_runs import paired_differences, spread
 
 ZOO_HEADS = {"gap": "gap_fc", "mpw": "mpw"}  # this experiment's head names -> zoo.image_classifier's
 TRAINING_IMAGES = 60000  # Fashion-MNIST's training split
+MODES = {"moving": "", "recalibrated": "recalibrated_"}  # scoring mode -> prefix of its accuracy keys in a run
+
+
+def batchnorm_layers(model):
+    return [layer for layer in model._flatten_layers() if isinstance(layer, keras.layers.BatchNormalization)]
+
+
+def recalibrate(model, images):
+    """Sets every BatchNormalization's moving statistics to those of ``images``: one training-mode pass over all of
+    them at once with momentum 0, so that each layer's statistics are taken on inputs normalized the same way."""
+    norms = batchnorm_layers(model)
+    momenta = [layer.momentum for layer in norms]
+    for layer in norms:
+        layer.momentum = 0.0
+    model(images, training=True)
+    for layer, momentum in zip(norms, momenta):
+        layer.momentum = momentum
 
 
 class EpochScores(keras.callbacks.Callback):
-    """Validation and test accuracy after every epoch (the test scores are recorded, never used to choose)."""
+    """Validation and test accuracy after every epoch (the test scores are recorded, never used to choose), with the
+    moving statistics and, given ``recalibration_images``, after recalibrating BatchNorm on them (the model's
+    non-trainable variables are restored afterwards)."""
 
-    def __init__(self, validation, test):
+    def __init__(self, validation, test, recalibration_images=None):
         super().__init__()
         self.validation, self.test = validation, test
-        self.validation_accuracy, self.test_accuracy = [], []
+        self.recalibration_images = recalibration_images
+        self.scores = {f"{prefix}{split}_accuracy": [] for mode, prefix in MODES.items()
+                       if mode == "moving" or recalibration_images is not None for split in ("validation", "test")}
+
+    def score(self, prefix):
+        for split, data in (("validation", self.validation), ("test", self.test)):
+            _, accuracy = self.model.evaluate(*data, batch_size=256, verbose=0)
+            self.scores[f"{prefix}{split}_accuracy"].append(float(accuracy))
 
     def on_epoch_end(self, epoch, logs=None):
-        for data, scores in ((self.validation, self.validation_accuracy), (self.test, self.test_accuracy)):
-            _, accuracy = self.model.evaluate(*data, batch_size=256, verbose=0)
-            scores.append(float(accuracy))
+        self.score(MODES["moving"])
+        if self.recalibration_images is None:
+            return
+        kept = [keras.ops.convert_to_numpy(v) for v in self.model.non_trainable_variables]
+        recalibrate(self.model, self.recalibration_images)
+        self.score(MODES["recalibrated"])
+        for variable, value in zip(self.model.non_trainable_variables, kept):
+            variable.assign(value)
 
 
 def build_model(head, seed, width, bn_momentum=0.9):
@@ -73,34 +110,35 @@ def data_order(seed, count):
     return np.random.default_rng(seed).permutation(count)
 
 
-def train_run(head, seed, train, validation, test, epochs, width):
+def train_run(head, seed, train, validation, test, epochs, width, recalibrate_bn=0):
     model = build_model(head, seed, width)
-    scores = EpochScores(validation, test)
     x_train, y_train = train
     order = data_order(seed, len(x_train))
+    scores = EpochScores(validation, test, x_train[order[:recalibrate_bn]] if recalibrate_bn else None)
     start = time.time()
     history = model.fit(x_train[order], y_train[order], epochs=epochs, batch_size=64, shuffle=True, verbose=2,
                         callbacks=[scores])
-    return {"head": head, "seed": seed, "validation_accuracy": scores.validation_accuracy,
-            "test_accuracy": scores.test_accuracy, "train_loss": [float(v) for v in history.history["loss"]],
+    return {"head": head, "seed": seed, **scores.scores, "train_loss": [float(v) for v in history.history["loss"]],
             "seconds": time.time() - start, "parameters": model.count_params()}
 
 
-def chosen_epoch(runs, head):
-    """The epoch (1-based) with the best mean validation accuracy of ``head`` over its runs, the smaller on a tie."""
-    mean = np.mean([r["validation_accuracy"] for r in runs if r["head"] == head], axis=0)
+def chosen_epoch(runs, head, prefix=""):
+    """The epoch (1-based) with the best mean validation accuracy (the ``prefix``ed scores) of ``head`` over its
+    runs, the smaller on a tie."""
+    mean = np.mean([r[prefix + "validation_accuracy"] for r in runs if r["head"] == head], axis=0)
     return int(np.flatnonzero(mean == mean.max())[0]) + 1
 
 
-def summarize(runs, seeds):
-    """Each head's budget and test accuracy at it over ``seeds``, and the paired MPW - GAP difference."""
+def summarize(runs, seeds, prefix=""):
+    """Each head's budget and test accuracy at it over ``seeds`` (the ``prefix``ed scores: ``MODES``), and the
+    paired MPW - GAP difference."""
     runs = [r for r in runs if r["seed"] in seeds]
     summary = {}
     for head in ZOO_HEADS:
-        epoch = chosen_epoch(runs, head)
+        epoch = chosen_epoch(runs, head, prefix)
         by_seed = {r["seed"]: r for r in runs if r["head"] == head}
-        test = [by_seed[s]["test_accuracy"][epoch - 1] for s in seeds]
-        validation = [by_seed[s]["validation_accuracy"][epoch - 1] for s in seeds]
+        test = [by_seed[s][prefix + "test_accuracy"][epoch - 1] for s in seeds]
+        validation = [by_seed[s][prefix + "validation_accuracy"][epoch - 1] for s in seeds]
         mean, sd = spread(test)
         summary[head] = {"epochs": epoch, "test_accuracy": test, "test_mean": mean, "test_sd": sd,
                          "validation_mean": spread(validation)[0]}
@@ -120,6 +158,9 @@ def write_report(path, config, runs):
     if seeds:
         report["seeds"] = seeds
         report["heads"], report["paired"] = summarize(runs, seeds)
+        if config.get("recalibrate_bn"):
+            heads, paired = summarize(runs, seeds, MODES["recalibrated"])
+            report["recalibrated"] = {"heads": heads, "paired": paired}
     with open(path + ".tmp", "w") as handle:
         json.dump(report, handle, indent=2)
     os.replace(path + ".tmp", path)
@@ -134,13 +175,20 @@ def main():
                         help="validation images (the last N of the training split)")
     parser.add_argument("--width", type=positive_int, default=32)
     parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2, 3, 4])
+    parser.add_argument("--recalibrate-bn", type=int, default=0, metavar="N",
+                        help="also score every epoch with BatchNorm recalibrated on the run's first N training images "
+                             "(0: do not)")
     parser.add_argument("--out", default=os.path.join(os.path.dirname(__file__), "results", "mpw_vs_gap_seeds.json"))
     args = parser.parse_args()
     if args.train + args.validation > TRAINING_IMAGES:
         parser.error(f"--train plus --validation must not exceed the {TRAINING_IMAGES} training images "
                      f"(got {args.train} + {args.validation}).")
 
+    if not 0 <= args.recalibrate_bn <= args.train:
+        parser.error(f"--recalibrate-bn must be between 0 and --train ({args.train}), got {args.recalibrate_bn}.")
     config = {"epochs": args.epochs, "train": args.train, "validation": args.validation, "width": args.width}
+    if args.recalibrate_bn:
+        config["recalibrate_bn"] = args.recalibrate_bn
     runs = []
     if os.path.exists(args.out):
         with open(args.out) as handle:
@@ -157,19 +205,25 @@ def main():
         for head in ZOO_HEADS:
             if any(r["head"] == head and r["seed"] == seed for r in runs):
                 continue
-            runs.append(train_run(head, seed, train, validation, test, args.epochs, args.width))
+            runs.append(train_run(head, seed, train, validation, test, args.epochs, args.width, args.recalibrate_bn))
             print(json.dumps(runs[-1]), flush=True)
             report = write_report(args.out, config, runs)
     if report is None:
         report = write_report(args.out, config, runs)
     if "seeds" not in report:
         return
-    heads, paired = report["heads"], report["paired"]
-    for head, result in heads.items():
-        print(f"{head}: budget {result['epochs']} epochs (validation {result['validation_mean']:.4f}), test "
-              f"{result['test_mean']:.4f} +- {result['test_sd'] or 0:.4f} over seeds {report['seeds']}")
-    print(f"MPW - GAP: {paired['mean'] * 100:+.2f} +- {(paired['sd'] or 0) * 100:.2f} points "
-          f"(MPW ahead in {paired['mpw_ahead_in']} of {paired['seeds']}); wrote {args.out}")
+    summaries = {"moving statistics": report}
+    if "recalibrated" in report:
+        summaries["BatchNorm recalibrated"] = report["recalibrated"]
+    for mode, summary in summaries.items():
+        heads, paired = summary["heads"], summary["paired"]
+        for head, result in heads.items():
+            print(f"{mode}, {head}: budget {result['epochs']} epochs (validation {result['validation_mean']:.4f}), "
+                  f"test {result['test_mean']:.4f} +- {result['test_sd'] or 0:.4f} over seeds {report['seeds']}")
+        p_value = "" if paired["ttest_rel_p"] is None else f", paired t-test p = {paired['ttest_rel_p']:.3g}"
+        print(f"{mode}, MPW - GAP: {paired['mean'] * 100:+.2f} +- {(paired['sd'] or 0) * 100:.2f} points "
+              f"(MPW ahead in {paired['mpw_ahead_in']} of {paired['seeds']}{p_value})")
+    print(f"wrote {args.out}")
 
 
 if __name__ == "__main__":
