@@ -1,6 +1,6 @@
 """The per-layer checks on every Keras backend: each script in ``tests/backends/`` runs in a fresh process under
 ``KERAS_BACKEND`` = ``jax``, ``torch`` and ``tensorflow`` (the fast suite runs two JAX cells, ``-m slow`` the rest,
-of which CI runs the solvers' cells on JAX and PyTorch; the TensorFlow suite checks the same layers in more detail).
+of which CI runs the solvers' and the resume cells on JAX and PyTorch; the TensorFlow suite checks the same layers in more detail).
 A script prints one JSON line of measurements and exits non-zero when one fails (values against POT / NumPy closed
 forms, gradients against central finite differences, compiled against eager, ``fit``, ``.keras`` round trip, mixed
 precision). The same matrix runs without pytest through ``tests/backends/run_checks.py`` (the GPU machine's way)."""
@@ -29,9 +29,10 @@ CHECKS = run_checks.CHECKS
 # parallelism; every other cell (20 s to several minutes each on JAX, which compiles each solver loop) is marked
 # slow.
 FAST_JAX_CHECKS = {"check_without_tensorflow.py", "check_data_parallel.py"}
-# CI's slow job runs the two solvers' checks on JAX and PyTorch; the other cells are marked `long` (beyond CI's
-# 90 minutes; `pytest -m slow` runs them all). The TensorFlow cells repeat what the TensorFlow suite checks in detail.
-CI_CHECKS = {"check_sinkhorn.py", "check_emd.py"}
+# CI's slow job runs the two solvers' checks and the resume check on JAX and PyTorch; the other cells are marked
+# `long` (beyond CI's 90 minutes; `pytest -m slow` runs them all). The TensorFlow cells repeat what the TensorFlow
+# suite checks in detail.
+CI_CHECKS = {"check_sinkhorn.py", "check_emd.py", "check_resume.py"}
 INSTALLED = {backend: importlib.util.find_spec(backend) is not None for backend in ("jax", "torch", "tensorflow")}
 
 

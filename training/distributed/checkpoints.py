@@ -60,6 +60,7 @@ WEIGHTS_FILE, METADATA_FILE = "latest.weights.h5", "training_metadata.json"  # t
 PROGRESS_FILE = "progress.json"  # TrainingCheckpoint's record of a checkpoint (beside its tf.train files)
 SEEDS_FILE = "seeds.npz"  # AtomicBackupAndRestore: the layers' random-generator states
 SEED_STATE = "seed_generator_state"  # the name of a keras.random.SeedGenerator's state variable
+TORCH_RNG_FILE = "torch_rng.npz"  # AtomicBackupAndRestore on PyTorch: torch's global generator states
 # What keras.callbacks.BackupAndRestore writes into its directory (read by AtomicBackupAndRestore when no atomic
 # backup is there, so a run started with the stock callback resumes under this one).
 KERAS_BACKUP_FILES = (WEIGHTS_FILE, METADATA_FILE)
@@ -168,6 +169,35 @@ def seed_generator_states(model):
     draws the random numbers of its first steps again, and ends elsewhere than an uninterrupted run."""
     weights = {id(weight) for weight in model.weights}
     return [v for v in model.variables if id(v) not in weights and v.name == SEED_STATE]
+
+
+def torch_global_rng_states():
+    """On the PyTorch backend, torch's global random-generator states as ``{"cpu": bytes array, "cuda0": ..., ...}``
+    (the CUDA devices' only once CUDA is initialized); ``{}`` on the other backends. Keras' unseeded ``Dropout``
+    (``seed=None``) draws its masks from them there, not from a ``keras.random.SeedGenerator``."""
+    if keras.backend.backend() != "torch":
+        return {}
+    import torch
+
+    states = {"cpu": torch.get_rng_state().numpy()}
+    if torch.cuda.is_available() and torch.cuda.is_initialized():
+        states.update({f"cuda{index}": state.numpy() for index, state in enumerate(torch.cuda.get_rng_state_all())})
+    return states
+
+
+def set_torch_global_rng_states(states):
+    """Puts back what :func:`torch_global_rng_states` returned (on the PyTorch backend; a no-op elsewhere). CUDA
+    states of devices this process does not have are left out."""
+    if keras.backend.backend() != "torch" or not states:
+        return
+    import torch
+
+    torch.set_rng_state(torch.from_numpy(np.asarray(states["cpu"], dtype=np.uint8)))
+    if torch.cuda.is_available():
+        for index in range(torch.cuda.device_count()):
+            if f"cuda{index}" in states:
+                torch.cuda.set_rng_state(torch.from_numpy(np.asarray(states[f"cuda{index}"], dtype=np.uint8)),
+                                         index)
 
 
 # --- backups of a model's weights (optimizer included) with a small record of the progress -----------------------
@@ -548,11 +578,12 @@ class AtomicBackupAndRestore(keras.callbacks.BackupAndRestore):
         if metadata is not None:
             self._current_epoch = metadata["epoch"]
             self.model._initial_epoch = metadata["epoch"]  # noqa: SLF001 - how BackupAndRestore tells fit
-            python_state, array_state, seeds = metadata["extra"]
+            python_state, array_state, seeds, torch_states = metadata["extra"]
             self._restored_state = python_state, array_state
             if seeds is not None:
                 for variable, value in zip(seed_generator_states(self.model), seeds):
                     variable.assign(value)
+            set_torch_global_rng_states(torch_states)
 
     def _write_extra(self, folder):
         record = write_callback_state(folder, self._keys, self.callbacks)
@@ -561,11 +592,18 @@ class AtomicBackupAndRestore(keras.callbacks.BackupAndRestore):
             with open(os.path.join(folder, SEEDS_FILE), "wb") as handle:
                 np.savez(handle, *[keras.ops.convert_to_numpy(variable.value) for variable in seeds])
             record["seed_states"] = len(seeds)
+        torch_states = torch_global_rng_states()
+        if torch_states:
+            with open(os.path.join(folder, TORCH_RNG_FILE), "wb") as handle:
+                np.savez(handle, **torch_states)
+            record["torch_rng_states"] = sorted(torch_states)
         return record
 
     def _read_extra(self, folder, progress):
-        """``(Python state, arrays, seed states or None)`` of the backup in ``folder``; seed states that do not fit
-        this model (another count or shape) are an error, so the backup is skipped like a damaged one."""
+        """``(Python state, arrays, seed states or None, torch's global generator states or {})`` of the backup in
+        ``folder``; seed states that do not fit this model (another count or shape) are an error, so the backup is
+        skipped like a damaged one. Torch's states are read only on the PyTorch backend (another backend's
+        unseeded layers do not draw from them)."""
         python_state, array_state = read_callback_state(folder, progress)
         count, seeds = progress.get("seed_states"), None
         if count:
@@ -576,7 +614,11 @@ class AtomicBackupAndRestore(keras.callbacks.BackupAndRestore):
             if stored_shapes != shapes:
                 raise ValueError(f"{count} random-generator state(s) of shapes {stored_shapes}, not the model's "
                                  f"{shapes}")
-        return python_state, array_state, seeds
+        torch_states = {}
+        if progress.get("torch_rng_states") and keras.backend.backend() == "torch":
+            with np.load(os.path.join(folder, TORCH_RNG_FILE), allow_pickle=False) as stored:
+                torch_states = {name: stored[name] for name in progress["torch_rng_states"]}
+        return python_state, array_state, seeds, torch_states
 
     def _save_model(self):
         progress = {"epoch": self._current_epoch, "batch": self._last_batch_seen}
