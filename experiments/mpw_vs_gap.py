@@ -39,6 +39,7 @@ from training.recipes.simple_classifier import compile_classifier
 from training.data.fashion_mnist import load_fashion_mnist
 from zoo_inputs import small_convnet_options
 from otzoo.arguments import positive_int
+from ot_layers.tensor_ops import walk_layers
 from seed_runs import paired_differences, spread
 
 ZOO_HEADS = {"gap": "gap_fc", "mpw": "mpw"}  # this experiment's head names -> zoo.image_classifier's
@@ -46,14 +47,10 @@ TRAINING_IMAGES = 60000  # Fashion-MNIST's training split
 MODES = {"moving": "", "recalibrated": "recalibrated_"}  # scoring mode -> prefix of its accuracy keys in a run
 
 
-def batchnorm_layers(model):
-    return [layer for layer in model._flatten_layers() if isinstance(layer, keras.layers.BatchNormalization)]
-
-
 def recalibrate(model, images):
     """Sets every BatchNormalization's moving statistics to those of ``images``: one training-mode pass over all of
     them at once with momentum 0, so that each layer's statistics are taken on inputs normalized the same way."""
-    norms = batchnorm_layers(model)
+    norms = [layer for layer in walk_layers(model) if isinstance(layer, keras.layers.BatchNormalization)]
     momenta = [layer.momentum for layer in norms]
     for layer in norms:
         layer.momentum = 0.0
@@ -71,8 +68,8 @@ class EpochScores(keras.callbacks.Callback):
         super().__init__()
         self.validation, self.test = validation, test
         self.recalibration_images = recalibration_images
-        self.scores = {f"{prefix}{split}_accuracy": [] for mode, prefix in MODES.items()
-                       if mode == "moving" or recalibration_images is not None for split in ("validation", "test")}
+        prefixes = MODES.values() if recalibration_images is not None else [MODES["moving"]]
+        self.scores = {f"{prefix}{split}_accuracy": [] for prefix in prefixes for split in ("validation", "test")}
 
     def score(self, prefix):
         for split, data in (("validation", self.validation), ("test", self.test)):

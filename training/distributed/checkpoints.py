@@ -186,9 +186,9 @@ def torch_global_rng_states():
 
 
 def set_torch_global_rng_states(states):
-    """Puts back what :func:`torch_global_rng_states` returned (on the PyTorch backend; a no-op elsewhere). CUDA
-    states of devices this process does not have are left out."""
-    if keras.backend.backend() != "torch" or not states:
+    """Puts back what :func:`torch_global_rng_states` returned (``{}``, what it returns on the other backends: a
+    no-op). CUDA states of devices this process does not have are left out."""
+    if not states:
         return
     import torch
 
