@@ -21,10 +21,11 @@ splits are scored, and the moving statistics are put back, so training goes on e
 budget of the recalibrated scores is chosen on their own validation accuracy, the same way.
 
 Every finished run is written to ``--out`` at once (a later call with the same ``--out`` skips the runs it holds),
-so an interrupted comparison resumes. The recorded run (docs/results/sinkhorn_mpw.md):
+so an interrupted comparison resumes. The recorded runs (docs/results/sinkhorn_mpw.md):
 
     python experiments/mpw_vs_gap.py --epochs 8 --seeds 0 1 2 3 4 --out experiments/results/mpw_vs_gap_seeds.json
     python experiments/mpw_vs_gap.py --epochs 8 --seeds 0 1 2 3 4 --recalibrate-bn 2000 --out experiments/results/mpw_vs_gap_recalibrated.json
+    python experiments/mpw_vs_gap.py --epochs 24 --seeds 0 1 2 3 4 --recalibrate-bn 2000 --out experiments/results/mpw_vs_gap_24_epochs_recalibrated.json
 """
 import argparse
 import json
