@@ -18,7 +18,8 @@ import os
 import keras
 import numpy as np
 
-from mpw_vs_gap import ZOO_HEADS, build_model, data_order, load_splits, recalibrate
+from epoch_budget import recalibrate
+from mpw_vs_gap import ZOO_HEADS, build_model, data_order, load_splits
 from otzoo.arguments import positive_int
 
 BATCH = 250

@@ -52,24 +52,24 @@ def local_embedding_backbone():
     return keras.Model(backbone.input, local, name="local_embedding_backbone")
 
 
-def build(variant, num_classes):
+def build(variant, num_classes, gsp=GSP):
     """``(training model, embedding model, zero_shot)``: ``zoo.embedding_model`` on the local embeddings (the
     pooling's output itself, no Dense after it) followed by ``ClassProxies`` (layer ``proxies``, as
     ``zoo.proxy_training_model`` adds them; their similarities are what ProxyNCA++ reads); for ``gsp_zs`` also the
-    class embeddings of GSP's pseudo-attributes.
+    class embeddings of GSP's pseudo-attributes. ``gsp``: the ``GeneralizedSumPooling`` options.
 
     The proxies are created before the pooling layer: Keras draws an initializer's seed when the layer is created,
     so this order keeps the initial weights of the published runs."""
     backbone = local_embedding_backbone()
     proxies = ClassProxies(num_classes, name="proxies")
     if variant != "gsp_zs":
-        pooling_kwargs = GSP if variant == "gsp" else None
+        pooling_kwargs = gsp if variant == "gsp" else None
         embedding_model = zoo.embedding_model(backbone, variant, None, pooling_kwargs=pooling_kwargs, **RAW_PIXELS)
         return keras.Model(embedding_model.input, proxies(embedding_model.output)), embedding_model, False
     # zoo.embedding_model keeps only the pooled vectors: the zero-shot variant, which also needs the
     # pseudo-attributes, calls the same layers itself (no L2 normalization: the proxies and the cosine retrieval
     # normalize anyway)
-    pooled, z = GeneralizedSumPooling(**GSP, return_attributes=True, name="gsp")(backbone.output)
+    pooled, z = GeneralizedSumPooling(**gsp, return_attributes=True, name="gsp")(backbone.output)
     class_embeddings = ClassProxies(num_classes, dim=64, output="packed", name="class_embeddings")
     return (keras.Model(backbone.input, [proxies(pooled), class_embeddings(z)]), keras.Model(backbone.input, pooled),
             True)

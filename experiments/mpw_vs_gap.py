@@ -40,24 +40,11 @@ from training.recipes.simple_classifier import compile_classifier
 from training.data.fashion_mnist import load_fashion_mnist
 from zoo_inputs import small_convnet_options
 from otzoo.arguments import positive_int
-from ot_layers.tensor_ops import walk_layers
-from seed_runs import paired_differences, spread
+from epoch_budget import budget_comparison, complete_seeds, recorded_runs, score_recalibrated, write_json
 
 ZOO_HEADS = {"gap": "gap_fc", "mpw": "mpw"}  # this experiment's head names -> zoo.image_classifier's
 TRAINING_IMAGES = 60000  # Fashion-MNIST's training split
 MODES = {"moving": "", "recalibrated": "recalibrated_"}  # scoring mode -> prefix of its accuracy keys in a run
-
-
-def recalibrate(model, images):
-    """Sets every BatchNormalization's moving statistics to those of ``images``: one training-mode pass over all of
-    them at once with momentum 0, so that each layer's statistics are taken on inputs normalized the same way."""
-    norms = [layer for layer in walk_layers(model) if isinstance(layer, keras.layers.BatchNormalization)]
-    momenta = [layer.momentum for layer in norms]
-    for layer in norms:
-        layer.momentum = 0.0
-    model(images, training=True)
-    for layer, momentum in zip(norms, momenta):
-        layer.momentum = momentum
 
 
 class EpochScores(keras.callbacks.Callback):
@@ -79,13 +66,8 @@ class EpochScores(keras.callbacks.Callback):
 
     def on_epoch_end(self, epoch, logs=None):
         self.score(MODES["moving"])
-        if self.recalibration_images is None:
-            return
-        kept = [keras.ops.convert_to_numpy(v) for v in self.model.non_trainable_variables]
-        recalibrate(self.model, self.recalibration_images)
-        self.score(MODES["recalibrated"])
-        for variable, value in zip(self.model.non_trainable_variables, kept):
-            variable.assign(value)
+        if self.recalibration_images is not None:
+            score_recalibrated(self.model, self.recalibration_images, lambda: self.score(MODES["recalibrated"]))
 
 
 def build_model(head, seed, width, bn_momentum=0.9):
@@ -120,30 +102,16 @@ def train_run(head, seed, train, validation, test, epochs, width, recalibrate_bn
             "seconds": time.time() - start, "parameters": model.count_params()}
 
 
-def chosen_epoch(runs, head, prefix=""):
-    """The epoch (1-based) with the best mean validation accuracy (the ``prefix``ed scores) of ``head`` over its
-    runs, the smaller on a tie."""
-    mean = np.mean([r[prefix + "validation_accuracy"] for r in runs if r["head"] == head], axis=0)
-    return int(np.flatnonzero(mean == mean.max())[0]) + 1
-
-
 def summarize(runs, seeds, prefix=""):
     """Each head's budget and test accuracy at it over ``seeds`` (the ``prefix``ed scores: ``MODES``), and the
     paired MPW - GAP difference."""
-    runs = [r for r in runs if r["seed"] in seeds]
-    summary = {}
-    for head in ZOO_HEADS:
-        epoch = chosen_epoch(runs, head, prefix)
-        by_seed = {r["seed"]: r for r in runs if r["head"] == head}
-        test = [by_seed[s][prefix + "test_accuracy"][epoch - 1] for s in seeds]
-        validation = [by_seed[s][prefix + "validation_accuracy"][epoch - 1] for s in seeds]
-        mean, sd = spread(test)
-        summary[head] = {"epochs": epoch, "test_accuracy": test, "test_mean": mean, "test_sd": sd,
-                         "validation_mean": spread(validation)[0]}
-    difference = paired_differences(np.subtract(summary["mpw"]["test_accuracy"],
-                                                summary["gap"]["test_accuracy"]).tolist())
+    heads, difference = budget_comparison(runs, seeds, "head", ("mpw", "gap"), prefix + "validation_accuracy",
+                                          prefix + "test_accuracy")
+    summary = {head: {"epochs": heads[head]["epochs"], "test_accuracy": heads[head]["test"],
+                      **{key: heads[head][key] for key in ("test_mean", "test_sd", "validation_mean")}}
+               for head in ZOO_HEADS}
     paired = {"mpw_minus_gap": difference["per_seed"], "mean": difference["mean"], "sd": difference["sd"],
-              "mpw_ahead_in": int(difference["positive_in"].split("/")[0]), "seeds": len(test),
+              "mpw_ahead_in": int(difference["positive_in"].split("/")[0]), "seeds": len(seeds),
               "ttest_rel_p": difference["paired_t_p"]}
     return summary, paired
 
@@ -151,17 +119,14 @@ def summarize(runs, seeds, prefix=""):
 def write_report(path, config, runs):
     """Writes the runs and, over the seeds both heads finished, the summary to ``path`` (atomically)."""
     report = {"config": config, "runs": runs}
-    seeds = sorted({r["seed"] for r in runs
-                    if all(any(q["head"] == h and q["seed"] == r["seed"] for q in runs) for h in ZOO_HEADS)})
+    seeds = complete_seeds(runs, "head", ZOO_HEADS)
     if seeds:
         report["seeds"] = seeds
         report["heads"], report["paired"] = summarize(runs, seeds)
         if config.get("recalibrate_bn"):
             heads, paired = summarize(runs, seeds, MODES["recalibrated"])
             report["recalibrated"] = {"heads": heads, "paired": paired}
-    with open(path + ".tmp", "w") as handle:
-        json.dump(report, handle, indent=2)
-    os.replace(path + ".tmp", path)
+    write_json(path, report)
     return report
 
 
@@ -187,17 +152,12 @@ def main():
     config = {"epochs": args.epochs, "train": args.train, "validation": args.validation, "width": args.width}
     if args.recalibrate_bn:
         config["recalibrate_bn"] = args.recalibrate_bn
-    runs = []
-    if os.path.exists(args.out):
-        with open(args.out) as handle:
-            kept = json.load(handle)
-        if kept.get("config") != config:
-            parser.error(f"{args.out} holds runs of another configuration ({kept.get('config')}); "
-                         "choose another --out.")
-        runs = kept["runs"]
+    try:
+        runs = recorded_runs(args.out, config)
+    except ValueError as error:
+        parser.error(str(error))
     train, validation = load_splits(args.train, args.validation)
     test = load_fashion_mnist("test")
-    os.makedirs(os.path.dirname(os.path.abspath(args.out)), exist_ok=True)
     report = None  # written after every run; once more only when this call trained none
     for seed in args.seeds:
         for head in ZOO_HEADS:

@@ -1,0 +1,195 @@
+"""Does Generalized Sum Pooling beat global average pooling at retrieving unseen classes? A small-ConvNet comparison
+on Fashion-MNIST, the budget chosen on validation data, over several seeds.
+
+Both poolings get the recipe of ``gsp_fashion_mnist.py``: the same backbone (``zoo.small_convnet`` + a 1x1
+convolution to 128-d local embeddings), loss (ProxyNCA++, temperature 0.1, on ``ClassProxies``), class-balanced
+batches (5 classes x 16 images), optimizer (Adam 1e-3, constant) and seed; GSP adds its GAP warm-up epoch and
+k-center prototype initialization. GSP: 64 prototypes, mu = 0.3, epsilon ``--epsilon`` (0.1, the retrieval preset's,
+chosen there on held-out classes), at most 100 evaluations. Protocol:
+
+- training: the first ``--train-per-class`` training-split images of each of the classes 0-4;
+- validation: the first ``--validation-per-class`` training-split images of each of the unseen classes 5-9 (never
+  trained on; Fashion-MNIST has too few classes to hold out validation classes apart from the test classes);
+- test: the 5,000 test-split images of the classes 5-9.
+
+Retrieval is cosine, each image a query against all others of its split. Each run trains ``--epochs`` epochs and
+scores validation and test MAP@R and P@1 after every epoch; with a constant learning rate one run per pooling and
+seed covers the epoch grid 1..``--epochs``. Each pooling's budget is the epoch with the best mean validation MAP@R
+over the seeds (the smaller on a tie); the test split is never used to choose. Reported: test MAP@R (and P@1) at
+that budget, mean and sample sd over seeds, and GSP minus GAP paired by seed with a paired t-test. With
+``--recalibrate-bn N`` every epoch is also scored with BatchNorm recalibrated on ``N`` of the run's training images
+(``epoch_budget.recalibrate``; training goes on unchanged), its budget chosen on its own validation scores.
+
+Every finished run is written to ``--out`` at once; a later call with the same ``--out`` skips the runs it holds.
+The recorded run (docs/results/gsp.md):
+
+    python experiments/gsp_vs_gap.py --epochs 12 --seeds 0 1 2 3 4 --recalibrate-bn 2000 --out experiments/results/gsp_vs_gap_seeds.json
+"""
+import argparse
+import json
+import os
+import time
+
+import keras
+import numpy as np
+
+from epoch_budget import budget_comparison, complete_seeds, recorded_runs, score_recalibrated, write_json
+from gsp_fashion_mnist import GSP, TEST_CLASSES, TRAIN_CLASSES, build
+from ot_layers.callbacks import GSPPrototypeInit
+from ot_layers.losses import ProxyNCAPlusPlusLoss
+from otzoo.arguments import positive_int
+from training.data.fashion_mnist import load_fashion_mnist
+from training.data.samplers import ClassBalancedBatches
+from training.data.splits import select_classes
+from training.evaluation.retrieval import retrieval_metrics
+
+VARIANTS = ("gsp", "gap")  # compared first minus second
+MODES = {"moving": "", "recalibrated": "recalibrated_"}  # scoring mode -> prefix of its score keys in a run
+SCORES = {"map_at_r": "MAP@R", "precision_at_1": "P@1"}
+SAMPLES_PER_CLASS = 16
+
+
+def first_per_class(images, labels, count):
+    """The first ``count`` images of each class (labels ``0..C-1``), class by class."""
+    keep = np.concatenate([np.flatnonzero(labels == c)[:count] for c in range(int(labels.max()) + 1)])
+    return images[keep], labels[keep]
+
+
+def load_splits(train_per_class, validation_per_class):
+    """``(train, validation, test)``, each ``(images, labels)`` with labels ``0..4``: training-split images of the
+    classes 0-4, training-split images of the classes 5-9, and the test-split images of the classes 5-9."""
+    images, labels = load_fashion_mnist("train")
+    train = first_per_class(*select_classes(images, labels, TRAIN_CLASSES), train_per_class)
+    validation = first_per_class(*select_classes(images, labels, TEST_CLASSES), validation_per_class)
+    return train, validation, select_classes(*load_fashion_mnist("test"), TEST_CLASSES)
+
+
+class RetrievalScores(keras.callbacks.Callback):
+    """Validation and test retrieval scores of ``embedding_model`` after every epoch (the test scores are recorded,
+    never used to choose), with the moving statistics and, given ``recalibration_images``, with BatchNorm
+    recalibrated on them."""
+
+    def __init__(self, embedding_model, validation, test, seed, recalibration_images=None):
+        super().__init__()
+        self.embedding_model, self.validation, self.test, self.seed = embedding_model, validation, test, seed
+        self.recalibration_images = recalibration_images
+        prefixes = MODES.values() if recalibration_images is not None else [MODES["moving"]]
+        self.scores = {f"{prefix}{split}_{key}": [] for prefix in prefixes for split in ("validation", "test")
+                       for key in SCORES}
+
+    def score(self, prefix):
+        for split, (images, labels) in (("validation", self.validation), ("test", self.test)):
+            embeddings = self.embedding_model.predict(images, batch_size=500, verbose=0)
+            metrics = retrieval_metrics(embeddings, labels, metric="cosine", nmi=False, seed=self.seed)
+            for key in SCORES:
+                self.scores[f"{prefix}{split}_{key}"].append(float(metrics[key]))
+
+    def on_epoch_end(self, epoch, logs=None):
+        self.score(MODES["moving"])
+        if self.recalibration_images is not None:
+            score_recalibrated(self.model, self.recalibration_images, lambda: self.score(MODES["recalibrated"]))
+
+
+def train_run(variant, seed, train, validation, test, epochs, epsilon, recalibrate_bn=0):
+    """One run of ``variant`` (``"gsp"`` or ``"gap"``) and ``seed``, scored after every epoch."""
+    x_train, y_train = train
+    keras.utils.set_random_seed(seed)
+    model, embedding_model, _ = build(variant, len(TRAIN_CLASSES), gsp=dict(GSP, epsilon=epsilon))
+    model.compile(optimizer=keras.optimizers.Adam(1e-3), loss=ProxyNCAPlusPlusLoss(temperature=0.1))
+    batches = ClassBalancedBatches(x_train, y_train, classes_per_batch=len(TRAIN_CLASSES),
+                                   samples_per_class=SAMPLES_PER_CLASS,
+                                   steps_per_epoch=len(x_train) // (len(TRAIN_CLASSES) * SAMPLES_PER_CLASS),
+                                   seed=seed)
+    recalibration_images = None
+    if recalibrate_bn:
+        recalibration_images = x_train[np.random.default_rng(seed).permutation(len(x_train))[:recalibrate_bn]]
+    scores = RetrievalScores(embedding_model, validation, test, seed, recalibration_images)
+    callbacks = [scores]
+    if variant == "gsp":
+        callbacks.insert(0, GSPPrototypeInit(x_train[:256], layer_name="gsp", warmup_epochs=1, num_features=1024,
+                                             seed=seed))
+    start = time.time()
+    history = model.fit(batches, epochs=epochs, verbose=2, callbacks=callbacks)
+    return {"variant": variant, "seed": seed, **scores.scores,
+            "train_loss": [float(v) for v in history.history["loss"]], "seconds": time.time() - start,
+            "parameters": model.count_params()}
+
+
+def summarize(runs, seeds, prefix=""):
+    """Each pooling's budget (on the ``prefix``ed validation MAP@R: ``MODES``) and its test scores there over
+    ``seeds``, and the paired GSP - GAP difference of test MAP@R."""
+    poolings, difference = budget_comparison(runs, seeds, "variant", VARIANTS, prefix + "validation_map_at_r",
+                                             prefix + "test_map_at_r", also=[prefix + "test_precision_at_1"])
+    for summary in poolings.values():
+        summary["test_precision_at_1_mean"] = float(np.mean(summary[prefix + "test_precision_at_1"]))
+    return {"poolings": poolings, "gsp_minus_gap": difference}
+
+
+def write_report(path, config, runs):
+    """Writes the runs and, over the seeds both poolings finished, the summaries to ``path`` (atomically)."""
+    report = {"config": config, "runs": runs}
+    seeds = complete_seeds(runs, "variant", VARIANTS)
+    if seeds:
+        report["seeds"] = seeds
+        report["summary"] = {mode: summarize(runs, seeds, prefix) for mode, prefix in MODES.items()
+                             if mode == "moving" or config.get("recalibrate_bn")}
+    write_json(path, report)
+    return report
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--epochs", type=positive_int, default=12, help="the largest budget of the epoch grid")
+    parser.add_argument("--train-per-class", type=positive_int, default=3000,
+                        help="training images of each class 0-4 (at most 6000)")
+    parser.add_argument("--validation-per-class", type=positive_int, default=1000,
+                        help="validation images of each unseen class 5-9, from the training split (at most 6000)")
+    parser.add_argument("--epsilon", type=float, default=0.1, help="GSP's entropic regularization")
+    parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2, 3, 4])
+    parser.add_argument("--recalibrate-bn", type=int, default=0, metavar="N",
+                        help="also score every epoch with BatchNorm recalibrated on N of the run's training images "
+                             "(0: do not)")
+    parser.add_argument("--out", default=os.path.join(os.path.dirname(__file__), "results", "gsp_vs_gap_seeds.json"))
+    args = parser.parse_args()
+    for name in ("train_per_class", "validation_per_class"):
+        if getattr(args, name) > 6000:
+            parser.error(f"--{name.replace('_', '-')} must be at most 6000 (Fashion-MNIST's training images per "
+                         f"class), got {getattr(args, name)}.")
+    if not args.epsilon > 0:
+        parser.error(f"--epsilon must be positive, got {args.epsilon}.")
+    if not 0 <= args.recalibrate_bn <= 5 * args.train_per_class:
+        parser.error(f"--recalibrate-bn must be between 0 and the {5 * args.train_per_class} training images, "
+                     f"got {args.recalibrate_bn}.")
+    config = {key: getattr(args, key) for key in ("epochs", "train_per_class", "validation_per_class", "epsilon")}
+    if args.recalibrate_bn:
+        config["recalibrate_bn"] = args.recalibrate_bn
+    try:
+        runs = recorded_runs(args.out, config)
+    except ValueError as error:
+        parser.error(str(error))
+    train, validation, test = load_splits(args.train_per_class, args.validation_per_class)
+    report = None  # written after every run; once more only when this call trained none
+    for seed in args.seeds:
+        for variant in VARIANTS:
+            if any(r["variant"] == variant and r["seed"] == seed for r in runs):
+                continue
+            runs.append(train_run(variant, seed, train, validation, test, args.epochs, args.epsilon,
+                                  args.recalibrate_bn))
+            print(json.dumps(runs[-1]), flush=True)
+            report = write_report(args.out, config, runs)
+    if report is None:
+        report = write_report(args.out, config, runs)
+    for mode, summary in report.get("summary", {}).items():
+        for variant, result in summary["poolings"].items():
+            print(f"{mode}, {variant}: budget {result['epochs']} epochs (validation MAP@R "
+                  f"{result['validation_mean']:.4f}), test MAP@R {result['test_mean']:.4f} +- {result['test_sd']:.4f}, "
+                  f"P@1 {result['test_precision_at_1_mean']:.4f} over seeds {report['seeds']}")
+        paired = summary["gsp_minus_gap"]
+        p_value = "" if paired["paired_t_p"] is None else f", paired t-test p = {paired['paired_t_p']:.3g}"
+        print(f"{mode}, GSP - GAP: {paired['mean'] * 100:+.2f} +- {paired['sd'] * 100:.2f} points MAP@R "
+              f"(GSP ahead in {paired['positive_in']}{p_value})")
+    print(f"wrote {args.out}")
+
+
+if __name__ == "__main__":
+    main()
