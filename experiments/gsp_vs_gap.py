@@ -129,7 +129,8 @@ def summarize(runs, seeds, prefix=""):
     poolings, difference = budget_comparison(runs, seeds, "variant", VARIANTS, prefix + "validation_map_at_r",
                                              prefix + "test_map_at_r", also=[prefix + "test_precision_at_1"])
     for summary in poolings.values():
-        summary["test_precision_at_1_mean"] = float(np.mean(summary[prefix + "test_precision_at_1"]))
+        summary["test_precision_at_1"] = summary.pop(prefix + "test_precision_at_1")
+        summary["test_precision_at_1_mean"] = float(np.mean(summary["test_precision_at_1"]))
     return {"poolings": poolings, "gsp_minus_gap": difference}
 
 
