@@ -76,6 +76,22 @@ def complete_seeds(runs, variant_key, variants):
                    if all(any(q[variant_key] == v and q["seed"] == r["seed"] for q in runs) for v in variants)})
 
 
+def train_missing(runs, seeds, variant_key, variants, train_one, write):
+    """Trains, seed by seed, every variant that ``runs`` holds no run of: ``train_one(variant, seed)`` returns the
+    run, which is printed as one JSON line and appended to ``runs``; ``write(runs)`` then saves the report at once,
+    so an interrupted call loses at most the run it was training. Returns the last report (``write(runs)`` once
+    more when no run was missing)."""
+    report = None
+    for seed in seeds:
+        for variant in variants:
+            if any(r[variant_key] == variant and r["seed"] == seed for r in runs):
+                continue
+            runs.append(train_one(variant, seed))
+            print(json.dumps(runs[-1]), flush=True)
+            report = write(runs)
+    return write(runs) if report is None else report
+
+
 def recorded_runs(path, config):
     """The runs already in ``path`` (none when it does not exist). Raises ``ValueError`` when the file holds runs of
     another configuration."""

@@ -35,14 +35,14 @@ version of this script, whose epoch was a full pass) holds the same protocol wit
 --epochs 12``.
 """
 import argparse
-import json
 import os
 import time
 
 import keras
 import numpy as np
 
-from epoch_budget import budget_comparison, complete_seeds, recorded_runs, score_recalibrated, write_json
+from epoch_budget import (budget_comparison, complete_seeds, recorded_runs, score_recalibrated, train_missing,
+                          write_json)
 from gsp_fashion_mnist import GSP, TEST_CLASSES, TRAIN_CLASSES, build
 from ot_layers.callbacks import GSPPrototypeInit
 from ot_layers.losses import ProxyNCAPlusPlusLoss
@@ -184,17 +184,11 @@ def main():
     except ValueError as error:
         parser.error(str(error))
     train, validation, test = load_splits(args.train_per_class, args.validation_per_class)
-    report = None  # written after every run; once more only when this call trained none
-    for seed in args.seeds:
-        for variant in VARIANTS:
-            if any(r["variant"] == variant and r["seed"] == seed for r in runs):
-                continue
-            runs.append(train_run(variant, seed, train, validation, test, args.epochs, args.steps_per_epoch,
-                                  args.epsilon, args.recalibrate_bn))
-            print(json.dumps(runs[-1]), flush=True)
-            report = write_report(args.out, config, runs)
-    if report is None:
-        report = write_report(args.out, config, runs)
+    report = train_missing(
+        runs, args.seeds, "variant", VARIANTS,
+        lambda variant, seed: train_run(variant, seed, train, validation, test, args.epochs, args.steps_per_epoch,
+                                        args.epsilon, args.recalibrate_bn),
+        lambda runs: write_report(args.out, config, runs))
     for mode, summary in report.get("summary", {}).items():
         for variant, result in summary["poolings"].items():
             print(f"{mode}, {variant}: budget {result['epochs']} epochs (validation MAP@R "

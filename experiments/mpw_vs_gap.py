@@ -28,7 +28,6 @@ so an interrupted comparison resumes. The recorded runs (docs/results/sinkhorn_m
     python experiments/mpw_vs_gap.py --epochs 24 --seeds 0 1 2 3 4 --recalibrate-bn 2000 --out experiments/results/mpw_vs_gap_24_epochs_recalibrated.json
 """
 import argparse
-import json
 import os
 import time
 
@@ -40,7 +39,8 @@ from training.recipes.simple_classifier import compile_classifier
 from training.data.fashion_mnist import load_fashion_mnist
 from zoo_inputs import small_convnet_options
 from otzoo.arguments import positive_int
-from epoch_budget import budget_comparison, complete_seeds, recorded_runs, score_recalibrated, write_json
+from epoch_budget import (budget_comparison, complete_seeds, recorded_runs, score_recalibrated, train_missing,
+                          write_json)
 
 ZOO_HEADS = {"gap": "gap_fc", "mpw": "mpw"}  # this experiment's head names -> zoo.image_classifier's
 TRAINING_IMAGES = 60000  # Fashion-MNIST's training split
@@ -158,16 +158,10 @@ def main():
         parser.error(str(error))
     train, validation = load_splits(args.train, args.validation)
     test = load_fashion_mnist("test")
-    report = None  # written after every run; once more only when this call trained none
-    for seed in args.seeds:
-        for head in ZOO_HEADS:
-            if any(r["head"] == head and r["seed"] == seed for r in runs):
-                continue
-            runs.append(train_run(head, seed, train, validation, test, args.epochs, args.width, args.recalibrate_bn))
-            print(json.dumps(runs[-1]), flush=True)
-            report = write_report(args.out, config, runs)
-    if report is None:
-        report = write_report(args.out, config, runs)
+    report = train_missing(
+        runs, args.seeds, "head", ZOO_HEADS,
+        lambda head, seed: train_run(head, seed, train, validation, test, args.epochs, args.width, args.recalibrate_bn),
+        lambda runs: write_report(args.out, config, runs))
     if "seeds" not in report:
         return
     summaries = {"moving statistics": report}

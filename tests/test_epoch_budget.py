@@ -86,3 +86,22 @@ def test_recorded_runs_refuses_another_configuration(tmp_path):
     assert epoch_budget.recorded_runs(path, {"epochs": 2}) == [{"seed": 0}]
     with pytest.raises(ValueError, match="runs.json holds runs of another configuration"):
         epoch_budget.recorded_runs(path, {"epochs": 3})
+
+
+def test_train_missing_trains_only_the_missing_runs_and_writes_after_each(capsys):
+    runs = [{"variant": "a", "seed": 0}]
+    trained, written = [], []
+
+    def train_one(variant, seed):
+        trained.append((variant, seed))
+        return {"variant": variant, "seed": seed}
+
+    def write(runs):
+        written.append(len(runs))
+        return {"runs": len(runs)}
+
+    report = epoch_budget.train_missing(runs, [0, 1], "variant", ("a", "b"), train_one, write)
+    assert trained == [("b", 0), ("a", 1), ("b", 1)] and written == [2, 3, 4] and report == {"runs": 4}
+    assert capsys.readouterr().out.splitlines()[0] == '{"variant": "b", "seed": 0}'
+    assert epoch_budget.train_missing(runs, [0, 1], "variant", ("a", "b"), train_one, write) == {"runs": 4}
+    assert len(trained) == 3 and written == [2, 3, 4, 4]
