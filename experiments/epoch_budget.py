@@ -70,6 +70,19 @@ def budget_comparison(runs, seeds, variant_key, variants, validation_key, test_k
     return summary, paired_differences(np.subtract(summary[first]["test"], summary[second]["test"]).tolist())
 
 
+def print_comparison(mode, label, variants, seeds, difference, score=""):
+    """Prints each variant's budget and test score over ``seeds`` (``variants``: ``{name: {"epochs",
+    "validation_mean", "test_mean", "test_sd"}}``) and the paired ``difference`` (``label``, e.g. ``"MPW - GAP"``;
+    ``difference``: ``{"mean", "sd", "ahead", "p"}`` with ``ahead`` as ``"3 of 5"``) of the scoring ``mode``;
+    ``score`` names the score (`` MAP@R``)."""
+    for name, result in variants.items():
+        print(f"{mode}, {name}: budget {result['epochs']} epochs (validation{score} {result['validation_mean']:.4f}), "
+              f"test{score} {result['test_mean']:.4f} +- {result['test_sd'] or 0:.4f} over seeds {seeds}")
+    p_value = "" if difference["p"] is None else f", paired t-test p = {difference['p']:.3g}"
+    print(f"{mode}, {label}: {difference['mean'] * 100:+.2f} +- {(difference['sd'] or 0) * 100:.2f} points{score} "
+          f"({label.split()[0]} ahead in {difference['ahead']}{p_value})")
+
+
 def complete_seeds(runs, variant_key, variants):
     """The seeds that have a run of every variant, sorted."""
     return sorted({r["seed"] for r in runs
@@ -90,6 +103,26 @@ def train_missing(runs, seeds, variant_key, variants, train_one, write):
             print(json.dumps(runs[-1]), flush=True)
             report = write(runs)
     return write(runs) if report is None else report
+
+
+def add_run_arguments(parser, out, recalibration_images):
+    """Adds the options every comparison takes: ``--seeds``, ``--recalibrate-bn N`` (``recalibration_images`` says
+    which training images the ``N`` are) and ``--out`` (default ``out``)."""
+    parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2, 3, 4])
+    parser.add_argument("--recalibrate-bn", type=int, default=0, metavar="N",
+                        help=f"also score every epoch with BatchNorm recalibrated on {recalibration_images} (0: do not)")
+    parser.add_argument("--out", default=out, help="the JSON file of the runs; the runs it holds are not trained again")
+
+
+def resumed_runs(parser, args, config):
+    """The runs already in ``args.out`` for ``config``; ``config`` gains ``recalibrate_bn`` when it is set. Runs of
+    another configuration there are a usage error of ``parser``."""
+    if args.recalibrate_bn:
+        config["recalibrate_bn"] = args.recalibrate_bn
+    try:
+        return recorded_runs(args.out, config)
+    except ValueError as error:
+        parser.error(str(error))
 
 
 def recorded_runs(path, config):

@@ -41,8 +41,8 @@ import time
 import keras
 import numpy as np
 
-from epoch_budget import (budget_comparison, complete_seeds, recorded_runs, score_recalibrated, train_missing,
-                          write_json)
+from epoch_budget import (add_run_arguments, budget_comparison, complete_seeds, print_comparison, resumed_runs,
+                          score_recalibrated, train_missing, write_json)
 from gsp_fashion_mnist import GSP, TEST_CLASSES, TRAIN_CLASSES, build
 from ot_layers.callbacks import GSPPrototypeInit
 from ot_layers.losses import ProxyNCAPlusPlusLoss
@@ -156,11 +156,8 @@ def main():
     parser.add_argument("--validation-per-class", type=positive_int, default=1000,
                         help="validation images of each unseen class 5-9, from the training split (at most 6000)")
     parser.add_argument("--epsilon", type=float, default=0.1, help="GSP's entropic regularization")
-    parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2, 3, 4])
-    parser.add_argument("--recalibrate-bn", type=int, default=0, metavar="N",
-                        help="also score every epoch with BatchNorm recalibrated on N of the run's training images "
-                             "(0: do not)")
-    parser.add_argument("--out", default=os.path.join(os.path.dirname(__file__), "results", "gsp_vs_gap_seeds.json"))
+    add_run_arguments(parser, os.path.join(os.path.dirname(__file__), "results", "gsp_vs_gap_seeds.json"),
+                      "N of the run's training images, drawn by its seed")
     args = parser.parse_args()
     for name in ("train_per_class", "validation_per_class"):
         if getattr(args, name) > 6000:
@@ -177,12 +174,7 @@ def main():
                      f"got {args.recalibrate_bn}.")
     config = {key: getattr(args, key)
               for key in ("epochs", "steps_per_epoch", "train_per_class", "validation_per_class", "epsilon")}
-    if args.recalibrate_bn:
-        config["recalibrate_bn"] = args.recalibrate_bn
-    try:
-        runs = recorded_runs(args.out, config)
-    except ValueError as error:
-        parser.error(str(error))
+    runs = resumed_runs(parser, args, config)
     train, validation, test = load_splits(args.train_per_class, args.validation_per_class)
     report = train_missing(
         runs, args.seeds, "variant", VARIANTS,
@@ -190,14 +182,11 @@ def main():
                                         args.epsilon, args.recalibrate_bn),
         lambda runs: write_report(args.out, config, runs))
     for mode, summary in report.get("summary", {}).items():
-        for variant, result in summary["poolings"].items():
-            print(f"{mode}, {variant}: budget {result['epochs']} epochs (validation MAP@R "
-                  f"{result['validation_mean']:.4f}), test MAP@R {result['test_mean']:.4f} +- {result['test_sd']:.4f}, "
-                  f"P@1 {result['test_precision_at_1_mean']:.4f} over seeds {report['seeds']}")
         paired = summary["gsp_minus_gap"]
-        p_value = "" if paired["paired_t_p"] is None else f", paired t-test p = {paired['paired_t_p']:.3g}"
-        print(f"{mode}, GSP - GAP: {paired['mean'] * 100:+.2f} +- {paired['sd'] * 100:.2f} points MAP@R "
-              f"(GSP ahead in {paired['positive_in']}{p_value})")
+        ahead, seeds = paired["positive_in"].split("/")
+        print_comparison(mode, "GSP - GAP", summary["poolings"], report["seeds"],
+                         {"mean": paired["mean"], "sd": paired["sd"], "p": paired["paired_t_p"],
+                          "ahead": f"{ahead} of {seeds}"}, score=" MAP@R")
     print(f"wrote {args.out}")
 
 

@@ -39,8 +39,8 @@ from training.recipes.simple_classifier import compile_classifier
 from training.data.fashion_mnist import load_fashion_mnist
 from zoo_inputs import small_convnet_options
 from otzoo.arguments import positive_int
-from epoch_budget import (budget_comparison, complete_seeds, recorded_runs, score_recalibrated, train_missing,
-                          write_json)
+from epoch_budget import (add_run_arguments, budget_comparison, complete_seeds, print_comparison, resumed_runs,
+                          score_recalibrated, train_missing, write_json)
 
 ZOO_HEADS = {"gap": "gap_fc", "mpw": "mpw"}  # this experiment's head names -> zoo.image_classifier's
 TRAINING_IMAGES = 60000  # Fashion-MNIST's training split
@@ -137,11 +137,8 @@ def main():
     parser.add_argument("--validation", type=positive_int, default=5000,
                         help="validation images (the last N of the training split)")
     parser.add_argument("--width", type=positive_int, default=32)
-    parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2, 3, 4])
-    parser.add_argument("--recalibrate-bn", type=int, default=0, metavar="N",
-                        help="also score every epoch with BatchNorm recalibrated on the run's first N training images "
-                             "(0: do not)")
-    parser.add_argument("--out", default=os.path.join(os.path.dirname(__file__), "results", "mpw_vs_gap_seeds.json"))
+    add_run_arguments(parser, os.path.join(os.path.dirname(__file__), "results", "mpw_vs_gap_seeds.json"),
+                      "the run's first N training images")
     args = parser.parse_args()
     if args.train + args.validation > TRAINING_IMAGES:
         parser.error(f"--train plus --validation must not exceed the {TRAINING_IMAGES} training images "
@@ -150,12 +147,7 @@ def main():
     if not 0 <= args.recalibrate_bn <= args.train:
         parser.error(f"--recalibrate-bn must be between 0 and --train ({args.train}), got {args.recalibrate_bn}.")
     config = {"epochs": args.epochs, "train": args.train, "validation": args.validation, "width": args.width}
-    if args.recalibrate_bn:
-        config["recalibrate_bn"] = args.recalibrate_bn
-    try:
-        runs = recorded_runs(args.out, config)
-    except ValueError as error:
-        parser.error(str(error))
+    runs = resumed_runs(parser, args, config)
     train, validation = load_splits(args.train, args.validation)
     test = load_fashion_mnist("test")
     report = train_missing(
@@ -168,13 +160,10 @@ def main():
     if "recalibrated" in report:
         summaries["BatchNorm recalibrated"] = report["recalibrated"]
     for mode, summary in summaries.items():
-        heads, paired = summary["heads"], summary["paired"]
-        for head, result in heads.items():
-            print(f"{mode}, {head}: budget {result['epochs']} epochs (validation {result['validation_mean']:.4f}), "
-                  f"test {result['test_mean']:.4f} +- {result['test_sd'] or 0:.4f} over seeds {report['seeds']}")
-        p_value = "" if paired["ttest_rel_p"] is None else f", paired t-test p = {paired['ttest_rel_p']:.3g}"
-        print(f"{mode}, MPW - GAP: {paired['mean'] * 100:+.2f} +- {(paired['sd'] or 0) * 100:.2f} points "
-              f"(MPW ahead in {paired['mpw_ahead_in']} of {paired['seeds']}{p_value})")
+        paired = summary["paired"]
+        print_comparison(mode, "MPW - GAP", summary["heads"], report["seeds"],
+                         {"mean": paired["mean"], "sd": paired["sd"], "p": paired["ttest_rel_p"],
+                          "ahead": f"{paired['mpw_ahead_in']} of {paired['seeds']}"})
     print(f"wrote {args.out}")
 
 
