@@ -15,7 +15,8 @@ chosen there on held-out classes), at most 100 evaluations. Protocol:
 An epoch here is ``--steps-per-epoch`` batches (75: 6,000 images, a fifth of the 30,000 training images), not a
 pass over the data: retrieval of the unseen classes is at its best within the first passes (a run scored after
 every full pass of 375 batches, ``experiments/results/gsp_vs_gap_full_passes_seed0.json``, peaked after 1 to 3
-passes), so the grid is that much finer. GSP's GAP warm-up is the first such epoch.
+passes), so the grid is that much finer. GSP's GAP warm-up is the first such epoch; its prototypes are initialized
+at that epoch's end, before it is scored, so GSP's first scores are those of GSP pooling on the warmed-up features.
 
 Retrieval is cosine, each image a query against all others of its split. Each run trains ``--epochs`` epochs and
 scores validation and test MAP@R and P@1 after every epoch; with a constant learning rate one run per pooling and
@@ -54,7 +55,7 @@ from training.evaluation.retrieval import retrieval_metrics
 
 VARIANTS = ("gsp", "gap")  # compared first minus second
 MODES = {"moving": "", "recalibrated": "recalibrated_"}  # scoring mode -> prefix of its score keys in a run
-SCORES = {"map_at_r": "MAP@R", "precision_at_1": "P@1"}
+SCORES = ("map_at_r", "precision_at_1")  # the retrieval metrics recorded per epoch
 SAMPLES_PER_CLASS = 16
 
 
