@@ -17,6 +17,7 @@ import numpy as np
 
 from ot_layers.tensor_ops import walk_layers
 from seed_runs import paired_differences, spread
+from training.distributed.checkpoints import write_text_atomically
 
 
 def recalibrate(model, images):
@@ -138,8 +139,6 @@ def recorded_runs(path, config):
 
 
 def write_json(path, report):
-    """Writes ``report`` to ``path`` atomically (a reader never sees half a file)."""
+    """Writes ``report`` to ``path`` atomically (a reader never sees half a file), creating its folder."""
     os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
-    with open(path + ".tmp", "w") as handle:
-        json.dump(report, handle, indent=2)
-    os.replace(path + ".tmp", path)
+    write_text_atomically(path, json.dumps(report, indent=2))

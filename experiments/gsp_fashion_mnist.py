@@ -45,6 +45,12 @@ EMBEDDING_DIM = 128
 GSP = dict(num_prototypes=64, transport_ratio=0.3, epsilon=2.0, max_iter=100)
 
 
+def first_per_class(images, labels, count):
+    """The first ``count`` images of each class (labels ``0..C-1``), class by class."""
+    keep = np.concatenate([np.flatnonzero(labels == c)[:count] for c in range(int(labels.max()) + 1)])
+    return images[keep], labels[keep]
+
+
 def local_embedding_backbone():
     """small_convnet + the 1x1 convolution to 128-d local embeddings: the feature map every variant pools."""
     backbone = zoo.small_convnet((28, 28, 1), width=32, feature_dim=64)
@@ -140,9 +146,7 @@ def main():
     args = parser.parse_args()
 
     x, y = load_fashion_mnist("train")
-    x_train, y_train = select_classes(x, y, TRAIN_CLASSES)
-    keep = np.concatenate([np.flatnonzero(y_train == c)[:args.train_per_class] for c in range(len(TRAIN_CLASSES))])
-    x_train, y_train = x_train[keep], y_train[keep]
+    x_train, y_train = first_per_class(*select_classes(x, y, TRAIN_CLASSES), args.train_per_class)
     x, y = load_fashion_mnist("test")
     x_test, y_test = select_classes(x, y, TEST_CLASSES)
     data = ((x_train, y_train), (x_test, y_test))

@@ -44,7 +44,7 @@ import numpy as np
 
 from epoch_budget import (add_run_arguments, budget_comparison, complete_seeds, print_comparison, resumed_runs,
                           score_recalibrated, train_missing, write_json)
-from gsp_fashion_mnist import GSP, TEST_CLASSES, TRAIN_CLASSES, build
+from gsp_fashion_mnist import GSP, TEST_CLASSES, TRAIN_CLASSES, build, first_per_class
 from ot_layers.callbacks import GSPPrototypeInit
 from ot_layers.losses import ProxyNCAPlusPlusLoss
 from otzoo.arguments import positive_int
@@ -57,12 +57,6 @@ VARIANTS = ("gsp", "gap")  # compared first minus second
 MODES = {"moving": "", "recalibrated": "recalibrated_"}  # scoring mode -> prefix of its score keys in a run
 SCORES = ("map_at_r", "precision_at_1")  # the retrieval metrics recorded per epoch
 SAMPLES_PER_CLASS = 16
-
-
-def first_per_class(images, labels, count):
-    """The first ``count`` images of each class (labels ``0..C-1``), class by class."""
-    keep = np.concatenate([np.flatnonzero(labels == c)[:count] for c in range(int(labels.max()) + 1)])
-    return images[keep], labels[keep]
 
 
 def load_splits(train_per_class, validation_per_class):
