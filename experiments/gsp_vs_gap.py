@@ -151,6 +151,9 @@ def main():
     parser.add_argument("--validation-per-class", type=positive_int, default=1000,
                         help="validation images of each unseen class 5-9, from the training split (at most 6000)")
     parser.add_argument("--epsilon", type=float, default=0.1, help="GSP's entropic regularization")
+    parser.add_argument("--variants", nargs="+", choices=VARIANTS, default=list(VARIANTS),
+                        help="the poolings to train (the summary needs both; GSP alone for another --epsilon, whose "
+                             "runs gsp_epsilon_choice.py compares with the GAP runs of a full call)")
     add_run_arguments(parser, os.path.join(os.path.dirname(__file__), "results", "gsp_vs_gap_seeds.json"),
                       "N of the run's training images, drawn by its seed")
     args = parser.parse_args()
@@ -172,7 +175,7 @@ def main():
     runs = resumed_runs(parser, args, config)
     train, validation, test = load_splits(args.train_per_class, args.validation_per_class)
     report = train_missing(
-        runs, args.seeds, "variant", VARIANTS,
+        runs, args.seeds, "variant", [v for v in VARIANTS if v in args.variants],
         lambda variant, seed: train_run(variant, seed, train, validation, test, args.epochs, args.steps_per_epoch,
                                         args.epsilon, args.recalibrate_bn),
         lambda runs: write_report(args.out, config, runs))
