@@ -31,6 +31,11 @@ The recorded run (docs/results/gsp.md):
 
     python experiments/gsp_vs_gap.py --epochs 24 --seeds 0 1 2 3 4 --recalibrate-bn 2000 --out experiments/results/gsp_vs_gap_seeds.json
 
+GSP's runs at other epsilons (``--variants gsp``, GAP does not depend on it) are compared with that report by
+``gsp_epsilon_choice.py``, which chooses epsilon and budget together on validation data:
+
+    python experiments/gsp_vs_gap.py --epochs 24 --seeds 0 1 2 3 4 --recalibrate-bn 2000 --epsilon 0.3 --variants gsp --out experiments/results/gsp_vs_gap_epsilon0.3.json
+
 ``experiments/results/gsp_vs_gap_full_passes_seed0.json`` (seed 0 of a call stopped after it, made by the first
 version of this script, whose epoch was a full pass) holds the same protocol with ``--steps-per-epoch 375
 --epochs 12``.
@@ -96,6 +101,11 @@ class RetrievalScores(keras.callbacks.Callback):
 
 def train_run(variant, seed, train, validation, test, epochs, steps_per_epoch, epsilon, recalibrate_bn=0):
     """One run of ``variant`` (``"gsp"`` or ``"gap"``) and ``seed``, scored after every epoch."""
+    return train_model(variant, seed, train, validation, test, epochs, steps_per_epoch, epsilon, recalibrate_bn)[0]
+
+
+def train_model(variant, seed, train, validation, test, epochs, steps_per_epoch, epsilon, recalibrate_bn=0):
+    """``(run, embedding_model)``: :func:`train_run`'s run and the embedding model it trained."""
     x_train, y_train = train
     keras.utils.set_random_seed(seed)
     model, embedding_model, _ = build(variant, len(TRAIN_CLASSES), gsp=dict(GSP, epsilon=epsilon))
@@ -115,7 +125,7 @@ def train_run(variant, seed, train, validation, test, epochs, steps_per_epoch, e
     history = model.fit(batches, epochs=epochs, verbose=2, callbacks=callbacks)
     return {"variant": variant, "seed": seed, **scores.scores,
             "train_loss": [float(v) for v in history.history["loss"]], "seconds": time.time() - start,
-            "parameters": model.count_params()}
+            "parameters": model.count_params()}, embedding_model
 
 
 def summarize(runs, seeds, prefix=""):

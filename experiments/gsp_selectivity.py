@@ -1,0 +1,87 @@
+"""How selective GSP's pooling is at each epsilon of the ``gsp_epsilon_choice.py`` grid: one seed retrained to each
+epsilon's budget, and its pooling weights on the test images.
+
+GSP pools a feature map with weights ``p_j`` (the transported mass of each position over the transport ratio, Gurbuz
+2022 Eq. 5.2.1; they sum to one). As epsilon grows they tend to the uniform ``1/n``, that is to global average
+pooling. Two numbers say how far a model is from that limit, averaged over the test images:
+
+- the effective share of positions ``1 / (n sum_j p_j^2)``: 1 for uniform weights, ``k / n`` for weights spread
+  evenly over ``k`` of the ``n`` positions;
+- the mass on the top quarter of the positions (the largest ``ceil(n / 4)`` weights): 0.25 for uniform weights.
+
+Each epsilon's run is ``gsp_vs_gap.train_model`` with the comparison's configuration, stopped at that epsilon's
+budget (moving BatchNorm statistics); its test MAP@R at the end is written beside the one the comparison recorded for
+the same seed and epoch, a check that the retrained model is the compared one (up to the CPU's round-off in
+training). The recorded measurement (docs/results/gsp.md):
+
+    python experiments/gsp_selectivity.py --choice experiments/results/gsp_vs_gap_epsilon_choice.json --seed 0 --out experiments/results/gsp_selectivity.json
+"""
+import argparse
+import json
+import math
+import os
+
+import keras
+import numpy as np
+
+from epoch_budget import write_json
+from gsp_vs_gap import load_splits, train_model
+
+
+def selectivity(weights):
+    """Per-image effective share of positions and mass on the top quarter of positions of pooling ``weights``
+    ``(B, n)`` (rows summing to one), as ``(share, top_quarter)`` arrays of length ``B``."""
+    weights = np.asarray(weights, dtype=float)
+    n = weights.shape[1]
+    share = 1.0 / (n * np.sum(weights ** 2, axis=1))
+    top = np.sort(weights, axis=1)[:, n - math.ceil(n / 4):]
+    return share, top.sum(axis=1)
+
+
+def pooling_weights(embedding_model, images, batch_size=500):
+    """GSP's pooling weights ``(B, n)`` on ``images``: the feature maps entering the layer ``gsp`` of
+    ``embedding_model``, through that layer's :meth:`pooling_weights`."""
+    layer = embedding_model.get_layer("gsp")
+    feature_model = keras.Model(embedding_model.input, layer.input)
+    maps = feature_model.predict(images, batch_size=batch_size, verbose=0)
+    chunks = [layer.pooling_weights(layer.flat_features(maps[i:i + batch_size]))[0]
+              for i in range(0, len(maps), batch_size)]
+    return np.concatenate([keras.ops.convert_to_numpy(chunk) for chunk in chunks])
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--choice", default=os.path.join(os.path.dirname(__file__), "results",
+                                                         "gsp_vs_gap_epsilon_choice.json"),
+                        help="the report of gsp_epsilon_choice.py: the epsilons, their budgets and the configuration")
+    parser.add_argument("--seed", type=int, default=0, help="one of the compared seeds")
+    parser.add_argument("--out", default=os.path.join(os.path.dirname(__file__), "results", "gsp_selectivity.json"))
+    args = parser.parse_args()
+    if not os.path.isfile(args.choice):
+        parser.error(f"--choice: no such file: {args.choice}")
+    with open(args.choice) as handle:
+        choice = json.load(handle)
+    if args.seed not in choice["seeds"]:
+        parser.error(f"--seed must be one of the compared seeds {choice['seeds']}, got {args.seed}.")
+    config, position = choice["config"], choice["seeds"].index(args.seed)
+    train, validation, test = load_splits(config["train_per_class"], config["validation_per_class"])
+    rows = []
+    for row in choice["summary"]["moving"]["epsilons"]:
+        epsilon, epochs = row["epsilon"], row["gsp"]["epochs"]
+        run, embedding_model = train_model("gsp", args.seed, train, validation, test, epochs,
+                                           config["steps_per_epoch"], epsilon, config.get("recalibrate_bn", 0))
+        weights = pooling_weights(embedding_model, test[0])
+        share, top_quarter = selectivity(weights)
+        rows.append({"epsilon": epsilon, "epochs": epochs, "positions": weights.shape[1],
+                     "effective_share_mean": float(share.mean()),
+                     "effective_share_quantiles_10_50_90": np.quantile(share, [0.1, 0.5, 0.9]).tolist(),
+                     "top_quarter_mass_mean": float(top_quarter.mean()),
+                     "test_map_at_r": run["test_map_at_r"][-1], "recorded_test_map_at_r": row["gsp"]["test"][position],
+                     "seconds": run["seconds"]})
+        print(json.dumps(rows[-1]), flush=True)
+        write_json(args.out, {"choice": args.choice, "seed": args.seed, "epsilons": rows})
+    print(f"wrote {args.out}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,45 @@
+"""``experiments/gsp_selectivity.py``: the selectivity numbers on weights whose values are known in closed form, and
+the pooling weights read from a model, which tend to global average pooling's ``1/n`` as epsilon grows."""
+import os
+import sys
+
+import keras
+import numpy as np
+import pytest
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "experiments"))
+import gsp_selectivity  # noqa: E402
+from ot_layers import GeneralizedSumPooling  # noqa: E402
+
+
+def test_selectivity_of_uniform_even_and_one_hot_weights():
+    n = 8
+    weights = np.array([np.full(n, 1 / n),                       # uniform: every position, a quarter of the mass
+                        np.r_[np.full(2, 0.5), np.zeros(n - 2)],  # even over 2 of 8 positions, both in the top quarter
+                        np.eye(n)[3],                             # one position
+                        np.r_[np.full(4, 0.2), np.full(4, 0.05)]])
+    share, top_quarter = gsp_selectivity.selectivity(weights)
+    np.testing.assert_allclose(share, [1.0, 2 / n, 1 / n, 1 / (n * (4 * 0.04 + 4 * 0.0025))])
+    np.testing.assert_allclose(top_quarter, [0.25, 1.0, 1.0, 0.4])
+
+
+def _model(epsilon):
+    inputs = keras.Input((4, 5, 3))
+    features = keras.layers.Conv2D(6, 1, name="features")(inputs)
+    pooled = GeneralizedSumPooling(num_prototypes=4, transport_ratio=0.3, epsilon=epsilon, name="gsp")(features)
+    model = keras.Model(inputs, pooled)
+    model.get_layer("gsp").prototypes.assign(np.random.default_rng(1).normal(size=(4, 6)).astype("float32"))
+    return model
+
+
+@pytest.mark.parametrize("epsilon", [1e4, 0.05])
+def test_pooling_weights_of_a_model_sum_to_one_and_tend_to_uniform(epsilon):
+    images = np.random.default_rng(0).normal(size=(7, 4, 5, 3)).astype("float32")
+    weights = gsp_selectivity.pooling_weights(_model(epsilon), images, batch_size=3)  # three chunks
+    assert weights.shape == (7, 20)
+    np.testing.assert_allclose(weights.sum(axis=1), 1.0, rtol=1e-5)
+    share, _ = gsp_selectivity.selectivity(weights)
+    if epsilon > 1:
+        np.testing.assert_allclose(weights, 1 / 20, rtol=1e-3)  # the GAP limit
+    else:
+        assert share.max() < 0.5  # a sharp transport selects fewer than half of the positions
