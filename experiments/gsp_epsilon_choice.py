@@ -19,9 +19,10 @@ import argparse
 import json
 import os
 
-from epoch_budget import budget_comparison, complete_seeds, print_comparison, write_json
+import numpy as np
 
-MODES = {"moving": "", "recalibrated": "recalibrated_"}  # as in gsp_vs_gap.py
+from epoch_budget import budget_comparison, complete_seeds, print_comparison, write_json
+from gsp_vs_gap import MODES
 
 
 def read_reports(paths):
@@ -54,14 +55,18 @@ def read_reports(paths):
 
 
 def choose(runs, seeds, prefix=""):
-    """For the scoring mode of ``prefix`` (``MODES``): each epsilon's budget, validation and test scores and its
-    paired difference from GAP; the epsilon of the best mean validation MAP@R; and GSP there against GAP."""
+    """For the scoring mode of ``prefix`` (``MODES``): each epsilon's budget, validation and test scores (MAP@R,
+    and the mean test P@1) and its paired difference from GAP; the epsilon of the best mean validation MAP@R; and
+    GSP there against GAP."""
     epsilons = [r["setting"] for r in runs if r["setting"] != "gap"]
     epsilons = sorted(set(epsilons), key=epsilons.index)
     by_epsilon = {}
     for epsilon in epsilons:
         poolings, difference = budget_comparison(runs, seeds, "setting", (epsilon, "gap"),
-                                                 prefix + "validation_map_at_r", prefix + "test_map_at_r")
+                                                 prefix + "validation_map_at_r", prefix + "test_map_at_r",
+                                                 also=[prefix + "test_precision_at_1"])
+        for summary in poolings.values():
+            summary["test_precision_at_1_mean"] = float(np.mean(summary.pop(prefix + "test_precision_at_1")))
         by_epsilon[epsilon] = {"gsp": poolings[epsilon], "gap": poolings["gap"], "gsp_minus_gap": difference}
     chosen = max(epsilons, key=lambda e: (by_epsilon[e]["gsp"]["validation_mean"], -epsilons.index(e)))
     return {"epsilons": [{"epsilon": e, **{k: v for k, v in by_epsilon[e].items() if k != "gap"}} for e in epsilons],

@@ -16,7 +16,8 @@ CONFIG = {"epochs": 3, "steps_per_epoch": 75, "train_per_class": 6000, "validati
 
 
 def _run(variant, seed, validation, test):
-    return {"variant": variant, "seed": seed, "validation_map_at_r": validation, "test_map_at_r": test}
+    return {"variant": variant, "seed": seed, "validation_map_at_r": validation, "test_map_at_r": test,
+            "test_precision_at_1": [2 * v for v in test]}
 
 
 def _write(folder, name, epsilon, runs, **config):
@@ -62,6 +63,7 @@ def test_epsilon_and_budget_are_chosen_on_validation_and_compared_with_gap_by_se
     assert result["gsp_minus_gap"]["mean"] == pytest.approx(np.mean(np.subtract(gsp_test, gap_test)))
     assert result["gsp_minus_gap"]["paired_t_p"] == pytest.approx(stats.ttest_rel(gsp_test, gap_test).pvalue)
     assert result["epsilons"][2]["gsp"]["test_mean"] == pytest.approx(0.9)  # reported, not chosen
+    assert result["poolings"]["gsp"]["test_precision_at_1_mean"] == pytest.approx(2 * np.mean(gsp_test))
 
 
 def test_a_tie_goes_to_the_epsilon_listed_first(tmp_path):
