@@ -13,7 +13,7 @@ when the runs were scored so, for the recalibrated ones (each with its own choic
 
 The recorded comparison (docs/results/gsp.md):
 
-    python experiments/gsp_epsilon_choice.py experiments/results/gsp_vs_gap_seeds.json experiments/results/gsp_vs_gap_epsilon0.3.json experiments/results/gsp_vs_gap_epsilon1.0.json experiments/results/gsp_vs_gap_epsilon3.0.json --out experiments/results/gsp_vs_gap_epsilon_choice.json
+    python experiments/gsp_epsilon_choice.py experiments/results/gsp_vs_gap_seeds.json experiments/results/gsp_vs_gap_epsilon0.3.json experiments/results/gsp_vs_gap_epsilon1.0.json experiments/results/gsp_vs_gap_epsilon3.0.json experiments/results/gsp_vs_gap_epsilon10.0.json --out experiments/results/gsp_vs_gap_epsilon_choice.json
 """
 import argparse
 import json
