@@ -24,6 +24,7 @@ def test_selectivity_of_uniform_even_and_one_hot_weights():
 
 
 def _model(epsilon):
+    keras.utils.set_random_seed(0)  # the convolution's initial weights
     inputs = keras.Input((4, 5, 3))
     features = keras.layers.Conv2D(6, 1, name="features")(inputs)
     pooled = GeneralizedSumPooling(num_prototypes=4, transport_ratio=0.3, epsilon=epsilon, name="gsp")(features)
@@ -32,7 +33,7 @@ def _model(epsilon):
     return model
 
 
-@pytest.mark.parametrize("epsilon", [1e4, 0.05])
+@pytest.mark.parametrize("epsilon", [1e4, 0.01])
 def test_pooling_weights_of_a_model_sum_to_one_and_tend_to_uniform(epsilon):
     images = np.random.default_rng(0).normal(size=(7, 4, 5, 3)).astype("float32")
     weights = gsp_selectivity.pooling_weights(_model(epsilon), images, batch_size=3)  # three chunks
@@ -42,4 +43,5 @@ def test_pooling_weights_of_a_model_sum_to_one_and_tend_to_uniform(epsilon):
     if epsilon > 1:
         np.testing.assert_allclose(weights, 1 / 20, rtol=1e-3)  # the GAP limit
     else:
-        assert share.max() < 0.5  # a sharp transport selects fewer than half of the positions
+        # every weight is at most 1 / (mu n), so the share is at least mu = 0.3; a sharp transport is close to it
+        assert share.min() >= 0.3 - 1e-4 and share.max() < 0.4
