@@ -21,10 +21,10 @@ import json
 import math
 import os
 
-import keras
 import numpy as np
 
 from epoch_budget import write_json
+from explain.signals import gsp_weights
 from gsp_vs_gap import load_splits, train_model
 
 
@@ -39,14 +39,10 @@ def selectivity(weights):
 
 
 def pooling_weights(embedding_model, images, batch_size=500):
-    """GSP's pooling weights ``(B, n)`` on ``images``: the feature maps entering the layer ``gsp`` of
-    ``embedding_model``, through that layer's :meth:`pooling_weights`."""
-    layer = embedding_model.get_layer("gsp")
-    feature_model = keras.Model(embedding_model.input, layer.input)
-    maps = feature_model.predict(images, batch_size=batch_size, verbose=0)
-    chunks = [layer.pooling_weights(layer.flat_features(maps[i:i + batch_size]))[0]
-              for i in range(0, len(maps), batch_size)]
-    return np.concatenate([keras.ops.convert_to_numpy(chunk) for chunk in chunks])
+    """GSP's pooling weights ``(B, n)`` on ``images``: ``explain.signals.gsp_weights`` of the layer ``gsp`` of
+    ``embedding_model``, ``batch_size`` images at a time."""
+    return np.concatenate([gsp_weights(embedding_model, images[i:i + batch_size], layer_name="gsp").weights
+                           for i in range(0, len(images), batch_size)])
 
 
 def main():
