@@ -51,22 +51,23 @@ def first_per_class(images, labels, count):
     return images[keep], labels[keep]
 
 
-def local_embedding_backbone():
+def local_embedding_backbone(input_shape=(28, 28, 1)):
     """small_convnet + the 1x1 convolution to 128-d local embeddings: the feature map every variant pools."""
-    backbone = zoo.small_convnet((28, 28, 1), width=32, feature_dim=64)
+    backbone = zoo.small_convnet(input_shape, width=32, feature_dim=64)
     local = keras.layers.Conv2D(EMBEDDING_DIM, 1, name="local_embedding")(backbone.output)
     return keras.Model(backbone.input, local, name="local_embedding_backbone")
 
 
-def build(variant, num_classes, gsp=GSP):
+def build(variant, num_classes, gsp=GSP, input_shape=(28, 28, 1)):
     """``(training model, embedding model, zero_shot)``: ``zoo.embedding_model`` on the local embeddings (the
     pooling's output itself, no Dense after it) followed by ``ClassProxies`` (layer ``proxies``, as
     ``zoo.proxy_training_model`` adds them; their similarities are what ProxyNCA++ reads); for ``gsp_zs`` also the
-    class embeddings of GSP's pseudo-attributes. ``gsp``: the ``GeneralizedSumPooling`` options.
+    class embeddings of GSP's pseudo-attributes. ``gsp``: the ``GeneralizedSumPooling`` options; ``input_shape``:
+    the images' (28x28 Fashion-MNIST, or larger cluttered canvases).
 
     The proxies are created before the pooling layer: Keras draws an initializer's seed when the layer is created,
     so this order keeps the initial weights of the published runs."""
-    backbone = local_embedding_backbone()
+    backbone = local_embedding_backbone(input_shape)
     proxies = ClassProxies(num_classes, name="proxies")
     if variant != "gsp_zs":
         pooling_kwargs = gsp if variant == "gsp" else None

@@ -53,6 +53,7 @@ from gsp_fashion_mnist import GSP, TEST_CLASSES, TRAIN_CLASSES, build, first_per
 from ot_layers.callbacks import GSPPrototypeInit
 from ot_layers.losses import ProxyNCAPlusPlusLoss
 from otzoo.arguments import positive_int
+from training.data.clutter import clutter
 from training.data.fashion_mnist import load_fashion_mnist
 from training.data.samplers import ClassBalancedBatches
 from training.data.splits import select_classes
@@ -62,15 +63,36 @@ VARIANTS = ("gsp", "gap")  # compared first minus second
 MODES = {"moving": "", "recalibrated": "recalibrated_"}  # scoring mode -> prefix of its score keys in a run
 SCORES = ("map_at_r", "precision_at_1")  # the retrieval metrics recorded per epoch
 SAMPLES_PER_CLASS = 16
+IMAGE_SIZE = 28  # Fashion-MNIST's images, the smallest canvas
+CLUTTER_PIECE_SIZE = 8  # Mnih et al. 2014's pieces of clutter
 
 
-def load_splits(train_per_class, validation_per_class):
+def load_splits(train_per_class, validation_per_class, canvas=IMAGE_SIZE, clutter_pieces=0):
     """``(train, validation, test)``, each ``(images, labels)`` with labels ``0..4``: training-split images of the
-    classes 0-4, training-split images of the classes 5-9, and the test-split images of the classes 5-9."""
+    classes 0-4, training-split images of the classes 5-9, and the test-split images of the classes 5-9; cluttered
+    (:func:`cluttered_splits`) when ``canvas`` exceeds 28 pixels or ``clutter_pieces`` is positive."""
+    if canvas == IMAGE_SIZE and not clutter_pieces:
+        return plain_splits(train_per_class, validation_per_class)
+    return tuple((cluttered.images, labels)
+                 for cluttered, labels in cluttered_splits(train_per_class, validation_per_class, canvas,
+                                                           clutter_pieces))
+
+
+def plain_splits(train_per_class, validation_per_class):
+    """:func:`load_splits`' three splits of 28x28 images."""
     images, labels = load_fashion_mnist("train")
     train = first_per_class(*select_classes(images, labels, TRAIN_CLASSES), train_per_class)
     validation = first_per_class(*select_classes(images, labels, TEST_CLASSES), validation_per_class)
     return train, validation, select_classes(*load_fashion_mnist("test"), TEST_CLASSES)
+
+
+def cluttered_splits(train_per_class, validation_per_class, canvas, clutter_pieces):
+    """:func:`load_splits`' three splits as ``(ClutteredImages, labels)``: each garment at a random position of a
+    ``canvas`` x ``canvas`` canvas with ``clutter_pieces`` 8x8 crops of other garments of its own split (Mnih et al.
+    2014's cluttered translated MNIST; ``training.data.clutter``). The draws are fixed per split (seeds 0, 1, 2),
+    the same for every training seed and pooling, so runs pair on the same images."""
+    return [(clutter(images, canvas, clutter_pieces, CLUTTER_PIECE_SIZE, seed=seed), labels)
+            for seed, (images, labels) in enumerate(plain_splits(train_per_class, validation_per_class))]
 
 
 class RetrievalScores(keras.callbacks.Callback):
@@ -108,7 +130,8 @@ def train_model(variant, seed, train, validation, test, epochs, steps_per_epoch,
     """``(run, embedding_model)``: :func:`train_run`'s run and the embedding model it trained."""
     x_train, y_train = train
     keras.utils.set_random_seed(seed)
-    model, embedding_model, _ = build(variant, len(TRAIN_CLASSES), gsp=dict(GSP, epsilon=epsilon))
+    model, embedding_model, _ = build(variant, len(TRAIN_CLASSES), gsp=dict(GSP, epsilon=epsilon),
+                                      input_shape=x_train.shape[1:])
     model.compile(optimizer=keras.optimizers.Adam(1e-3), loss=ProxyNCAPlusPlusLoss(temperature=0.1))
     batches = ClassBalancedBatches(x_train, y_train, classes_per_batch=len(TRAIN_CLASSES),
                                    samples_per_class=SAMPLES_PER_CLASS,
@@ -161,6 +184,10 @@ def main():
     parser.add_argument("--validation-per-class", type=positive_int, default=1000,
                         help="validation images of each unseen class 5-9, from the training split (at most 6000)")
     parser.add_argument("--epsilon", type=float, default=0.1, help="GSP's entropic regularization")
+    parser.add_argument("--canvas", type=positive_int, default=IMAGE_SIZE,
+                        help="side of the canvas each garment is placed on at a random position (28: as it is)")
+    parser.add_argument("--clutter-pieces", type=int, default=0,
+                        help="8x8 crops of other garments scattered over each canvas (Mnih et al. 2014's clutter)")
     parser.add_argument("--variants", nargs="+", choices=VARIANTS, default=list(VARIANTS),
                         help="the poolings to train (the summary needs both; GSP alone for another --epsilon, whose "
                              "runs gsp_epsilon_choice.py compares with the GAP runs of a full call)")
@@ -175,6 +202,10 @@ def main():
     if args.steps_per_epoch > one_pass:
         parser.error(f"--steps-per-epoch must be at most {one_pass} (one pass over the training images), "
                      f"got {args.steps_per_epoch}.")
+    if args.canvas < IMAGE_SIZE:
+        parser.error(f"--canvas must be at least Fashion-MNIST's {IMAGE_SIZE} pixels, got {args.canvas}.")
+    if args.clutter_pieces < 0:
+        parser.error(f"--clutter-pieces must be >= 0, got {args.clutter_pieces}.")
     if not args.epsilon > 0:
         parser.error(f"--epsilon must be positive, got {args.epsilon}.")
     if not 0 <= args.recalibrate_bn <= 5 * args.train_per_class:
@@ -182,8 +213,11 @@ def main():
                      f"got {args.recalibrate_bn}.")
     config = {key: getattr(args, key)
               for key in ("epochs", "steps_per_epoch", "train_per_class", "validation_per_class", "epsilon")}
+    if args.canvas != IMAGE_SIZE or args.clutter_pieces:  # recorded when set (the plain reports predate them)
+        config.update(canvas=args.canvas, clutter_pieces=args.clutter_pieces)
     runs = resumed_runs(parser, args, config)
-    train, validation, test = load_splits(args.train_per_class, args.validation_per_class)
+    train, validation, test = load_splits(args.train_per_class, args.validation_per_class, args.canvas,
+                                          args.clutter_pieces)
     report = train_missing(
         runs, args.seeds, "variant", [v for v in VARIANTS if v in args.variants],
         lambda variant, seed: train_run(variant, seed, train, validation, test, args.epochs, args.steps_per_epoch,
