@@ -9,6 +9,11 @@ pooling. Two numbers say how far a model is from that limit, averaged over the t
   evenly over ``k`` of the ``n`` positions;
 - the mass on the top quarter of the positions (the largest ``ceil(n / 4)`` weights): 0.25 for uniform weights.
 
+On cluttered canvases (a comparison run with ``gsp_vs_gap.py --canvas``) a third number says whether the selection
+finds the garment: the mass on the garment's box, each position's weight times the share of its cell (the block of
+pixels its stride covers) inside the box where the garment was placed. Uniform weights put the box's share of the
+canvas there (784/1600 = 0.49 for 28x28 garments on 40x40 canvases).
+
 Each epsilon's run is ``gsp_vs_gap.train_model`` with the comparison's configuration, stopped at that epsilon's
 budget (moving BatchNorm statistics); its test MAP@R at the end is written beside the one the comparison recorded for
 the same seed and epoch, a check that the retrained model is the compared one (up to the CPU's round-off in
@@ -25,7 +30,7 @@ import numpy as np
 
 from epoch_budget import write_json
 from explain.signals import gsp_weights
-from gsp_vs_gap import load_splits, train_model
+from gsp_vs_gap import IMAGE_SIZE, cluttered_splits, load_splits, train_model
 
 
 def selectivity(weights):
@@ -40,9 +45,28 @@ def selectivity(weights):
 
 def pooling_weights(embedding_model, images, batch_size=500):
     """GSP's pooling weights ``(B, n)`` on ``images``: ``explain.signals.gsp_weights`` of the layer ``gsp`` of
-    ``embedding_model``, ``batch_size`` images at a time."""
-    return np.concatenate([gsp_weights(embedding_model, images[i:i + batch_size], layer_name="gsp").weights
-                           for i in range(0, len(images), batch_size)])
+    ``embedding_model``, ``batch_size`` images at a time, and the feature map's ``(rows, columns)``."""
+    chunks = [gsp_weights(embedding_model, images[i:i + batch_size], layer_name="gsp")
+              for i in range(0, len(images), batch_size)]
+    return np.concatenate([chunk.weights for chunk in chunks]), chunks[0].grid
+
+
+def object_overlap(offsets, object_size, canvas_size, grid):
+    """``(B, rows * columns)``: the share of each feature-map cell's pixels inside its image's object box, the map's
+    ``grid`` of cells tiling the ``canvas_size`` x ``canvas_size`` canvas in row-major order (each cell the block of
+    pixels its position's stride covers). ``offsets`` ``(B, 2)``: the object's top-left corner; ``object_size``:
+    its ``(height, width)``. Averaged with uniform weights (GAP's) it is the box's share of the canvas."""
+    offsets = np.asarray(offsets)
+    shares = []
+    for axis, (cells, size) in enumerate(zip(grid, object_size)):
+        if canvas_size % cells:
+            raise ValueError(f"the feature map's {cells} cells do not tile the {canvas_size}-pixel canvas.")
+        cell = canvas_size // cells
+        starts = np.arange(cells) * cell
+        low = np.maximum(starts[None], offsets[:, axis, None])
+        high = np.minimum(starts[None] + cell, offsets[:, axis, None] + size)
+        shares.append(np.clip(high - low, 0, None) / cell)
+    return (shares[0][:, :, None] * shares[1][:, None, :]).reshape(len(offsets), -1)
 
 
 def main():
@@ -60,18 +84,31 @@ def main():
     if args.seed not in choice["seeds"]:
         parser.error(f"--seed must be one of the compared seeds {choice['seeds']}, got {args.seed}.")
     config, position = choice["config"], choice["seeds"].index(args.seed)
-    train, validation, test = load_splits(config["train_per_class"], config["validation_per_class"])
+    canvas, pieces = config.get("canvas", IMAGE_SIZE), config.get("clutter_pieces", 0)
+    cluttered_test = None
+    if canvas == IMAGE_SIZE and not pieces:
+        train, validation, test = load_splits(config["train_per_class"], config["validation_per_class"])
+    else:
+        splits = cluttered_splits(config["train_per_class"], config["validation_per_class"], canvas, pieces)
+        train, validation, test = ((cluttered.images, labels) for cluttered, labels in splits)
+        cluttered_test = splits[2][0]
     rows = []
     for row in choice["summary"]["moving"]["epsilons"]:
         epsilon, epochs = row["epsilon"], row["gsp"]["epochs"]
         run, embedding_model = train_model("gsp", args.seed, train, validation, test, epochs,
                                            config["steps_per_epoch"], epsilon, config.get("recalibrate_bn", 0))
-        weights = pooling_weights(embedding_model, test[0])
+        weights, grid = pooling_weights(embedding_model, test[0])
         share, top_quarter = selectivity(weights)
+        if cluttered_test is not None:
+            overlap = object_overlap(cluttered_test.offsets, cluttered_test.object_size, canvas, grid)
+            garment = {"garment_box_mass_mean": float(np.mean(np.sum(weights * overlap, axis=1))),
+                       "garment_box_mass_uniform": float(np.mean(overlap))}
+        else:
+            garment = {}
         rows.append({"epsilon": epsilon, "epochs": epochs, "positions": weights.shape[1],
                      "effective_share_mean": float(share.mean()),
                      "effective_share_quantiles_10_50_90": np.quantile(share, [0.1, 0.5, 0.9]).tolist(),
-                     "top_quarter_mass_mean": float(top_quarter.mean()),
+                     "top_quarter_mass_mean": float(top_quarter.mean()), **garment,
                      "test_map_at_r": run["test_map_at_r"][-1], "recorded_test_map_at_r": row["gsp"]["test"][position],
                      "seconds": run["seconds"]})
         print(json.dumps(rows[-1]), flush=True)

@@ -36,8 +36,8 @@ def _model(epsilon):
 @pytest.mark.parametrize("epsilon", [1e4, 0.01])
 def test_pooling_weights_of_a_model_sum_to_one_and_tend_to_uniform(epsilon):
     images = np.random.default_rng(0).normal(size=(7, 4, 5, 3)).astype("float32")
-    weights = gsp_selectivity.pooling_weights(_model(epsilon), images, batch_size=3)  # three chunks
-    assert weights.shape == (7, 20)
+    weights, grid = gsp_selectivity.pooling_weights(_model(epsilon), images, batch_size=3)  # three chunks
+    assert weights.shape == (7, 20) and tuple(grid) == (4, 5)
     np.testing.assert_allclose(weights.sum(axis=1), 1.0, rtol=1e-5)
     share, _ = gsp_selectivity.selectivity(weights)
     if epsilon > 1:
@@ -45,3 +45,20 @@ def test_pooling_weights_of_a_model_sum_to_one_and_tend_to_uniform(epsilon):
     else:
         # every weight is at most 1 / (mu n), so the share is at least mu = 0.3; a sharp transport is close to it
         assert share.min() >= 0.3 - 1e-4 and share.max() < 0.4
+
+
+def test_object_overlap_of_a_box_on_cells():
+    offsets = np.array([[4, 8], [2, 6], [0, 0]])
+    overlap = gsp_selectivity.object_overlap(offsets, (4, 4), 16, (4, 4))  # 4x4 cells of 4x4 pixels
+    assert overlap.shape == (3, 16)
+    np.testing.assert_array_equal(overlap[0], np.eye(16)[1 * 4 + 2])  # the box is the cell (1, 2)
+    # a box straddling four cells: half of two rows x half of two columns
+    expected = np.zeros((4, 4))
+    expected[0:2, 1:3] = 0.25
+    np.testing.assert_array_equal(overlap[1].reshape(4, 4), expected)
+    # GAP's weights put the box's share of the canvas on it, wherever it is
+    boxes = np.random.default_rng(0).integers(0, 40 - 28 + 1, size=(50, 2))
+    uniform = gsp_selectivity.object_overlap(boxes, (28, 28), 40, (10, 10)).mean(axis=1)
+    np.testing.assert_allclose(uniform, 28 * 28 / 40 ** 2)
+    with pytest.raises(ValueError, match="do not tile"):
+        gsp_selectivity.object_overlap(offsets, (4, 4), 16, (3, 4))

@@ -29,8 +29,8 @@ def clutter(images, canvas_size, pieces=4, piece_size=8, seed=0):
     (the background of Fashion-MNIST and MNIST); then ``pieces`` crops of ``piece_size`` x ``piece_size`` pixels,
     each from a uniformly random position of another image of ``images`` (never the image itself), are laid at
     uniformly random positions of the canvas, combined with what is there by the pixel-wise maximum (so no piece
-    erases the object's ink; a piece may cover the object's background). ``seed`` fixes every draw: the same
-    arguments give the same canvases.
+    erases the object's ink; a piece may cover the object's background). ``piece_size`` must fit the images when
+    there are pieces. ``seed`` fixes every draw: the same arguments give the same canvases.
     """
     images = check_image_array("images", images)
     if images.ndim != 4:
@@ -41,7 +41,7 @@ def clutter(images, canvas_size, pieces=4, piece_size=8, seed=0):
     if canvas_size < max(height, width):
         raise ValueError(f"`canvas_size` must be at least the images' size {max(height, width)}, got {canvas_size}.")
     pieces, piece_size = check_non_negative_int("pieces", pieces), check_positive_int("piece_size", piece_size)
-    if piece_size > min(height, width):
+    if pieces and piece_size > min(height, width):
         raise ValueError(f"`piece_size` must be at most the images' smaller side {min(height, width)}, got "
                          f"{piece_size}.")
     if pieces and count < 2:
