@@ -17,9 +17,10 @@ canvas there (784/1600 = 0.49 for 28x28 garments on 40x40 canvases).
 Each epsilon's run is ``gsp_vs_gap.train_model`` with the comparison's configuration, stopped at that epsilon's
 budget (moving BatchNorm statistics); its test MAP@R at the end is written beside the one the comparison recorded for
 the same seed and epoch, a check that the retrained model is the compared one (up to the CPU's round-off in
-training). The recorded measurement (docs/results/gsp.md):
+training). The recorded measurements (docs/results/gsp.md), on the plain images and on cluttered canvases:
 
     python experiments/gsp_selectivity.py --choice experiments/results/gsp_vs_gap_epsilon_choice.json --seed 0 --out experiments/results/gsp_selectivity.json
+    python experiments/gsp_selectivity.py --choice experiments/results/gsp_vs_gap_clutter_epsilon_choice.json --seed 0 --out experiments/results/gsp_selectivity_clutter.json
 """
 import argparse
 import json
