@@ -31,7 +31,7 @@ import numpy as np
 
 from epoch_budget import write_json
 from explain.signals import gsp_weights
-from gsp_vs_gap import IMAGE_SIZE, cluttered_splits, load_splits, train_model
+from gsp_vs_gap import IMAGE_SIZE, canvas_images, cluttered_splits, is_cluttered, load_splits, train_model
 
 
 def selectivity(weights):
@@ -87,12 +87,12 @@ def main():
     config, position = choice["config"], choice["seeds"].index(args.seed)
     canvas, pieces = config.get("canvas", IMAGE_SIZE), config.get("clutter_pieces", 0)
     cluttered_test = None
-    if canvas == IMAGE_SIZE and not pieces:
-        train, validation, test = load_splits(config["train_per_class"], config["validation_per_class"])
-    else:
+    if is_cluttered(canvas, pieces):  # the test canvases' offsets are needed beside the images
         splits = cluttered_splits(config["train_per_class"], config["validation_per_class"], canvas, pieces)
-        train, validation, test = ((cluttered.images, labels) for cluttered, labels in splits)
+        train, validation, test = canvas_images(splits)
         cluttered_test = splits[2][0]
+    else:
+        train, validation, test = load_splits(config["train_per_class"], config["validation_per_class"])
     rows = []
     for row in choice["summary"]["moving"]["epsilons"]:
         epsilon, epochs = row["epsilon"], row["gsp"]["epochs"]

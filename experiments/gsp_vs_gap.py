@@ -78,12 +78,21 @@ CLUTTER_PIECE_SIZE = 8  # Mnih et al. 2014's pieces of clutter
 def load_splits(train_per_class, validation_per_class, canvas=IMAGE_SIZE, clutter_pieces=0):
     """``(train, validation, test)``, each ``(images, labels)`` with labels ``0..4``: training-split images of the
     classes 0-4, training-split images of the classes 5-9, and the test-split images of the classes 5-9; cluttered
-    (:func:`cluttered_splits`) when ``canvas`` exceeds 28 pixels or ``clutter_pieces`` is positive."""
-    if canvas == IMAGE_SIZE and not clutter_pieces:
+    (:func:`cluttered_splits`) when :func:`is_cluttered`."""
+    if not is_cluttered(canvas, clutter_pieces):
         return plain_splits(train_per_class, validation_per_class)
-    return tuple((cluttered.images, labels)
-                 for cluttered, labels in cluttered_splits(train_per_class, validation_per_class, canvas,
-                                                           clutter_pieces))
+    return canvas_images(cluttered_splits(train_per_class, validation_per_class, canvas, clutter_pieces))
+
+
+def is_cluttered(canvas, clutter_pieces):
+    """Whether the splits are cluttered canvases (larger than 28 pixels, or with pieces of clutter) rather than
+    Fashion-MNIST's own images."""
+    return canvas != IMAGE_SIZE or clutter_pieces > 0
+
+
+def canvas_images(splits):
+    """The ``(images, labels)`` of each ``(ClutteredImages, labels)`` split of :func:`cluttered_splits`."""
+    return tuple((cluttered.images, labels) for cluttered, labels in splits)
 
 
 def plain_splits(train_per_class, validation_per_class):
@@ -221,7 +230,7 @@ def main():
                      f"got {args.recalibrate_bn}.")
     config = {key: getattr(args, key)
               for key in ("epochs", "steps_per_epoch", "train_per_class", "validation_per_class", "epsilon")}
-    if args.canvas != IMAGE_SIZE or args.clutter_pieces:  # recorded when set (the plain reports predate them)
+    if is_cluttered(args.canvas, args.clutter_pieces):  # recorded when set (the plain reports predate them)
         config.update(canvas=args.canvas, clutter_pieces=args.clutter_pieces)
     runs = resumed_runs(parser, args, config)
     train, validation, test = load_splits(args.train_per_class, args.validation_per_class, args.canvas,

@@ -1,6 +1,6 @@
-"""``experiments/gsp_vs_gap.py`` on cluttered canvases: the splits keep their garments and labels, the draws are the
-same in every call (runs of different seeds and poolings pair on the same images), a 28-pixel canvas without clutter
-is the plain data set, and bad values are one line naming the option."""
+"""``experiments/gsp_vs_gap.py`` on cluttered canvases: the splits keep the plain splits' garments and labels, the
+draws are the same in every call (runs of different seeds and poolings pair on the same images), and bad values are
+one line naming the option."""
 import os
 import sys
 
