@@ -60,7 +60,7 @@ from epoch_budget import (add_run_arguments, budget_comparison, complete_seeds, 
 from gsp_fashion_mnist import GSP, TEST_CLASSES, TRAIN_CLASSES, build, first_per_class
 from ot_layers.callbacks import GSPPrototypeInit
 from ot_layers.losses import ProxyNCAPlusPlusLoss
-from otzoo.arguments import positive_int
+from otzoo.arguments import non_negative_int, positive_int
 from training.data.clutter import clutter
 from training.data.fashion_mnist import load_fashion_mnist
 from training.data.samplers import ClassBalancedBatches
@@ -203,7 +203,7 @@ def main():
     parser.add_argument("--epsilon", type=float, default=0.1, help="GSP's entropic regularization")
     parser.add_argument("--canvas", type=positive_int, default=IMAGE_SIZE,
                         help="side of the canvas each garment is placed on at a random position (28: as it is)")
-    parser.add_argument("--clutter-pieces", type=int, default=0,
+    parser.add_argument("--clutter-pieces", type=non_negative_int, default=0,
                         help="8x8 crops of other garments scattered over each canvas (Mnih et al. 2014's clutter)")
     parser.add_argument("--variants", nargs="+", choices=VARIANTS, default=list(VARIANTS),
                         help="the poolings to train (the summary needs both; GSP alone for another --epsilon, whose "
@@ -221,8 +221,6 @@ def main():
                      f"got {args.steps_per_epoch}.")
     if args.canvas < IMAGE_SIZE:
         parser.error(f"--canvas must be at least Fashion-MNIST's {IMAGE_SIZE} pixels, got {args.canvas}.")
-    if args.clutter_pieces < 0:
-        parser.error(f"--clutter-pieces must be >= 0, got {args.clutter_pieces}.")
     if not args.epsilon > 0:
         parser.error(f"--epsilon must be positive, got {args.epsilon}.")
     if not 0 <= args.recalibrate_bn <= 5 * args.train_per_class:

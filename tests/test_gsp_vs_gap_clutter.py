@@ -30,7 +30,8 @@ def test_cluttered_splits_hold_the_plain_garments_at_their_offsets():
 
 @pytest.mark.parametrize("option, value, message", [
     ("--canvas", "20", "--canvas must be at least Fashion-MNIST's 28 pixels, got 20."),
-    ("--clutter-pieces", "-1", "--clutter-pieces must be >= 0, got -1."),
+    ("--clutter-pieces", "-1", "argument --clutter-pieces: must be an integer >= 0, got '-1'"),
+    ("--clutter-pieces", "two", "argument --clutter-pieces: must be an integer >= 0, got 'two'"),
 ])
 def test_bad_clutter_options_are_one_line(option, value, message, tmp_path, monkeypatch, capsys):
     monkeypatch.setattr(sys, "argv", ["gsp_vs_gap.py", option, value, "--out", str(tmp_path / "runs.json")])
