@@ -14,7 +14,7 @@ when the runs were scored so, for the recalibrated ones (each with its own choic
 The recorded comparisons (docs/results/gsp.md), on the plain images and on cluttered canvases:
 
     python experiments/gsp_epsilon_choice.py experiments/results/gsp_vs_gap_seeds.json experiments/results/gsp_vs_gap_epsilon0.3.json experiments/results/gsp_vs_gap_epsilon1.0.json experiments/results/gsp_vs_gap_epsilon3.0.json experiments/results/gsp_vs_gap_epsilon10.0.json --out experiments/results/gsp_vs_gap_epsilon_choice.json
-    python experiments/gsp_epsilon_choice.py experiments/results/gsp_vs_gap_clutter.json experiments/results/gsp_vs_gap_clutter_epsilon1.0.json --out experiments/results/gsp_vs_gap_clutter_epsilon_choice.json
+    python experiments/gsp_epsilon_choice.py experiments/results/gsp_vs_gap_clutter.json experiments/results/gsp_vs_gap_clutter_epsilon1.0.json experiments/results/gsp_vs_gap_clutter_epsilon0.03.json --out experiments/results/gsp_vs_gap_clutter_epsilon_choice.json
 """
 import argparse
 import json

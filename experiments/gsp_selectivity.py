@@ -17,7 +17,8 @@ canvas there (784/1600 = 0.49 for 28x28 garments on 40x40 canvases).
 Each epsilon's run is ``gsp_vs_gap.train_model`` with the comparison's configuration, stopped at that epsilon's
 budget (moving BatchNorm statistics); its test MAP@R at the end is written beside the one the comparison recorded for
 the same seed and epoch, a check that the retrained model is the compared one (up to the CPU's round-off in
-training). The recorded measurements (docs/results/gsp.md), on the plain images and on cluttered canvases:
+training). A later call with the same ``--choice``, ``--seed`` and ``--out`` keeps the rows it finds there and
+trains only the epsilons (or budgets) that are new. The recorded measurements (docs/results/gsp.md), on the plain images and on cluttered canvases:
 
     python experiments/gsp_selectivity.py --choice experiments/results/gsp_vs_gap_epsilon_choice.json --seed 0 --out experiments/results/gsp_selectivity.json
     python experiments/gsp_selectivity.py --choice experiments/results/gsp_vs_gap_clutter_epsilon_choice.json --seed 0 --out experiments/results/gsp_selectivity_clutter.json
@@ -70,6 +71,18 @@ def object_overlap(offsets, object_size, canvas_size, grid):
     return (shares[0][:, :, None] * shares[1][:, None, :]).reshape(len(offsets), -1)
 
 
+def measured_rows(path, choice_path, seed):
+    """The rows an earlier call wrote to ``path`` for the same ``--choice`` and ``--seed``, by ``(epsilon, epochs)``
+    (empty when there is none), so that a grid grown by an epsilon retrains only the new one."""
+    if not os.path.isfile(path):
+        return {}
+    with open(path) as handle:
+        previous = json.load(handle)
+    if previous.get("choice") != choice_path or previous.get("seed") != seed:
+        return {}
+    return {(row["epsilon"], row["epochs"]): row for row in previous.get("epsilons", [])}
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--choice", default=os.path.join(os.path.dirname(__file__), "results",
@@ -93,9 +106,13 @@ def main():
         cluttered_test = splits[2][0]
     else:
         train, validation, test = load_splits(config["train_per_class"], config["validation_per_class"])
-    rows = []
+    kept, rows = measured_rows(args.out, args.choice, args.seed), []
     for row in choice["summary"]["moving"]["epsilons"]:
         epsilon, epochs = row["epsilon"], row["gsp"]["epochs"]
+        if (epsilon, epochs) in kept:  # measured by an earlier call on the same choice and seed
+            rows.append(kept[epsilon, epochs])
+            print(f"kept epsilon {epsilon} ({epochs} epochs) from {args.out}", flush=True)
+            continue
         run, embedding_model = train_model("gsp", args.seed, train, validation, test, epochs,
                                            config["steps_per_epoch"], epsilon, config.get("recalibrate_bn", 0))
         weights, grid = pooling_weights(embedding_model, test[0])

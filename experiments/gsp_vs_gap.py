@@ -38,11 +38,15 @@ GSP's runs at other epsilons (``--variants gsp``, GAP does not depend on it) are
 
 With ``--canvas C --clutter-pieces K`` every image of the three splits is a cluttered canvas (``cluttered_splits``):
 the garment at a random position of a C x C canvas and K 8x8 crops of other garments over it, for asking whether
-GSP's selection helps where the feature map has positions worth dropping. The recorded runs (40x40 canvases, four
-pieces; GSP at epsilon 0.1 and, in a second report, 1.0):
+GSP's selection helps where the feature map has positions worth dropping; with ``--clutter-pieces 0`` the garments
+are only moved, to the same positions (the positions are drawn before the clutter). The recorded runs (40x40
+canvases, four pieces; GSP at epsilon 0.1 and, in reports of their own, 1.0 and 0.03; then the same canvases
+without clutter):
 
     python experiments/gsp_vs_gap.py --epochs 24 --seeds 0 1 2 3 4 --recalibrate-bn 2000 --canvas 40 --clutter-pieces 4 --out experiments/results/gsp_vs_gap_clutter.json
     python experiments/gsp_vs_gap.py --epochs 24 --seeds 0 1 2 3 4 --recalibrate-bn 2000 --canvas 40 --clutter-pieces 4 --epsilon 1.0 --variants gsp --out experiments/results/gsp_vs_gap_clutter_epsilon1.0.json
+    python experiments/gsp_vs_gap.py --epochs 24 --seeds 0 1 2 3 4 --recalibrate-bn 2000 --canvas 40 --clutter-pieces 4 --epsilon 0.03 --variants gsp --out experiments/results/gsp_vs_gap_clutter_epsilon0.03.json
+    python experiments/gsp_vs_gap.py --epochs 24 --seeds 0 1 2 3 4 --recalibrate-bn 2000 --canvas 40 --clutter-pieces 0 --out experiments/results/gsp_vs_gap_translated.json
 
 ``experiments/results/gsp_vs_gap_full_passes_seed0.json`` (seed 0 of a call stopped after it, made by the first
 version of this script, whose epoch was a full pass) holds the same protocol with ``--steps-per-epoch 375

@@ -1,5 +1,7 @@
-"""``experiments/gsp_selectivity.py``: the selectivity numbers on weights whose values are known in closed form, and
-the pooling weights read from a model, which tend to global average pooling's ``1/n`` as epsilon grows."""
+"""``experiments/gsp_selectivity.py``: the selectivity numbers on weights whose values are known in closed form, the
+pooling weights read from a model, which tend to global average pooling's ``1/n`` as epsilon grows, and a grown
+epsilon grid retrained only at its new epsilons."""
+import json
 import os
 import sys
 
@@ -62,3 +64,37 @@ def test_object_overlap_of_a_box_on_cells():
     np.testing.assert_allclose(uniform, 28 * 28 / 40 ** 2)
     with pytest.raises(ValueError, match="do not tile"):
         gsp_selectivity.object_overlap(offsets, (4, 4), 16, (3, 4))
+
+
+def test_a_grown_epsilon_grid_retrains_only_the_new_epsilon(tmp_path, monkeypatch, capsys):
+    choice = {"config": {"train_per_class": 10, "validation_per_class": 10, "steps_per_epoch": 2},
+              "seeds": [0, 1],
+              "summary": {"moving": {"epsilons": [{"epsilon": 0.1, "gsp": {"epochs": 5, "test": [0.3, 0.4]}},
+                                                  {"epsilon": 0.03, "gsp": {"epochs": 7, "test": [0.5, 0.6]}}]}}}
+    choice_path, out = str(tmp_path / "choice.json"), str(tmp_path / "selectivity.json")
+    with open(choice_path, "w") as handle:
+        json.dump(choice, handle)
+    measured = {"epsilon": 0.1, "epochs": 5, "effective_share_mean": 0.5}
+    with open(out, "w") as handle:
+        json.dump({"choice": choice_path, "seed": 1, "epsilons": [measured]}, handle)
+    # an earlier call for another seed, another choice or another budget is not reused
+    assert gsp_selectivity.measured_rows(out, choice_path, 0) == {}
+    assert gsp_selectivity.measured_rows(out, "other.json", 1) == {}
+    assert gsp_selectivity.measured_rows(str(tmp_path / "none.json"), choice_path, 1) == {}
+    assert gsp_selectivity.measured_rows(out, choice_path, 1) == {(0.1, 5): measured}
+
+    trained = []
+
+    class Trained(Exception):
+        pass
+
+    def train_model(variant, seed, train, validation, test, epochs, *rest):
+        trained.append((variant, seed, epochs))
+        raise Trained
+    monkeypatch.setattr(gsp_selectivity, "load_splits", lambda *sizes: (None, None, None))
+    monkeypatch.setattr(gsp_selectivity, "train_model", train_model)
+    monkeypatch.setattr(sys, "argv", ["gsp_selectivity.py", "--choice", choice_path, "--seed", "1", "--out", out])
+    with pytest.raises(Trained):
+        gsp_selectivity.main()
+    assert trained == [("gsp", 1, 7)]  # epsilon 0.1 at 5 epochs was kept, 0.03 is trained
+    assert "kept epsilon 0.1 (5 epochs)" in capsys.readouterr().out
