@@ -11,10 +11,12 @@ epsilon and budget, and compared with GAP's at its own budget, paired by seed. E
 difference from GAP are reported too, for reading, never for choosing. Done for the moving BatchNorm statistics and,
 when the runs were scored so, for the recalibrated ones (each with its own choice).
 
-The recorded comparisons (docs/results/gsp.md), on the plain images and on cluttered canvases:
+The recorded comparisons (docs/results/gsp.md), on the plain images, on cluttered canvases and on the same canvases
+without clutter (one epsilon: the budget chosen, and the report the selectivity measurement reads):
 
     python experiments/gsp_epsilon_choice.py experiments/results/gsp_vs_gap_seeds.json experiments/results/gsp_vs_gap_epsilon0.3.json experiments/results/gsp_vs_gap_epsilon1.0.json experiments/results/gsp_vs_gap_epsilon3.0.json experiments/results/gsp_vs_gap_epsilon10.0.json --out experiments/results/gsp_vs_gap_epsilon_choice.json
     python experiments/gsp_epsilon_choice.py experiments/results/gsp_vs_gap_clutter.json experiments/results/gsp_vs_gap_clutter_epsilon1.0.json experiments/results/gsp_vs_gap_clutter_epsilon0.03.json --out experiments/results/gsp_vs_gap_clutter_epsilon_choice.json
+    python experiments/gsp_epsilon_choice.py experiments/results/gsp_vs_gap_translated.json --out experiments/results/gsp_vs_gap_translated_epsilon_choice.json
 """
 import argparse
 import json

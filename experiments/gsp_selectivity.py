@@ -18,10 +18,12 @@ Each epsilon's run is ``gsp_vs_gap.train_model`` with the comparison's configura
 budget (moving BatchNorm statistics); its test MAP@R at the end is written beside the one the comparison recorded for
 the same seed and epoch, a check that the retrained model is the compared one (up to the CPU's round-off in
 training). A later call with the same ``--choice``, ``--seed`` and ``--out`` keeps the rows it finds there and
-trains only the epsilons (or budgets) that are new. The recorded measurements (docs/results/gsp.md), on the plain images and on cluttered canvases:
+trains only the epsilons (or budgets) that are new. The recorded measurements (docs/results/gsp.md), on the plain
+images, on cluttered canvases and on the same canvases without clutter:
 
     python experiments/gsp_selectivity.py --choice experiments/results/gsp_vs_gap_epsilon_choice.json --seed 0 --out experiments/results/gsp_selectivity.json
     python experiments/gsp_selectivity.py --choice experiments/results/gsp_vs_gap_clutter_epsilon_choice.json --seed 0 --out experiments/results/gsp_selectivity_clutter.json
+    python experiments/gsp_selectivity.py --choice experiments/results/gsp_vs_gap_translated_epsilon_choice.json --seed 0 --out experiments/results/gsp_selectivity_translated.json
 """
 import argparse
 import json
