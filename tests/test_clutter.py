@@ -68,7 +68,6 @@ def test_the_seed_fixes_every_draw():
     assert not np.array_equal(first.images, clutter(images, 12, seed=8).images)
 
 
-
 def test_the_clutter_does_not_move_the_objects():
     """The offsets are drawn before the clutter, so canvases with and without clutter from the same seed hold each
     object at the same place: a run on translated canvases pairs with one on cluttered canvases."""
@@ -76,6 +75,7 @@ def test_the_clutter_does_not_move_the_objects():
     plain, cluttered = clutter(images, 16, pieces=0, seed=5), clutter(images, 16, pieces=3, seed=5)
     np.testing.assert_array_equal(plain.offsets, cluttered.offsets)
     assert np.all(cluttered.images >= plain.images) and np.any(cluttered.images > plain.images)
+
 
 @pytest.mark.parametrize("kwargs, message", [
     (dict(images=np.ones((3, 8, 8), np.float32), canvas_size=10), "`images` must be a batch of images"),
